@@ -1,0 +1,7 @@
+"""sim — predict speculative-decoding speedup: closed forms and a SimPy event simulator.
+
+Torch-free. Owns the domain types the other packages speak: acceptance models
+(:mod:`sim.acceptance`), cost models (:mod:`sim.cost`), γ policies
+(:mod:`sim.policies`), the analytic predictor (:mod:`sim.analytic`) and the
+event simulator (:mod:`sim.events`).
+"""

@@ -1,0 +1,293 @@
+"""Acceptance models: how many drafted tokens the target accepts per round.
+
+Three models, one interface (:class:`AcceptanceModel`):
+
+* :class:`IIDAcceptance` — every drafted token is accepted with the same
+  probability ``alpha``, independently (Leviathan et al. 2023, Sec. 3).
+* :class:`PerPositionAcceptance` — ``alphas[i-1]`` is the *conditional*
+  probability that draft token ``i`` is accepted given tokens ``1..i-1`` were.
+  Positions past the end of the list reuse the last value.
+* :class:`TraceAcceptance` — an empirical trace measured by ``measure``:
+  per-position match flags of the draft teacher-forced on the target's output
+  (greedy; replay is exact for any γ) or per-position acceptance
+  probabilities Σ min(p, q) (sampling).
+
+All expectations are closed forms; ``sample_accepted`` draws from the model
+with an explicit ``numpy.random.Generator`` so every simulation is seeded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+def _check_alpha(name: str, value: float) -> float:
+    value = float(value)
+    if not (0.0 <= value <= 1.0) or math.isnan(value):
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+    return value
+
+
+def _check_gamma(gamma: int) -> int:
+    if int(gamma) != gamma or gamma < 1:
+        raise ValueError(f"gamma (draft length) must be an integer >= 1, got {gamma}")
+    return int(gamma)
+
+
+@runtime_checkable
+class AcceptanceModel(Protocol):
+    """What the predictor and the event simulator need from an acceptance model."""
+
+    def prefix_accept_probs(self, gamma: int) -> np.ndarray:
+        """P(tokens 1..j all accepted) for j = 1..gamma, shape ``[gamma]``."""
+        ...
+
+    def expected_tokens(self, gamma: int) -> float:
+        """Expected tokens produced per round (accepted + the one correction/bonus)."""
+        ...
+
+    def sample_accepted(self, gamma: int, rng: np.random.Generator) -> int:
+        """Draw how many of ``gamma`` drafted tokens are accepted (0..gamma)."""
+        ...
+
+    def describe(self) -> dict:
+        """JSON-able description (kind and parameters)."""
+        ...
+
+
+def expected_tokens_iid(alpha: np.ndarray | float, gamma: np.ndarray | int) -> np.ndarray:
+    """(1 - α^(γ+1)) / (1 - α), vectorised over broadcastable ``alpha`` and ``gamma``.
+
+    Computed as the geometric sum Σ_{j=0..γ} α^j in closed form, with the α → 1
+    limit (γ + 1) taken exactly, so there is no division by zero.
+    """
+    a = np.asarray(alpha, dtype=float)
+    g = np.asarray(gamma, dtype=float)
+    a, g = np.broadcast_arrays(a, g)
+    one = np.isclose(a, 1.0, rtol=0.0, atol=1e-12)
+    safe = np.where(one, 0.5, a)
+    out = (1.0 - safe ** (g + 1.0)) / (1.0 - safe)
+    return np.where(one, g + 1.0, out)
+
+
+def _expected_from_prefix(prefix: np.ndarray) -> float:
+    return float(1.0 + prefix.sum())
+
+
+@dataclass(frozen=True)
+class IIDAcceptance:
+    """Each drafted token accepted independently with probability ``alpha``."""
+
+    alpha: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "alpha", _check_alpha("alpha", self.alpha))
+
+    def prefix_accept_probs(self, gamma: int) -> np.ndarray:
+        gamma = _check_gamma(gamma)
+        return self.alpha ** np.arange(1, gamma + 1, dtype=float)
+
+    def expected_tokens(self, gamma: int) -> float:
+        return float(expected_tokens_iid(self.alpha, _check_gamma(gamma)))
+
+    def sample_accepted(self, gamma: int, rng: np.random.Generator) -> int:
+        if self.alpha >= 1.0:
+            return gamma
+        if self.alpha <= 0.0:
+            return 0
+        # Leading successes of Bernoulli(alpha) trials = Geometric(1 - alpha) - 1.
+        return min(int(rng.geometric(1.0 - self.alpha)) - 1, gamma)
+
+    def describe(self) -> dict:
+        return {"kind": "iid", "alpha": self.alpha}
+
+
+@dataclass(frozen=True)
+class PerPositionAcceptance:
+    """Conditional acceptance per draft position; the last value repeats beyond the list."""
+
+    alphas: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.alphas) == 0:
+            raise ValueError("alphas must hold at least one per-position acceptance rate")
+        checked = tuple(_check_alpha(f"alpha_{i + 1}", a) for i, a in enumerate(self.alphas))
+        object.__setattr__(self, "alphas", checked)
+
+    def conditional(self, gamma: int) -> np.ndarray:
+        """α_1..α_γ, extending the list with its last value."""
+        gamma = _check_gamma(gamma)
+        a = np.asarray(self.alphas, dtype=float)
+        if gamma <= a.size:
+            return a[:gamma]
+        return np.concatenate([a, np.full(gamma - a.size, a[-1])])
+
+    def prefix_accept_probs(self, gamma: int) -> np.ndarray:
+        return np.cumprod(self.conditional(gamma))
+
+    def expected_tokens(self, gamma: int) -> float:
+        return _expected_from_prefix(self.prefix_accept_probs(gamma))
+
+    def sample_accepted(self, gamma: int, rng: np.random.Generator) -> int:
+        u = rng.random(gamma)
+        rejected = np.nonzero(u >= self.conditional(gamma))[0]
+        return int(rejected[0]) if rejected.size else gamma
+
+    def describe(self) -> dict:
+        return {"kind": "per_position", "alphas": list(self.alphas)}
+
+
+@dataclass(frozen=True)
+class TraceAcceptance:
+    """Empirical acceptance from measured traces.
+
+    ``sequences`` holds one array per generated sequence. For greedy decoding
+    each entry is a 0/1 flag: did the draft, fed the target's own output up to
+    that position, propose exactly the target's token? Replaying a round of
+    length γ from position t accepts the number of leading ones in
+    ``flags[t:t+γ]`` and then moves to t + accepted + 1, which is exactly what
+    greedy speculative decoding does. For sampling each entry is the
+    per-position acceptance probability Σ_v min(p_v, q_v) and replay uses the
+    expectation of the chain of independent acceptances.
+    """
+
+    sequences: tuple[np.ndarray, ...]
+    source: str = "trace"
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        seqs = tuple(np.asarray(s, dtype=float) for s in self.sequences)
+        seqs = tuple(s for s in seqs if s.size > 0)
+        if not seqs:
+            raise ValueError("trace acceptance needs at least one non-empty sequence")
+        for s in seqs:
+            if s.ndim != 1 or np.any((s < 0) | (s > 1)) or np.any(np.isnan(s)):
+                raise ValueError("trace entries must be match flags or probabilities in [0, 1]")
+        object.__setattr__(self, "sequences", seqs)
+
+    @classmethod
+    def from_accepted_lengths(cls, gamma: int, accepted: Sequence[int]) -> "TraceAcceptance":
+        """Rebuild flags from per-round accepted counts measured at one ``gamma``.
+
+        Valid for predictions at γ' ≤ ``gamma``; beyond it the unseen positions
+        are unknown and this raises.
+        """
+        gamma = _check_gamma(gamma)
+        flags: list[float] = []
+        for a in accepted:
+            if not 0 <= a <= gamma:
+                raise ValueError(f"accepted count {a} outside [0, {gamma}]")
+            flags.extend([1.0] * int(a))
+            if a < gamma:
+                flags.append(0.0)
+        model = cls((np.asarray(flags),), source=f"accepted_lengths@gamma={gamma}")
+        object.__setattr__(model, "_max_gamma", gamma)
+        return model
+
+    def _round_starts_and_accepts(self, gamma: int) -> tuple[np.ndarray, np.ndarray]:
+        """Replay every sequence at draft length γ; returns expected accepted per round."""
+        key = ("replay", gamma)
+        if key not in self._cache:
+            max_gamma = getattr(self, "_max_gamma", None)
+            if max_gamma is not None and gamma > max_gamma:
+                raise ValueError(
+                    f"this trace was recorded at gamma={max_gamma}; cannot replay gamma={gamma}"
+                )
+            accepted: list[float] = []
+            produced: list[float] = []
+            for s in self.sequences:
+                t = 0
+                n = s.size
+                while t < n:
+                    window = s[t : t + gamma]
+                    if window.size < gamma:
+                        break  # an incomplete round at the end of the trace says nothing
+                    prefix = np.cumprod(window)
+                    exp_acc = float(prefix.sum())
+                    accepted.append(exp_acc)
+                    produced.append(exp_acc + 1.0)
+                    # advance by the (rounded) expected number of tokens of the round
+                    t += int(round(exp_acc)) + 1
+            if not accepted:
+                raise ValueError(f"trace too short to replay a single round at gamma={gamma}")
+            self._cache[key] = (np.asarray(accepted), np.asarray(produced))
+        return self._cache[key]
+
+    def prefix_accept_probs(self, gamma: int) -> np.ndarray:
+        gamma = _check_gamma(gamma)
+        key = ("prefix", gamma)
+        if key not in self._cache:
+            # P(first j accepted) averaged over every start position of every sequence.
+            windows = [
+                np.lib.stride_tricks.sliding_window_view(s, gamma)
+                for s in self.sequences
+                if s.size >= gamma
+            ]
+            if not windows:
+                raise ValueError(f"trace too short for gamma={gamma}")
+            w = np.concatenate(windows, axis=0)
+            self._cache[key] = np.cumprod(w, axis=1).mean(axis=0)
+        return self._cache[key]
+
+    def expected_tokens(self, gamma: int) -> float:
+        """Tokens per round from replaying the trace round by round."""
+        _, produced = self._round_starts_and_accepts(_check_gamma(gamma))
+        return float(produced.mean())
+
+    def sample_accepted(self, gamma: int, rng: np.random.Generator) -> int:
+        gamma = _check_gamma(gamma)
+        seq = self.sequences[int(rng.integers(len(self.sequences)))]
+        if seq.size < gamma:
+            seq = np.concatenate([seq, np.zeros(gamma - seq.size)])
+        t = int(rng.integers(seq.size - gamma + 1))
+        u = rng.random(gamma)
+        rejected = np.nonzero(u >= seq[t : t + gamma])[0]
+        return int(rejected[0]) if rejected.size else gamma
+
+    def mean_alpha(self) -> float:
+        """Mean per-position acceptance over the whole trace."""
+        return float(np.concatenate(self.sequences).mean())
+
+    def describe(self) -> dict:
+        return {
+            "kind": "trace",
+            "source": self.source,
+            "sequences": len(self.sequences),
+            "positions": int(sum(s.size for s in self.sequences)),
+            "mean_alpha": self.mean_alpha(),
+        }
+
+
+def implied_alpha_from_tau(tau: float, gamma: int) -> float:
+    """The i.i.d. α whose expected tokens per round at ``gamma`` equals ``tau``.
+
+    ``tau`` is the mean number of tokens produced per round (accepted + 1), as
+    vLLM and Spec-Bench report it. Note that accepted/drafted is *not* α: with
+    i.i.d. α the draft tokens after the first rejection are never judged, so
+    accepted/drafted = (τ − 1)/γ underestimates α.
+    """
+    gamma = _check_gamma(gamma)
+    tau = float(tau)
+    if not 1.0 <= tau <= gamma + 1:
+        raise ValueError(f"tau (tokens per round) must be in [1, {gamma + 1}] for gamma={gamma}, got {tau}")
+    if tau >= gamma + 1 - 1e-12:
+        return 1.0
+    if tau <= 1.0 + 1e-12:
+        return 0.0
+    from scipy.optimize import brentq
+
+    return float(brentq(lambda a: float(expected_tokens_iid(a, gamma)) - tau, 0.0, 1.0, xtol=1e-12))
+
+
+def acceptance_from_dict(d: dict) -> AcceptanceModel:
+    """Rebuild a model from :meth:`describe`-style dicts (``iid`` or ``per_position``)."""
+    kind = d.get("kind")
+    if kind == "iid":
+        return IIDAcceptance(float(d["alpha"]))
+    if kind == "per_position":
+        return PerPositionAcceptance(tuple(float(a) for a in d["alphas"]))
+    raise ValueError(f"unknown acceptance model kind {kind!r}; valid: 'iid', 'per_position'")

@@ -1,0 +1,268 @@
+"""Cost models: how long a draft step, a verification and a baseline step take.
+
+Every time is in milliseconds (``_ms``), every length in tokens (``_tokens``).
+
+One interface, :class:`CostModel`, three implementations:
+
+* :class:`LeviathanCost` — the pure model of Leviathan et al. (2023): a draft
+  step costs ``cost_ratio`` target steps, verifying γ+1 tokens costs one target
+  step, no overhead. ``--cost-ratio`` on the CLI selects it.
+* :class:`RooflineCost` — derived from architecture numbers and a hardware
+  profile (see :mod:`presets`): max(bytes / bandwidth, FLOPs / peak) plus a
+  fixed per-forward overhead; verify cost grows with tokens verified, context
+  and batch.
+* :class:`TabulatedCost` — measured or fitted numbers (what ``calibrate``
+  writes and ``python -m sim --cost-model FILE`` reads): verify time per number
+  of tokens verified at a reference context (no linearity assumed: on CPU a
+  forward of 2–3 tokens can cost more than one of 4–8), linear context slopes,
+  and a per-round overhead.
+
+A round of speculative decoding costs
+``gamma * draft_step_ms(ctx) + verify_ms(gamma + 1, ctx) + round_overhead_ms(gamma)``;
+the autoregressive baseline costs ``target_step_ms(ctx)`` per token.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+import numpy as np
+
+COST_MODEL_SCHEMA_VERSION = 1
+
+
+def _check_nonneg(name: str, value: float) -> float:
+    value = float(value)
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+    return value
+
+
+def _check_positive(name: str, value: float) -> float:
+    value = float(value)
+    if math.isnan(value) or value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    return value
+
+
+@runtime_checkable
+class CostModel(Protocol):
+    """Times of the pieces of a speculative-decoding round, in milliseconds."""
+
+    def target_step_ms(self, context_tokens: float, batch: int = 1) -> float:
+        """One autoregressive target forward (1 new token per sequence)."""
+        ...
+
+    def draft_step_ms(self, context_tokens: float, batch: int = 1) -> float:
+        """One draft forward producing one draft token per sequence."""
+        ...
+
+    def verify_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
+        """One target forward scoring ``n_tokens`` positions per sequence."""
+        ...
+
+    def round_overhead_ms(self, gamma: int) -> float:
+        """Per-round time that is neither drafting nor verifying (sampling, rollback)."""
+        ...
+
+    def describe(self) -> dict:
+        """JSON-able description."""
+        ...
+
+
+def round_time_ms(cost: CostModel, gamma: int, context_tokens: float, batch: int = 1) -> float:
+    """Wall time of one speculative round at draft length ``gamma``."""
+    return (
+        gamma * cost.draft_step_ms(context_tokens, batch)
+        + cost.verify_ms(gamma + 1, context_tokens, batch)
+        + cost.round_overhead_ms(gamma)
+    )
+
+
+@dataclass(frozen=True)
+class LeviathanCost:
+    """Draft step = ``cost_ratio`` × target step; verify = one target step; no overhead."""
+
+    cost_ratio: float
+    target_ms: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check_nonneg("cost ratio", self.cost_ratio)
+        _check_positive("target step time (ms)", self.target_ms)
+
+    def target_step_ms(self, context_tokens: float, batch: int = 1) -> float:
+        return self.target_ms
+
+    def draft_step_ms(self, context_tokens: float, batch: int = 1) -> float:
+        return self.cost_ratio * self.target_ms
+
+    def verify_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
+        return self.target_ms
+
+    def round_overhead_ms(self, gamma: int) -> float:
+        return 0.0
+
+    def describe(self) -> dict:
+        return {"kind": "leviathan", "cost_ratio": self.cost_ratio, "target_ms": self.target_ms}
+
+
+class ForwardCost(Protocol):
+    """A model on a device: the time of one forward (see ``presets.roofline``)."""
+
+    def forward_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float: ...
+
+    def describe(self) -> dict: ...
+
+
+@dataclass(frozen=True)
+class RooflineCost:
+    """Costs from two per-model forward-time functions (roofline estimates from presets)."""
+
+    draft: ForwardCost
+    target: ForwardCost
+    overhead_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_nonneg("round overhead (ms)", self.overhead_ms)
+
+    def target_step_ms(self, context_tokens: float, batch: int = 1) -> float:
+        return self.target.forward_ms(1, context_tokens, batch)
+
+    def draft_step_ms(self, context_tokens: float, batch: int = 1) -> float:
+        return self.draft.forward_ms(1, context_tokens, batch)
+
+    def verify_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
+        return self.target.forward_ms(n_tokens, context_tokens, batch)
+
+    def round_overhead_ms(self, gamma: int) -> float:
+        return self.overhead_ms
+
+    def cost_ratio(self, context_tokens: float, batch: int = 1) -> float:
+        """c = draft step / target step at this context."""
+        return self.draft_step_ms(context_tokens, batch) / self.target_step_ms(context_tokens, batch)
+
+    def describe(self) -> dict:
+        return {
+            "kind": "roofline",
+            "draft": self.draft.describe(),
+            "target": self.target.describe(),
+            "overhead_ms": self.overhead_ms,
+        }
+
+
+@dataclass(frozen=True)
+class TabulatedCost:
+    """Measured/fitted costs.
+
+    * ``verify_ms_by_tokens[n]``: target forward time for ``n`` tokens at
+      ``reference_context_tokens``; ``n = 1`` is the baseline step. Between
+      tabulated ``n`` the time is interpolated linearly, past the largest it
+      is extrapolated from the last two points.
+    * ``target_context_ms_per_token``: added per token of context beyond the
+      reference (may be negative for ``context < reference``).
+    * ``draft_step_ms`` at the reference context, plus ``draft_context_ms_per_token``.
+    * ``round_overhead_ms`` + ``overhead_per_draft_token_ms`` × γ per round.
+    * ``batch_exponent``: forward time × batch**exponent (0 = batching is free,
+      1 = linear); only used by the serving simulation.
+    """
+
+    verify_ms_by_tokens: Mapping[int, float]
+    draft_step_ms_ref: float
+    reference_context_tokens: float = 0.0
+    target_context_ms_per_token: float = 0.0
+    draft_context_ms_per_token: float = 0.0
+    round_overhead_ms_base: float = 0.0
+    overhead_per_draft_token_ms: float = 0.0
+    batch_exponent: float = 0.0
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        table = {int(k): float(v) for k, v in dict(self.verify_ms_by_tokens).items()}
+        if 1 not in table:
+            raise ValueError("verify_ms_by_tokens must include n=1 (the baseline target step)")
+        for n, v in table.items():
+            if n < 1:
+                raise ValueError(f"verify_ms_by_tokens has token count {n}; counts must be >= 1")
+            _check_positive(f"verify time for {n} tokens (ms)", v)
+        object.__setattr__(self, "verify_ms_by_tokens", dict(sorted(table.items())))
+        _check_positive("draft step time (ms)", self.draft_step_ms_ref)
+        _check_nonneg("reference context (tokens)", self.reference_context_tokens)
+        _check_nonneg("round overhead (ms)", self.round_overhead_ms_base)
+        _check_nonneg("batch exponent", self.batch_exponent)
+
+    def _n_table(self) -> tuple[np.ndarray, np.ndarray]:
+        ns = np.fromiter(self.verify_ms_by_tokens.keys(), dtype=float)
+        ts = np.fromiter(self.verify_ms_by_tokens.values(), dtype=float)
+        return ns, ts
+
+    def _verify_ref_ms(self, n_tokens: int) -> float:
+        ns, ts = self._n_table()
+        if n_tokens <= ns[-1] or ns.size == 1:
+            if ns.size == 1:
+                return float(ts[0]) if n_tokens == ns[0] else float(ts[0] * n_tokens / ns[0])
+            return float(np.interp(n_tokens, ns, ts))
+        slope = (ts[-1] - ts[-2]) / (ns[-1] - ns[-2])
+        return float(ts[-1] + max(slope, 0.0) * (n_tokens - ns[-1]))
+
+    def _batch_factor(self, batch: int) -> float:
+        return float(batch) ** self.batch_exponent
+
+    def target_step_ms(self, context_tokens: float, batch: int = 1) -> float:
+        return self.verify_ms(1, context_tokens, batch)
+
+    def draft_step_ms(self, context_tokens: float, batch: int = 1) -> float:
+        base = self.draft_step_ms_ref + self.draft_context_ms_per_token * (
+            context_tokens - self.reference_context_tokens
+        )
+        return max(base, 1e-6) * self._batch_factor(batch)
+
+    def verify_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
+        base = self._verify_ref_ms(n_tokens) + self.target_context_ms_per_token * (
+            context_tokens - self.reference_context_tokens
+        )
+        return max(base, 1e-6) * self._batch_factor(batch)
+
+    def round_overhead_ms(self, gamma: int) -> float:
+        return max(self.round_overhead_ms_base + self.overhead_per_draft_token_ms * gamma, 0.0)
+
+    def describe(self) -> dict:
+        d = asdict(self)
+        d["verify_ms_by_tokens"] = {str(k): v for k, v in self.verify_ms_by_tokens.items()}
+        d["metadata"] = dict(self.metadata)
+        return {"kind": "tabulated", "schema_version": COST_MODEL_SCHEMA_VERSION, **d}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.describe(), indent=2) + "\n")
+
+
+def cost_model_from_dict(d: Mapping[str, Any]) -> CostModel:
+    """Rebuild a cost model from its ``describe()`` dict (``leviathan`` or ``tabulated``)."""
+    kind = d.get("kind")
+    if kind == "leviathan":
+        return LeviathanCost(float(d["cost_ratio"]), float(d.get("target_ms", 1.0)))
+    if kind == "tabulated":
+        fields = {k: v for k, v in d.items() if k not in ("kind", "schema_version")}
+        fields["verify_ms_by_tokens"] = {int(k): float(v) for k, v in fields["verify_ms_by_tokens"].items()}
+        try:
+            return TabulatedCost(**fields)
+        except TypeError as exc:
+            raise ValueError(f"bad tabulated cost model: {exc}") from None
+    raise ValueError(f"unknown cost model kind {kind!r}; valid: 'leviathan', 'tabulated'")
+
+
+def load_cost_model(path: str | Path) -> CostModel:
+    """Read a cost-model JSON file (as written by ``calibrate``)."""
+    p = Path(path)
+    try:
+        d = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ValueError(f"cost model file not found: {p}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"cost model file {p} is not valid JSON: {exc}") from None
+    if "cost_model" in d:  # a calibration file holding several sections
+        d = d["cost_model"]
+    return cost_model_from_dict(d)
