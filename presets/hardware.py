@@ -1,0 +1,96 @@
+"""Hardware profiles and the roofline forward-time estimate.
+
+Bandwidth and peak dense bf16/fp16 tensor FLOP/s are the vendors' datasheet
+figures (NVIDIA H100 SXM5, H200 SXM, A100 80GB SXM, L4, T4). The achievable
+fractions and the per-forward overheads are stated assumptions (eager PyTorch
+launches a few kernels per layer at a few microseconds each); ``calibrate``
+replaces all of it with measured numbers.
+
+    forward_ms = max(bytes / (bandwidth · bw_eff), FLOPs / (peak · flop_eff))
+                 + fixed_overhead_ms + layer_overhead_ms · layers
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from presets.models import ModelSpec
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One accelerator (or CPU) as a roofline."""
+
+    name: str
+    description: str
+    memory_bandwidth_bytes_per_s: float
+    peak_flops_per_s: float
+    dtype: str
+    bytes_per_param: float
+    bandwidth_efficiency: float = 0.8
+    compute_efficiency: float = 0.6
+    fixed_overhead_ms: float = 0.1
+    layer_overhead_ms: float = 0.02
+    usd_per_hour: float | None = None
+
+    def __post_init__(self) -> None:
+        for f in ("memory_bandwidth_bytes_per_s", "peak_flops_per_s", "bytes_per_param"):
+            if getattr(self, f) <= 0:
+                raise ValueError(f"{self.name}: {f} must be > 0")
+        for f in ("bandwidth_efficiency", "compute_efficiency"):
+            if not 0 < getattr(self, f) <= 1:
+                raise ValueError(f"{self.name}: {f} must be in (0, 1]")
+
+    def roofline_ms(self, flops: float, bytes_moved: float) -> float:
+        mem_s = bytes_moved / (self.memory_bandwidth_bytes_per_s * self.bandwidth_efficiency)
+        compute_s = flops / (self.peak_flops_per_s * self.compute_efficiency)
+        return max(mem_s, compute_s) * 1000.0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RooflineForward:
+    """Forward time of ``model`` on ``hardware`` (satisfies ``sim.cost.ForwardCost``)."""
+
+    model: ModelSpec
+    hardware: Hardware
+
+    def forward_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
+        hw, m = self.hardware, self.model
+        flops = m.forward_flops(n_tokens, context_tokens, batch)
+        bytes_moved = m.forward_bytes(n_tokens, context_tokens, batch, hw.bytes_per_param)
+        return hw.roofline_ms(flops, bytes_moved) + hw.fixed_overhead_ms + hw.layer_overhead_ms * m.n_layers
+
+    def describe(self) -> dict:
+        return {"model": self.model.name, "hardware": self.hardware.name}
+
+
+HARDWARE: dict[str, Hardware] = {
+    h.name: h
+    for h in [
+        Hardware("h100-sxm", "NVIDIA H100 SXM5 80GB: 3.35 TB/s HBM3, 989 TFLOP/s dense bf16",
+                 3.35e12, 989e12, "bfloat16", 2.0, usd_per_hour=None),
+        Hardware("h200", "NVIDIA H200 SXM 141GB: 4.8 TB/s HBM3e, 989 TFLOP/s dense bf16",
+                 4.8e12, 989e12, "bfloat16", 2.0),
+        Hardware("a100-80gb", "NVIDIA A100 SXM 80GB: 2.039 TB/s HBM2e, 312 TFLOP/s dense bf16",
+                 2.039e12, 312e12, "bfloat16", 2.0),
+        Hardware("l4", "NVIDIA L4 24GB: 300 GB/s GDDR6, 121 TFLOP/s dense bf16",
+                 300e9, 121e12, "bfloat16", 2.0),
+        Hardware("t4", "NVIDIA T4 16GB: 320 GB/s GDDR6, 65 TFLOP/s dense fp16 (no bf16)",
+                 320e9, 65e12, "float16", 2.0, layer_overhead_ms=0.03),
+        Hardware("cpu", "2-core x86 VM, float32 weights: assumed 20 GB/s DRAM, 150 GFLOP/s "
+                 "(AVX-512 fp32, 2 cores); calibrate replaces these with measured numbers",
+                 20e9, 150e9, "float32", 4.0, bandwidth_efficiency=1.0, compute_efficiency=1.0,
+                 fixed_overhead_ms=0.5, layer_overhead_ms=0.1),
+    ]
+}
+
+
+def get_hardware(name: str) -> Hardware:
+    """Look a hardware profile up by exact name; an unknown name lists the valid ones."""
+    try:
+        return HARDWARE[name]
+    except KeyError:
+        raise ValueError(f"unknown hardware {name!r}; valid: {', '.join(HARDWARE)}") from None

@@ -1,0 +1,79 @@
+"""Draft/target pairs by exact name, each with a default acceptance rate and its source.
+
+No α below is a measurement of ours: each is a stated assumption for a
+same-family pair, anchored on Leviathan et al. (2023, Table 3), where T5-small,
+-base and -large drafting for T5-XXL accept α ≈ 0.62–0.82 depending on draft
+size and task. Override with ``--alpha``/``--alpha-per-position``, or measure
+(``python -m measure``) and calibrate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from presets.models import ModelSpec, get_model
+
+_ANCHOR = "assumption for a same-family pair; cf. Leviathan et al. 2023 Table 3 (T5 drafts for T5-XXL: alpha 0.62-0.82)"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A draft and a target that share a tokenizer."""
+
+    name: str
+    draft: ModelSpec
+    target: ModelSpec
+    default_alpha: float
+    alpha_source: str
+    default_hardware: str = "h100-sxm"
+
+    def __post_init__(self) -> None:
+        if self.draft.vocab_size != self.target.vocab_size:
+            raise ValueError(
+                f"pair {self.name!r}: draft {self.draft.name} has vocabulary {self.draft.vocab_size} but "
+                f"target {self.target.name} has {self.target.vocab_size}; speculative decoding needs a "
+                "shared tokenizer"
+            )
+        if not 0.0 <= self.default_alpha <= 1.0:
+            raise ValueError(f"pair {self.name!r}: default alpha {self.default_alpha} outside [0, 1]")
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "draft": self.draft.name,
+            "target": self.target.name,
+            "default_alpha": self.default_alpha,
+            "alpha_source": self.alpha_source,
+            "default_hardware": self.default_hardware,
+        }
+
+
+def make_pair(draft: str, target: str, alpha: float = 0.7, source: str = "user-specified pair",
+              name: str | None = None, hardware: str = "h100-sxm") -> Pair:
+    """A pair from two model names; mismatched vocabularies raise ``ValueError``."""
+    return Pair(name or f"{draft}->{target}", get_model(draft), get_model(target), alpha, source, hardware)
+
+
+PAIRS: dict[str, Pair] = {
+    p.name: p
+    for p in [
+        make_pair("gpt2", "gpt2-large", 0.6, _ANCHOR, "gpt2-small-large"),
+        make_pair("distilgpt2", "gpt2-medium", 0.6, _ANCHOR, "distilgpt2-gpt2-medium"),
+        make_pair("gpt2", "gpt2-xl", 0.55, _ANCHOR, "gpt2-small-xl"),
+        make_pair("Llama-3.2-1B", "Llama-3.2-3B", 0.8, _ANCHOR, "llama3-1b-3b"),
+        make_pair("Llama-3.2-1B", "Llama-3.1-8B", 0.75, _ANCHOR, "llama3-1b-8b"),
+        make_pair("Llama-3.1-8B", "Llama-3.1-70B", 0.8, _ANCHOR, "llama3-8b-70b"),
+        make_pair("SmolLM2-135M", "SmolLM2-360M", 0.7, _ANCHOR, "smollm2-135m-360m"),
+        make_pair("SmolLM2-135M", "SmolLM2-1.7B", 0.65, _ANCHOR, "smollm2-135m-1.7b"),
+        make_pair("SmolLM2-360M", "SmolLM2-1.7B", 0.7, _ANCHOR, "smollm2-360m-1.7b"),
+        make_pair("Gemma-3-270M", "Gemma-3-1B", 0.65, _ANCHOR, "gemma3-270m-1b"),
+    ]
+}
+
+
+def get_pair(name: str) -> Pair:
+    """Look a pair up by exact name; an unknown name lists the valid ones."""
+    try:
+        return PAIRS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; valid: {', '.join(PAIRS)}") from None

@@ -1,0 +1,76 @@
+"""Tests of the SimPy event simulator: determinism, convergence to the closed form, serving."""
+
+import numpy as np
+import pytest
+
+from presets import RooflineForward, get_hardware, get_pair
+from sim.acceptance import IIDAcceptance, PerPositionAcceptance
+from sim.analytic import predict_row
+from sim.cost import LeviathanCost, RooflineCost
+from sim.events import simulate_request, simulate_serving
+
+
+def test_deterministic_for_seed():
+    a, c = IIDAcceptance(0.7), LeviathanCost(0.2)
+    r1 = simulate_request(a, c, "fixed:4", 2000, seed=3)
+    r2 = simulate_request(a, c, "fixed:4", 2000, seed=3)
+    r3 = simulate_request(a, c, "fixed:4", 2000, seed=4)
+    assert r1 == r2
+    assert r1 != r3
+
+
+@pytest.mark.parametrize("alpha,c,gamma", [(0.8, 0.1, 4), (0.5, 0.3, 2), (0.95, 0.05, 8)])
+def test_converges_to_closed_form(alpha, c, gamma):
+    # 200k tokens -> tens of thousands of rounds; the mean speedup is within 1%.
+    acc, cost = IIDAcceptance(alpha), LeviathanCost(c)
+    sim = simulate_request(acc, cost, f"fixed:{gamma}", 200_000, seed=0)
+    closed = predict_row(acc, cost, gamma).speedup
+    assert sim.rounds > 20_000
+    assert abs(sim.speedup / closed - 1) < 0.01
+
+
+def test_per_position_converges():
+    acc, cost = PerPositionAcceptance((0.9, 0.7, 0.5, 0.3)), LeviathanCost(0.1)
+    sim = simulate_request(acc, cost, "fixed:4", 100_000, seed=1)
+    assert abs(sim.speedup / predict_row(acc, cost, 4).speedup - 1) < 0.01
+
+
+def test_adaptive_policies_run_and_differ():
+    acc, cost = IIDAcceptance(0.9), LeviathanCost(0.05)
+    fixed = simulate_request(acc, cost, "fixed:2", 20_000, seed=0)
+    heur = simulate_request(acc, cost, "heuristic:2", 20_000, seed=0)
+    thr = simulate_request(acc, cost, "threshold:2", 20_000, seed=0)
+    # with high acceptance and a cheap draft, growing gamma pays
+    assert heur.speedup > fixed.speedup
+    assert thr.speedup > fixed.speedup
+
+
+def test_context_grows_cost():
+    hw = get_hardware("a100-80gb")
+    p = get_pair("llama3-1b-8b")
+    cost = RooflineCost(RooflineForward(p.draft, hw), RooflineForward(p.target, hw))
+    short = simulate_request(IIDAcceptance(0.7), cost, "fixed:3", 500, context_tokens=0, seed=0)
+    long = simulate_request(IIDAcceptance(0.7), cost, "fixed:3", 500, context_tokens=100_000, seed=0)
+    assert long.time_ms > short.time_ms
+
+
+def test_serving_same_arrivals_and_seeded():
+    hw = get_hardware("h100-sxm")
+    p = get_pair("llama3-1b-8b")
+    cost = RooflineCost(RooflineForward(p.draft, hw), RooflineForward(p.target, hw))
+    r1 = simulate_serving(IIDAcceptance(0.75), cost, "fixed:3", n_requests=60, arrival_rate_per_s=10, n_tokens=64)
+    r2 = simulate_serving(IIDAcceptance(0.75), cost, "fixed:3", n_requests=60, arrival_rate_per_s=10, n_tokens=64)
+    assert r1 == r2
+    assert r1.speculative.requests == r1.baseline.requests == 60
+    assert r1.baseline.tokens == 60 * 64
+    assert r1.speculative.latency_p50_ms <= r1.speculative.latency_p95_ms <= r1.speculative.latency_p99_ms
+    assert r1.latency_speedup_p50 > 1.0
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match="n_tokens"):
+        simulate_request(IIDAcceptance(0.5), LeviathanCost(0.1), "fixed:2", 0)
+    with pytest.raises(ValueError, match="unknown gamma policy"):
+        simulate_request(IIDAcceptance(0.5), LeviathanCost(0.1), "greedy:2", 10)
+    with pytest.raises(ValueError, match="arrival rate"):
+        simulate_serving(IIDAcceptance(0.5), LeviathanCost(0.1), "fixed:2", arrival_rate_per_s=0)
