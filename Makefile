@@ -22,8 +22,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m sim --preset llama3-1b-3b --chart $(RUN_DIR)/predict.html --out $(RUN_DIR)/predict.txt || \
-	  (mkdir -p $(RUN_DIR) && $(PY) -m sim --preset llama3-1b-3b --chart $(RUN_DIR)/predict.html --out $(RUN_DIR)/predict.txt)
+	$(PY) -m sim --preset llama3-1b-3b --chart $(RUN_DIR)/predict.html --out $(RUN_DIR)/predict.txt
 	cat $(RUN_DIR)/predict.txt
 	$(PY) -m measure --out $(RUN_DIR)/measure
 	$(PY) -m calibrate $(RUN_DIR)/measure --out $(RUN_DIR)/calibration

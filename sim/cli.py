@@ -263,7 +263,6 @@ def _serve_rows(s: Setup, args: argparse.Namespace) -> list[dict]:
             "baseline_latency_p99_ms": b.latency_p99_ms,
             "mean_batch": sp.mean_batch,
             "expected_tokens_per_round": s.acceptance.expected_tokens(g),
-            "round_time_ms": None,
         })
     return rows
 
@@ -323,6 +322,7 @@ def write_charts(s: Setup, args: argparse.Namespace, doc: dict, path: Path) -> N
     title = doc["preset"] or "custom"
     chart = speedup_vs_alpha_chart(pd.DataFrame(recs)).properties(title=f"{title}: speedup vs alpha") | \
         speedup_vs_gamma_chart(by_gamma).properties(title=f"{title}: speedup vs gamma")
+    path.parent.mkdir(parents=True, exist_ok=True)
     save_chart(chart, path)
 
 
@@ -336,7 +336,8 @@ def format_table(doc: dict) -> str:
         head.append(f"alpha source: {doc['alpha_source']}")
     if doc.get("note"):
         head.append(f"note: {doc['note']}")
-    cols = ["gamma", "expected_tokens_per_round", "round_time_ms", "tokens_per_s", "speedup"]
+    cols = [c for c in ("gamma", "expected_tokens_per_round", "round_time_ms", "tokens_per_s", "speedup")
+            if c in doc["rows"][0]]
     extra = [c for c in ("closed_form_speedup", "break_even_alpha", "latency_p50_ms", "baseline_latency_p50_ms",
                          "throughput_speedup", "usd_per_1m_tokens") if c in doc["rows"][0]]
     cols += extra
@@ -358,8 +359,14 @@ def format_table(doc: dict) -> str:
     widths = [max(len(row[i]) for row in table) for i in range(len(cols))]
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in table]
     base = doc["rows"][0]["tokens_per_s_baseline"]
-    tail = (f"optimal gamma = {doc['optimal_gamma']}: speedup {doc['optimal_speedup']:.3f}x "
-            f"over {base:.1f} tok/s autoregressive")
+    if doc["mode"] == "serve":
+        best = next(r for r in doc["rows"] if r["gamma"] == doc["optimal_gamma"])
+        tail = (f"optimal gamma = {doc['optimal_gamma']}: p50 request latency {doc['optimal_speedup']:.3f}x lower, "
+                f"throughput {best['throughput_speedup']:.3f}x of the autoregressive {base:.1f} tok/s "
+                "under the same arrivals")
+    else:
+        tail = (f"optimal gamma = {doc['optimal_gamma']}: speedup {doc['optimal_speedup']:.3f}x "
+                f"over {base:.1f} tok/s autoregressive")
     if doc["optimal_speedup"] < 1.0:
         tail += "  (speculative decoding is SLOWER here at every gamma)"
     return "\n".join(head + [""] + lines + ["", tail])
@@ -402,9 +409,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CliError, ValueError) as exc:
         print(f"python -m sim: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        print(f"python -m sim: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
     text = {"json": lambda d: json.dumps(d, indent=2), "csv": format_csv, "table": format_table}[args.format](doc)
     if args.out:
         try:
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(text + ("\n" if not text.endswith("\n") else ""))
         except OSError as exc:
             print(f"python -m sim: error: cannot write --out {args.out}: {exc.strerror}", file=sys.stderr)
