@@ -1,0 +1,428 @@
+"""Calibrate the simulator against run directories and validate it on held-out cells.
+
+Pipeline (:func:`calibrate`):
+
+1. Load every run directory (``measure.records.load_run``) and stack their
+   cells; a cell is keyed by ``run`` + ``cell_id``.
+2. Split the cells into folds by the ``holdout`` mode — leave one group out:
+
+   * ``gamma``: one fold per γ policy (e.g. ``fixed:4``); a fold's cells are
+     predicted from models fitted on every *other* γ's cells only.
+   * ``domain``: one fold per domain (acceptance of the held-out domain comes
+     from the same draft's rounds in the other domains).
+   * ``k``: one fold per kept-vocabulary K of pruned heads (acceptance
+     interpolated in log K between the neighbouring training K; draft step
+     time from the K-term of the draft fit on the other K's timings).
+   * ``none``: no fold; only in-sample numbers.
+
+   **What is held out and what is not:** acceptance (rounds and traces),
+   per-round overhead, the in-loop scale factors and the prefill (TTFT) fit
+   come from training cells only. The micro-benchmark tables
+   ``cost_target.csv`` / ``cost_draft.csv`` are measured once per run,
+   independently of γ and domain, so they are shared by every fold (for
+   ``k`` the held-out K's ``cost_draft`` rows are dropped).
+3. For each cell predict speedup and tokens/s three ways: closed form with
+   the BIC-chosen acceptance model (``closed_form``), closed form replaying
+   the recorded traces (``trace``), and the SimPy event simulator with the
+   chosen model (``event_sim``, seeded).
+4. Report per-cell absolute percentage errors and MAPE, in-sample (models
+   fitted on every cell) and held-out.
+5. The all-cell fit is what is written for ``python -m sim``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibrate.fit_acceptance import AcceptanceFit, fit_acceptance, interpolate_models, trace_model
+from calibrate.fit_cost import CostFit, LinearFit, fit_cost, ols
+from measure.records import Run, load_run
+from sim.acceptance import AcceptanceModel
+from sim.analytic import predict_row
+from sim.events import simulate_request
+from sim.policies import make_policy
+
+HOLDOUT_MODES: tuple[str, ...] = ("gamma", "domain", "k", "none")
+METHODS: tuple[str, ...] = ("closed_form", "trace", "event_sim")
+CALIBRATION_SCHEMA_VERSION = 1
+#: Seeded event-simulator requests averaged per prompt.
+SIM_REPEATS = 4
+#: γ values of the predicted speedup curves.
+CURVE_GAMMAS = range(1, 11)
+
+
+def _k_key(v) -> float | None:
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v) else float(v)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Every run's tables stacked, with a ``run`` column naming the run directory."""
+
+    runs: dict[str, Run]
+    cells: pd.DataFrame
+    rounds: pd.DataFrame
+    generations: pd.DataFrame
+    traces: pd.DataFrame
+
+
+def load_runs(paths: list[str | Path]) -> Dataset:
+    """Load run directories; ``ValueError`` (one line) for a missing dir or one without ``run.json``."""
+    if not paths:
+        raise ValueError("give at least one run directory")
+    runs: dict[str, Run] = {}
+    for p in paths:
+        p = Path(p)
+        if not p.is_dir():
+            raise ValueError(f"run directory not found: {str(p)!r}")
+        run = load_run(p)
+        label = p.resolve().name or "run"
+        base, i = label, 2
+        while label in runs:
+            label = f"{base}-{i}"
+            i += 1
+        runs[label] = run
+
+    def stack(name: str) -> pd.DataFrame:
+        frames = [r.table(name).assign(run=label) for label, r in runs.items()]
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    cells = stack("cells")
+    if cells.empty:
+        raise ValueError(f"no finished cells (cells.csv) in {', '.join(str(p) for p in paths)}")
+    cells["head_k"] = cells["head_k"].map(_k_key)
+    cells["temperature"] = cells["temperature"].astype(float)
+    cells["key"] = cells["run"] + "/" + cells["cell_id"].astype(str)
+    return Dataset(runs, cells, stack("rounds"), stack("generations"), stack("traces"))
+
+
+def holdout_folds(cells: pd.DataFrame, mode: str) -> list[tuple[str, pd.Series]]:
+    """Leave-one-group-out folds: (label, boolean mask of the held-out cells)."""
+    if mode not in HOLDOUT_MODES:
+        raise ValueError(f"unknown --holdout {mode!r}; valid: {', '.join(HOLDOUT_MODES)}")
+    if mode == "none":
+        return []
+    col = {"gamma": "gamma_policy", "domain": "domain", "k": "head_k"}[mode]
+    values = cells[col].dropna().unique()
+    if len(values) < 2:
+        raise ValueError(
+            f"--holdout {mode}: need at least 2 distinct {col} values to hold one out, found "
+            f"{len(values)} ({', '.join(map(str, values)) or 'none'}); valid: {', '.join(HOLDOUT_MODES)}"
+        )
+    return [(f"{col}={v}", cells[col] == v) for v in sorted(values, key=lambda v: (str(type(v)), v))]
+
+
+def _acc_group(row: pd.Series) -> str:
+    k = "" if row["head_k"] is None or pd.isna(row["head_k"]) else f"|head_k={int(row['head_k'])}"
+    return f"draft={row['draft']}|temp={row['temperature']:g}|domain={row['domain']}{k}"
+
+
+@dataclass(frozen=True)
+class FoldModels:
+    """Models fitted on one fold's training cells."""
+
+    label: str
+    cost: dict[tuple, CostFit]
+    acceptance: dict[str, AcceptanceFit]
+    prefill: dict[str, LinearFit]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Calibrator:
+    """Fits models on a set of training cells and predicts any cell."""
+
+    def __init__(self, data: Dataset, seed: int = 0, sim_prompts: int | None = None) -> None:
+        self.data = data
+        self.seed = seed
+        self.sim_prompts = sim_prompts
+
+    # -- fitting ------------------------------------------------------------------
+    def _rounds_of(self, keys: pd.Series) -> pd.DataFrame:
+        r = self.data.rounds
+        if r.empty:
+            return r
+        rk = r["run"] + "/" + r["cell_id"].astype(str)
+        return r[rk.isin(set(keys))]
+
+    def _gens_of(self, keys: pd.Series, mode: str | None = None) -> pd.DataFrame:
+        g = self.data.generations
+        if g.empty:
+            return g
+        gk = g["run"] + "/" + g["cell_id"].astype(str)
+        out = g[gk.isin(set(keys))]
+        return out if mode is None else out[out["mode"] == mode]
+
+    def fit(self, train: pd.DataFrame, label: str, drop_k: float | None = None) -> FoldModels:
+        cells = self.data.cells
+        notes: list[str] = []
+        cost: dict[tuple, CostFit] = {}
+        prefill: dict[str, LinearFit] = {}
+        for run_label, run in self.data.runs.items():
+            run_cells = cells[cells["run"] == run_label]
+            tr_run = train[train["run"] == run_label]
+            cd = run.table("cost_draft")
+            if drop_k is not None and not cd.empty:
+                cd = cd[cd["head_k"].map(_k_key) != drop_k]
+            gens = self._gens_of(tr_run["key"])
+            if len(gens) >= 2 and gens["prompt_tokens"].nunique() > 1:
+                x = np.column_stack([np.ones(len(gens)), gens["prompt_tokens"].to_numpy(float)])
+                prefill[run_label] = ols(x, gens["ttft_ms"].to_numpy(float), ["ttft_ms_0", "ttft_ms_per_prompt_token"],
+                                         ["ms", "ms/token"], "ttft_ms = a + b * prompt_tokens")
+            elif len(gens):
+                prefill[run_label] = ols(np.ones((len(gens), 1)), gens["ttft_ms"].to_numpy(float), ["ttft_ms_0"],
+                                         ["ms"], "ttft_ms = a")
+            configs = run_cells[["draft", "head_k"]].drop_duplicates()
+            for draft, hk in configs.itertuples(index=False):
+                hk = _k_key(hk)
+                tr = tr_run[tr_run["draft"] == draft]
+                cd_k = cd
+                if hk is not None:
+                    same_k = tr[tr["head_k"] == hk]
+                    if len(same_k):
+                        tr = same_k  # in-loop scales from this K's own training rounds
+                    if not cd.empty and (cd["head_k"].map(_k_key) == hk).any():
+                        cd_k = cd[cd["head_k"].map(_k_key) == hk]  # this K was timed: no K-term needed
+                try:
+                    cost[(run_label, draft, hk)] = fit_cost(
+                        str(draft), run.table("cost_target"), cd_k, self._rounds_of(tr["key"]),
+                        self._gens_of(tr["key"], "baseline"), head_k=hk)
+                except ValueError as exc:
+                    notes.append(f"{run_label}/{draft}: {exc}")
+        acceptance: dict[str, AcceptanceFit] = {}
+        for grp, sub in train.groupby(train.apply(_acc_group, axis=1)):
+            rounds = self._rounds_of(sub["key"])
+            if len(rounds):
+                acceptance[grp] = fit_acceptance(rounds, grp)
+        return FoldModels(label, cost, acceptance, prefill, tuple(notes))
+
+    # -- predicting ---------------------------------------------------------------
+    def _acceptance_for(self, cell: pd.Series, models: FoldModels, train: pd.DataFrame) -> tuple[AcceptanceModel | None, str]:
+        grp = _acc_group(cell)
+        if grp in models.acceptance:
+            return models.acceptance[grp].model(), f"fitted on {grp}"
+        same = train[(train["draft"] == cell["draft"]) & (train["temperature"] == cell["temperature"])]
+        if cell["head_k"] is not None and not pd.isna(cell["head_k"]):
+            pts = []
+            for hk, sub in same[same["head_k"].notna()].groupby("head_k"):
+                fit = fit_acceptance(self._rounds_of(sub["key"]), f"head_k={hk}")
+                pts.append((math.log(float(hk)), fit.model()))
+            if pts:
+                return interpolate_models(pts, math.log(float(cell["head_k"]))), "interpolated in log K"
+        if len(same):
+            rounds = self._rounds_of(same["key"])
+            if len(rounds):
+                return fit_acceptance(rounds, "pooled").model(), f"pooled over training cells of draft={cell['draft']}"
+        return None, "no training rounds for this draft"
+
+    def _trace_for(self, cell: pd.Series, train: pd.DataFrame):
+        t = self.data.traces
+        if t.empty:
+            return None
+        same = train[(train["draft"] == cell["draft"]) & (train["temperature"] == cell["temperature"])
+                     & (train["domain"] == cell["domain"])]
+        if cell["head_k"] is not None and not pd.isna(cell["head_k"]):
+            same = same[same["head_k"] == cell["head_k"]]
+        tk = t["run"] + "/" + t["cell_id"].astype(str)
+        rows = t[tk.isin(set(same["key"]))]
+        return trace_model(rows)
+
+    def predict_cell(self, cell: pd.Series, models: FoldModels, train: pd.DataFrame,
+                     prompts: np.ndarray | None = None, methods: tuple[str, ...] = METHODS) -> list[dict]:
+        """One row per method with predicted and measured speedup / tokens per s.
+
+        ``prompts`` (``[[prompt_tokens, new_tokens], ...]``) defaults to the cell's own generations.
+        """
+        base = {
+            "run": cell["run"], "cell_id": cell["cell_id"], "draft": cell["draft"],
+            "gamma_policy": cell["gamma_policy"], "gamma": cell["gamma"], "domain": cell["domain"],
+            "temperature": cell["temperature"], "head_k": cell["head_k"], "fold": models.label,
+            "measured_speedup": float(cell["speedup"]),
+            "measured_tokens_per_s": float(cell["tokens_per_s_speculative"]),
+            "measured_tokens_per_s_baseline": float(cell["tokens_per_s_baseline"]),
+        }
+        cost_fit = models.cost.get((cell["run"], cell["draft"], cell["head_k"]))
+        acc, acc_note = self._acceptance_for(cell, models, train)
+        if prompts is None:
+            prompts = self.prompts_of(cell["key"])
+        if cost_fit is None or acc is None or prompts.size == 0:
+            why = "no cost model" if cost_fit is None else acc_note if acc is None else "no generations"
+            return [{**base, "method": m, "predicted_speedup": float("nan"), "predicted_tokens_per_s": float("nan"),
+                     "predicted_tokens_per_s_baseline": float("nan"), "note": why} for m in methods]
+        cost = cost_fit.model
+        pf = models.prefill.get(cell["run"])
+
+        def ttft(p: float) -> float:
+            if pf is None:
+                return 0.0
+            v = pf.value("ttft_ms_0") + (pf.value("ttft_ms_per_prompt_token") * p
+                                         if any(q.name == "ttft_ms_per_prompt_token" for q in pf.params) else 0.0)
+            return max(v, 0.0)
+
+        policy = make_policy(str(cell["gamma_policy"]))
+        fixed = type(policy).__name__ == "FixedGamma"
+        gamma = int(policy.gamma)
+        trace = self._trace_for(cell, train) if fixed else None
+
+        def aggregate(per_prompt_ms: list[tuple[float, float, float]]) -> tuple[float, float]:
+            toks = sum(n for n, _, _ in per_prompt_ms)
+            return toks / (sum(s for _, s, _ in per_prompt_ms) / 1e3), toks / (sum(b for _, _, b in per_prompt_ms) / 1e3)
+
+        out = []
+        round_parts = {}
+        for method in methods:
+            note = acc_note
+            walls: list[tuple[float, float, float]] = []
+            try:
+                for i, (p, n) in enumerate(prompts):
+                    ctx = p + n / 2
+                    t0 = ttft(p)
+                    if method == "event_sim":
+                        # average SIM_REPEATS seeded requests; normalise to the n - 1 decoded tokens
+                        spec_ms = base_ms = 0.0
+                        for rep in range(SIM_REPEATS):
+                            r = simulate_request(acc, cost, policy.spec(), int(max(n - 1, 1)), p + 1,
+                                                 seed=self.seed + 1000 * i + rep)
+                            spec_ms += r.time_ms * max(n - 1, 1) / r.n_tokens / SIM_REPEATS
+                            base_ms += r.baseline_time_ms * max(n - 1, 1) / r.n_tokens / SIM_REPEATS
+                        walls.append((n, t0 + spec_ms, t0 + base_ms))
+                        continue
+                    if not fixed:
+                        raise ValueError(f"closed form needs a fixed γ, cell has {cell['gamma_policy']}")
+                    model = acc if method == "closed_form" else trace
+                    if model is None:
+                        raise ValueError("no training traces for this draft/domain")
+                    row = predict_row(model, cost, gamma, ctx)
+                    if method == "closed_form" and i == 0:
+                        round_parts = {"predicted_draft_ms": row.draft_ms, "predicted_verify_ms": row.verify_ms,
+                                       "predicted_overhead_ms": row.overhead_ms}
+                    walls.append((n, t0 + (n - 1) * row.speculative_ms_per_token,
+                                  t0 + (n - 1) * row.baseline_ms_per_token))
+                tps_s, tps_b = aggregate(walls)
+                out.append({**base, "method": method, "predicted_speedup": tps_s / tps_b,
+                            "predicted_tokens_per_s": tps_s, "predicted_tokens_per_s_baseline": tps_b, "note": note})
+            except ValueError as exc:
+                out.append({**base, "method": method, "predicted_speedup": float("nan"),
+                            "predicted_tokens_per_s": float("nan"), "predicted_tokens_per_s_baseline": float("nan"),
+                            "note": str(exc)})
+        rounds = self._rounds_of(pd.Series([cell["key"]]))
+        meas_parts = ({"measured_draft_ms": float(rounds["draft_ms"].mean()),
+                       "measured_verify_ms": float(rounds["verify_ms"].mean()),
+                       "measured_overhead_ms": float(rounds["overhead_ms"].mean())} if len(rounds) else {})
+        return [{**r, **round_parts, **meas_parts} for r in out]
+
+    def prompts_of(self, key: str) -> np.ndarray:
+        """``[[prompt_tokens, new_tokens], ...]`` of a cell's prompts (speculative generations)."""
+        gens = self._gens_of(pd.Series([key]), "speculative")
+        if gens.empty:
+            gens = self._gens_of(pd.Series([key]))
+        return gens.drop_duplicates("prompt_id")[["prompt_tokens", "new_tokens"]].to_numpy(float)
+
+    def curves(self, cells: pd.DataFrame, models: FoldModels, gammas: range) -> pd.DataFrame:
+        """Predicted speedup at every γ in ``gammas`` for each (run, draft, domain, temperature, K) series,
+        with the prompts of that series' first cell (closed form and trace replay)."""
+        rows = []
+        fixed = cells[cells["gamma_policy"].astype(str).str.startswith("fixed")]
+        keys = ["run", "draft", "domain", "temperature"]
+        for _, sub in fixed.groupby(keys + [fixed["head_k"].fillna(-1.0)]):
+            tmpl = sub.iloc[0]
+            prompts = self.prompts_of(tmpl["key"])
+            k = tmpl["head_k"]
+            series = f"{tmpl['draft']}/{tmpl['domain']}" + ("" if k is None or pd.isna(k) else f"/K={int(k)}")
+            for g in gammas:
+                cell = tmpl.copy()
+                cell["gamma_policy"], cell["gamma"] = f"fixed:{g}", g
+                for r in self.predict_cell(cell, models, cells, prompts, ("closed_form", "trace")):
+                    rows.append({"series": series, "run": r["run"], "draft": r["draft"], "domain": r["domain"],
+                                 "head_k": k, "gamma": g, "method": r["method"],
+                                 "predicted_speedup": r["predicted_speedup"],
+                                 "predicted_tokens_per_s": r["predicted_tokens_per_s"]})
+        return pd.DataFrame(rows)
+
+    def predict(self, cells: pd.DataFrame, models: FoldModels, train: pd.DataFrame) -> pd.DataFrame:
+        rows = []
+        for _, c in cells.iterrows():
+            rows.extend(self.predict_cell(c, models, train))
+        return pd.DataFrame(rows)
+
+
+def add_errors(pred: pd.DataFrame) -> pd.DataFrame:
+    """Absolute percentage errors of speedup and tokens/s (in %)."""
+    p = pred.copy()
+    p["ape_speedup_pct"] = 100 * (p["predicted_speedup"] - p["measured_speedup"]).abs() / p["measured_speedup"]
+    p["ape_tokens_per_s_pct"] = (100 * (p["predicted_tokens_per_s"] - p["measured_tokens_per_s"]).abs()
+                                 / p["measured_tokens_per_s"])
+    return p
+
+
+def mape_table(pred: pd.DataFrame) -> dict:
+    """{method: {speedup_mape_pct, tokens_per_s_mape_pct, n_cells}} (NaN predictions skipped)."""
+    out = {}
+    for m, sub in pred.groupby("method"):
+        ok = sub.dropna(subset=["ape_speedup_pct"])
+        out[str(m)] = {
+            "speedup_mape_pct": float(ok["ape_speedup_pct"].mean()) if len(ok) else None,
+            "tokens_per_s_mape_pct": float(ok["ape_tokens_per_s_pct"].mean()) if len(ok) else None,
+            "n_cells": int(len(ok)),
+        }
+    return out
+
+
+@dataclass(frozen=True)
+class CalibrationResult:
+    """Everything a calibration produced (written to disk by :func:`write_outputs`)."""
+
+    data: Dataset
+    holdout: str
+    models: FoldModels  # fitted on every cell
+    in_sample: pd.DataFrame
+    held_out: pd.DataFrame  # empty for holdout "none"
+    mape_in_sample: dict
+    mape_held_out: dict
+    folds: tuple[dict, ...]
+    curves: pd.DataFrame  # predicted speedup against γ per series (all-cell models)
+
+
+def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0) -> CalibrationResult:
+    """Fit on the run directories and validate on held-out cells (see module docstring)."""
+    if holdout not in HOLDOUT_MODES:
+        raise ValueError(f"unknown --holdout {holdout!r}; valid: {', '.join(HOLDOUT_MODES)}")
+    data = load_runs(paths)
+    folds = holdout_folds(data.cells, holdout)
+    cal = Calibrator(data, seed=seed)
+    all_models = cal.fit(data.cells, "all")
+    in_sample = add_errors(cal.predict(data.cells, all_models, data.cells))
+    held = []
+    fold_info = []
+    for label, mask in folds:
+        train, test = data.cells[~mask], data.cells[mask]
+        drop_k = float(test["head_k"].iloc[0]) if holdout == "k" else None
+        models = cal.fit(train, label, drop_k=drop_k)
+        held.append(cal.predict(test, models, train))
+        fold_info.append({"fold": label, "train_cells": list(train["key"]), "test_cells": list(test["key"]),
+                          "notes": list(models.notes)})
+    held_out = add_errors(pd.concat(held, ignore_index=True)) if held else pd.DataFrame()
+    curves = cal.curves(data.cells, all_models, CURVE_GAMMAS)
+    return CalibrationResult(data, holdout, all_models, in_sample, held_out, mape_table(in_sample),
+                             mape_table(held_out) if len(held_out) else {}, tuple(fold_info), curves)
+
+
+def slug(text: str) -> str:
+    """File-name-safe form of a draft or run name."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(text)).strip("_") or "x"
+
+
+HOLDOUT_EXPLANATION = {
+    "gamma": "leave-one-γ-policy-out: each γ's cells predicted from acceptance, overhead, in-loop scales and "
+             "prefill fitted on the other γ's cells; cost_target/cost_draft micro-benchmarks (γ-independent) shared",
+    "domain": "leave-one-domain-out: acceptance of the held-out domain pooled from the same draft's other domains; "
+              "cost micro-benchmarks (domain-independent) shared",
+    "k": "leave-one-K-out: acceptance interpolated in log K between training K's; the held-out K's cost_draft rows "
+         "dropped, its draft step from the K-term of the draft fit",
+    "none": "no held-out cells; in-sample only",
+}

@@ -1,0 +1,297 @@
+"""Fit the cost model (``sim.cost.TabulatedCost``) to timed forwards and rounds.
+
+Linear models, solved by least squares (``scipy.linalg.lstsq``), with
+ordinary-least-squares standard errors ``sqrt(diag(σ² (XᵀX)⁻¹))`` and the
+residual RMS reported for each fit. Timings are first reduced to the median
+of their repeats (CPU timing noise is heavy-tailed; the median of repeats is
+what is fitted).
+
+* Target forward (``cost_target.csv``)::
+
+      ms(n, ctx) = b_n + s_target · (ctx − ctx_ref)
+
+  one free intercept ``b_n`` per number of tokens ``n`` (no linearity in n is
+  assumed: on CPU 2–3 tokens can cost more than 4–8) and one shared context
+  slope. ``b_n`` becomes ``TabulatedCost.verify_ms_by_tokens``.
+* Draft step (``cost_draft.csv``, one draft)::
+
+      ms(ctx, K) = d + s_draft · (ctx − ctx_ref) [+ d_K · (K − K_ref)]
+
+  the ``K`` term only when the draft has a pruned head with several kept
+  vocabulary sizes.
+* Per-round overhead (``rounds.csv``): the mean ``overhead_ms`` of the
+  training rounds, with its standard error.
+* In-loop scale factors (``rounds.csv``): a forward timed inside the decoding
+  loop need not cost what the isolated micro-benchmark says (cache state,
+  allocator, thread pools). ``draft_scale`` = Σ measured draft_ms / Σ
+  micro-benchmark draft_ms over the training rounds, ``verify_scale`` the same
+  for verification, ``baseline_scale`` the same for the baseline decode steps
+  (from ``generations.csv``). They multiply the tabulated times; each is
+  reported with a standard error, and a value far from 1 says the
+  micro-benchmark misrepresents the loop.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+import numpy as np
+import pandas as pd
+from scipy import linalg
+
+from sim.cost import TabulatedCost
+
+
+@dataclass(frozen=True)
+class Param:
+    """A fitted parameter with its standard error (NaN when not identifiable)."""
+
+    name: str
+    value: float
+    stderr: float
+    unit: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """Result of one least-squares fit."""
+
+    params: tuple[Param, ...]
+    residual_rms_ms: float
+    n_points: int
+    formula: str
+
+    def value(self, name: str) -> float:
+        for p in self.params:
+            if p.name == name:
+                return p.value
+        raise KeyError(name)
+
+    def as_dict(self) -> dict:
+        return {"formula": self.formula, "n_points": self.n_points, "residual_rms_ms": self.residual_rms_ms,
+                "params": [p.as_dict() for p in self.params]}
+
+
+def ols(x: np.ndarray, y: np.ndarray, names: list[str], units: list[str], formula: str) -> LinearFit:
+    """Least squares ``y ≈ x @ β`` with OLS standard errors."""
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if x.shape[0] < x.shape[1]:
+        raise ValueError(f"cannot fit {formula}: {x.shape[0]} points for {x.shape[1]} parameters")
+    beta, _, rank, _ = linalg.lstsq(x, y)
+    resid = y - x @ beta
+    dof = x.shape[0] - x.shape[1]
+    sigma2 = float(resid @ resid / dof) if dof > 0 else float("nan")
+    if rank == x.shape[1] and dof > 0:
+        cov = sigma2 * linalg.pinv(x.T @ x)
+        se = np.sqrt(np.clip(np.diag(cov), 0, None))
+    else:
+        se = np.full(x.shape[1], float("nan"))
+    params = tuple(Param(n, float(b), float(s), u) for n, b, s, u in zip(names, beta, se, units))
+    return LinearFit(params, float(np.sqrt(np.mean(resid**2))), int(x.shape[0]), formula)
+
+
+def _medians(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    return df.groupby(keys, as_index=False, dropna=False)["ms"].median()
+
+
+def fit_target(cost_target: pd.DataFrame) -> tuple[LinearFit, float]:
+    """Per-n intercepts + shared context slope; returns (fit, reference context)."""
+    if cost_target.empty:
+        raise ValueError("cost_target.csv has no rows: cannot fit the target forward time")
+    med = _medians(cost_target, ["n_tokens", "context_tokens"])
+    ns = sorted(int(n) for n in med["n_tokens"].unique())
+    if 1 not in ns:
+        raise ValueError("cost_target.csv has no n_tokens=1 rows: cannot fit the baseline step")
+    ctx_ref = float(med["context_tokens"].mean())
+    varies = med["context_tokens"].nunique() > 1
+    cols = [(med["n_tokens"].to_numpy() == n).astype(float) for n in ns]
+    names = [f"verify_ms_n{n}" for n in ns]
+    units = ["ms"] * len(ns)
+    if varies:
+        cols.append(med["context_tokens"].to_numpy(dtype=float) - ctx_ref)
+        names.append("target_ms_per_context_token")
+        units.append("ms/token")
+    fit = ols(np.column_stack(cols), med["ms"].to_numpy(), names, units,
+              "ms = b_n + s_target * (context_tokens - ctx_ref)" if varies else "ms = b_n")
+    return fit, ctx_ref
+
+
+def fit_draft(cost_draft: pd.DataFrame, ctx_ref: float) -> tuple[LinearFit, float | None]:
+    """Draft step against context (and kept vocabulary K when several are timed).
+
+    Returns (fit, K_ref or None).
+    """
+    if cost_draft.empty:
+        raise ValueError("no cost_draft.csv rows for this draft")
+    df = cost_draft.copy()
+    has_k = "head_k" in df.columns and df["head_k"].notna().any() and df["head_k"].nunique() > 1
+    keys = ["context_tokens"] + (["head_k"] if has_k else [])
+    med = _medians(df, keys)
+    cols = [np.ones(len(med))]
+    names, units = ["draft_step_ms"], ["ms"]
+    formula = "ms = d"
+    if med["context_tokens"].nunique() > 1:
+        cols.append(med["context_tokens"].to_numpy(dtype=float) - ctx_ref)
+        names.append("draft_ms_per_context_token")
+        units.append("ms/token")
+        formula += " + s_draft * (context_tokens - ctx_ref)"
+    k_ref = None
+    if has_k:
+        k_ref = float(med["head_k"].mean())
+        cols.append(med["head_k"].to_numpy(dtype=float) - k_ref)
+        names.append("draft_ms_per_head_k")
+        units.append("ms/vocab entry")
+        formula += " + d_K * (head_k - K_ref)"
+    return ols(np.column_stack(cols), med["ms"].to_numpy(), names, units, formula), k_ref
+
+
+def _ratio_param(name: str, measured: np.ndarray, modelled: np.ndarray) -> Param:
+    """Σ measured / Σ modelled, with the standard error of that ratio estimator."""
+    measured = np.asarray(measured, dtype=float)
+    modelled = np.asarray(modelled, dtype=float)
+    ok = np.isfinite(measured) & np.isfinite(modelled) & (modelled > 0)
+    measured, modelled = measured[ok], modelled[ok]
+    if measured.size == 0:
+        return Param(name, 1.0, float("nan"), "×")
+    r = measured.sum() / modelled.sum()
+    if measured.size < 2:
+        return Param(name, float(r), float("nan"), "×")
+    # delta-method SE of a ratio estimator
+    resid = measured - r * modelled
+    se = math.sqrt(float(np.sum(resid**2)) / (measured.size - 1) / measured.size) / float(modelled.mean())
+    return Param(name, float(r), se, "×")
+
+
+@dataclass(frozen=True)
+class CostFit:
+    """The fitted cost model of one draft and how it was obtained."""
+
+    draft: str
+    head_k: float | None
+    model: TabulatedCost
+    target: LinearFit
+    draft_fit: LinearFit | None
+    overhead: Param
+    scales: tuple[Param, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def as_dict(self) -> dict:
+        return {
+            "draft": self.draft,
+            "head_k": self.head_k,
+            "target_fit": self.target.as_dict(),
+            "draft_fit": self.draft_fit.as_dict() if self.draft_fit else None,
+            "round_overhead": self.overhead.as_dict(),
+            "in_loop_scales": [s.as_dict() for s in self.scales],
+            "notes": list(self.notes),
+            "cost_model": self.model.describe(),
+        }
+
+
+def fit_cost(
+    draft: str,
+    cost_target: pd.DataFrame,
+    cost_draft: pd.DataFrame,
+    train_rounds: pd.DataFrame,
+    train_baseline: pd.DataFrame,
+    head_k: float | None = None,
+    use_in_loop_scales: bool = True,
+) -> CostFit:
+    """Fit the cost model of ``draft`` (at kept vocabulary ``head_k`` for pruned heads).
+
+    ``train_rounds``: the ``rounds.csv`` rows of the training cells of this
+    draft; ``train_baseline``: ``generations.csv`` baseline rows of training
+    cells (columns ``prompt_tokens, new_tokens, wall_s, ttft_ms``).
+    """
+    notes: list[str] = []
+    tfit, ctx_ref = fit_target(cost_target)
+    slope_t = (tfit.value("target_ms_per_context_token")
+               if any(p.name == "target_ms_per_context_token" for p in tfit.params) else 0.0)
+    table = {int(p.name.removeprefix("verify_ms_n")): p.value for p in tfit.params if p.name.startswith("verify_ms_n")}
+    if any(v <= 0 for v in table.values()):
+        raise ValueError(f"fitted target forward times are not positive: {table}")
+
+    dd = cost_draft[cost_draft["draft"].astype(str) == str(draft)] if not cost_draft.empty else cost_draft
+    dfit = None
+    if len(dd):
+        dfit, k_ref = fit_draft(dd, ctx_ref)
+        d_ref = dfit.value("draft_step_ms")
+        if k_ref is not None and head_k is not None:
+            d_ref += dfit.value("draft_ms_per_head_k") * (float(head_k) - k_ref)
+        slope_d = (dfit.value("draft_ms_per_context_token")
+                   if any(p.name == "draft_ms_per_context_token" for p in dfit.params) else 0.0)
+    elif len(train_rounds):
+        notes.append(f"no cost_draft.csv rows for draft {draft!r}: draft step from rounds.csv draft_ms / gamma")
+        per_step = train_rounds["draft_ms"] / train_rounds["gamma"]
+        x = np.column_stack([np.ones(len(per_step)), train_rounds["context_tokens"].to_numpy(float) - ctx_ref])
+        dfit = ols(x, per_step.to_numpy(), ["draft_step_ms", "draft_ms_per_context_token"], ["ms", "ms/token"],
+                   "draft_ms/gamma = d + s_draft * (context_tokens - ctx_ref)  [from rounds.csv]")
+        d_ref, slope_d = dfit.value("draft_step_ms"), dfit.value("draft_ms_per_context_token")
+    else:
+        raise ValueError(f"no timing for draft {draft!r}: neither cost_draft.csv rows nor training rounds")
+    d_ref = max(d_ref, 1e-6)
+
+    if len(train_rounds):
+        ov = train_rounds["overhead_ms"].to_numpy(float)
+        ov = ov[np.isfinite(ov)]
+        overhead = Param("round_overhead_ms", float(ov.mean()) if ov.size else 0.0,
+                         float(ov.std(ddof=1) / math.sqrt(ov.size)) if ov.size > 1 else float("nan"), "ms")
+    else:
+        overhead = Param("round_overhead_ms", 0.0, float("nan"), "ms")
+        notes.append("no training rounds: round overhead set to 0")
+
+    base_model = TabulatedCost(verify_ms_by_tokens=table, draft_step_ms_ref=d_ref,
+                               reference_context_tokens=ctx_ref, target_context_ms_per_token=slope_t,
+                               draft_context_ms_per_token=slope_d,
+                               round_overhead_ms_base=max(overhead.value, 0.0))
+    scales: list[Param] = []
+    if use_in_loop_scales and len(train_rounds):
+        r = train_rounds
+        g = r["gamma"].to_numpy(int)
+        ctx = r["context_tokens"].to_numpy(float)
+        mod_draft = np.array([sum(base_model.draft_step_ms(c + i) for i in range(gi)) for gi, c in zip(g, ctx)])
+        mod_verify = np.array([base_model.verify_ms(gi + 1, c) for gi, c in zip(g, ctx)])
+        scales.append(_ratio_param("draft_scale", r["draft_ms"].to_numpy(float), mod_draft))
+        scales.append(_ratio_param("verify_scale", r["verify_ms"].to_numpy(float), mod_verify))
+    if use_in_loop_scales and len(train_baseline):
+        b = train_baseline
+        steps = (b["new_tokens"].to_numpy(float) - 1).clip(min=1)
+        decode_ms = b["wall_s"].to_numpy(float) * 1e3 - b["ttft_ms"].to_numpy(float)
+        mean_ctx = b["prompt_tokens"].to_numpy(float) + b["new_tokens"].to_numpy(float) / 2
+        modelled = np.array([base_model.target_step_ms(c) for c in mean_ctx]) * steps
+        scales.append(_ratio_param("baseline_scale", decode_ms, modelled))
+    s = {p.name: p.value for p in scales}
+    ds, vs, bs = s.get("draft_scale", 1.0), s.get("verify_scale", 1.0), s.get("baseline_scale", 1.0)
+    scaled_table = {n: v * (bs if n == 1 else vs) for n, v in table.items()}
+    meta = {
+        "source": "calibrate",
+        "draft": draft,
+        "head_k": head_k,
+        "in_loop_scales": s,
+        "stderr": {p.name: p.stderr for p in (*tfit.params, *(dfit.params if dfit else ()), overhead, *scales)},
+        "target_residual_rms_ms": tfit.residual_rms_ms,
+        "draft_residual_rms_ms": dfit.residual_rms_ms if dfit else None,
+        "note": "n=1 entry scaled by baseline_scale, n>=2 by verify_scale, draft times by draft_scale",
+    }
+    model = TabulatedCost(
+        verify_ms_by_tokens=scaled_table,
+        draft_step_ms_ref=d_ref * ds,
+        reference_context_tokens=ctx_ref,
+        target_context_ms_per_token=slope_t * vs,
+        draft_context_ms_per_token=slope_d * ds,
+        round_overhead_ms_base=max(overhead.value, 0.0),
+        metadata=meta,
+    )
+    return CostFit(draft, head_k, model, tfit, dfit, overhead, tuple(scales), tuple(notes))
+
+
+def cost_ratio(model: TabulatedCost, context_tokens: float) -> float:
+    """c = draft step / target step at ``context_tokens``."""
+    return model.draft_step_ms(context_tokens) / model.target_step_ms(context_tokens)
+
+
+__all__ = ["CostFit", "LinearFit", "Param", "cost_ratio", "fit_cost", "fit_draft", "fit_target", "ols"]

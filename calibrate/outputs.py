@@ -1,0 +1,160 @@
+"""Write a calibration to disk: ``calibration.json``, CSV tables and per-draft model files.
+
+Files written into the output directory:
+
+* ``calibration.json`` — everything: runs, hold-out folds and what was held
+  out, per-draft cost fits (each with a ``cost_model`` that
+  ``sim.cost.cost_model_from_dict`` reads), per-group acceptance fits,
+  per-cell predictions and the MAPE tables (in-sample and held-out).
+* ``cost_model-<draft>.json`` — ``TabulatedCost.describe()`` of the all-cell
+  fit; ``python -m sim --cost-model FILE`` reads it. With several runs the
+  run name is included: ``cost_model-<run>-<draft>.json``; pruned heads add
+  ``-k<K>``.
+* ``acceptance-<draft>.json`` — the BIC-chosen acceptance model of all of that
+  draft's rounds (``{"kind": "per_position", "alphas": [...]}`` or
+  ``{"kind": "iid", "alpha": ...}``), read by ``sim.acceptance.acceptance_from_dict``
+  / ``python -m sim --acceptance FILE``. Per group (draft × domain ×
+  temperature) files are ``acceptance-<draft>-<domain>-t<temp>.json``.
+* ``predictions.csv`` — one row per cell × method × split (in_sample / held_out).
+* ``speedup_curves.csv`` — predicted speedup at γ = 1..10 per series (draft × domain [× K]),
+  from the all-cell fit, so unmeasured γ can be compared with measured ones.
+* ``cost_params.csv`` — every fitted cost parameter with its standard error.
+* ``acceptance_per_position.csv`` — α_i, counts and 95% Wilson intervals per group.
+* ``acceptance_families.csv`` — log-likelihood, AIC and BIC of each acceptance family per group (BIC chooses).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibrate.calibration import (CALIBRATION_SCHEMA_VERSION, HOLDOUT_EXPLANATION, CalibrationResult,
+                                   fit_acceptance, slug)
+from measure.records import utc_now
+
+
+def _clean(o):
+    """JSON-safe: NaN/inf → None, numpy scalars → Python."""
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    if isinstance(o, (np.floating, float)):
+        f = float(o)
+        return None if math.isnan(f) or math.isinf(f) else f
+    if isinstance(o, np.integer):
+        return int(o)
+    if isinstance(o, np.bool_):
+        return bool(o)
+    return o
+
+
+def _cost_file_name(run: str, draft: str, head_k: float | None, several_runs: bool) -> str:
+    parts = ["cost_model"] + ([slug(run)] if several_runs else []) + [slug(draft)]
+    if head_k is not None:
+        parts.append(f"k{int(head_k)}")
+    return "-".join(parts) + ".json"
+
+
+def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
+    """Write every file; returns the JSON summary (also the CLI's last line)."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}") from None
+    data = res.data
+    several = len(data.runs) > 1
+    files: dict[str, dict] = {"cost_models": {}, "acceptance": {}}
+
+    cost_rows = []
+    cost_section = {}
+    for (run, draft, hk), fit in res.models.cost.items():
+        name = _cost_file_name(run, draft, hk, several)
+        fit.model.save(out / name)
+        files["cost_models"][f"{run}/{draft}" + (f"/k{int(hk)}" if hk is not None else "")] = name
+        cost_section[name.removesuffix(".json")] = {"run": run, **fit.as_dict()}
+        for src, params in (("target", fit.target.params), ("draft", fit.draft_fit.params if fit.draft_fit else ()),
+                            ("overhead", (fit.overhead,)), ("in_loop", fit.scales)):
+            for p in params:
+                cost_rows.append({"run": run, "draft": draft, "head_k": hk, "fit": src, **p.as_dict()})
+    pd.DataFrame(cost_rows).to_csv(out / "cost_params.csv", index=False)
+
+    # acceptance: per group (already fitted) and pooled per draft
+    pp_rows, fam_rows, acc_section = [], [], {}
+    cells = data.cells
+    groups = dict(res.models.acceptance)
+    for draft, sub in cells.groupby("draft"):
+        keys = set(sub["key"])
+        rk = data.rounds["run"] + "/" + data.rounds["cell_id"].astype(str)
+        rounds = data.rounds[rk.isin(keys)]
+        if len(rounds):
+            fit = fit_acceptance(rounds, f"draft={draft} (all cells)")
+            name = f"acceptance-{slug(draft)}.json"
+            (out / name).write_text(json.dumps(_clean(fit.describe_model()), indent=2) + "\n")
+            files["acceptance"][f"draft={draft}"] = name
+            groups[f"draft={draft} (all cells)"] = fit
+    for key, fit in groups.items():
+        acc_section[key] = fit.as_dict()
+        pp_rows.append(fit.per_position.assign(group=key, chosen=fit.chosen))
+        for f in fit.families:
+            fam_rows.append({"group": key, "family": f.name, "n_params": f.n_params, "loglik": f.loglik,
+                             "aic": f.aic, "bic": f.bic, "chosen": f.name == fit.chosen, "params": json.dumps(_clean(f.params))})
+        if "(all cells)" not in key:
+            draft = key.split("|")[0].removeprefix("draft=")
+            dom = key.split("domain=")[1].split("|")[0]
+            temp = key.split("temp=")[1].split("|")[0]
+            hk = key.split("head_k=")[1] if "head_k=" in key else None
+            name = f"acceptance-{slug(draft)}-{slug(dom)}-t{slug(temp)}" + (f"-k{hk}" if hk else "") + ".json"
+            (out / name).write_text(json.dumps(_clean(fit.describe_model()), indent=2) + "\n")
+            files["acceptance"][key] = name
+    if pp_rows:
+        pd.concat(pp_rows, ignore_index=True).to_csv(out / "acceptance_per_position.csv", index=False)
+    pd.DataFrame(fam_rows).to_csv(out / "acceptance_families.csv", index=False)
+
+    preds = [res.in_sample.assign(split="in_sample")]
+    if len(res.held_out):
+        preds.append(res.held_out.assign(split="held_out"))
+    pred = pd.concat(preds, ignore_index=True)
+    pred.to_csv(out / "predictions.csv", index=False)
+    res.curves.to_csv(out / "speedup_curves.csv", index=False)
+
+    prefill = {run: f.as_dict() for run, f in res.models.prefill.items()}
+    first_cost = next(iter(res.models.cost.values()), None)
+    summary = {
+        "calibration": str(out / "calibration.json"),
+        "holdout": res.holdout,
+        "n_cells": int(len(cells)),
+        "mape_held_out": res.mape_held_out,
+        "mape_in_sample": res.mape_in_sample,
+        "cost_model_files": files["cost_models"],
+        "acceptance_files": {k: v for k, v in files["acceptance"].items() if k.startswith("draft=") and "|" not in k},
+    }
+    doc = {
+        "schema_version": CALIBRATION_SCHEMA_VERSION,
+        "created_utc": utc_now(),
+        "runs": {label: {"path": str(Path(r.path).resolve()), "status": r.status, "hardware": r.meta.get("hardware"),
+                         "models": r.meta.get("models")} for label, r in data.runs.items()},
+        "holdout": {"mode": res.holdout, "explanation": HOLDOUT_EXPLANATION[res.holdout], "folds": list(res.folds)},
+        "prediction_methods": {
+            "closed_form": "sim.analytic.predict_row with the fitted cost and the BIC-chosen acceptance model",
+            "trace": "sim.analytic.predict_row replaying the training cells' traces (sim.acceptance.TraceAcceptance)",
+            "event_sim": "sim.events.simulate_request with the chosen acceptance model, seeded per prompt",
+            "tokens_per_s": "new_tokens / (predicted TTFT + (new_tokens - 1) * predicted ms per token), "
+                            "summed over the cell's prompts; TTFT from a linear fit on training generations",
+        },
+        "mape": {"in_sample": res.mape_in_sample, "held_out": res.mape_held_out},
+        "prefill_fit": prefill,
+        "cost_models": cost_section,
+        "acceptance": acc_section,
+        "files": files,
+        "predictions": pred.to_dict(orient="records"),
+    }
+    if first_cost is not None and len(res.models.cost) == 1:
+        doc["cost_model"] = first_cost.model.describe()  # load_cost_model(calibration.json) works for one draft
+    (out / "calibration.json").write_text(json.dumps(_clean(doc), indent=2) + "\n")
+    return summary

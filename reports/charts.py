@@ -1,0 +1,314 @@
+"""Pure Altair chart builders: a pandas DataFrame in, an Altair chart out.
+
+Every builder validates the columns it needs (``ValueError`` naming the
+missing ones) and never reads or writes files; :func:`save_chart` is the one
+function here that touches the disk. Tests inspect ``chart.to_dict()``
+(encoded fields and data), not pixels.
+
+Builders:
+
+* :func:`speedup_vs_alpha_chart` — closed-form speedup against α, one line per γ.
+* :func:`speedup_vs_gamma_chart` — speedup against γ: predicted curve,
+  measured points, the optimal γ marked.
+* :func:`predicted_vs_measured_chart` — predicted against measured speedup,
+  the y = x line and ±band error bands.
+* :func:`acceptance_per_position_chart` — α_i with confidence intervals.
+* :func:`round_breakdown_chart` — draft / verify / overhead ms per round as stacked bars.
+* :func:`latency_cdf_chart` — empirical CDF of per-token latency.
+* :func:`pareto_chart` — pruned-head K sweep: draft step time against
+  acceptance, the Pareto frontier drawn as a line.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterable
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+#: Suffixes :func:`save_chart` can write.
+CHART_SUFFIXES: tuple[str, ...] = (".html", ".png", ".svg", ".json")
+
+_WIDTH = 420
+_HEIGHT = 300
+
+
+def _require(df: pd.DataFrame, columns: Iterable[str], chart: str) -> None:
+    if not isinstance(df, pd.DataFrame):
+        raise ValueError(f"{chart}: expected a pandas DataFrame, got {type(df).__name__}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise ValueError(
+            f"{chart}: missing columns {missing}; got {list(df.columns)}"
+        )
+    if df.empty:
+        raise ValueError(f"{chart}: no rows to plot")
+
+
+def speedup_vs_alpha_chart(df: pd.DataFrame, title: str = "Speedup against acceptance rate α") -> alt.Chart:
+    """Lines of ``speedup`` against ``alpha``, one per ``gamma`` (columns ``alpha, gamma, speedup``)."""
+    _require(df, ("alpha", "gamma", "speedup"), "speedup_vs_alpha_chart")
+    data = df[["alpha", "gamma", "speedup"]].copy()
+    data["gamma"] = data["gamma"].astype(int)
+    lines = (
+        alt.Chart(data)
+        .mark_line()
+        .encode(
+            x=alt.X("alpha:Q", title="acceptance rate α", scale=alt.Scale(domain=[0, 1])),
+            y=alt.Y("speedup:Q", title="speedup (×)"),
+            color=alt.Color("gamma:O", title="γ", scale=alt.Scale(scheme="viridis")),
+            tooltip=["alpha:Q", "gamma:O", alt.Tooltip("speedup:Q", format=".3f")],
+        )
+    )
+    one = alt.Chart(pd.DataFrame({"speedup": [1.0]})).mark_rule(strokeDash=[4, 4], color="gray").encode(
+        y="speedup:Q"
+    )
+    return (lines + one).properties(title=title, width=_WIDTH, height=_HEIGHT)
+
+
+def speedup_vs_gamma_chart(df: pd.DataFrame, title: str = "Speedup against γ") -> alt.Chart:
+    """Speedup against ``gamma``.
+
+    Optional ``source`` ∈ {predicted, measured}: predicted rows are drawn as a
+    line, measured rows as points. Optional boolean ``optimal`` marks the best
+    γ with a large ring. Optional ``series`` (e.g. a draft or domain) colours.
+    """
+    _require(df, ("gamma", "speedup"), "speedup_vs_gamma_chart")
+    data = df.copy()
+    data["gamma"] = data["gamma"].astype(int)
+    if "source" not in data.columns:
+        data["source"] = "predicted"
+    bad = sorted(set(data["source"]) - {"predicted", "measured"})
+    if bad:
+        raise ValueError(f"speedup_vs_gamma_chart: unknown source values {bad}; valid: predicted, measured")
+    color = alt.Color("series:N", title="series") if "series" in data.columns else alt.value("#1f77b4")
+    tooltip = ["gamma:O", alt.Tooltip("speedup:Q", format=".3f"), "source:N"]
+    if "series" in data.columns:
+        tooltip.append("series:N")
+    x = alt.X("gamma:Q", title="γ (draft tokens per round)", axis=alt.Axis(tickMinStep=1))
+    y = alt.Y("speedup:Q", title="speedup (×)")
+    layers = []
+    pred = data[data["source"] == "predicted"]
+    meas = data[data["source"] == "measured"]
+    if len(pred):
+        layers.append(alt.Chart(pred).mark_line(point=True).encode(x=x, y=y, color=color, tooltip=tooltip))
+    if len(meas):
+        layers.append(
+            alt.Chart(meas).mark_point(shape="diamond", size=90, filled=True).encode(
+                x=x, y=y, color=color, tooltip=tooltip
+            )
+        )
+    if "optimal" in data.columns and data["optimal"].astype(bool).any():
+        opt = data[data["optimal"].astype(bool)]
+        layers.append(
+            alt.Chart(opt).mark_point(size=300, strokeWidth=2, color="crimson").encode(
+                x=x, y=y, tooltip=tooltip
+            )
+        )
+    one = alt.Chart(pd.DataFrame({"speedup": [1.0]})).mark_rule(strokeDash=[4, 4], color="gray").encode(
+        y="speedup:Q"
+    )
+    layers.append(one)
+    return alt.layer(*layers).properties(title=title, width=_WIDTH, height=_HEIGHT)
+
+
+def predicted_vs_measured_chart(
+    df: pd.DataFrame, band: float = 0.05, title: str = "Predicted against measured speedup"
+) -> alt.Chart:
+    """Scatter of ``predicted`` against ``measured`` with y = x and a ±``band`` relative band.
+
+    Columns ``measured, predicted``; optional ``label`` (tooltip), ``method``
+    (colour, e.g. closed_form / event_sim / trace) and ``held_out`` (bool, shape).
+    """
+    _require(df, ("measured", "predicted"), "predicted_vs_measured_chart")
+    if not 0 < band < 1:
+        raise ValueError(f"predicted_vs_measured_chart: band must be in (0, 1), got {band}")
+    data = df.copy()
+    if "held_out" in data.columns:
+        data["held_out"] = data["held_out"].map(lambda v: "held out" if bool(v) else "fitted")
+    lo = float(min(data["measured"].min(), data["predicted"].min())) * 0.9
+    hi = float(max(data["measured"].max(), data["predicted"].max())) * 1.1
+    grid = np.linspace(lo, hi, 50)
+    diag = pd.DataFrame({"measured": grid, "predicted": grid, "lo": grid * (1 - band), "hi": grid * (1 + band)})
+    scale = alt.Scale(domain=[lo, hi], zero=False)
+    x = alt.X("measured:Q", title="measured speedup (×)", scale=scale)
+    band_layer = alt.Chart(diag).mark_area(opacity=0.15, color="gray").encode(
+        x=x, y=alt.Y("lo:Q", scale=scale), y2="hi:Q"
+    )
+    line = alt.Chart(diag).mark_line(color="black", strokeDash=[5, 3]).encode(
+        x=x, y=alt.Y("predicted:Q", scale=scale)
+    )
+    enc: dict = {
+        "x": x,
+        "y": alt.Y("predicted:Q", title="predicted speedup (×)", scale=scale),
+        "tooltip": [c for c in ("label", "method", "measured", "predicted", "held_out") if c in data.columns],
+    }
+    if "method" in data.columns:
+        enc["color"] = alt.Color("method:N", title="prediction")
+    if "held_out" in data.columns:
+        enc["shape"] = alt.Shape("held_out:N", title="configuration")
+    pts = alt.Chart(data).mark_point(size=70, filled=True).encode(**enc)
+    return (band_layer + line + pts).properties(
+        title=f"{title} (band ±{band:.0%})", width=_WIDTH, height=_HEIGHT
+    )
+
+
+def acceptance_per_position_chart(
+    df: pd.DataFrame, title: str = "Per-position acceptance α_i (95% CI)"
+) -> alt.Chart:
+    """α_i against position with error bars (columns ``position, alpha, ci_low, ci_high``; optional ``series``)."""
+    _require(df, ("position", "alpha", "ci_low", "ci_high"), "acceptance_per_position_chart")
+    data = df.dropna(subset=["alpha"]).copy()
+    if data.empty:
+        raise ValueError("acceptance_per_position_chart: every alpha is NaN")
+    has_series = "series" in data.columns
+    color = alt.Color("series:N", title="series") if has_series else alt.value("#1f77b4")
+    x = alt.X("position:O", title="draft position i", axis=alt.Axis(labelAngle=0))
+    pts = alt.Chart(data).mark_point(filled=True, size=60).encode(
+        x=x,
+        y=alt.Y("alpha:Q", title="α_i = P(accept i | accepted 1..i−1)", scale=alt.Scale(domain=[0, 1])),
+        color=color,
+        tooltip=[c for c in ("series", "position", "alpha", "ci_low", "ci_high", "n") if c in data.columns],
+    )
+    bars = alt.Chart(data).mark_rule().encode(x=x, y="ci_low:Q", y2="ci_high:Q", color=color)
+    layers = [bars, pts]
+    if "fit" in data.columns:
+        layers.append(
+            alt.Chart(data.dropna(subset=["fit"])).mark_line(strokeDash=[4, 3]).encode(
+                x=x, y="fit:Q", color=color
+            )
+        )
+    chart = alt.layer(*layers)
+    if has_series:
+        chart = chart.encode(xOffset="series:N")
+    return chart.properties(title=title, width=_WIDTH, height=_HEIGHT)
+
+
+def round_breakdown_chart(df: pd.DataFrame, title: str = "Round time breakdown (mean per round)") -> alt.Chart:
+    """Stacked bars of ``ms`` per ``component`` (draft / verify / overhead) for each ``config``.
+
+    Optional ``source`` (measured / predicted) splits each configuration into two bars.
+    """
+    _require(df, ("config", "component", "ms"), "round_breakdown_chart")
+    data = df.copy()
+    order = ["draft", "verify", "overhead"]
+    bad = sorted(set(data["component"]) - set(order))
+    if bad:
+        raise ValueError(f"round_breakdown_chart: unknown components {bad}; valid: {', '.join(order)}")
+    data["order"] = data["component"].map({c: i for i, c in enumerate(order)})
+    enc: dict = {
+        "x": alt.X("config:N", title="configuration", axis=alt.Axis(labelAngle=-30, labelLimit=220)),
+        "y": alt.Y("sum(ms):Q", title="ms per round", stack="zero"),
+        "color": alt.Color("component:N", scale=alt.Scale(domain=order), title="component"),
+        "order": alt.Order("order:Q"),
+        "tooltip": [c for c in ("config", "source", "component", "ms") if c in data.columns],
+    }
+    if "source" in data.columns:
+        enc["xOffset"] = alt.XOffset("source:N")
+        enc["opacity"] = alt.Opacity("source:N", scale=alt.Scale(range=[1.0, 0.55]))
+    return alt.Chart(data).mark_bar().encode(**enc).properties(title=title, width=_WIDTH, height=_HEIGHT)
+
+
+def latency_cdf(latencies_ms: pd.DataFrame, group: str = "mode", max_points: int = 400) -> pd.DataFrame:
+    """Empirical CDF rows (``latency_ms, cdf, <group>``) from raw per-token latencies.
+
+    Groups with more than ``max_points`` latencies are reduced to that many
+    evenly spaced points of the CDF (the step function keeps its shape; the
+    page stays small).
+    """
+    _require(latencies_ms, ("latency_ms", group), "latency_cdf")
+    if max_points < 2:
+        raise ValueError(f"latency_cdf: max_points must be >= 2, got {max_points}")
+    out = []
+    for key, sub in latencies_ms.groupby(group, sort=True):
+        v = np.sort(sub["latency_ms"].to_numpy(dtype=float))
+        cdf = np.arange(1, v.size + 1) / v.size
+        if v.size > max_points:
+            idx = np.unique(np.linspace(0, v.size - 1, max_points).round().astype(int))
+            v, cdf = v[idx], cdf[idx]
+        out.append(pd.DataFrame({"latency_ms": v, "cdf": cdf, group: key}))
+    return pd.concat(out, ignore_index=True)
+
+
+def latency_cdf_chart(df: pd.DataFrame, title: str = "Per-token latency CDF") -> alt.Chart:
+    """Step lines of ``cdf`` against ``latency_ms``, one per ``mode`` (see :func:`latency_cdf`)."""
+    _require(df, ("latency_ms", "cdf", "mode"), "latency_cdf_chart")
+    return (
+        alt.Chart(df)
+        .mark_line(interpolate="step-after")
+        .encode(
+            x=alt.X("latency_ms:Q", title="time since previous token (ms)", scale=alt.Scale(type="symlog")),
+            y=alt.Y("cdf:Q", title="fraction of tokens", scale=alt.Scale(domain=[0, 1])),
+            color=alt.Color("mode:N", title="mode"),
+            tooltip=["mode:N", "latency_ms:Q", "cdf:Q"],
+        )
+        .properties(title=title, width=_WIDTH, height=_HEIGHT)
+    )
+
+
+def pareto_frontier(df: pd.DataFrame, cost: str = "draft_step_ms", benefit: str = "acceptance_rate") -> pd.Series:
+    """Boolean mask of rows no other row beats (lower ``cost`` and higher-or-equal ``benefit``)."""
+    _require(df, (cost, benefit), "pareto_frontier")
+    c = df[cost].to_numpy(dtype=float)
+    b = df[benefit].to_numpy(dtype=float)
+    mask = np.ones(len(df), dtype=bool)
+    for i in range(len(df)):
+        dominated = (c <= c[i]) & (b >= b[i]) & ((c < c[i]) | (b > b[i]))
+        mask[i] = not dominated.any()
+    return pd.Series(mask, index=df.index, name="on_frontier")
+
+
+def pareto_chart(df: pd.DataFrame, title: str = "Pruned draft head: cost against acceptance") -> alt.Chart:
+    """Points of ``acceptance_rate`` against ``draft_step_ms`` per ``variant`` (size: ``head_k``),
+    with the Pareto frontier (column ``on_frontier`` or computed) as a line."""
+    _require(df, ("variant", "head_k", "draft_step_ms", "acceptance_rate"), "pareto_chart")
+    data = df.copy()
+    if "on_frontier" not in data.columns:
+        data["on_frontier"] = pareto_frontier(data)
+    x = alt.X("draft_step_ms:Q", title="draft step (ms)", scale=alt.Scale(zero=False))
+    y = alt.Y("acceptance_rate:Q", title="acceptance rate", scale=alt.Scale(zero=False))
+    tooltip = [c for c in ("variant", "head_k", "draft_step_ms", "acceptance_rate", "speedup", "tokens_per_s")
+               if c in data.columns]
+    pts = alt.Chart(data).mark_point(filled=True).encode(
+        x=x, y=y, color=alt.Color("variant:N", title="head variant"),
+        size=alt.Size("head_k:Q", title="kept vocabulary K"), tooltip=tooltip,
+    )
+    front = data[data["on_frontier"].astype(bool)].sort_values("draft_step_ms")
+    line = alt.Chart(front).mark_line(color="black", strokeDash=[4, 2]).encode(x=x, y=y)
+    return (line + pts).properties(title=title, width=_WIDTH, height=_HEIGHT)
+
+
+def save_chart(chart: alt.TopLevelMixin, path: str | Path) -> Path:
+    """Write ``chart`` to ``path``; the suffix picks the format (.html, .png, .svg, .json).
+
+    PNG and SVG go through vl-convert. Parent directories are created.
+    """
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix not in CHART_SUFFIXES:
+        raise ValueError(
+            f"cannot save a chart as {suffix or '(no suffix)'!r} ({p}); valid suffixes: {', '.join(CHART_SUFFIXES)}"
+        )
+    p.parent.mkdir(parents=True, exist_ok=True)
+    if suffix == ".png":
+        chart.save(str(p), format="png", scale_factor=2.0)
+    else:
+        chart.save(str(p), format=suffix.lstrip("."))
+    return p
+
+
+__all__ = [
+    "CHART_SUFFIXES",
+    "acceptance_per_position_chart",
+    "latency_cdf",
+    "latency_cdf_chart",
+    "pareto_chart",
+    "pareto_frontier",
+    "predicted_vs_measured_chart",
+    "round_breakdown_chart",
+    "save_chart",
+    "speedup_vs_alpha_chart",
+    "speedup_vs_gamma_chart",
+]

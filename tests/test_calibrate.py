@@ -1,0 +1,235 @@
+"""Tests of calibrate: fits recover the parameters of synthetic runs; hold-out; files; CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibrate.calibration import calibrate, holdout_folds, load_runs
+from calibrate.fit_acceptance import fit_acceptance, interpolate_models, trace_model, wilson_ci
+from calibrate.fit_cost import fit_draft, fit_target, ols
+from calibrate.outputs import write_outputs
+from sim.acceptance import IIDAcceptance, PerPositionAcceptance, acceptance_from_dict
+from sim.analytic import predict_row
+from sim.cost import TabulatedCost, load_cost_model
+from tests.fixtures_runs import SyntheticTruth, make_run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    p = tmp_path_factory.mktemp("runs") / "synthetic"
+    make_run(p, seed=11)
+    return p
+
+
+@pytest.fixture(scope="module")
+def calibrated(run_dir, tmp_path_factory):
+    res = calibrate([run_dir], holdout="gamma", seed=0)
+    out = tmp_path_factory.mktemp("cal")
+    summary = write_outputs(res, out)
+    return res, out, summary
+
+
+# -- cost fits -------------------------------------------------------------------------
+def test_ols_standard_errors_match_textbook():
+    rng = np.random.default_rng(0)
+    x = np.column_stack([np.ones(200), rng.uniform(0, 10, 200)])
+    y = 3.0 + 0.5 * x[:, 1] + rng.normal(0, 0.2, 200)
+    fit = ols(x, y, ["a", "b"], ["ms", "ms"], "y = a + b x")
+    assert abs(fit.value("a") - 3.0) < 4 * fit.params[0].stderr
+    assert abs(fit.value("b") - 0.5) < 4 * fit.params[1].stderr
+    # textbook slope SE: sigma / sqrt(sum((x - mean)^2))
+    expected = 0.2 / math.sqrt(((x[:, 1] - x[:, 1].mean()) ** 2).sum())
+    assert fit.params[1].stderr == pytest.approx(expected, rel=0.25)
+    assert fit.residual_rms_ms == pytest.approx(0.2, rel=0.2)
+    with pytest.raises(ValueError, match="2 points for 3 parameters"):
+        ols(np.ones((2, 3)), np.ones(2), ["a", "b", "c"], ["", "", ""], "f")
+
+
+def test_fit_target_recovers_non_linear_table_and_slope(run_dir):
+    truth = SyntheticTruth()
+    ct = pd.read_csv(run_dir / "cost_target.csv")
+    fit, ctx_ref = fit_target(ct)
+    slope = fit.value("target_ms_per_context_token")
+    assert slope == pytest.approx(truth.target_ms_per_context_token, abs=4 * fit.params[-1].stderr + 1e-3)
+    for n in (1, 2, 3, 4, 8, 16):
+        assert fit.value(f"verify_ms_n{n}") == pytest.approx(truth.verify_ms(n, ctx_ref), rel=0.03)
+    # the CPU-like bump: 2-3 tokens cost more than 4 — kept, not smoothed away
+    assert fit.value("verify_ms_n3") > fit.value("verify_ms_n4")
+    assert all(p.stderr > 0 for p in fit.params)
+
+
+def test_fit_draft_recovers_step_context_and_head_k_terms(tmp_path):
+    truth = SyntheticTruth()
+    make_run(tmp_path / "k", seed=3, head_ks=(1024, 4096, 16384), gammas=(2, 4))
+    cd = pd.read_csv(tmp_path / "k" / "cost_draft.csv")
+    fit, k_ref = fit_draft(cd, ctx_ref=100.0)
+    assert k_ref == pytest.approx(np.mean([1024, 4096, 16384]))
+    assert fit.value("draft_ms_per_head_k") == pytest.approx(truth.draft_ms_per_head_k, rel=0.15)
+    assert fit.value("draft_step_ms") == pytest.approx(truth.draft_ms("small", 100.0, k_ref), rel=0.03)
+    assert fit.value("draft_ms_per_context_token") == pytest.approx(truth.draft_ms_per_context_token, abs=0.002)
+
+
+# -- acceptance fits -----------------------------------------------------------------
+def _rounds_from(model, gammas, n_per_gamma, seed):
+    rng = np.random.default_rng(seed)
+    rows = [{"gamma": g, "accepted": model.sample_accepted(g, rng)} for g in gammas for _ in range(n_per_gamma)]
+    return pd.DataFrame(rows)
+
+
+def test_iid_alpha_recovered_within_its_standard_error():
+    rounds = _rounds_from(IIDAcceptance(0.7), (1, 2, 4, 8), 1500, seed=5)
+    fit = fit_acceptance(rounds)
+    assert abs(fit.alpha_iid - 0.7) < 3.5 * fit.alpha_iid_stderr
+    assert fit.chosen == "iid"
+    pp = fit.per_position
+    assert ((pp["ci_low"] <= 0.7 + 0.05) & (pp["ci_high"] >= 0.7 - 0.05)).all()
+
+
+def test_geometric_decay_is_chosen_and_recovered():
+    truth = [0.9 * 0.85 ** i for i in range(8)]
+    rounds = _rounds_from(PerPositionAcceptance(tuple(truth)), (2, 4, 8), 3000, seed=7)
+    fit = fit_acceptance(rounds)
+    assert fit.decay_family == "geometric"
+    assert fit.chosen in ("geometric", "power_law")
+    geo = fit.family("geometric")
+    assert geo.params["a"] == pytest.approx(0.9, abs=0.03)
+    assert geo.params["r"] == pytest.approx(0.85, abs=0.03)
+    assert fit.family("iid").bic > geo.bic
+    desc = fit.describe_model()
+    assert acceptance_from_dict(desc).expected_tokens(4) == pytest.approx(
+        PerPositionAcceptance(tuple(truth)).expected_tokens(4), rel=0.05)
+
+
+def test_wilson_interval_properties():
+    lo, hi = wilson_ci(np.array([0, 5, 10]), np.array([10, 10, 10]))
+    assert lo[0] == pytest.approx(0.0, abs=1e-12) and hi[0] > 0
+    assert lo[1] < 0.5 < hi[1]
+    assert hi[2] == pytest.approx(1.0) and lo[2] < 1
+    lo0, _ = wilson_ci(np.array([0]), np.array([0]))
+    assert math.isnan(lo0[0])
+
+
+def test_interpolate_models_between_neighbours():
+    m = interpolate_models([(0.0, IIDAcceptance(0.5)), (1.0, IIDAcceptance(0.7))], 0.5)
+    assert m.conditional(3) == pytest.approx([0.6, 0.6, 0.6])
+    assert interpolate_models([(0.0, IIDAcceptance(0.5))], 3.0).conditional(1)[0] == pytest.approx(0.5)
+
+
+def test_trace_model_deduplicates_prompts(run_dir):
+    traces = pd.read_csv(run_dir / "traces.csv")
+    t = trace_model(traces[traces["draft"] == "small"])
+    # 2 domains × 3 prompts, every γ cell records the same prompts
+    assert len(t.sequences) == traces[traces["draft"] == "small"]["prompt_id"].nunique()
+    assert trace_model(traces.iloc[0:0]) is None
+
+
+# -- hold-out -------------------------------------------------------------------------
+def test_gamma_folds_leave_each_gamma_out_once(run_dir):
+    data = load_runs([run_dir])
+    folds = holdout_folds(data.cells, "gamma")
+    assert [f for f, _ in folds] == [f"gamma_policy=fixed:{g}" for g in (1, 2, 4, 6)]
+    covered = sum(m.astype(int) for _, m in folds)
+    assert (covered == 1).all()
+    with pytest.raises(ValueError, match="need at least 2 distinct head_k"):
+        holdout_folds(data.cells, "k")
+    with pytest.raises(ValueError, match="valid: gamma, domain, k, none"):
+        holdout_folds(data.cells, "prompt")
+
+
+def test_calibration_recovers_measured_speedups_on_held_out_gamma(calibrated):
+    res, out, summary = calibrated
+    held = res.held_out
+    assert set(held["fold"]) == {f"gamma_policy=fixed:{g}" for g in (1, 2, 4, 6)}
+    # every held-out cell is predicted from a fit that did not see its γ
+    for fold in res.folds:
+        g = fold["fold"].split("fixed:")[1]
+        assert all(f"fixed:{g}|" not in k for k in fold["train_cells"])
+    for method in ("closed_form", "trace", "event_sim"):
+        m = res.mape_held_out[method]
+        assert m["n_cells"] == 16
+        assert m["speedup_mape_pct"] < 5.0, (method, m)
+        assert m["tokens_per_s_mape_pct"] < 5.0, (method, m)
+    assert summary["mape_held_out"]["closed_form"]["speedup_mape_pct"] == pytest.approx(
+        held[held["method"] == "closed_form"]["ape_speedup_pct"].mean())
+
+
+def test_fitted_overhead_and_scales(calibrated):
+    res, _, _ = calibrated
+    fit = res.models.cost[("synthetic", "small", None)]
+    assert fit.overhead.value == pytest.approx(SyntheticTruth().overhead_ms, rel=0.02)
+    for s in fit.scales:  # micro-benchmarks and loop come from the same truth: scales ≈ 1
+        assert s.value == pytest.approx(1.0, abs=0.03), s
+
+
+def test_written_files_are_read_by_sim(calibrated):
+    res, out, summary = calibrated
+    assert summary["cost_model_files"] == {"synthetic/small": "cost_model-small.json",
+                                           "synthetic/tiny": "cost_model-tiny.json"}
+    cost = load_cost_model(out / "cost_model-small.json")
+    assert isinstance(cost, TabulatedCost)
+    assert cost.describe() == res.models.cost[("synthetic", "small", None)].model.describe()
+    acc = acceptance_from_dict(json.loads((out / "acceptance-small.json").read_text()))
+    row = predict_row(acc, cost, 4, 80.0)
+    assert 0.5 < row.speedup < 3.0
+    doc = json.loads((out / "calibration.json").read_text())
+    assert doc["holdout"]["mode"] == "gamma"
+    assert "shared" in doc["holdout"]["explanation"]
+    assert {"closed_form", "trace", "event_sim"} <= set(doc["mape"]["held_out"])
+    for name in ("predictions.csv", "cost_params.csv", "acceptance_per_position.csv",
+                 "acceptance_families.csv", "speedup_curves.csv", "acceptance-small-code-t0.json"):
+        assert (out / name).exists(), name
+    params = pd.read_csv(out / "cost_params.csv")
+    assert {"name", "value", "stderr", "unit"} <= set(params.columns)
+    curves = pd.read_csv(out / "speedup_curves.csv")
+    assert sorted(curves["gamma"].unique()) == list(range(1, 11))
+
+
+def test_holdout_k_interpolates_acceptance(tmp_path):
+    make_run(tmp_path / "k", seed=4, head_ks=(1024, 4096, 16384), gammas=(2, 4), prompts_per_domain=2)
+    res = calibrate([tmp_path / "k"], holdout="k")
+    held = res.held_out
+    mid = held[(held["head_k"] == 4096) & (held["method"] == "closed_form")]
+    assert len(mid) == 2 and mid["predicted_speedup"].notna().all()
+    # K=4096 is interpolated between 1024 and 16384 (2 prompts each: acceptance is noisy)
+    assert mid["ape_speedup_pct"].max() < 25.0
+    assert held[held["method"] != "trace"]["predicted_speedup"].notna().all()
+    assert held[held["method"] == "trace"]["predicted_speedup"].isna().all()  # no traces for an unseen K
+
+
+# -- CLI ------------------------------------------------------------------------------
+def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "calibrate", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_cli_writes_outputs_and_ends_with_json(run_dir, tmp_path):
+    r = _cli(str(run_dir), "--holdout", "none", "--out", str(tmp_path / "c"))
+    assert r.returncode == 0, r.stderr
+    last = json.loads(r.stdout.strip().splitlines()[-1])
+    assert last["calibration"] == str(tmp_path / "c" / "calibration.json")
+    assert last["mape_held_out"] == {}
+    assert "MAPE in-sample" in r.stdout
+    assert (tmp_path / "c" / "cost_model-tiny.json").exists()
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["{run}", "--holdout", "weekday"], "unknown --holdout 'weekday'; valid: gamma, domain, k, none"),
+    (["{tmp}/missing"], "run directory not found"),
+    (["{tmp}"], "is not a run directory (no run.json)"),
+    (["{run}", "--holdout", "k"], "need at least 2 distinct head_k"),
+])
+def test_cli_bad_input_is_one_line_error(run_dir, tmp_path, args, needle):
+    r = _cli(*[a.format(run=run_dir, tmp=tmp_path) for a in args])
+    assert r.returncode == 2
+    assert needle in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
