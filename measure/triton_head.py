@@ -1,0 +1,203 @@
+"""Triton kernels for the pruned head on CUDA: row gather + projection (+ fused argmax).
+
+``triton_gather_project(weight, ids, hidden)`` computes
+``logits[n, k] = hidden[n] . weight[ids[n, k]]`` with float32 accumulation,
+reading only the ``K`` selected rows of the ``[V, H]`` head (no gathered copy
+in memory). ``triton_gather_project_argmax`` fuses a per-block max/argmax so
+greedy drafting never writes the ``K`` logits; a tiny torch reduction over the
+``ceil(K / BLOCK_K)`` block winners finishes it.
+
+Triton is imported lazily: importing this module on a machine without Triton
+(or without CUDA) works, :func:`triton_available` returns ``False`` and the
+callers (:class:`measure.pruned_head.PrunedLMHead`) fall back to the torch
+implementation, which is also the reference these kernels are tested against
+(``tests/test_pruned_head.py``, GPU-only tests).
+
+All shapes are fixed for a given ``(N, K)``, and nothing synchronises with the
+host, so the selector + kernel can be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+__all__ = ["triton_available", "triton_gather_project", "triton_gather_project_argmax"]
+
+BLOCK_K = 32
+BLOCK_H = 128
+
+
+@functools.lru_cache(maxsize=1)
+def _triton_importable() -> bool:
+    try:
+        import triton  # noqa: F401
+        import triton.language  # noqa: F401
+    except Exception:  # ImportError, or a broken install on a CPU-only box
+        return False
+    return True
+
+
+def triton_available() -> bool:
+    """True when Triton imports and a CUDA device is present."""
+    return torch.cuda.is_available() and _triton_importable()
+
+
+@functools.lru_cache(maxsize=1)
+def _kernels() -> dict[str, Any]:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _gather_project_kernel(
+        w_ptr,
+        ids_ptr,
+        h_ptr,
+        out_ptr,
+        K,
+        H,
+        stride_wv,
+        stride_idn,
+        stride_hn,
+        stride_on,
+        BLOCK_K: tl.constexpr,
+        BLOCK_H: tl.constexpr,
+    ):
+        pid_k = tl.program_id(0)
+        n = tl.program_id(1)
+        offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        mask_k = offs_k < K
+        rows = tl.load(ids_ptr + n * stride_idn + offs_k, mask=mask_k, other=0).to(tl.int64)
+        acc = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        for h0 in range(0, H, BLOCK_H):
+            offs_h = h0 + tl.arange(0, BLOCK_H)
+            mask_h = offs_h < H
+            x = tl.load(h_ptr + n * stride_hn + offs_h, mask=mask_h, other=0.0).to(tl.float32)
+            w = tl.load(
+                w_ptr + rows[:, None] * stride_wv + offs_h[None, :],
+                mask=mask_k[:, None] & mask_h[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            acc += tl.sum(w * x[None, :], axis=1)
+        tl.store(out_ptr + n * stride_on + offs_k, acc, mask=mask_k)
+
+    @triton.jit
+    def _gather_project_argmax_kernel(
+        w_ptr,
+        ids_ptr,
+        h_ptr,
+        pmax_ptr,
+        ppos_ptr,
+        K,
+        H,
+        n_blocks,
+        stride_wv,
+        stride_idn,
+        stride_hn,
+        BLOCK_K: tl.constexpr,
+        BLOCK_H: tl.constexpr,
+    ):
+        pid_k = tl.program_id(0)
+        n = tl.program_id(1)
+        offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
+        mask_k = offs_k < K
+        rows = tl.load(ids_ptr + n * stride_idn + offs_k, mask=mask_k, other=0).to(tl.int64)
+        acc = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        for h0 in range(0, H, BLOCK_H):
+            offs_h = h0 + tl.arange(0, BLOCK_H)
+            mask_h = offs_h < H
+            x = tl.load(h_ptr + n * stride_hn + offs_h, mask=mask_h, other=0.0).to(tl.float32)
+            w = tl.load(
+                w_ptr + rows[:, None] * stride_wv + offs_h[None, :],
+                mask=mask_k[:, None] & mask_h[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            acc += tl.sum(w * x[None, :], axis=1)
+        acc = tl.where(mask_k, acc, float("-inf"))
+        best = tl.max(acc, axis=0)
+        # first position holding the block maximum (torch.argmax tie rule)
+        pos = tl.min(tl.where(acc == best, offs_k, 2147483647), axis=0)
+        tl.store(pmax_ptr + n * n_blocks + pid_k, best)
+        tl.store(ppos_ptr + n * n_blocks + pid_k, pos)
+
+    return {
+        "triton": triton,
+        "project": _gather_project_kernel,
+        "argmax": _gather_project_argmax_kernel,
+    }
+
+
+def _check(weight: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor) -> None:
+    if not triton_available():
+        raise ValueError("the Triton head needs CUDA and an importable triton package")
+    if weight.dim() != 2 or ids.dim() != 2 or hidden.dim() != 2:
+        raise ValueError(
+            f"expected weight [V, H], ids [N, K], hidden [N, H]; got "
+            f"{tuple(weight.shape)}, {tuple(ids.shape)}, {tuple(hidden.shape)}"
+        )
+    if ids.shape[0] != hidden.shape[0] or weight.shape[1] != hidden.shape[1]:
+        raise ValueError(
+            f"shape mismatch: weight {tuple(weight.shape)}, ids {tuple(ids.shape)}, hidden {tuple(hidden.shape)}"
+        )
+    if not (weight.is_cuda and ids.is_cuda and hidden.is_cuda):
+        raise ValueError("weight, ids and hidden must all be CUDA tensors")
+    if weight.stride(1) != 1:
+        raise ValueError("weight rows must be contiguous (stride(1) == 1)")
+
+
+def triton_gather_project(weight: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """``[N, K]`` float32 logits of the rows ``ids`` ``[N, K]`` of ``weight`` ``[V, H]`` against ``hidden`` ``[N, H]``."""
+    _check(weight, ids, hidden)
+    k = _kernels()
+    n, kk = ids.shape
+    ids = ids.contiguous()
+    hidden = hidden.contiguous()
+    out = torch.empty(n, kk, dtype=torch.float32, device=weight.device)
+    grid = (k["triton"].cdiv(kk, BLOCK_K), n)
+    k["project"][grid](
+        weight,
+        ids,
+        hidden,
+        out,
+        kk,
+        weight.shape[1],
+        weight.stride(0),
+        ids.stride(0),
+        hidden.stride(0),
+        out.stride(0),
+        BLOCK_K=BLOCK_K,
+        BLOCK_H=BLOCK_H,
+    )
+    return out
+
+
+def triton_gather_project_argmax(weight: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """Token ids ``[N]``: ``ids[n, argmax_k hidden[n] . weight[ids[n, k]]]`` without materialising the logits."""
+    _check(weight, ids, hidden)
+    k = _kernels()
+    n, kk = ids.shape
+    ids = ids.contiguous()
+    hidden = hidden.contiguous()
+    n_blocks = k["triton"].cdiv(kk, BLOCK_K)
+    pmax = torch.empty(n, n_blocks, dtype=torch.float32, device=weight.device)
+    ppos = torch.empty(n, n_blocks, dtype=torch.int32, device=weight.device)
+    k["argmax"][(n_blocks, n)](
+        weight,
+        ids,
+        hidden,
+        pmax,
+        ppos,
+        kk,
+        weight.shape[1],
+        n_blocks,
+        weight.stride(0),
+        ids.stride(0),
+        hidden.stride(0),
+        BLOCK_K=BLOCK_K,
+        BLOCK_H=BLOCK_H,
+    )
+    block = pmax.argmax(dim=1, keepdim=True)  # [N, 1] first block with the global max
+    pos = ppos.gather(1, block).to(torch.int64)  # [N, 1]
+    return ids.gather(1, pos).squeeze(1)

@@ -1,0 +1,97 @@
+"""Tests of measure.records: the run directory writer/reader, resume, torch-freeness."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from measure import records
+
+
+def _cell(cid: str, speedup: float = 1.5) -> dict:
+    return {"cell_id": cid, "draft": "ngram:3", "gamma_policy": "fixed:4", "gamma": 4, "temperature": 0.0,
+            "domain": "code", "head_k": None, "n_prompts": 2, "new_tokens": 10, "tokens_per_s_baseline": 10.0,
+            "tokens_per_s_speculative": 10.0 * speedup, "tokens_per_s_peer": None, "speedup": speedup,
+            "acceptance_rate": 0.5, "mean_accepted_per_round": 1.2, "n_rounds": 5, "outputs_identical": True,
+            "synthetic": False}
+
+
+def _round(cid: str, i: int) -> dict:
+    return {"cell_id": cid, "prompt_id": "p", "round": i, "gamma": 4, "context_tokens": 10 + i, "drafted": 4,
+            "accepted": i % 5, "draft_ms": 1.0, "verify_ms": 2.0, "overhead_ms": 0.1}
+
+
+def test_cell_id_is_stable():
+    assert records.cell_id("int8", "fixed:4", 0.0, "code") == "draft=int8|gamma=fixed:4|temp=0|domain=code"
+    assert records.cell_id("int8", "fixed:4", 0.7, "code", head_k=512).endswith("temp=0.7|domain=code|head_k=512")
+
+
+def test_write_read_roundtrip(tmp_path):
+    w = records.RunWriter(tmp_path / "r", meta={"command": "x", "config": {"seed": 0}})
+    cid = records.cell_id("ngram:3", "fixed:4", 0, "code")
+    w.append("rounds", [_round(cid, i) for i in range(3)])
+    w.finish_cell(_cell(cid))
+    w.update(summary={"speedup": 1.5})
+    w.close("complete")
+    run = records.load_run(tmp_path / "r")
+    assert run.status == "complete" and run.summary["speedup"] == 1.5
+    assert run.meta["schema_version"] == records.SCHEMA_VERSION and run.meta["config"] == {"seed": 0}
+    cells = run.table("cells")
+    assert list(cells.columns) == list(records.TABLE_COLUMNS["cells"])
+    assert cells["outputs_identical"].tolist() == [True]
+    assert len(run.table("rounds")) == 3
+    assert len(run.table("traces")) == 0 and list(run.table("traces").columns) == list(records.TABLE_COLUMNS["traces"])
+
+
+def test_bad_rows_and_tables_are_rejected(tmp_path):
+    w = records.RunWriter(tmp_path / "r")
+    with pytest.raises(ValueError, match="unknown table 'nope'"):
+        w.append("nope", [{}])
+    with pytest.raises(ValueError, match="missing columns"):
+        w.append("rounds", [{"cell_id": "x"}])
+    with pytest.raises(ValueError, match="unknown status"):
+        w.update(status="weird")
+    with pytest.raises(ValueError, match="not a run directory"):
+        records.load_run(tmp_path / "empty")
+
+
+def test_resume_keeps_finished_and_drops_unfinished(tmp_path):
+    path = tmp_path / "r"
+    w = records.RunWriter(path)
+    a, b = records.cell_id("d", "fixed:1", 0, "code"), records.cell_id("d", "fixed:2", 0, "code")
+    w.append("rounds", [_round(a, 0), _round(a, 1)])
+    w.finish_cell(_cell(a))
+    w.append("rounds", [_round(b, 0)])  # b never finished: the run was interrupted here
+    w.close("interrupted")
+    assert json.loads((path / "run.json").read_text())["status"] == "interrupted"
+
+    w2 = records.RunWriter(path)
+    assert w2.resumed and w2.finished_cells == {a} and w2.is_finished(a) and not w2.is_finished(b)
+    rounds = records.load_run(path).table("rounds")
+    assert set(rounds["cell_id"]) == {a} and len(rounds) == 2
+    assert len(records.load_run(path).meta["resumed_utc"]) == 1
+
+
+def test_unwritable_directory_is_a_value_error(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(ValueError, match="not writable"):
+        records.RunWriter(f / "sub")
+
+
+def test_per_position_acceptance():
+    import pandas as pd
+
+    rounds = pd.DataFrame({"gamma": [2, 2, 2, 1], "accepted": [0, 1, 2, 1]})
+    alpha = records.per_position_acceptance(rounds)
+    # position 1: 4 rounds reach it, 3 accept; position 2: rounds with gamma>=2 and accepted>=1 -> 2, 1 accepts
+    assert alpha["n"].tolist() == [4, 2] and alpha["accepted"].tolist() == [3, 1]
+    assert alpha["alpha"].tolist() == [0.75, 0.5]
+
+
+def test_records_imports_no_torch():
+    code = "import sys, measure, measure.records; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
