@@ -220,3 +220,64 @@ def profile_step(
 def profile_rows_to_records(rows: list[ProfileRow], columns: tuple[str, ...]) -> list[dict[str, Any]]:
     """Rows as dicts restricted to ``columns`` (the run writer's ``profile`` table)."""
     return [{c: asdict(r)[c] for c in columns} for r in rows]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m measure.profiling``: profile draft (1 token) and target (γ+1 tokens) steps of models.
+
+    Prints a table and one JSON line; ``--out FILE.csv`` writes the rows
+    (``profile.csv`` columns plus context). Errors are one line, exit 2.
+    """
+    import argparse
+    import csv
+    import json
+    import sys
+
+    ap = argparse.ArgumentParser(prog="python -m measure.profiling", description=main.__doc__.splitlines()[0])
+    ap.add_argument("--models", default="smollm2-135m,gemma3-270m",
+                    help="comma-separated model specs (measure.models.load_model), e.g. synthetic:gpt2")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--context-tokens", type=int, default=128)
+    ap.add_argument("--gamma", type=int, default=4, help="target step verifies gamma+1 tokens")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--out", default=None, help="CSV file for the rows")
+    args = ap.parse_args(argv)
+    try:
+        from measure.models import load_model
+
+        if args.threads is not None:
+            torch.set_num_threads(max(1, args.threads))
+        rows: list[ProfileRow] = []
+        for spec in [s.strip() for s in args.models.split(",") if s.strip()]:
+            lm = load_model(spec, device=args.device, dtype=args.dtype)
+            rows += profile_step(lm.model, lm.name, "draft", args.context_tokens, 1, args.repeats)
+            rows += profile_step(lm.model, lm.name, "target", args.context_tokens, args.gamma + 1, args.repeats)
+            del lm
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{'model':32s} {'role':6s} {'vocab':>7s} {'step ms':>9s} " + " ".join(f"{c:>14s}" for c in COMPONENTS))
+    keyed: dict[tuple[str, str], dict[str, ProfileRow]] = {}
+    for r in rows:
+        keyed.setdefault((r.model, r.role), {})[r.component] = r
+    for (m, role), comp in keyed.items():
+        any_r = next(iter(comp.values()))
+        cells = " ".join(f"{comp[c].ms:7.3f} ({comp[c].share:4.0%})" for c in COMPONENTS)
+        print(f"{m:32s} {role:6s} {any_r.vocab_size:7d} {any_r.step_ms:9.3f} {cells}")
+    if args.out:
+        with open(args.out, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(asdict(rows[0]).keys()))
+            w.writeheader()
+            w.writerows(asdict(r) for r in rows)
+    print(json.dumps({"rows": [asdict(r) for r in rows]}))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys as _sys
+
+    _sys.exit(main())
