@@ -18,10 +18,14 @@ import time
 from pathlib import Path
 
 DEFAULT_TARGET = "smollm2-135m"
-#: Chosen by measurement on the 2-core CPU (see the measure report): prompt lookup
-#: is the only self-draft of SmolLM2-135M that beats the baseline there.
+#: Chosen by measurement on the 2-core CPU (README, "Measured on this CPU"):
+#: ``python -m measure --draft ngram:3,int8,bf16 --gamma 4 --prompts 2 --max-new-tokens 64
+#: --no-cost --no-peer`` gave 1.16x / 0.89x / 0.97x (code / conversation / docs) for
+#: prompt lookup, 1.17x / 0.85x / 0.84x for an int8 copy and 1.01x / 1.03x / 0.98x for a
+#: bf16 copy; prompt lookup ties for the best mean and needs no second copy of the model.
 DEFAULT_DRAFTS = ("ngram:3",)
-DEFAULT_GAMMAS = ("fixed:4",)
+#: Two draft lengths, so that ``calibrate --holdout gamma`` has one to fit and one to predict.
+DEFAULT_GAMMAS = ("fixed:2", "fixed:4")
 GPU_DEFAULT_PAIRS = ("gpt2-small-large", "llama3-1b-3b")
 
 
@@ -30,7 +34,8 @@ def _csv(text: str) -> list[str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m measure", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m measure", description=__doc__.splitlines()[0],
+                                epilog="subcommand: python -m measure head-sweep --help (pruned draft head K sweep)")
     p.add_argument("--target", default=None, help=f"target model spec (default {DEFAULT_TARGET})")
     p.add_argument("--draft", default=None,
                    help="comma list of draft kinds: ngram[:N], early:N, layers:a-b,.. (use ';' between), "
@@ -146,12 +151,17 @@ def _one(args, parser, target: str, drafts: list[str], out: Path, command: str) 
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["head-sweep"]:  # subcommand: the pruned draft head's K sweep
+        from measure.head_sweep import main as head_sweep_main
+
+        return head_sweep_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     for name in ("prompts", "max_new_tokens", "max_prompt_tokens", "cost_max_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
-    command = "python -m measure " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))
+    command = "python -m measure " + " ".join(shlex.quote(a) for a in argv)
     out = Path(args.out) if args.out else Path("runs") / time.strftime("measure-%Y%m%d-%H%M%S")
 
     from measure.models import resolve_device

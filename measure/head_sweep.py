@@ -121,7 +121,7 @@ class HeadSweepConfig:
 
 @dataclass(frozen=True)
 class HeadSweepRow:
-    """One ``(variant, K)`` result; the first seven fields are ``head_sweep.csv``'s required columns."""
+    """One ``(variant, K)`` result: one row of ``head_sweep.csv``."""
 
     variant: str
     head_k: int
@@ -485,9 +485,9 @@ def format_table(run: records.Run) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``python -m measure.head_sweep``: run the sweep, print the table; one-line errors, exit 2."""
     parser = add_head_sweep_arguments(argparse.ArgumentParser(
-        prog="python -m measure.head_sweep", description="Pruned draft vocabulary head: the K sweep."))
+        prog="python -m measure head-sweep", description="Pruned draft vocabulary head: the K sweep."))
     args = parser.parse_args(argv)
-    command = "python -m measure.head_sweep " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = "python -m measure head-sweep " + " ".join(sys.argv[1:] if argv is None else argv)
     try:
         if args.threads is not None:
             if args.threads < 1:

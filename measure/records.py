@@ -61,7 +61,9 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "profile": ("model", "role", "component", "ms", "share"),
     "head_sweep": (
         "variant", "head_k", "head_ms", "draft_step_ms", "acceptance_rate", "tokens_per_s",
-        "speedup",
+        "speedup", "head_fast_ms", "tokens_per_s_baseline", "e2e_acceptance_rate",
+        "mean_accepted_per_round", "kept_recall", "n_eval_tokens", "outputs_identical", "model",
+        "draft", "vocab_size", "gamma", "synthetic",
     ),
 }
 

@@ -15,7 +15,7 @@ Builders:
 * :func:`acceptance_per_position_chart` — α_i with confidence intervals.
 * :func:`round_breakdown_chart` — draft / verify / overhead ms per round as stacked bars.
 * :func:`latency_cdf_chart` — empirical CDF of per-token latency.
-* :func:`pareto_chart` — pruned-head K sweep: draft step time against
+* :func:`pareto_chart` — pruned-head K sweep: end-to-end tokens/s against
   acceptance, the Pareto frontier drawn as a line.
 """
 
@@ -248,34 +248,35 @@ def latency_cdf_chart(df: pd.DataFrame, title: str = "Per-token latency CDF") ->
     )
 
 
-def pareto_frontier(df: pd.DataFrame, cost: str = "draft_step_ms", benefit: str = "acceptance_rate") -> pd.Series:
-    """Boolean mask of rows no other row beats (lower ``cost`` and higher-or-equal ``benefit``)."""
-    _require(df, (cost, benefit), "pareto_frontier")
-    c = df[cost].to_numpy(dtype=float)
-    b = df[benefit].to_numpy(dtype=float)
+def pareto_frontier(df: pd.DataFrame, x: str = "acceptance_rate", y: str = "tokens_per_s") -> pd.Series:
+    """Boolean mask of rows no other row beats: none has higher-or-equal ``x`` and ``y`` and is higher in one."""
+    _require(df, (x, y), "pareto_frontier")
+    a = df[x].to_numpy(dtype=float)
+    b = df[y].to_numpy(dtype=float)
     mask = np.ones(len(df), dtype=bool)
     for i in range(len(df)):
-        dominated = (c <= c[i]) & (b >= b[i]) & ((c < c[i]) | (b > b[i]))
+        dominated = (a >= a[i]) & (b >= b[i]) & ((a > a[i]) | (b > b[i]))
         mask[i] = not dominated.any()
     return pd.Series(mask, index=df.index, name="on_frontier")
 
 
-def pareto_chart(df: pd.DataFrame, title: str = "Pruned draft head: cost against acceptance") -> alt.Chart:
-    """Points of ``acceptance_rate`` against ``draft_step_ms`` per ``variant`` (size: ``head_k``),
-    with the Pareto frontier (column ``on_frontier`` or computed) as a line."""
-    _require(df, ("variant", "head_k", "draft_step_ms", "acceptance_rate"), "pareto_chart")
+def pareto_chart(df: pd.DataFrame, title: str = "Pruned draft head: tokens/s against acceptance") -> alt.Chart:
+    """End-to-end ``tokens_per_s`` against ``acceptance_rate``, one point per ``variant`` and ``head_k``,
+    with the Pareto frontier (column ``on_frontier`` or computed; both higher is better) as a line."""
+    _require(df, ("variant", "head_k", "tokens_per_s", "acceptance_rate"), "pareto_chart")
     data = df.copy()
     if "on_frontier" not in data.columns:
         data["on_frontier"] = pareto_frontier(data)
-    x = alt.X("draft_step_ms:Q", title="draft step (ms)", scale=alt.Scale(zero=False))
-    y = alt.Y("acceptance_rate:Q", title="acceptance rate", scale=alt.Scale(zero=False))
+    x = alt.X("acceptance_rate:Q", title="acceptance rate (draft vs target, held-out text)",
+              scale=alt.Scale(zero=False))
+    y = alt.Y("tokens_per_s:Q", title="speculative tokens/s", scale=alt.Scale(zero=False))
     tooltip = [c for c in ("variant", "head_k", "draft_step_ms", "acceptance_rate", "speedup", "tokens_per_s")
                if c in data.columns]
     pts = alt.Chart(data).mark_point(filled=True).encode(
         x=x, y=y, color=alt.Color("variant:N", title="head variant"),
         size=alt.Size("head_k:Q", title="kept vocabulary K"), tooltip=tooltip,
     )
-    front = data[data["on_frontier"].astype(bool)].sort_values("draft_step_ms")
+    front = data[data["on_frontier"].astype(bool)].sort_values("acceptance_rate")
     line = alt.Chart(front).mark_line(color="black", strokeDash=[4, 2]).encode(x=x, y=y)
     return (line + pts).properties(title=title, width=_WIDTH, height=_HEIGHT)
 

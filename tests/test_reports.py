@@ -113,10 +113,13 @@ def test_latency_cdf_monotone_and_reduced():
 
 def test_pareto_frontier_and_chart():
     df = pd.DataFrame({"variant": ["dense"] * 4, "head_k": [1, 2, 3, 4],
-                       "draft_step_ms": [1.0, 2.0, 2.5, 3.0], "acceptance_rate": [0.5, 0.7, 0.6, 0.8]})
+                       "tokens_per_s": [9.0, 8.0, 7.5, 7.0], "acceptance_rate": [0.5, 0.7, 0.6, 0.8]})
+    # K=3 is beaten by K=2 on both axes; the others each win on one
     assert list(charts.pareto_frontier(df)) == [True, True, False, True]
     ch = charts.pareto_chart(df)
     assert list(_data(ch, 0)["head_k"]) == [1, 2, 4]
+    enc = ch.to_dict()["layer"][1]["encoding"]
+    assert enc["x"]["field"] == "acceptance_rate" and enc["y"]["field"] == "tokens_per_s"
 
 
 def test_save_chart_suffixes(tmp_path):
