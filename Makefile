@@ -7,7 +7,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specscope-installed
 RUN_DIR ?= runs/main
 
-.PHONY: run test bench venv clean
+.PHONY: run test bench bench-head venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,15 +24,19 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(PY) -m sim --preset llama3-1b-3b --chart $(RUN_DIR)/predict.html --out $(RUN_DIR)/predict.txt
 	cat $(RUN_DIR)/predict.txt
-	$(PY) -m measure --out $(RUN_DIR)/measure
+	$(PY) -m measure --quiet --out $(RUN_DIR)/measure
 	$(PY) -m calibrate $(RUN_DIR)/measure --out $(RUN_DIR)/calibration
 	$(PY) -m reports $(RUN_DIR)/calibration --out $(RUN_DIR)/report
+	@echo "report: $(RUN_DIR)/report/report.html"
 
 test: $(STAMP)
 	$(PY) -m pytest -q
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_sim.py
+
+bench-head: $(STAMP)
+	$(PY) benchmarks/bench_pruned_head.py --device auto --threads 1
 
 clean:
 	rm -rf $(VENV) runs

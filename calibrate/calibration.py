@@ -170,6 +170,7 @@ class Calibrator:
             if drop_k is not None and not cd.empty:
                 cd = cd[cd["head_k"].map(_k_key) != drop_k]
             gens = self._gens_of(tr_run["key"])
+            gens = gens[np.isfinite(gens["ttft_ms"].to_numpy(float))]  # the peer run records no TTFT
             if len(gens) >= 2 and gens["prompt_tokens"].nunique() > 1:
                 x = np.column_stack([np.ones(len(gens)), gens["prompt_tokens"].to_numpy(float)])
                 prefill[run_label] = ols(x, gens["ttft_ms"].to_numpy(float), ["ttft_ms_0", "ttft_ms_per_prompt_token"],
