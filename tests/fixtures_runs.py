@@ -202,8 +202,14 @@ def make_run(
                 a = min(0.95, 0.5 + 0.06 * np.log2(kk / 1024) + shift)
                 dms = truth.draft_ms("small", 64, kk)
                 head = truth.draft_ms_per_head_k * kk
+                tps = 1000.0 / (dms + 10)
+                speedup = 1 + a - dms / 20
                 sweep.append({"variant": variant, "head_k": kk, "head_ms": head, "draft_step_ms": dms,
-                              "acceptance_rate": a, "tokens_per_s": 1000.0 / (dms + 10), "speedup": 1 + a - dms / 20})
+                              "acceptance_rate": a, "tokens_per_s": tps, "speedup": speedup,
+                              "head_fast_ms": 0.9 * head, "tokens_per_s_baseline": tps / speedup,
+                              "e2e_acceptance_rate": a, "mean_accepted_per_round": 4 * a, "kept_recall": a,
+                              "n_eval_tokens": 128, "outputs_identical": True, "model": "target",
+                              "draft": pruned_draft, "vocab_size": 32768, "gamma": 4, "synthetic": True})
         w.append("head_sweep", sweep)
     w.update(summary={"tokens_per_s_baseline": best["tokens_per_s_baseline"],
                       "tokens_per_s_speculative": best["tokens_per_s_speculative"],
