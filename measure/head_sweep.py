@@ -240,7 +240,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
     device = resolve_device(config.device)
     writer = records.RunWriter(out_dir)
     hardware, versions, commit = environment(device)
-    try:
+    with writer.recording():
         say(f"loading {config.target}")
         target: LoadedModel = load_model(config.target, device=device, dtype=config.dtype, seed=config.seed)
         draft = make_draft(config.draft, target, seed=config.seed + 1)
@@ -356,14 +356,6 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
         if synthetic:
             summary["note"] = "synthetic (random-weight) models: timing only; acceptance is not a measurement"
         writer.update(summary=summary)
-        writer.close("complete")
-    except KeyboardInterrupt:
-        writer.close("interrupted")
-        raise
-    except BaseException as e:
-        writer.update(error=f"{type(e).__name__}: {e}")
-        writer.close("failed")
-        raise
     return records.load_run(writer.path)
 
 

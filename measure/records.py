@@ -25,6 +25,7 @@ cells and redoes the rest.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as _dt
 import json
@@ -32,7 +33,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 SCHEMA_VERSION = 1
 RUN_JSON = "run.json"
@@ -210,6 +211,21 @@ class RunWriter:
 
     def close(self, status: str = "complete") -> None:
         self.update(status=status, finished_utc=utc_now())
+
+    @contextlib.contextmanager
+    def recording(self) -> Iterator["RunWriter"]:
+        """Close the run ``complete`` on a normal exit, ``interrupted`` on Ctrl-C and
+        ``failed`` (with the error in ``run.json``) on any other exception, which is re-raised."""
+        try:
+            yield self
+        except KeyboardInterrupt:
+            self.close("interrupted")
+            raise
+        except BaseException as e:
+            self.update(error=f"{type(e).__name__}: {e}")
+            self.close("failed")
+            raise
+        self.close("complete")
 
     def _write_meta(self) -> None:
         self.meta["n_finished_cells"] = len(self._finished)

@@ -211,7 +211,7 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
     device = resolve_device(config.device)
     writer = records.RunWriter(out_dir)  # fails early on an unwritable directory
     hardware, versions, commit = environment(device)
-    try:
+    with writer.recording():
         target = load_model(config.target, device=device, dtype=config.dtype, seed=config.seed)
         drafts = [make_draft(d, target, seed=config.seed + 1) for d in config.drafts]
         writer.update(command=command, git_commit=commit, hardware=hardware, versions=versions,
@@ -249,14 +249,6 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         if bar is not None:
             bar.close()
         writer.update(summary=summarize(done_cells, synthetic))
-        writer.close("complete")
-    except KeyboardInterrupt:
-        writer.close("interrupted")
-        raise
-    except BaseException as e:
-        writer.update(error=f"{type(e).__name__}: {e}")
-        writer.close("failed")
-        raise
     return records.load_run(writer.path)
 
 

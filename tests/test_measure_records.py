@@ -95,3 +95,18 @@ def test_per_position_acceptance():
 def test_records_imports_no_torch():
     code = "import sys, measure, measure.records; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.parametrize("exc,status", [(None, "complete"), (KeyboardInterrupt, "interrupted"),
+                                        (RuntimeError, "failed")])
+def test_recording_closes_with_status(tmp_path, exc, status):
+    w = records.RunWriter(tmp_path / "r")
+    try:
+        with w.recording():
+            if exc is not None:
+                raise exc("boom")
+    except BaseException as e:  # re-raised by recording()
+        assert isinstance(e, exc)
+    run = records.load_run(tmp_path / "r")
+    assert run.status == status
+    assert ("error" in run.meta) == (status == "failed")
