@@ -24,9 +24,22 @@ light penalty picks the free per-position model on noise (seen on synthetic
 i.i.d. runs); BIC's ln N penalty does not. Fitted α_i are clipped to
 [1e-6, 1 − 1e-6] inside the likelihood.
 
+**Drafts that may propose nothing** (lookup / n-gram): positions a round
+did not draft are not trials, and ``p_propose`` = share of rounds that drafted
+at least one token. When it is below 1 the model used is
+:class:`sim.acceptance.ProposalAcceptance` (propose γ tokens with probability
+``p_propose`` and accept them by the chosen family, else draft nothing). The
+share is a per-round figure measured at the training γ: it drifts with γ
+(a longer γ consumes a matching stretch in fewer rounds), which the
+run-trace replay below does not suffer from.
+
 Trace-driven prediction rebuilds :class:`sim.acceptance.TraceAcceptance` from
 the recorded per-position match flags (greedy) or Σ min(p, q) values
-(sampling) and replays them round by round at any γ.
+(sampling) and replays them round by round at any γ. Greedy runs that
+record ``proposed``/``accept_run`` per position give
+:class:`sim.acceptance.RunTraceAcceptance` instead, whose replay is exact for
+lookup drafts too (it knows where the draft proposes nothing or a short
+continuation).
 """
 
 from __future__ import annotations
@@ -39,7 +52,8 @@ import pandas as pd
 from scipy import optimize
 
 from measure.records import per_position_acceptance
-from sim.acceptance import AcceptanceModel, IIDAcceptance, PerPositionAcceptance, TraceAcceptance
+from sim.acceptance import (AcceptanceModel, IIDAcceptance, PerPositionAcceptance, ProposalAcceptance,
+                            RunTraceAcceptance, TraceAcceptance)
 
 #: How many positions a fitted parametric model is written out for (the last repeats beyond).
 MODEL_POSITIONS = 16
@@ -106,6 +120,7 @@ class AcceptanceFit:
     families: tuple[FamilyFit, ...]
     chosen: str
     decay_family: str
+    p_propose: float = 1.0  # share of rounds that drafted at least one token
 
     def family(self, name: str) -> FamilyFit:
         for f in self.families:
@@ -114,8 +129,9 @@ class AcceptanceFit:
         raise KeyError(name)
 
     def model(self) -> AcceptanceModel:
-        """The BIC-chosen model."""
-        return self.family(self.chosen).model()
+        """The BIC-chosen model (wrapped in the proposal share when some rounds drafted nothing)."""
+        inner = self.family(self.chosen).model()
+        return inner if self.p_propose >= 1.0 else ProposalAcceptance(self.p_propose, inner)
 
     def describe_model(self) -> dict:
         """``sim.acceptance.acceptance_from_dict``-readable description of the chosen model."""
@@ -123,7 +139,7 @@ class AcceptanceFit:
 
     def as_dict(self) -> dict:
         return {
-            "key": self.key, "n_rounds": self.n_rounds,
+            "key": self.key, "n_rounds": self.n_rounds, "p_propose": self.p_propose,
             "alpha_iid": self.alpha_iid, "alpha_iid_stderr": self.alpha_iid_stderr,
             "per_position": self.per_position.to_dict(orient="records"),
             "families": [f.as_dict() for f in self.families],
@@ -137,6 +153,10 @@ def fit_acceptance(rounds: pd.DataFrame, key: str = "all") -> AcceptanceFit:
     """Fit every acceptance model to ``rounds`` (columns ``gamma, accepted``)."""
     if rounds.empty:
         raise ValueError(f"no rounds to fit acceptance for {key}")
+    drafted = rounds["drafted"] if "drafted" in rounds.columns else rounds["gamma"]
+    p_propose = float((drafted > 0).mean())
+    if p_propose == 0.0:
+        raise ValueError(f"no round of {key} drafted a token: nothing to fit acceptance on")
     pp = per_position_acceptance(rounds)
     pp = pp[pp["n"] > 0].reset_index(drop=True)
     lo, hi = wilson_ci(pp["accepted"].to_numpy(), pp["n"].to_numpy())
@@ -174,7 +194,7 @@ def fit_acceptance(rounds: pd.DataFrame, key: str = "all") -> AcceptanceFit:
     chosen = min(fams, key=lambda f: (f.bic, f.n_params)).name
     decays = [f for f in fams if f.name in ("geometric", "power_law")]
     decay = min(decays, key=lambda f: f.bic).name if decays else "iid"
-    return AcceptanceFit(key, int(len(rounds)), a_iid, se_iid, pp, tuple(fams), chosen, decay)
+    return AcceptanceFit(key, int(len(rounds)), a_iid, se_iid, pp, tuple(fams), chosen, decay, p_propose)
 
 
 def interpolate_models(points: list[tuple[float, AcceptanceModel]], x: float) -> AcceptanceModel:
@@ -195,20 +215,35 @@ def interpolate_models(points: list[tuple[float, AcceptanceModel]], x: float) ->
     return PerPositionAcceptance(tuple(np.clip(alphas, 0.0, 1.0)))
 
 
-def trace_model(traces: pd.DataFrame) -> TraceAcceptance | None:
-    """TraceAcceptance from ``traces.csv`` rows (one sequence per cell × prompt, deduplicated by prompt).
+#: γ up to which ``measure`` records proposal runs (``measure.decoding.TRACE_GAMMA_MAX``).
+TRACE_GAMMA_MAX = 16
 
-    Returns None when there are no rows.
+
+def trace_model(traces: pd.DataFrame) -> TraceAcceptance | RunTraceAcceptance | None:
+    """Trace model from ``traces.csv`` rows (one sequence per cell × prompt, deduplicated by prompt).
+
+    :class:`RunTraceAcceptance` when every row carries ``proposed``/``accept_run``
+    (greedy runs recorded since they were added), else :class:`TraceAcceptance`
+    on the match flags. Returns None when there are no rows.
     """
     if traces.empty:
         return None
+    cols = ["proposed", "accept_run"]
+    runs_known = set(cols) <= set(traces.columns) and bool(traces[cols].notna().all().all())
     seqs = []
     seen: set = set()
     for (cid, pid), sub in traces.groupby(["cell_id", "prompt_id"], sort=True):
         if pid in seen:  # the same prompt recorded by another γ cell: identical flags
             continue
         seen.add(pid)
-        seqs.append(sub.sort_values("position")["value"].to_numpy(dtype=float))
+        sub = sub.sort_values("position")
+        if runs_known:
+            seqs.append((sub["proposed"].to_numpy(dtype=int), sub["accept_run"].to_numpy(dtype=int)))
+        else:
+            seqs.append(sub["value"].to_numpy(dtype=float))
+    if runs_known:
+        gmax = max(TRACE_GAMMA_MAX, max(int(p.max()) for p, _ in seqs))
+        return RunTraceAcceptance(tuple(seqs), gmax, source="traces.csv proposed/accept_run")
     return TraceAcceptance(tuple(seqs), source="traces.csv")
 
 

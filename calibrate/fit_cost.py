@@ -8,11 +8,17 @@ what is fitted).
 
 * Target forward (``cost_target.csv``)::
 
-      ms(n, ctx) = b_n + s_target · (ctx − ctx_ref)
+      ms(n, ctx) = b_n + s_n · (ctx − ctx_ref)
 
   one free intercept ``b_n`` per number of tokens ``n`` (no linearity in n is
-  assumed: on CPU 2–3 tokens can cost more than 4–8) and one shared context
-  slope. ``b_n`` becomes ``TabulatedCost.verify_ms_by_tokens``.
+  assumed: on CPU 2–3 tokens can cost more than 4–8) and, when every ``n`` was
+  timed at two or more contexts, one context slope per ``n`` too (on the
+  committed CPU run a 1-token forward is flat in context from 64 to 256
+  tokens while a 6-token one gains 30 ms; a shared slope put a 10% error on
+  the baseline of long prompts). ``b_n`` becomes
+  ``TabulatedCost.verify_ms_by_tokens``, ``s_n``
+  ``TabulatedCost.context_ms_per_token_by_tokens``. ``per_n_slopes=False``
+  fits one shared slope ``s_target`` instead.
 * Draft step (``cost_draft.csv``, one draft)::
 
       ms(ctx, K) = d + s_draft · (ctx − ctx_ref) [+ d_K · (K − K_ref)]
@@ -24,8 +30,10 @@ what is fitted).
 * In-loop scale factors (``rounds.csv``): a forward timed inside the decoding
   loop need not cost what the isolated micro-benchmark says (cache state,
   allocator, thread pools). ``draft_scale`` = Σ measured draft_ms / Σ
-  micro-benchmark draft_ms over the training rounds, ``verify_scale`` the same
-  for verification, ``baseline_scale`` the same for the baseline decode steps
+  micro-benchmark draft_ms over the training rounds that drafted tokens (a
+  round is charged for the ``drafted`` tokens it actually drafted, which a
+  lookup draft may make fewer than γ), ``verify_scale`` the same for
+  verification of ``drafted + 1`` tokens, ``baseline_scale`` the same for the baseline decode steps
   (from ``generations.csv``). They multiply the tabulated times; each is
   reported with a standard error, and a value far from 1 says the
   micro-benchmark misrepresents the loop.
@@ -98,8 +106,14 @@ def _medians(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return df.groupby(keys, as_index=False, dropna=False)["ms"].median()
 
 
-def fit_target(cost_target: pd.DataFrame) -> tuple[LinearFit, float]:
-    """Per-n intercepts + shared context slope; returns (fit, reference context)."""
+def fit_target(cost_target: pd.DataFrame, per_n_slopes: bool = True) -> tuple[LinearFit, float]:
+    """Per-n intercepts + context slope(s) (one per n, or shared); returns (fit, reference context).
+
+    Values come from the medians of the repeats (CPU timing noise is heavy
+    tailed). With per-n slopes and two contexts the medians determine the fit
+    exactly, so the standard errors and the residual RMS come from the same
+    design fitted on every repeat: the repeats' spread is the noise.
+    """
     if cost_target.empty:
         raise ValueError("cost_target.csv has no rows: cannot fit the target forward time")
     med = _medians(cost_target, ["n_tokens", "context_tokens"])
@@ -108,15 +122,35 @@ def fit_target(cost_target: pd.DataFrame) -> tuple[LinearFit, float]:
         raise ValueError("cost_target.csv has no n_tokens=1 rows: cannot fit the baseline step")
     ctx_ref = float(med["context_tokens"].mean())
     varies = med["context_tokens"].nunique() > 1
-    cols = [(med["n_tokens"].to_numpy() == n).astype(float) for n in ns]
+    per_n = per_n_slopes and varies and bool((med.groupby("n_tokens")["context_tokens"].nunique() > 1).all())
     names = [f"verify_ms_n{n}" for n in ns]
     units = ["ms"] * len(ns)
-    if varies:
-        cols.append(med["context_tokens"].to_numpy(dtype=float) - ctx_ref)
+    if per_n:
+        names += [f"target_ms_per_context_token_n{n}" for n in ns]
+        units += ["ms/token"] * len(ns)
+        formula = "ms = b_n + s_n * (context_tokens - ctx_ref)"
+    elif varies:
         names.append("target_ms_per_context_token")
         units.append("ms/token")
-    fit = ols(np.column_stack(cols), med["ms"].to_numpy(), names, units,
-              "ms = b_n + s_target * (context_tokens - ctx_ref)" if varies else "ms = b_n")
+        formula = "ms = b_n + s_target * (context_tokens - ctx_ref)"
+    else:
+        formula = "ms = b_n"
+
+    def design(df: pd.DataFrame) -> np.ndarray:
+        n_col = df["n_tokens"].to_numpy()
+        dctx = df["context_tokens"].to_numpy(dtype=float) - ctx_ref
+        cols = [(n_col == n).astype(float) for n in ns]
+        if per_n:
+            cols += [(n_col == n).astype(float) * dctx for n in ns]
+        elif varies:
+            cols.append(dctx)
+        return np.column_stack(cols)
+
+    fit = ols(design(med), med["ms"].to_numpy(dtype=float), names, units, formula)
+    if per_n and len(cost_target) > len(med):
+        noise = ols(design(cost_target), cost_target["ms"].to_numpy(dtype=float), names, units, formula)
+        fit = LinearFit(tuple(Param(p.name, p.value, q.stderr, p.unit) for p, q in zip(fit.params, noise.params)),
+                        noise.residual_rms_ms, noise.n_points, formula + "  [values: medians of repeats; SE: repeats]")
     return fit, ctx_ref
 
 
@@ -166,6 +200,12 @@ def _ratio_param(name: str, measured: np.ndarray, modelled: np.ndarray) -> Param
     return Param(name, float(r), se, "×")
 
 
+def _drafted(rounds: pd.DataFrame) -> np.ndarray:
+    """Tokens each round drafted (``drafted``; ``gamma`` for records that lack it)."""
+    col = "drafted" if "drafted" in rounds.columns else "gamma"
+    return rounds[col].to_numpy(int)
+
+
 @dataclass(frozen=True)
 class CostFit:
     """The fitted cost model of one draft and how it was obtained."""
@@ -211,6 +251,8 @@ def fit_cost(
     tfit, ctx_ref = fit_target(cost_target)
     slope_t = (tfit.value("target_ms_per_context_token")
                if any(p.name == "target_ms_per_context_token" for p in tfit.params) else 0.0)
+    slopes = {int(p.name.removeprefix("target_ms_per_context_token_n")): p.value for p in tfit.params
+              if p.name.startswith("target_ms_per_context_token_n")} or None
     table = {int(p.name.removeprefix("verify_ms_n")): p.value for p in tfit.params if p.name.startswith("verify_ms_n")}
     if any(v <= 0 for v in table.values()):
         raise ValueError(f"fitted target forward times are not positive: {table}")
@@ -225,11 +267,14 @@ def fit_cost(
         slope_d = (dfit.value("draft_ms_per_context_token")
                    if any(p.name == "draft_ms_per_context_token" for p in dfit.params) else 0.0)
     elif len(train_rounds):
-        notes.append(f"no cost_draft.csv rows for draft {draft!r}: draft step from rounds.csv draft_ms / gamma")
-        per_step = train_rounds["draft_ms"] / train_rounds["gamma"]
-        x = np.column_stack([np.ones(len(per_step)), train_rounds["context_tokens"].to_numpy(float) - ctx_ref])
+        notes.append(f"no cost_draft.csv rows for draft {draft!r}: draft step from rounds.csv draft_ms / drafted")
+        dr = train_rounds[_drafted(train_rounds) > 0]
+        if dr.empty:
+            raise ValueError(f"no timing for draft {draft!r}: no cost_draft.csv rows and no round drafted a token")
+        per_step = dr["draft_ms"] / _drafted(dr)
+        x = np.column_stack([np.ones(len(per_step)), dr["context_tokens"].to_numpy(float) - ctx_ref])
         dfit = ols(x, per_step.to_numpy(), ["draft_step_ms", "draft_ms_per_context_token"], ["ms", "ms/token"],
-                   "draft_ms/gamma = d + s_draft * (context_tokens - ctx_ref)  [from rounds.csv]")
+                   "draft_ms/drafted = d + s_draft * (context_tokens - ctx_ref)  [from rounds.csv]")
         d_ref, slope_d = dfit.value("draft_step_ms"), dfit.value("draft_ms_per_context_token")
     else:
         raise ValueError(f"no timing for draft {draft!r}: neither cost_draft.csv rows nor training rounds")
@@ -247,11 +292,14 @@ def fit_cost(
     base_model = TabulatedCost(verify_ms_by_tokens=table, draft_step_ms_ref=d_ref,
                                reference_context_tokens=ctx_ref, target_context_ms_per_token=slope_t,
                                draft_context_ms_per_token=slope_d,
-                               round_overhead_ms_base=max(overhead.value, 0.0))
+                               round_overhead_ms_base=max(overhead.value, 0.0),
+                               context_ms_per_token_by_tokens=slopes)
     scales: list[Param] = []
     if use_in_loop_scales and len(train_rounds):
-        r = train_rounds
-        g = r["gamma"].to_numpy(int)
+        # only rounds that drafted something: a round that drafts nothing is one 1-token target
+        # step, the entry the baseline scale (below) already covers
+        r = train_rounds[_drafted(train_rounds) > 0]
+        g = _drafted(r)
         ctx = r["context_tokens"].to_numpy(float)
         mod_draft = np.array([sum(base_model.draft_step_ms(c + i) for i in range(gi)) for gi, c in zip(g, ctx)])
         mod_verify = np.array([base_model.verify_ms(gi + 1, c) for gi, c in zip(g, ctx)])
@@ -285,6 +333,8 @@ def fit_cost(
         draft_context_ms_per_token=slope_d * ds,
         round_overhead_ms_base=max(overhead.value, 0.0),
         metadata=meta,
+        context_ms_per_token_by_tokens=(None if slopes is None else
+                                        {n: v * (bs if n == 1 else vs) for n, v in slopes.items()}),
     )
     return CostFit(draft, head_k, model, tfit, dfit, overhead, tuple(scales), tuple(notes))
 

@@ -14,7 +14,12 @@ Files written into the output directory:
   draft's rounds (``{"kind": "per_position", "alphas": [...]}`` or
   ``{"kind": "iid", "alpha": ...}``), read by ``sim.acceptance.acceptance_from_dict``
   / ``python -m sim --acceptance FILE``. Per group (draft × domain ×
-  temperature) files are ``acceptance-<draft>-<domain>-t<temp>.json``.
+  temperature) files are ``acceptance-<draft>-<domain>-t<temp>.json``; a draft
+  whose rounds sometimes drafted nothing (lookup drafts) gets
+  ``{"kind": "proposal", "p_propose": ..., "inner": {...}}``.
+* ``acceptance-<draft>-<domain>-t<temp>-trace.json`` — greedy groups whose run
+  recorded proposal runs: ``{"kind": "run_trace", "proposed": [...], "run": [...]}``,
+  replayed exactly at any γ ≤ ``gamma_max`` by ``python -m sim --acceptance FILE``.
 * ``predictions.csv`` — one row per cell × method × split (in_sample / held_out).
 * ``speedup_curves.csv`` — predicted speedup at γ = 1..10 per series (draft × domain [× K]),
   from the all-cell fit, so unmeasured γ can be compared with measured ones.
@@ -33,7 +38,9 @@ import numpy as np
 import pandas as pd
 
 from calibrate.calibration import (CALIBRATION_SCHEMA_VERSION, HOLDOUT_EXPLANATION, CalibrationResult,
-                                   fit_acceptance, slug)
+                                   _acc_group, fit_acceptance, slug)
+from calibrate.fit_acceptance import trace_model
+from sim.acceptance import RunTraceAcceptance
 from measure.records import utc_now
 
 
@@ -112,6 +119,19 @@ def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
             name = f"acceptance-{slug(draft)}-{slug(dom)}-t{slug(temp)}" + (f"-k{hk}" if hk else "") + ".json"
             (out / name).write_text(json.dumps(_clean(fit.describe_model()), indent=2) + "\n")
             files["acceptance"][key] = name
+    # greedy proposal-run traces per group: exact replay at any γ up to gamma_max in `python -m sim`
+    tr = data.traces
+    if not tr.empty and {"proposed", "accept_run"} <= set(tr.columns):
+        tk = tr["run"] + "/" + tr["cell_id"].astype(str)
+        for key, sub in cells.groupby(cells.apply(_acc_group, axis=1)):
+            model = trace_model(tr[tk.isin(set(sub["key"]))])
+            if isinstance(model, RunTraceAcceptance):
+                c = sub.iloc[0]
+                hk = "" if c["head_k"] is None or pd.isna(c["head_k"]) else f"-k{int(c['head_k'])}"
+                name = (f"acceptance-{slug(str(c['draft']))}-{slug(str(c['domain']))}-t{slug(f'{c.temperature:g}')}"
+                        f"{hk}-trace.json")
+                (out / name).write_text(json.dumps(_clean(model.to_dict())) + "\n")
+                files["acceptance"][key + "|trace"] = name
     if pp_rows:
         pd.concat(pp_rows, ignore_index=True).to_csv(out / "acceptance_per_position.csv", index=False)
     pd.DataFrame(fam_rows).to_csv(out / "acceptance_families.csv", index=False)
@@ -142,7 +162,9 @@ def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
         "holdout": {"mode": res.holdout, "explanation": HOLDOUT_EXPLANATION[res.holdout], "folds": list(res.folds)},
         "prediction_methods": {
             "closed_form": "sim.analytic.predict_row with the fitted cost and the BIC-chosen acceptance model",
-            "trace": "sim.analytic.predict_row replaying the training cells' traces (sim.acceptance.TraceAcceptance)",
+            "trace": "sim.analytic.predict_row replaying the training cells' traces: per-position proposal runs "
+                     "(sim.acceptance.RunTraceAcceptance, exact for greedy) when recorded, else match flags "
+                     "(sim.acceptance.TraceAcceptance)",
             "event_sim": "sim.events.simulate_request with the chosen acceptance model, seeded per prompt",
             "tokens_per_s": "new_tokens / (predicted TTFT + (new_tokens - 1) * predicted ms per token), "
                             "summed over the cell's prompts; TTFT from a linear fit on training generations",

@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-peer", action="store_true", help="skip transformers' assisted generation")
     p.add_argument("--no-traces", action="store_true", help="skip teacher-forced acceptance traces")
     p.add_argument("--no-cost", action="store_true", help="skip the cost curves")
-    p.add_argument("--cost-contexts", default="64,256", help="context lengths of the cost curves")
+    p.add_argument("--cost-contexts", default="64,160,256", help="context lengths of the cost curves")
     p.add_argument("--cost-max-tokens", type=int, default=16)
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p

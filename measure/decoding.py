@@ -294,3 +294,46 @@ def acceptance_trace(target: Any, draft: Any, tokens: torch.Tensor, prompt_token
     logits = forward_logits(_model_of(target), tokens[:, :-1], None)[0, prompt_tokens - 1:]  # [n, V]
     p = probs_from_logits(logits, temperature)
     return [float(x) for x in torch.minimum(p, q).sum(-1).tolist()]
+
+
+#: How far ahead :func:`proposal_runs` looks: replay is exact for any γ up to this.
+TRACE_GAMMA_MAX = 16
+
+
+def proposal_runs(draft: Any, tokens: torch.Tensor, prompt_tokens: int, flags: Sequence[float],
+                  gamma_max: int = TRACE_GAMMA_MAX) -> tuple[list[int], list[int]]:
+    """Greedy: per generated position t, (tokens the draft proposes, how many match in a row).
+
+    ``tokens`` ``[1, L]`` is prompt + the target's greedy output, ``flags`` the
+    teacher-forced match flags of :func:`acceptance_trace`. A model draft
+    always proposes ``gamma_max`` tokens and, fed its own accepted tokens,
+    proposes exactly what teacher forcing gives, so its run is the number of
+    leading ones of ``flags[t:]``. A lookup draft (``draft.lookup``) proposes a
+    copied continuation, possibly short or empty, which is looked up directly.
+    Both are capped by the end of the sequence.
+    """
+    seq = tokens[0].tolist()
+    gen = seq[prompt_tokens:]
+    n = len(gen)
+    proposed: list[int] = []
+    runs: list[int] = []
+    lookup = getattr(draft, "lookup", None)
+    for t in range(n):
+        if lookup is not None:
+            cont = lookup(seq[:prompt_tokens + t], gamma_max)
+        else:
+            cont = None
+        target = gen[t:t + gamma_max]
+        if cont is None:
+            k = min(gamma_max, n - t)
+            run = 0
+            while run < k and flags[t + run] > 0.5:
+                run += 1
+        else:
+            k = min(len(cont), n - t)
+            run = 0
+            while run < k and cont[run] == target[run]:
+                run += 1
+        proposed.append(int(k))
+        runs.append(int(run))
+    return proposed, runs

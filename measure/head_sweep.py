@@ -47,7 +47,8 @@ from torch import nn
 
 from measure import records
 from measure.clusters import ClusterConfig, load_or_build_clusters
-from measure.decoding import autoregressive_generate, crop_cache, forward_logits, new_cache, speculative_generate
+from measure.decoding import (autoregressive_generate, crop_cache, forward_logits, new_cache, proposal_runs,
+                              speculative_generate)
 from measure.drafts import ModelDraft, make_draft
 from measure.models import LoadedModel, load_model, resolve_device, resolve_dtype
 from measure.profiling import profile_rows_to_records, profile_step
@@ -388,9 +389,12 @@ def _measure_cell(writer: records.RunWriter, cid: str, variant: str, k: int, hea
         kept += int(torch.isfinite(logits.gather(1, tgt[:, None])).sum())
         matches += int(hit.sum())
         n_tok += int(tgt.numel())
+        flags = [float(h) for h in hit.tolist()]
+        proposed, runs = proposal_runs(draft, full, s, flags)
         trace_rows += [{"cell_id": cid, "draft": f"{draft.name}+{variant}", "temperature": 0.0,
-                        "domain": p.domain, "prompt_id": p.prompt_id, "position": i, "value": float(h)}
-                       for i, h in enumerate(hit.tolist())]
+                        "domain": p.domain, "prompt_id": p.prompt_id, "position": i, "value": h,
+                        "proposed": proposed[i], "accept_run": runs[i]}
+                       for i, h in enumerate(flags)]
     writer.append("traces", trace_rows)
     # end to end, greedy, the common loop
     eos = target.eos_token_ids

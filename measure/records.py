@@ -56,7 +56,7 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "draft_ms", "verify_ms", "overhead_ms",
     ),
     "token_latency": ("cell_id", "prompt_id", "mode", "token_index", "latency_ms"),
-    "traces": ("cell_id", "draft", "temperature", "domain", "prompt_id", "position", "value"),
+    "traces": ("cell_id", "draft", "temperature", "domain", "prompt_id", "position", "value", "proposed", "accept_run"),
     "cost_target": ("n_tokens", "context_tokens", "repeat", "ms"),
     "cost_draft": ("draft", "head_k", "context_tokens", "repeat", "ms"),
     "profile": ("model", "role", "component", "ms", "share"),
@@ -317,18 +317,21 @@ RunReader = load_run
 
 
 def per_position_acceptance(rounds) -> "Any":
-    """α_i with counts from a ``rounds`` DataFrame (columns ``gamma``, ``accepted``).
+    """α_i with counts from a ``rounds`` DataFrame (columns ``drafted`` or ``gamma``, ``accepted``).
 
-    α_i = #(accepted ≥ i) / #(accepted ≥ i−1 and gamma ≥ i). Returns a DataFrame
-    with columns ``position`` (1-based), ``n`` (rounds that reached position i),
-    ``accepted`` and ``alpha``.
+    α_i = #(accepted ≥ i) / #(accepted ≥ i−1 and drafted ≥ i): a position the
+    draft did not propose (a lookup draft may propose fewer than γ tokens, or
+    none) was never judged. Records without ``drafted`` use ``gamma``. Returns a
+    DataFrame with columns ``position`` (1-based), ``n`` (rounds that reached
+    position i), ``accepted`` and ``alpha``.
     """
     import pandas as pd
 
     out = []
     if len(rounds):
-        g_max = int(rounds["gamma"].max())
-        acc, gam = rounds["accepted"].astype(int), rounds["gamma"].astype(int)
+        col = "drafted" if "drafted" in rounds.columns else "gamma"
+        g_max = int(rounds[col].max())
+        acc, gam = rounds["accepted"].astype(int), rounds[col].astype(int)
         for i in range(1, g_max + 1):
             reached = (acc >= i - 1) & (gam >= i)
             n = int(reached.sum())

@@ -20,7 +20,7 @@ from typing import Any, Callable
 import torch
 
 from measure import records
-from measure.decoding import (acceptance_trace, autoregressive_generate, crop_cache, forward_logits,
+from measure.decoding import (acceptance_trace, proposal_runs, autoregressive_generate, crop_cache, forward_logits,
                               new_cache, speculative_generate)
 from measure.drafts import NGramDraft, draft_kind, make_draft
 from measure.models import LoadedModel, load_model, resolve_device, resolve_dtype
@@ -49,8 +49,8 @@ class SweepConfig:
     traces: bool = True
     cost_curves: bool = True
     cost_max_tokens: int = 16
-    cost_contexts: tuple[int, ...] = (64, 256)
-    cost_repeats: int = 3
+    cost_contexts: tuple[int, ...] = (64, 160, 256)
+    cost_repeats: int = 5
 
     def __post_init__(self) -> None:
         if not self.drafts:
@@ -243,7 +243,7 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
             bar = tqdm(total=sum(len(prompts[c[2]]) for c in todo), desc="measure", unit="gen", file=sys.stderr)
         for d, temp, dom, g in todo:
             row = _run_cell(writer, target, d, g, float(temp), dom, prompts[dom], enc, config, timer,
-                            first_gamma=(g == config.gammas[0]), bar=bar)
+                            bar=bar)
             done_cells.append(row)
             writer.update(summary=summarize(done_cells, synthetic))
         if bar is not None:
@@ -253,7 +253,7 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
 
 
 def _run_cell(writer: records.RunWriter, target: LoadedModel, draft: Any, gamma_spec: str, temp: float,
-              domain: str, prompts: list, enc: dict, config: SweepConfig, timer: Timer, first_gamma: bool,
+              domain: str, prompts: list, enc: dict, config: SweepConfig, timer: Timer,
               bar: Any = None) -> dict:
     policy = make_policy(gamma_spec)
     cid = records.cell_id(draft.name, policy.spec(), temp, domain)
@@ -317,11 +317,18 @@ def _run_cell(writer: records.RunWriter, target: LoadedModel, draft: Any, gamma_
         writer.append("generations", gen_rows)
         writer.append("token_latency", lat_rows)
         writer.append("rounds", [{"cell_id": cid, "prompt_id": p.prompt_id, **asdict(rr)} for rr in spec.rounds])
-        if config.traces and first_gamma:
+        # every cell records the (γ-independent) trace of its prompts, so a calibration that holds
+        # a cell out still has the trace from the cells it trains on
+        if config.traces:
             full = torch.cat([ids, torch.tensor([list(base.tokens)], device=ids.device)], dim=1)  # [1, S+n]
             vals = acceptance_trace(target, draft, full, int(ids.shape[1]), temp)
+            if temp == 0:
+                proposed, runs = proposal_runs(draft, full, int(ids.shape[1]), vals)
+            else:  # sampled outputs depend on γ: no γ-free proposal runs
+                proposed = runs = [None] * len(vals)
             writer.append("traces", [{"cell_id": cid, "draft": draft.name, "temperature": temp, "domain": domain,
-                                      "prompt_id": p.prompt_id, "position": i, "value": v}
+                                      "prompt_id": p.prompt_id, "position": i, "value": v,
+                                      "proposed": proposed[i], "accept_run": runs[i]}
                                      for i, v in enumerate(vals)])
         if bar is not None:
             bar.update(1)

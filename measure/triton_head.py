@@ -11,7 +11,12 @@ Triton is imported lazily: importing this module on a machine without Triton
 (or without CUDA) works, :func:`triton_available` returns ``False`` and the
 callers (:class:`measure.pruned_head.PrunedLMHead`) fall back to the torch
 implementation, which is also the reference these kernels are tested against
-(``tests/test_pruned_head.py``, GPU-only tests).
+(``tests/test_pruned_head.py``, GPU-only tests). Both kernels share one
+``@triton.jit`` helper, ``_gather_dot_block`` (row gather + float32 dot for one
+block of ``BLOCK_K`` kept tokens). Without a GPU, ``tests/test_triton_interpret.py``
+runs both kernels in Triton's interpreter (``TRITON_INTERPRET=1``, CPU tensors,
+numpy semantics) against the torch reference; :func:`triton_available` stays
+``False`` on CPU, so the interpreter is a correctness check, never a dispatch path.
 
 All shapes are fixed for a given ``(N, K)``, and nothing synchronises with the
 host, so the selector + kernel can be captured in a CUDA graph.
@@ -47,24 +52,31 @@ def triton_available() -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _kernels() -> dict[str, Any]:
+    # The helper and the kernels are bound as module globals (``global``): a
+    # kernel finds ``_gather_dot_block`` there both when compiled for the GPU
+    # and under ``TRITON_INTERPRET=1``, whose interpreter re-executes the kernel
+    # source with the module globals only (closure variables are not visible).
+    global _gather_dot_block, _gather_project_kernel, _gather_project_argmax_kernel
     import triton
     import triton.language as tl
 
     @triton.jit
-    def _gather_project_kernel(
+    def _gather_dot_block(
         w_ptr,
         ids_ptr,
         h_ptr,
-        out_ptr,
         K,
         H,
         stride_wv,
         stride_idn,
         stride_hn,
-        stride_on,
         BLOCK_K: tl.constexpr,
         BLOCK_H: tl.constexpr,
     ):
+        """This program's block (grid: K blocks × rows n) → (acc, offs_k, mask_k, n, pid_k).
+
+        ``acc`` = float32 ``hidden[n] . weight[ids[n, offs_k]]`` (0 where ``~mask_k``).
+        """
         pid_k = tl.program_id(0)
         n = tl.program_id(1)
         offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -81,6 +93,26 @@ def _kernels() -> dict[str, Any]:
                 other=0.0,
             ).to(tl.float32)
             acc += tl.sum(w * x[None, :], axis=1)
+        return acc, offs_k, mask_k, n, pid_k
+
+    @triton.jit
+    def _gather_project_kernel(
+        w_ptr,
+        ids_ptr,
+        h_ptr,
+        out_ptr,
+        K,
+        H,
+        stride_wv,
+        stride_idn,
+        stride_hn,
+        stride_on,
+        BLOCK_K: tl.constexpr,
+        BLOCK_H: tl.constexpr,
+    ):
+        acc, offs_k, mask_k, n, pid_k = _gather_dot_block(
+            w_ptr, ids_ptr, h_ptr, K, H, stride_wv, stride_idn, stride_hn, BLOCK_K, BLOCK_H
+        )
         tl.store(out_ptr + n * stride_on + offs_k, acc, mask=mask_k)
 
     @triton.jit
@@ -99,22 +131,9 @@ def _kernels() -> dict[str, Any]:
         BLOCK_K: tl.constexpr,
         BLOCK_H: tl.constexpr,
     ):
-        pid_k = tl.program_id(0)
-        n = tl.program_id(1)
-        offs_k = pid_k * BLOCK_K + tl.arange(0, BLOCK_K)
-        mask_k = offs_k < K
-        rows = tl.load(ids_ptr + n * stride_idn + offs_k, mask=mask_k, other=0).to(tl.int64)
-        acc = tl.zeros((BLOCK_K,), dtype=tl.float32)
-        for h0 in range(0, H, BLOCK_H):
-            offs_h = h0 + tl.arange(0, BLOCK_H)
-            mask_h = offs_h < H
-            x = tl.load(h_ptr + n * stride_hn + offs_h, mask=mask_h, other=0.0).to(tl.float32)
-            w = tl.load(
-                w_ptr + rows[:, None] * stride_wv + offs_h[None, :],
-                mask=mask_k[:, None] & mask_h[None, :],
-                other=0.0,
-            ).to(tl.float32)
-            acc += tl.sum(w * x[None, :], axis=1)
+        acc, offs_k, mask_k, n, pid_k = _gather_dot_block(
+            w_ptr, ids_ptr, h_ptr, K, H, stride_wv, stride_idn, stride_hn, BLOCK_K, BLOCK_H
+        )
         acc = tl.where(mask_k, acc, float("-inf"))
         best = tl.max(acc, axis=0)
         # first position holding the block maximum (torch.argmax tie rule)
@@ -132,6 +151,11 @@ def _kernels() -> dict[str, Any]:
 def _check(weight: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor) -> None:
     if not triton_available():
         raise ValueError("the Triton head needs CUDA and an importable triton package")
+    if not (weight.is_cuda and ids.is_cuda and hidden.is_cuda):
+        raise ValueError("weight, ids and hidden must all be CUDA tensors")
+
+
+def _check_shapes(weight: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor) -> None:
     if weight.dim() != 2 or ids.dim() != 2 or hidden.dim() != 2:
         raise ValueError(
             f"expected weight [V, H], ids [N, K], hidden [N, H]; got "
@@ -141,8 +165,6 @@ def _check(weight: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor) -> Non
         raise ValueError(
             f"shape mismatch: weight {tuple(weight.shape)}, ids {tuple(ids.shape)}, hidden {tuple(hidden.shape)}"
         )
-    if not (weight.is_cuda and ids.is_cuda and hidden.is_cuda):
-        raise ValueError("weight, ids and hidden must all be CUDA tensors")
     if weight.stride(1) != 1:
         raise ValueError("weight rows must be contiguous (stride(1) == 1)")
 
@@ -150,6 +172,19 @@ def _check(weight: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor) -> Non
 def triton_gather_project(weight: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     """``[N, K]`` float32 logits of the rows ``ids`` ``[N, K]`` of ``weight`` ``[V, H]`` against ``hidden`` ``[N, H]``."""
     _check(weight, ids, hidden)
+    return _launch_project(weight, ids, hidden)
+
+
+def triton_gather_project_argmax(weight: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """Token ids ``[N]``: ``ids[n, argmax_k hidden[n] . weight[ids[n, k]]]`` without materialising the logits."""
+    _check(weight, ids, hidden)
+    return _launch_argmax(weight, ids, hidden)
+
+
+# The launchers below skip the CUDA check: under TRITON_INTERPRET=1 the tests run
+# them on CPU tensors (tests/test_triton_interpret.py).
+def _launch_project(weight: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    _check_shapes(weight, ids, hidden)
     k = _kernels()
     n, kk = ids.shape
     ids = ids.contiguous()
@@ -173,9 +208,8 @@ def triton_gather_project(weight: torch.Tensor, ids: torch.Tensor, hidden: torch
     return out
 
 
-def triton_gather_project_argmax(weight: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-    """Token ids ``[N]``: ``ids[n, argmax_k hidden[n] . weight[ids[n, k]]]`` without materialising the logits."""
-    _check(weight, ids, hidden)
+def _launch_argmax(weight: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    _check_shapes(weight, ids, hidden)
     k = _kernels()
     n, kk = ids.shape
     ids = ids.contiguous()

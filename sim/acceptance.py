@@ -11,6 +11,20 @@ Three models, one interface (:class:`AcceptanceModel`):
   per-position match flags of the draft teacher-forced on the target's output
   (greedy; replay is exact for any γ) or per-position acceptance
   probabilities Σ min(p, q) (sampling).
+* :class:`RunTraceAcceptance` — per position of a greedy generation, how many
+  tokens the draft proposes there and how many of them the target accepts.
+  Replay is exact for any γ ≤ ``gamma_max`` and for drafts that may propose
+  fewer than γ tokens or none (n-gram / prompt lookup).
+* :class:`ProposalAcceptance` — a parametric model plus the probability that
+  the draft proposes anything at all in a round (a lookup draft with no match
+  proposes nothing, and its round costs a 1-token verify).
+
+Models that can propose fewer than γ tokens also implement
+``drafted_probs(gamma)`` (P(drafted = 0..γ)) and
+``sample_round(gamma, rng) -> (drafted, accepted)``; the module functions
+:func:`drafted_distribution` and :func:`sample_round` give every model those
+(all mass at γ for the others), and the cost side uses them so a round that
+drafts ``d`` tokens is charged ``d`` draft steps and a ``d + 1``-token verify.
 
 All expectations are closed forms; ``sample_accepted`` draws from the model
 with an explicit ``numpy.random.Generator`` so every simulation is seeded.
@@ -263,6 +277,178 @@ class TraceAcceptance:
         }
 
 
+def drafted_distribution(model: AcceptanceModel, gamma: int) -> np.ndarray:
+    """P(drafted = d) for d = 0..γ, shape ``[γ + 1]`` (all mass at γ unless the model says otherwise)."""
+    gamma = _check_gamma(gamma)
+    fn = getattr(model, "drafted_probs", None)
+    if fn is not None:
+        return np.asarray(fn(gamma), dtype=float)
+    out = np.zeros(gamma + 1)
+    out[gamma] = 1.0
+    return out
+
+
+def sample_round(model: AcceptanceModel, gamma: int, rng: np.random.Generator) -> tuple[int, int]:
+    """Draw (drafted, accepted) for one round at draft length γ."""
+    gamma = _check_gamma(gamma)
+    fn = getattr(model, "sample_round", None)
+    if fn is not None:
+        d, a = fn(gamma, rng)
+        return int(d), int(a)
+    return gamma, int(model.sample_accepted(gamma, rng))
+
+
+@dataclass(frozen=True)
+class ProposalAcceptance:
+    """``inner`` acceptance in rounds where the draft proposes; none proposed with probability 1 − ``p_propose``.
+
+    For lookup drafts (prompt lookup / n-gram): when the last tokens have no
+    earlier match the draft proposes nothing and the round is a plain 1-token
+    target step. A round that proposes drafts γ tokens.
+    """
+
+    p_propose: float
+    inner: AcceptanceModel
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "p_propose", _check_alpha("p_propose", self.p_propose))
+
+    def drafted_probs(self, gamma: int) -> np.ndarray:
+        gamma = _check_gamma(gamma)
+        out = np.zeros(gamma + 1)
+        out[0] += 1.0 - self.p_propose
+        out[gamma] += self.p_propose
+        return out
+
+    def prefix_accept_probs(self, gamma: int) -> np.ndarray:
+        return self.p_propose * self.inner.prefix_accept_probs(gamma)
+
+    def expected_tokens(self, gamma: int) -> float:
+        return float(1.0 - self.p_propose + self.p_propose * self.inner.expected_tokens(gamma))
+
+    def sample_round(self, gamma: int, rng: np.random.Generator) -> tuple[int, int]:
+        gamma = _check_gamma(gamma)
+        if rng.random() >= self.p_propose:
+            return 0, 0
+        return gamma, int(self.inner.sample_accepted(gamma, rng))
+
+    def sample_accepted(self, gamma: int, rng: np.random.Generator) -> int:
+        return self.sample_round(gamma, rng)[1]
+
+    def describe(self) -> dict:
+        return {"kind": "proposal", "p_propose": self.p_propose, "inner": self.inner.describe()}
+
+
+@dataclass(frozen=True)
+class RunTraceAcceptance:
+    """Greedy proposal runs measured per position of a generation (``traces.csv`` ``proposed``/``accept_run``).
+
+    ``sequences`` holds, per generated sequence, two integer arrays of equal
+    length: ``proposed[t]`` — how many tokens the draft proposes when a round
+    starts with ``t`` tokens generated (asked for ``gamma_max``) — and
+    ``run[t]`` — how many of those match the target's own continuation, in a
+    row. Drafts propose prefixes (asked for γ < ``gamma_max`` they propose the
+    first γ of the same tokens), so replaying a round of length γ from ``t``
+    drafts ``d = min(proposed[t], γ)`` tokens, accepts ``min(run[t], d)`` and
+    moves on by accepted + 1 — exactly what greedy speculative decoding does.
+    As ``measure`` does, replay starts after the prefill token (t = 1) and
+    caps γ so a round never drafts past the end of the sequence.
+    """
+
+    sequences: tuple[tuple[np.ndarray, np.ndarray], ...]
+    gamma_max: int
+    source: str = "run_trace"
+    _cache: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        gmax = _check_gamma(self.gamma_max)
+        seqs = []
+        for pr in self.sequences:
+            proposed, run = (np.asarray(x) for x in pr)
+            if proposed.shape != run.shape or proposed.ndim != 1:
+                raise ValueError("proposed and run must be 1-D arrays of the same length")
+            if proposed.size == 0:
+                continue
+            if np.any(np.isnan(proposed.astype(float))) or np.any(np.isnan(run.astype(float))):
+                raise ValueError("proposed/run entries must be integers, got NaN")
+            proposed, run = proposed.astype(int), run.astype(int)
+            if np.any(proposed < 0) or np.any(proposed > gmax) or np.any(run < 0) or np.any(run > proposed):
+                raise ValueError(f"need 0 <= run <= proposed <= gamma_max={gmax} at every position")
+            seqs.append((proposed, run))
+        if not seqs:
+            raise ValueError("run-trace acceptance needs at least one non-empty sequence")
+        object.__setattr__(self, "sequences", tuple(seqs))
+        object.__setattr__(self, "gamma_max", gmax)
+
+    def _check(self, gamma: int) -> int:
+        gamma = _check_gamma(gamma)
+        if gamma > self.gamma_max:
+            raise ValueError(f"this trace was recorded up to gamma={self.gamma_max}; cannot replay gamma={gamma}")
+        return gamma
+
+    def replay(self, gamma: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every round of every sequence at draft length γ: (start position, drafted, accepted)."""
+        gamma = self._check(gamma)
+        key = ("replay", gamma)
+        if key not in self._cache:
+            starts, drafted, accepted = [], [], []
+            for proposed, run in self.sequences:
+                n = proposed.size
+                t = 1
+                while t < n:
+                    d = min(int(proposed[t]), gamma, n - t - 1)
+                    a = min(int(run[t]), d)
+                    starts.append(t)
+                    drafted.append(d)
+                    accepted.append(a)
+                    t += a + 1
+            if not starts:
+                raise ValueError("run trace too short to replay a single round")
+            self._cache[key] = (np.asarray(starts), np.asarray(drafted), np.asarray(accepted))
+        return self._cache[key]
+
+    def drafted_probs(self, gamma: int) -> np.ndarray:
+        _, d, _ = self.replay(gamma)
+        return np.bincount(d, minlength=gamma + 1)[: gamma + 1] / d.size
+
+    def prefix_accept_probs(self, gamma: int) -> np.ndarray:
+        """P(accepted ≥ j) over the replayed rounds, j = 1..γ."""
+        _, _, a = self.replay(gamma)
+        return np.array([(a >= j).mean() for j in range(1, gamma + 1)])
+
+    def expected_tokens(self, gamma: int) -> float:
+        _, _, a = self.replay(gamma)
+        return float(a.mean() + 1.0)
+
+    def sample_round(self, gamma: int, rng: np.random.Generator) -> tuple[int, int]:
+        """A round drawn uniformly from the replayed rounds."""
+        _, d, a = self.replay(gamma)
+        i = int(rng.integers(d.size))
+        return int(d[i]), int(a[i])
+
+    def sample_accepted(self, gamma: int, rng: np.random.Generator) -> int:
+        return self.sample_round(gamma, rng)[1]
+
+    def describe(self) -> dict:
+        prop = np.concatenate([p for p, _ in self.sequences])
+        run = np.concatenate([r for _, r in self.sequences])
+        return {
+            "kind": "run_trace",
+            "source": self.source,
+            "gamma_max": self.gamma_max,
+            "sequences": len(self.sequences),
+            "positions": int(prop.size),
+            "share_proposing": float((prop > 0).mean()),
+            "mean_run": float(run.mean()),
+        }
+
+    def to_dict(self) -> dict:
+        """:meth:`describe` plus the sequences themselves (what :func:`acceptance_from_dict` reads back)."""
+        return {**self.describe(),
+                "proposed": [p.tolist() for p, _ in self.sequences],
+                "run": [r.tolist() for _, r in self.sequences]}
+
+
 def implied_alpha_from_tau(tau: float, gamma: int) -> float:
     """The i.i.d. α whose expected tokens per round at ``gamma`` equals ``tau``.
 
@@ -284,11 +470,24 @@ def implied_alpha_from_tau(tau: float, gamma: int) -> float:
     return float(brentq(lambda a: float(expected_tokens_iid(a, gamma)) - tau, 0.0, 1.0, xtol=1e-12))
 
 
+ACCEPTANCE_KINDS = ("iid", "per_position", "proposal", "run_trace")
+
+
 def acceptance_from_dict(d: dict) -> AcceptanceModel:
-    """Rebuild a model from :meth:`describe`-style dicts (``iid`` or ``per_position``)."""
+    """Rebuild a model from :meth:`describe`-style dicts (``to_dict`` for ``run_trace``)."""
     kind = d.get("kind")
-    if kind == "iid":
-        return IIDAcceptance(float(d["alpha"]))
-    if kind == "per_position":
-        return PerPositionAcceptance(tuple(float(a) for a in d["alphas"]))
-    raise ValueError(f"unknown acceptance model kind {kind!r}; valid: 'iid', 'per_position'")
+    try:
+        if kind == "iid":
+            return IIDAcceptance(float(d["alpha"]))
+        if kind == "per_position":
+            return PerPositionAcceptance(tuple(float(a) for a in d["alphas"]))
+        if kind == "proposal":
+            return ProposalAcceptance(float(d["p_propose"]), acceptance_from_dict(d["inner"]))
+        if kind == "run_trace":
+            if len(d["proposed"]) != len(d["run"]):
+                raise ValueError("run_trace needs as many 'run' as 'proposed' sequences")
+            seqs = tuple((np.asarray(p, dtype=int), np.asarray(r, dtype=int)) for p, r in zip(d["proposed"], d["run"]))
+            return RunTraceAcceptance(seqs, int(d["gamma_max"]), source=str(d.get("source", "run_trace")))
+    except KeyError as exc:
+        raise ValueError(f"acceptance model of kind {kind!r} lacks the field {exc.args[0]!r}") from None
+    raise ValueError(f"unknown acceptance model kind {kind!r}; valid: {', '.join(map(repr, ACCEPTANCE_KINDS))}")

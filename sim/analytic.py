@@ -2,8 +2,13 @@
 
 Speedup of one request, decoding ``N`` tokens at a representative context:
 
-    speedup(γ) = E[tokens per round](γ) × t_target_step / t_round(γ)
-    t_round(γ) = γ · t_draft_step + t_verify(γ + 1) + t_overhead(γ)
+    speedup(γ) = E[tokens per round](γ) × t_target_step / E[t_round](γ)
+    t_round(d) = d · t_draft_step + t_verify(d + 1) + t_overhead(d)
+
+where ``d`` is the number of tokens drafted in the round: γ, except for
+acceptance models whose draft may propose fewer (lookup drafts; see
+``sim.acceptance.drafted_distribution``), for which the expectation runs over
+``d``. Ratio of expectations = long-run tokens per unit time (renewal-reward).
 
 With ``t_verify = t_target_step``, ``t_draft_step = c · t_target_step`` and no
 overhead this is exactly Leviathan et al. Theorem 3.8:
@@ -18,7 +23,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy.optimize import brentq
 
-from sim.acceptance import AcceptanceModel, IIDAcceptance, _check_gamma, expected_tokens_iid
+from sim.acceptance import AcceptanceModel, IIDAcceptance, _check_gamma, drafted_distribution, expected_tokens_iid
 from sim.cost import CostModel, LeviathanCost, round_time_ms
 
 
@@ -85,11 +90,13 @@ def predict_row(
     """Closed-form prediction for one request at draft length ``gamma``."""
     gamma = _check_gamma(gamma)
     tokens = acceptance.expected_tokens(gamma)
-    draft = gamma * cost.draft_step_ms(context_tokens, batch)
-    verify = cost.verify_ms(gamma + 1, context_tokens, batch)
-    overhead = cost.round_overhead_ms(gamma)
+    probs = drafted_distribution(acceptance, gamma)  # P(drafted = d), d = 0..γ
+    ds = [d for d in range(gamma + 1) if probs[d] > 0]
+    draft = sum(probs[d] * d * cost.draft_step_ms(context_tokens, batch) for d in ds)
+    verify = sum(probs[d] * cost.verify_ms(d + 1, context_tokens, batch) for d in ds)
+    overhead = sum(probs[d] * cost.round_overhead_ms(d) for d in ds)
     rt = draft + verify + overhead
-    assert math.isclose(rt, round_time_ms(cost, gamma, context_tokens, batch), rel_tol=1e-9)
+    assert math.isclose(rt, sum(probs[d] * round_time_ms(cost, d, context_tokens, batch) for d in ds), rel_tol=1e-9)
     base = cost.target_step_ms(context_tokens, batch)
     spec_per_tok = rt / tokens
     return PredictionRow(

@@ -164,6 +164,9 @@ class TabulatedCost:
       is extrapolated from the last two points.
     * ``target_context_ms_per_token``: added per token of context beyond the
       reference (may be negative for ``context < reference``).
+      ``context_ms_per_token_by_tokens`` (optional) gives that slope per ``n``
+      instead (interpolated between tabulated ``n``, the last one beyond): a
+      forward's context cost need not be the same for 1 and for 8 tokens.
     * ``draft_step_ms`` at the reference context, plus ``draft_context_ms_per_token``.
     * ``round_overhead_ms`` + ``overhead_per_draft_token_ms`` × γ per round.
     * ``batch_exponent``: forward time × batch**exponent (0 = batching is free,
@@ -179,8 +182,14 @@ class TabulatedCost:
     overhead_per_draft_token_ms: float = 0.0
     batch_exponent: float = 0.0
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    context_ms_per_token_by_tokens: Mapping[int, float] | None = None
 
     def __post_init__(self) -> None:
+        if self.context_ms_per_token_by_tokens is not None:
+            slopes = {int(k): float(v) for k, v in dict(self.context_ms_per_token_by_tokens).items()}
+            if not slopes or min(slopes) < 1:
+                raise ValueError("context_ms_per_token_by_tokens needs token counts >= 1")
+            object.__setattr__(self, "context_ms_per_token_by_tokens", dict(sorted(slopes.items())))
         table = {int(k): float(v) for k, v in dict(self.verify_ms_by_tokens).items()}
         if 1 not in table:
             raise ValueError("verify_ms_by_tokens must include n=1 (the baseline target step)")
@@ -220,8 +229,16 @@ class TabulatedCost:
         )
         return max(base, 1e-6) * self._batch_factor(batch)
 
+    def context_slope(self, n_tokens: int) -> float:
+        """ms per token of context for an ``n_tokens`` forward."""
+        if self.context_ms_per_token_by_tokens is None:
+            return self.target_context_ms_per_token
+        ns = np.fromiter(self.context_ms_per_token_by_tokens.keys(), dtype=float)
+        ss = np.fromiter(self.context_ms_per_token_by_tokens.values(), dtype=float)
+        return float(np.interp(n_tokens, ns, ss))
+
     def verify_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
-        base = self._verify_ref_ms(n_tokens) + self.target_context_ms_per_token * (
+        base = self._verify_ref_ms(n_tokens) + self.context_slope(n_tokens) * (
             context_tokens - self.reference_context_tokens
         )
         return max(base, 1e-6) * self._batch_factor(batch)
@@ -232,6 +249,10 @@ class TabulatedCost:
     def describe(self) -> dict:
         d = asdict(self)
         d["verify_ms_by_tokens"] = {str(k): v for k, v in self.verify_ms_by_tokens.items()}
+        if self.context_ms_per_token_by_tokens is None:
+            d.pop("context_ms_per_token_by_tokens")
+        else:
+            d["context_ms_per_token_by_tokens"] = {str(k): v for k, v in self.context_ms_per_token_by_tokens.items()}
         d["metadata"] = dict(self.metadata)
         return {"kind": "tabulated", "schema_version": COST_MODEL_SCHEMA_VERSION, **d}
 
@@ -247,6 +268,9 @@ def cost_model_from_dict(d: Mapping[str, Any]) -> CostModel:
     if kind == "tabulated":
         fields = {k: v for k, v in d.items() if k not in ("kind", "schema_version")}
         fields["verify_ms_by_tokens"] = {int(k): float(v) for k, v in fields["verify_ms_by_tokens"].items()}
+        if fields.get("context_ms_per_token_by_tokens") is not None:
+            fields["context_ms_per_token_by_tokens"] = {
+                int(k): float(v) for k, v in fields["context_ms_per_token_by_tokens"].items()}
         try:
             return TabulatedCost(**fields)
         except TypeError as exc:

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import simpy
 
-from sim.acceptance import AcceptanceModel, _check_gamma
+from sim.acceptance import AcceptanceModel, _check_gamma, sample_round
 from sim.cost import CostModel
 from sim.policies import GammaPolicy, make_policy
 
@@ -91,26 +91,28 @@ def simulate_request(
         ctx = float(context_tokens)
         while totals["produced"] < n_tokens:
             gamma = pol.gamma
+            # what the round drafts (a lookup draft may propose fewer than γ) and accepts
+            drafted, accepted = sample_round(acceptance, gamma, rng)
             with gpu.request() as slot:
                 yield slot
-                for i in range(gamma):
+                for i in range(drafted):
                     t = cost.draft_step_ms(ctx + i)
                     totals["draft_ms"] += t
                     yield env.timeout(t)
-                t = cost.verify_ms(gamma + 1, ctx)
+                t = cost.verify_ms(drafted + 1, ctx)
                 totals["verify_ms"] += t
                 yield env.timeout(t)
-                t = cost.round_overhead_ms(gamma)
+                t = cost.round_overhead_ms(drafted)
                 if t > 0:
                     totals["overhead_ms"] += t
                     yield env.timeout(t)
-            accepted = acceptance.sample_accepted(gamma, rng)
             totals["rounds"] += 1
-            totals["drafted"] += gamma
+            totals["drafted"] += drafted
             totals["accepted"] += accepted
             totals["produced"] += accepted + 1
             ctx += accepted + 1
-            pol.update(gamma, accepted)
+            if drafted:
+                pol.update(drafted, accepted)
 
     env.process(request())
     env.run()
@@ -257,19 +259,21 @@ def simulate_serving(
                 r["policy"] = make_policy(spec)
         b = len(running)
         ctx = float(np.mean([r["ctx"] for r in running]))
-        gammas = [r["policy"].gamma for r in running]
-        g_max = max(gammas)
+        # each request's round: how many tokens its draft proposes and how many are accepted;
+        # the batch drafts and verifies as many positions as its longest proposal
+        rounds = [sample_round(acceptance, r["policy"].gamma, accept_rng) for r in running]
+        g_max = max(d for d, _ in rounds)
         for i in range(g_max):
             yield env.timeout(cost.draft_step_ms(ctx + i, b))
         yield env.timeout(cost.verify_ms(g_max + 1, ctx, b))
         ov = cost.round_overhead_ms(g_max)
         if ov > 0:
             yield env.timeout(ov)
-        for r, g in zip(running, gammas):
-            acc = acceptance.sample_accepted(g, accept_rng)
+        for r, (d, acc) in zip(running, rounds):
             r["produced"] += acc + 1
             r["ctx"] += acc + 1
-            r["policy"].update(g, acc)
+            if d:
+                r["policy"].update(d, acc)
 
     def base_iteration(env: simpy.Environment, running: list[dict]) -> simpy.events.ProcessGenerator:
         ctx = float(np.mean([r["ctx"] for r in running]))

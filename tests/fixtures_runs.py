@@ -7,7 +7,11 @@ a seeded generator, and writes every table through
 writes, and a calibration can be checked against the parameters that made
 them. Greedy decoding: each (draft, domain, prompt) gets one 0/1 match-flag
 trace (i.i.d. Bernoulli(α)); rounds at every γ replay that same trace, as
-real greedy speculative decoding does.
+real greedy speculative decoding does (first round after the prefill token,
+γ capped at the tokens still to generate — as ``measure`` does). A draft
+named in ``SyntheticTruth.propose_prob`` behaves like a lookup draft: at each
+position it proposes (up to 16 tokens) only with that probability, else
+nothing, and a round that proposes nothing is a 1-token verify.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ class SyntheticTruth:
                                  ("tiny", "code"): 0.6, ("tiny", "chat"): 0.5}
     )
     head_k_alpha: Mapping[int, float] = field(default_factory=lambda: {1024: 0.55, 4096: 0.68, 16384: 0.75})
+    propose_prob: Mapping[str, float] = field(default_factory=dict)  # lookup-style drafts
     noise_rel: float = 0.03
 
     def verify_ms(self, n: int, ctx: float) -> float:
@@ -54,6 +59,22 @@ class SyntheticTruth:
         if head_k is not None:
             return self.head_k_alpha[head_k]
         return self.alpha[(draft, domain)]
+
+
+TRACE_GAMMA_MAX = 16
+
+
+def proposal_runs(flags: np.ndarray, proposes: np.ndarray, n: int) -> tuple[list[int], list[int]]:
+    """(proposed, run) per position, as ``measure.decoding.proposal_runs`` records them."""
+    proposed, runs = [], []
+    for t in range(n):
+        k = min(TRACE_GAMMA_MAX, n - t) if proposes[t] else 0
+        r = 0
+        while r < k and flags[t + r]:
+            r += 1
+        proposed.append(int(k))
+        runs.append(int(r))
+    return proposed, runs
 
 
 def make_run(
@@ -120,7 +141,9 @@ def make_run(
     for d, dom, k in configs:
         a = truth.alpha_of(d, dom, k)
         for p in range(prompts_per_domain):
-            traces[(d, dom, k, p)] = (rng.random(max_new_tokens + 20) < a).astype(int)
+            flags = (rng.random(max_new_tokens + 20) < a).astype(int)
+            proposes = (rng.random(max_new_tokens) < truth.propose_prob.get(d, 1.0)).astype(int)
+            traces[(d, dom, k, p)] = (flags, *proposal_runs(flags, proposes, max_new_tokens))
 
     best = None
     for d, dom, k in configs:
@@ -131,9 +154,10 @@ def make_run(
             for p in range(prompts_per_domain):
                 pid = f"{dom}-{p}"
                 plen = prompt_len[(dom, p)]
-                flags = traces[(d, dom, k, p)]
+                flags, proposed, runs = traces[(d, dom, k, p)]
                 trace_rows += [{"cell_id": cid, "draft": d, "temperature": 0.0, "domain": dom, "prompt_id": pid,
-                                "position": i, "value": int(v)} for i, v in enumerate(flags[:max_new_tokens])]
+                                "position": i, "value": int(v), "proposed": proposed[i], "accept_run": runs[i]}
+                               for i, v in enumerate(flags[:max_new_tokens])]
                 # baseline: prefill (first token) then one target step per token
                 ttft = noisy(truth.prefill_ms_per_token * plen + truth.verify_ms(1, plen))
                 steps = [noisy(truth.verify_ms(1, plen + i)) for i in range(1, max_new_tokens)]
@@ -148,28 +172,28 @@ def make_run(
                 ttft_s = noisy(truth.prefill_ms_per_token * plen + truth.verify_ms(1, plen))
                 lat_rows.append({"cell_id": cid, "prompt_id": pid, "mode": "speculative", "token_index": 0,
                                  "latency_ms": ttft_s})
-                produced, t, rnd, spec_ms = 1, 0, 0, ttft_s
+                produced, rnd, spec_ms = 1, 0, ttft_s
                 while produced < max_new_tokens:
                     ctx = plen + produced
-                    window = flags[t:t + g]
-                    acc = int(np.argmin(window)) if window.min() == 0 else g
-                    dms = sum(noisy(truth.draft_ms(d, ctx + i, k)) for i in range(g))
-                    vms = noisy(truth.verify_ms(g + 1, ctx))
+                    t = produced  # the next token's position; position 0 came from the prefill
+                    dr = min(proposed[t], g, max_new_tokens - produced - 1)
+                    acc = min(runs[t], dr)
+                    dms = sum(noisy(truth.draft_ms(d, ctx + i, k)) for i in range(dr))
+                    vms = noisy(truth.verify_ms(dr + 1, ctx))
                     oms = noisy(truth.overhead_ms)
                     round_rows.append({"cell_id": cid, "prompt_id": pid, "round": rnd, "gamma": g,
-                                       "context_tokens": ctx, "drafted": g, "accepted": acc,
+                                       "context_tokens": ctx, "drafted": dr, "accepted": acc,
                                        "draft_ms": dms, "verify_ms": vms, "overhead_ms": oms})
-                    emitted = min(acc + 1, max_new_tokens - produced)
+                    emitted = acc + 1
                     rt = dms + vms + oms
                     lat_rows += [{"cell_id": cid, "prompt_id": pid, "mode": "speculative",
                                   "token_index": produced + j, "latency_ms": rt if j == 0 else 0.0}
                                  for j in range(emitted)]
                     spec_ms += rt
                     produced += emitted
-                    t += acc + 1
                     rnd += 1
                     tot["acc"] += acc
-                    tot["drafted"] += g
+                    tot["drafted"] += dr
                 gen_rows.append({"cell_id": cid, "prompt_id": pid, "domain": dom, "mode": "speculative",
                                  "prompt_tokens": plen, "new_tokens": max_new_tokens, "wall_s": spec_ms / 1e3,
                                  "tokens_per_s": max_new_tokens / (spec_ms / 1e3), "ttft_ms": ttft_s,

@@ -95,3 +95,75 @@ def test_bad_inputs():
 def test_dict_roundtrip():
     for m in (IIDAcceptance(0.4), PerPositionAcceptance((0.9, 0.8))):
         assert acceptance_from_dict(m.describe()) == m
+
+
+# -- drafts that may propose fewer than γ tokens ---------------------------------------------
+
+def test_run_trace_replay_by_hand():
+    from sim.acceptance import RunTraceAcceptance
+
+    # position:  0  1  2  3  4  5  6  7  8  9
+    proposed = [4, 0, 3, 4, 4, 2, 0, 4, 3, 1]
+    run = [2, 0, 3, 1, 0, 2, 0, 2, 0, 0]
+    m = RunTraceAcceptance(((np.array(proposed), np.array(run)),), gamma_max=4)
+    # γ=2 from t=1: t1 d0 a0 -> t2 d2 a2 -> t5 d2 a2 -> t8 d1 (cap 10-8-1) a0 -> t9 d0 (cap) a0
+    starts, d, a = m.replay(2)
+    assert starts.tolist() == [1, 2, 5, 8, 9]
+    assert d.tolist() == [0, 2, 2, 1, 0]
+    assert a.tolist() == [0, 2, 2, 0, 0]
+    assert m.expected_tokens(2) == pytest.approx((1 + 3 + 3 + 1 + 1) / 5)
+    assert m.drafted_probs(2).tolist() == pytest.approx([2 / 5, 1 / 5, 2 / 5])
+    assert m.prefix_accept_probs(2).tolist() == pytest.approx([2 / 5, 2 / 5])
+    # γ=4 from t=1: t1 d0 -> t2 d3 a3 -> t6 d0 -> t7 d2 (cap 10-7-1) a2 -> t? 10 stop
+    starts, d, a = m.replay(4)
+    assert starts.tolist() == [1, 2, 6, 7] and d.tolist() == [0, 3, 0, 2] and a.tolist() == [0, 3, 0, 2]
+    with pytest.raises(ValueError, match="gamma=5"):
+        m.replay(5)
+    back = acceptance_from_dict(m.to_dict())
+    assert back.replay(4)[2].tolist() == a.tolist() and back.replay(2)[1].tolist() == [0, 2, 2, 1, 0]
+    rng = np.random.default_rng(0)
+    draws = [m.sample_round(4, rng) for _ in range(4000)]
+    assert np.mean([x for _, x in draws]) == pytest.approx(a.mean(), abs=0.08)
+
+
+@pytest.mark.parametrize("bad", [
+    (([1, 2], [1]),),  # lengths differ
+    (([2, 1], [3, 0]),),  # run > proposed
+    (([20, 1], [0, 0]),),  # proposed > gamma_max
+])
+def test_run_trace_rejects_bad_input(bad):
+    from sim.acceptance import RunTraceAcceptance
+
+    with pytest.raises(ValueError):
+        RunTraceAcceptance(tuple((np.array(p), np.array(r)) for p, r in bad), gamma_max=16)
+
+
+@given(st.floats(0.0, 1.0), alphas, gammas)
+def test_proposal_mixture_expectations(p, a, g):
+    from sim.acceptance import ProposalAcceptance, drafted_distribution
+
+    m = ProposalAcceptance(p, IIDAcceptance(a))
+    assert m.expected_tokens(g) == pytest.approx(1 - p + p * float(expected_tokens_iid(a, g)))
+    probs = drafted_distribution(m, g)
+    assert probs.sum() == pytest.approx(1.0) and probs[0] == pytest.approx(1 - p) and probs[g] == pytest.approx(p)
+    assert drafted_distribution(IIDAcceptance(a), g).tolist() == [0.0] * g + [1.0]
+    assert acceptance_from_dict(m.describe()).expected_tokens(g) == pytest.approx(m.expected_tokens(g))
+
+
+def test_proposal_mixture_sampling_is_seeded_and_unbiased():
+    from sim.acceptance import ProposalAcceptance, sample_round
+
+    m = ProposalAcceptance(0.6, PerPositionAcceptance((0.9, 0.7, 0.5)))
+    draw = lambda seed: [sample_round(m, 4, np.random.default_rng(seed)) for _ in range(3)]  # noqa: E731
+    assert draw(7) == draw(7)
+    rng = np.random.default_rng(1)
+    rounds = [sample_round(m, 4, rng) for _ in range(20000)]
+    assert np.mean([d == 0 for d, _ in rounds]) == pytest.approx(0.4, abs=0.015)
+    assert np.mean([a + 1 for _, a in rounds]) == pytest.approx(m.expected_tokens(4), abs=0.03)
+
+
+def test_unknown_acceptance_kind_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="run_trace"):
+        acceptance_from_dict({"kind": "bogus"})
+    with pytest.raises(ValueError, match="lacks the field 'inner'"):
+        acceptance_from_dict({"kind": "proposal", "p_propose": 0.5})

@@ -74,3 +74,19 @@ def test_bad_inputs():
         simulate_request(IIDAcceptance(0.5), LeviathanCost(0.1), "greedy:2", 10)
     with pytest.raises(ValueError, match="arrival rate"):
         simulate_serving(IIDAcceptance(0.5), LeviathanCost(0.1), "fixed:2", arrival_rate_per_s=0)
+
+
+def test_lookup_draft_that_proposes_nothing_converges_and_is_charged_a_one_token_verify():
+    """A round that drafts nothing costs verify(1) only; closed form and event sim agree on the mixture."""
+    from sim.acceptance import ProposalAcceptance
+    from sim.cost import TabulatedCost
+
+    cost = TabulatedCost(verify_ms_by_tokens={1: 50.0, 2: 90.0, 3: 100.0, 4: 70.0, 5: 65.0}, draft_step_ms_ref=0.05,
+                         round_overhead_ms_base=0.4)
+    acc = ProposalAcceptance(0.45, IIDAcceptance(0.8))
+    row = predict_row(acc, cost, 4)
+    expected_rt = 0.55 * (50.0 + 0.4) + 0.45 * (4 * 0.05 + 65.0 + 0.4)
+    assert row.round_time_ms == pytest.approx(expected_rt)
+    sim = simulate_request(acc, cost, "fixed:4", 100_000, seed=2)
+    assert abs(sim.speedup / row.speedup - 1) < 0.01
+    assert sim.drafted < 4 * sim.rounds  # rounds without a proposal drafted nothing

@@ -316,3 +316,22 @@ def test_pruned_head_on_cuda_triton_equals_torch_backend(head, clusters):
     assert torch.equal(a.greedy(x), b.greedy(x))
     full = PrunedLMHead.clustered(lin, clusters, V, backend="triton")
     torch.testing.assert_close(full(x[:1]), lin(x[:1]), rtol=1e-4, atol=1e-4)
+
+
+@gpu
+def test_triton_argmax_tie_rule_and_strided_weight_on_cuda():
+    # the same cases as the interpreter test (tests/test_triton_interpret.py), on the real GPU code
+    _needs_triton()
+    from measure.triton_head import triton_gather_project, triton_gather_project_argmax
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    w = torch.randn(500, 200, device="cuda", generator=g)[:, :100]  # row stride 200 != H
+    x = torch.randn(3, 100, device="cuda", generator=g).abs()
+    ids = torch.stack([torch.randperm(500, device="cuda", generator=g)[:70] for _ in range(3)])
+    torch.testing.assert_close(triton_gather_project(w, ids, x), torch_gather_project(w, ids, x), rtol=1e-4, atol=1e-3)
+    w = w.clone()
+    for row in range(3):
+        for p in (40, 3, 69):  # equal maxima in blocks 1, 0 and 2: the first position wins
+            w[ids[row, p]] = 10.0
+    assert torch.equal(triton_gather_project_argmax(w, ids, x), ids[:, 3])
+    assert torch.equal(triton_gather_project_argmax(w, ids, torch.zeros_like(x)), ids[:, 0])
