@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from measure.records import per_position_acceptance
+from measure.records import TRACE_GAMMA_MAX, drafted_counts, per_position_acceptance
 from sim.acceptance import (AcceptanceModel, IIDAcceptance, PerPositionAcceptance, ProposalAcceptance,
                             RunTraceAcceptance, TraceAcceptance)
 
@@ -153,8 +153,7 @@ def fit_acceptance(rounds: pd.DataFrame, key: str = "all") -> AcceptanceFit:
     """Fit every acceptance model to ``rounds`` (columns ``gamma, accepted``)."""
     if rounds.empty:
         raise ValueError(f"no rounds to fit acceptance for {key}")
-    drafted = rounds["drafted"] if "drafted" in rounds.columns else rounds["gamma"]
-    p_propose = float((drafted > 0).mean())
+    p_propose = float((drafted_counts(rounds) > 0).mean())
     if p_propose == 0.0:
         raise ValueError(f"no round of {key} drafted a token: nothing to fit acceptance on")
     pp = per_position_acceptance(rounds)
@@ -213,10 +212,6 @@ def interpolate_models(points: list[tuple[float, AcceptanceModel]], x: float) ->
         cond[:, 1:] = np.where(mats[:, :-1] > 0, mats[:, 1:] / mats[:, :-1], 0.0)
     alphas = [float(np.interp(x, xs, cond[:, i])) for i in range(MODEL_POSITIONS)]
     return PerPositionAcceptance(tuple(np.clip(alphas, 0.0, 1.0)))
-
-
-#: γ up to which ``measure`` records proposal runs (``measure.decoding.TRACE_GAMMA_MAX``).
-TRACE_GAMMA_MAX = 16
 
 
 def trace_model(traces: pd.DataFrame) -> TraceAcceptance | RunTraceAcceptance | None:

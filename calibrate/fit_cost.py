@@ -47,6 +47,7 @@ import numpy as np
 import pandas as pd
 from scipy import linalg
 
+from measure.records import drafted_counts
 from sim.cost import TabulatedCost
 
 
@@ -200,12 +201,6 @@ def _ratio_param(name: str, measured: np.ndarray, modelled: np.ndarray) -> Param
     return Param(name, float(r), se, "×")
 
 
-def _drafted(rounds: pd.DataFrame) -> np.ndarray:
-    """Tokens each round drafted (``drafted``; ``gamma`` for records that lack it)."""
-    col = "drafted" if "drafted" in rounds.columns else "gamma"
-    return rounds[col].to_numpy(int)
-
-
 @dataclass(frozen=True)
 class CostFit:
     """The fitted cost model of one draft and how it was obtained."""
@@ -268,10 +263,10 @@ def fit_cost(
                    if any(p.name == "draft_ms_per_context_token" for p in dfit.params) else 0.0)
     elif len(train_rounds):
         notes.append(f"no cost_draft.csv rows for draft {draft!r}: draft step from rounds.csv draft_ms / drafted")
-        dr = train_rounds[_drafted(train_rounds) > 0]
+        dr = train_rounds[drafted_counts(train_rounds) > 0]
         if dr.empty:
             raise ValueError(f"no timing for draft {draft!r}: no cost_draft.csv rows and no round drafted a token")
-        per_step = dr["draft_ms"] / _drafted(dr)
+        per_step = dr["draft_ms"] / drafted_counts(dr)
         x = np.column_stack([np.ones(len(per_step)), dr["context_tokens"].to_numpy(float) - ctx_ref])
         dfit = ols(x, per_step.to_numpy(), ["draft_step_ms", "draft_ms_per_context_token"], ["ms", "ms/token"],
                    "draft_ms/drafted = d + s_draft * (context_tokens - ctx_ref)  [from rounds.csv]")
@@ -298,8 +293,8 @@ def fit_cost(
     if use_in_loop_scales and len(train_rounds):
         # only rounds that drafted something: a round that drafts nothing is one 1-token target
         # step, the entry the baseline scale (below) already covers
-        r = train_rounds[_drafted(train_rounds) > 0]
-        g = _drafted(r)
+        r = train_rounds[drafted_counts(train_rounds) > 0]
+        g = drafted_counts(r)
         ctx = r["context_tokens"].to_numpy(float)
         mod_draft = np.array([sum(base_model.draft_step_ms(c + i) for i in range(gi)) for gi, c in zip(g, ctx)])
         mod_verify = np.array([base_model.verify_ms(gi + 1, c) for gi, c in zip(g, ctx)])

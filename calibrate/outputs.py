@@ -67,6 +67,15 @@ def _cost_file_name(run: str, draft: str, head_k: float | None, several_runs: bo
     return "-".join(parts) + ".json"
 
 
+def _group_file_name(key: str, suffix: str = "") -> str:
+    """``acceptance-<draft>-<domain>-t<temp>[-k<K>]<suffix>.json`` of an acceptance group key."""
+    draft = key.split("|")[0].removeprefix("draft=")
+    dom = key.split("domain=")[1].split("|")[0]
+    temp = key.split("temp=")[1].split("|")[0]
+    hk = key.split("head_k=")[1] if "head_k=" in key else None
+    return f"acceptance-{slug(draft)}-{slug(dom)}-t{slug(temp)}" + (f"-k{hk}" if hk else "") + suffix + ".json"
+
+
 def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
     """Write every file; returns the JSON summary (also the CLI's last line)."""
     out = Path(out)
@@ -112,11 +121,7 @@ def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
             fam_rows.append({"group": key, "family": f.name, "n_params": f.n_params, "loglik": f.loglik,
                              "aic": f.aic, "bic": f.bic, "chosen": f.name == fit.chosen, "params": json.dumps(_clean(f.params))})
         if "(all cells)" not in key:
-            draft = key.split("|")[0].removeprefix("draft=")
-            dom = key.split("domain=")[1].split("|")[0]
-            temp = key.split("temp=")[1].split("|")[0]
-            hk = key.split("head_k=")[1] if "head_k=" in key else None
-            name = f"acceptance-{slug(draft)}-{slug(dom)}-t{slug(temp)}" + (f"-k{hk}" if hk else "") + ".json"
+            name = _group_file_name(key)
             (out / name).write_text(json.dumps(_clean(fit.describe_model()), indent=2) + "\n")
             files["acceptance"][key] = name
     # greedy proposal-run traces per group: exact replay at any γ up to gamma_max in `python -m sim`
@@ -126,10 +131,7 @@ def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
         for key, sub in cells.groupby(cells.apply(_acc_group, axis=1)):
             model = trace_model(tr[tk.isin(set(sub["key"]))])
             if isinstance(model, RunTraceAcceptance):
-                c = sub.iloc[0]
-                hk = "" if c["head_k"] is None or pd.isna(c["head_k"]) else f"-k{int(c['head_k'])}"
-                name = (f"acceptance-{slug(str(c['draft']))}-{slug(str(c['domain']))}-t{slug(f'{c.temperature:g}')}"
-                        f"{hk}-trace.json")
+                name = _group_file_name(key, "-trace")
                 (out / name).write_text(json.dumps(_clean(model.to_dict())) + "\n")
                 files["acceptance"][key + "|trace"] = name
     if pp_rows:

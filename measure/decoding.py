@@ -24,6 +24,7 @@ from typing import Any, Protocol, Sequence
 
 import torch
 
+from measure.records import TRACE_GAMMA_MAX
 from measure.timing import Timer
 
 
@@ -296,10 +297,6 @@ def acceptance_trace(target: Any, draft: Any, tokens: torch.Tensor, prompt_token
     return [float(x) for x in torch.minimum(p, q).sum(-1).tolist()]
 
 
-#: How far ahead :func:`proposal_runs` looks: replay is exact for any γ up to this.
-TRACE_GAMMA_MAX = 16
-
-
 def proposal_runs(draft: Any, tokens: torch.Tensor, prompt_tokens: int, flags: Sequence[float],
                   gamma_max: int = TRACE_GAMMA_MAX) -> tuple[list[int], list[int]]:
     """Greedy: per generated position t, (tokens the draft proposes, how many match in a row).
@@ -315,25 +312,17 @@ def proposal_runs(draft: Any, tokens: torch.Tensor, prompt_tokens: int, flags: S
     seq = tokens[0].tolist()
     gen = seq[prompt_tokens:]
     n = len(gen)
+    lookup = getattr(draft, "lookup", None)
     proposed: list[int] = []
     runs: list[int] = []
-    lookup = getattr(draft, "lookup", None)
     for t in range(n):
-        if lookup is not None:
-            cont = lookup(seq[:prompt_tokens + t], gamma_max)
-        else:
-            cont = None
-        target = gen[t:t + gamma_max]
-        if cont is None:
+        if lookup is None:  # model draft: gamma_max tokens, matching where teacher forcing matched
             k = min(gamma_max, n - t)
-            run = 0
-            while run < k and flags[t + run] > 0.5:
-                run += 1
+            hits = [f > 0.5 for f in flags[t:t + k]]
         else:
+            cont = lookup(seq[:prompt_tokens + t], gamma_max)
             k = min(len(cont), n - t)
-            run = 0
-            while run < k and cont[run] == target[run]:
-                run += 1
-        proposed.append(int(k))
-        runs.append(int(run))
+            hits = [a == b for a, b in zip(cont[:k], gen[t:t + k])]
+        proposed.append(k)
+        runs.append(next((i for i, h in enumerate(hits) if not h), k))
     return proposed, runs

@@ -316,6 +316,16 @@ def load_run(path: str | os.PathLike) -> Run:
 RunReader = load_run
 
 
+#: How far ahead ``traces.csv`` ``proposed``/``accept_run`` look: replay is exact for any γ up to this.
+TRACE_GAMMA_MAX = 16
+
+
+def drafted_counts(rounds) -> "Any":
+    """Tokens each ``rounds`` row drafted: ``drafted``, or ``gamma`` for records that lack it (int array)."""
+    col = "drafted" if "drafted" in rounds.columns else "gamma"
+    return rounds[col].to_numpy(int)
+
+
 def per_position_acceptance(rounds) -> "Any":
     """α_i with counts from a ``rounds`` DataFrame (columns ``drafted`` or ``gamma``, ``accepted``).
 
@@ -329,9 +339,9 @@ def per_position_acceptance(rounds) -> "Any":
 
     out = []
     if len(rounds):
-        col = "drafted" if "drafted" in rounds.columns else "gamma"
-        g_max = int(rounds[col].max())
-        acc, gam = rounds["accepted"].astype(int), rounds[col].astype(int)
+        gam = drafted_counts(rounds)
+        g_max = int(gam.max())
+        acc = rounds["accepted"].to_numpy(int)
         for i in range(1, g_max + 1):
             reached = (acc >= i - 1) & (gam >= i)
             n = int(reached.sum())

@@ -20,8 +20,8 @@ from typing import Any, Callable
 import torch
 
 from measure import records
-from measure.decoding import (acceptance_trace, proposal_runs, autoregressive_generate, crop_cache, forward_logits,
-                              new_cache, speculative_generate)
+from measure.decoding import (acceptance_trace, autoregressive_generate, crop_cache, forward_logits, new_cache,
+                              proposal_runs, speculative_generate)
 from measure.drafts import NGramDraft, draft_kind, make_draft
 from measure.models import LoadedModel, load_model, resolve_device, resolve_dtype
 from measure.prompts import DOMAINS, encode_prompt, load_prompts

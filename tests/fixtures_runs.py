@@ -22,7 +22,7 @@ from typing import Mapping
 
 import numpy as np
 
-from measure.records import RunWriter, cell_id
+from measure.records import TRACE_GAMMA_MAX, RunWriter, cell_id
 
 
 @dataclass(frozen=True)
@@ -59,9 +59,6 @@ class SyntheticTruth:
         if head_k is not None:
             return self.head_k_alpha[head_k]
         return self.alpha[(draft, domain)]
-
-
-TRACE_GAMMA_MAX = 16
 
 
 def proposal_runs(flags: np.ndarray, proposes: np.ndarray, n: int) -> tuple[list[int], list[int]]:
