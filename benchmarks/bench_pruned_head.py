@@ -10,7 +10,11 @@ of counted repeats):
 * ``greedy``       — ``fast`` + argmax (on CUDA: the fused Triton argmax kernel);
 * ``dropin``       — ``fast`` + scatter into full-vocabulary logits with ``-inf``
   (what the common decoding loop sees when the head is swapped in);
-* ``frequency``    — the static FR-Spec subset (rows sliced once), fast path.
+* ``frequency``    — the static FR-Spec subset (rows sliced once), fast path;
+* ``lowrank_*``    — the low-rank selector (:mod:`measure.lowrank`, rank ``--rank``):
+  approximate logits ``(h P) F^T`` + ``topk`` → K ids, then the same gather +
+  projection (+ argmax / scatter). Its latency depends on shapes only, so the
+  benchmark fits the scorer to an identity second moment (no model forward).
 
 On CUDA it also times the torch backend against the Triton backend, and the
 Triton greedy path replayed from a CUDA graph (no host sync anywhere in the
@@ -35,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from measure.clusters import ClusterConfig, load_or_build_clusters  # noqa: E402
+from measure.lowrank import HiddenMoment, fit_lowrank  # noqa: E402
 from measure.pruned_head import PrunedLMHead, torch_gather_project  # noqa: E402
 from measure.timing import Timer  # noqa: E402
 from measure.triton_head import triton_available  # noqa: E402
@@ -94,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default=None, help="float32 / bfloat16 / float16 (default: float32 on CPU, bfloat16 on CUDA)")
     ap.add_argument("--ks", default=",".join(map(str, KS)))
     ap.add_argument("--n-clusters", type=int, default=3000)
+    ap.add_argument("--rank", type=int, default=64, help="rank of the low-rank selector's scorer")
     ap.add_argument("--repeats", type=int, default=None, help="counted repeats (default 30 CPU, 300 CUDA)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache-dir", default=None)
@@ -120,6 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     clusters, cached = load_or_build_clusters(head.weight.detach().float(), ClusterConfig(n_clusters=args.n_clusters,
                                                                                            seed=args.seed),
                                               args.cache_dir)
+    scorer = fit_lowrank(head.weight.detach().float().cpu(), HiddenMoment(torch.eye(h, dtype=torch.float64), 1),
+                         min(args.rank, int(h)))
     setup_s = time.perf_counter() - t0
     g = torch.Generator().manual_seed(args.seed + 1)
     counts = torch.randint(0, 1000, (v,), generator=g)  # static subset: latency does not depend on which ids
@@ -130,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"device": device, "device_name": torch.cuda.get_device_name(device) if is_cuda else platform.processor()
                      or platform.machine(), "head": desc, "vocab_size": int(v), "hidden_size": int(h),
                      "dtype": str(dtype).replace("torch.", ""), "n_clusters": clusters.n_clusters,
+                     "lowrank_rank": scorer.rank,
                      "clusters_cached": cached, "setup_s": round(setup_s, 1), "repeats": repeats,
                      "torch": torch.__version__, "threads": torch.get_num_threads(), "triton": triton_available(),
                      "rows": []}
@@ -167,6 +176,16 @@ def main(argv: list[str] | None = None) -> int:
                         from measure.triton_head import triton_gather_project
 
                         row["kernel_only_ms_triton"] = med(lambda: triton_gather_project(head.weight, ids, hidden))
+            for be in backends:
+                lr = PrunedLMHead.lowrank(head, scorer, k, backend=be)
+                sfx = "" if be == "torch" else "_triton"
+                if be == "torch":
+                    row["lowrank_select_ms"] = med(lambda: lr.select(hidden))
+                row["lowrank_greedy_ms" + sfx] = med(lambda: lr.greedy(hidden))
+                row["lowrank_dropin_ms" + sfx] = med(lambda: lr(hidden))
+                if is_cuda:
+                    replay = _cuda_graph(lambda: lr.greedy(hidden), device)
+                    row["lowrank_greedy_graph_ms" + sfx] = med(replay)
             f = PrunedLMHead.frequency(head, counts, k)
             row["frequency_fast_ms"] = med(lambda: f.project(hidden))
             best = "greedy_graph_ms_triton" if "greedy_graph_ms_triton" in row else "greedy_ms"
@@ -174,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
             row["ratio_greedy"] = dense_argmax_ms / row["greedy_ms"]
             row["ratio_dropin"] = dense_ms / row["dropin_ms"]
             row["ratio_frequency"] = dense_ms / row["frequency_fast_ms"]
+            row["ratio_lowrank_greedy"] = dense_argmax_ms / row["lowrank_greedy_ms"]
+            row["ratio_lowrank_dropin"] = dense_ms / row["lowrank_dropin_ms"]
+            if "lowrank_greedy_graph_ms_triton" in row:
+                row["ratio_lowrank_best_gpu"] = (results.get("dense_graph_ms", dense_argmax_ms)
+                                                 / row["lowrank_greedy_graph_ms_triton"])
             if is_cuda:
                 row["ratio_best_gpu"] = results.get("dense_graph_ms", dense_argmax_ms) / row[best]
                 if "greedy_graph_device_ms_triton" in row:
@@ -189,11 +213,14 @@ def main(argv: list[str] | None = None) -> int:
           + (f", CUDA graph {results['dense_graph_ms']:.4f} ms (device {results['dense_graph_device_ms']:.4f} ms)"
              if "dense_graph_ms" in results else ""))
     cols = ["k", "select_ms", "gather_project_ms", "fast_ms", "greedy_ms", "dropin_ms", "frequency_fast_ms",
-            "ratio_fast", "ratio_greedy", "ratio_dropin", "ratio_frequency"]
+            "lowrank_select_ms", "lowrank_greedy_ms", "lowrank_dropin_ms",
+            "ratio_fast", "ratio_greedy", "ratio_dropin", "ratio_frequency", "ratio_lowrank_greedy",
+            "ratio_lowrank_dropin"]
     if is_cuda:
         cols += [c for c in ("fast_ms_triton", "greedy_ms_triton", "greedy_graph_ms", "greedy_graph_ms_triton",
                              "greedy_graph_device_ms_triton", "kernel_only_ms_triton", "ratio_greedy_triton",
-                             "ratio_triton_vs_torch_greedy", "ratio_best_gpu", "ratio_device_triton") if any(c in r for r in results["rows"])]
+                             "ratio_triton_vs_torch_greedy", "ratio_best_gpu", "ratio_device_triton",
+                             "lowrank_greedy_graph_ms_triton", "ratio_lowrank_best_gpu") if any(c in r for r in results["rows"])]
     w = [max(len(c), 9) for c in cols]
     print("  ".join(c.rjust(n) for c, n in zip(cols, w)))
     for r in results["rows"]:

@@ -35,7 +35,8 @@ def _csv(text: str) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m measure", description=__doc__.splitlines()[0],
-                                epilog="subcommand: python -m measure head-sweep --help (pruned draft head K sweep)")
+                                epilog="subcommands: python -m measure head-sweep --help (pruned draft head K sweep), "
+                                       "python -m measure head-recall --help (selector recall, offline)")
     p.add_argument("--target", default=None, help=f"target model spec (default {DEFAULT_TARGET})")
     p.add_argument("--draft", default=None,
                    help="comma list of draft kinds: ngram[:N], early:N, layers:a-b,.. (use ';' between), "
@@ -156,6 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         from measure.head_sweep import main as head_sweep_main
 
         return head_sweep_main(argv[1:])
+    if argv[:1] == ["head-recall"]:  # subcommand: offline recall of the pruned-head selectors
+        from measure.head_recall import main as head_recall_main
+
+        return head_recall_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     for name in ("prompts", "max_new_tokens", "max_prompt_tokens", "cost_max_tokens"):

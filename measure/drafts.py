@@ -49,7 +49,7 @@ class ModelDraft:
     def start(self, prompt_ids: torch.Tensor) -> None:
         """New sequence: prefill the draft cache with the prompt ``[1, S]``."""
         self.cache = new_cache()
-        forward_logits(self.model, prompt_ids, self.cache)
+        forward_logits(self.model, prompt_ids, self.cache, last_only=True)
         self.cached_tokens = int(prompt_ids.shape[1])
 
     def propose(self, tokens: torch.Tensor, gamma: int, temperature: float,
@@ -58,7 +58,7 @@ class ModelDraft:
         inp = tokens[:, self.cached_tokens:]  # [1, u], u >= 1 uncached tokens
         out, qs = [], []
         for _ in range(gamma):
-            logits = forward_logits(self.model, inp, self.cache)[:, -1]  # [1, V]
+            logits = forward_logits(self.model, inp, self.cache, last_only=True)[:, -1]  # [1, V]
             self.cached_tokens += int(inp.shape[1])
             if temperature == 0:
                 x = logits.argmax(-1)  # [1]

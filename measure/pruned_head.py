@@ -1,4 +1,4 @@
-"""Pruned draft vocabulary head: dynamic top-K (clustered) and static (frequency) subsets.
+"""Pruned draft vocabulary head: dynamic top-K (clustered, low-rank) and static (frequency) subsets.
 
 The draft's ``lm_head`` (``[V, H]``) is replaced by :class:`PrunedLMHead`, which
 projects the last hidden state onto ``K`` vocabulary rows only:
@@ -8,6 +8,9 @@ projects the last hidden state onto ``K`` vocabulary rows only:
   are covered (the last cluster is cut so exactly ``K`` are kept), gather those
   rows and project onto them. Fully vectorised, fixed shape ``[N, K]``, no host
   synchronisation (``searchsorted`` over the cumulative cluster sizes).
+* ``variant="lowrank"`` — rank every token by approximate logits from the
+  data-aware low-rank scorer of :mod:`measure.lowrank` (``V * r`` multiply-adds)
+  and keep the ``K`` best (``topk``); always-keep tokens score ``+inf``.
 * ``variant="frequency"`` — a static subset: the ``K`` most frequent tokens of
   a calibration text (FR-Spec / VocabTrim style); its rows are sliced once.
 * ``variant="dense"`` — the full head (``K = V``), for the baseline rows.
@@ -38,6 +41,7 @@ import torch
 from torch import nn
 
 from measure.clusters import TokenClusters
+from measure.lowrank import LowRankScorer
 
 __all__ = [
     "VARIANTS",
@@ -47,13 +51,15 @@ __all__ = [
     "token_frequencies",
     "frequency_ranking",
     "ClusterSelector",
+    "LowRankSelector",
     "PrunedLMHead",
     "torch_gather_project",
     "install_lm_head",
     "swapped_lm_head",
 ]
 
-VARIANTS = ("dense", "clustered", "frequency")
+VARIANTS = ("dense", "clustered", "lowrank", "frequency")
+DYNAMIC_VARIANTS = ("clustered", "lowrank")
 _BACKENDS = ("auto", "torch", "triton")
 # elements of the gathered [rows, K, H] block processed at once by the torch path
 _CHUNK_ELEMENTS = 1 << 24
@@ -156,7 +162,23 @@ def torch_gather_project(
     return out
 
 
-class ClusterSelector(nn.Module):
+class _Selector(nn.Module):
+    """Common part of the dynamic selectors: the always-keep tokens (validated, placed first)."""
+
+    def _register_always_keep(self, always_keep: torch.Tensor | Sequence[int], vocab_size: int) -> torch.Tensor:
+        keep = _unique_keep_order(torch.as_tensor(list(always_keep), dtype=torch.int64))
+        if keep.numel() and (int(keep.min()) < 0 or int(keep.max()) >= vocab_size):
+            raise ValueError(f"always-keep token ids must be in [0, {vocab_size})")
+        self.vocab_size = vocab_size
+        self.register_buffer("always_keep", keep, persistent=False)  # [F]
+        return keep
+
+    @property
+    def n_always_keep(self) -> int:
+        return int(self.always_keep.numel())
+
+
+class ClusterSelector(_Selector):
     """Picks ``K`` token ids per hidden state from the best-scoring token clusters.
 
     ``scoring``: ``"cosine"`` scores clusters by ``h . c`` with unit centroids;
@@ -177,10 +199,8 @@ class ClusterSelector(nn.Module):
             raise ValueError(f"scoring={scoring!r} not in ('cosine', 'mean', 'max_norm')")
         if scoring != "cosine" and weight is None:
             raise ValueError(f"scoring={scoring!r} needs the head weight")
+        keep = self._register_always_keep(always_keep, clusters.vocab_size)
         v = clusters.vocab_size
-        keep = _unique_keep_order(torch.as_tensor(list(always_keep), dtype=torch.int64))
-        if keep.numel() and (int(keep.min()) < 0 or int(keep.max()) >= v):
-            raise ValueError(f"always-keep token ids must be in [0, {v})")
         forced = torch.zeros(v, dtype=torch.bool)
         forced[keep] = True
         members = clusters.members
@@ -200,16 +220,10 @@ class ClusterSelector(nn.Module):
             mx = torch.zeros(clusters.n_clusters).scatter_reduce_(0, clusters.assignments, norms, "amax")
             cent = cent * mx.unsqueeze(1)
         self.scoring = scoring
-        self.vocab_size = v
         self.register_buffer("score_centroids", cent.contiguous(), persistent=False)  # [C, H]
         self.register_buffer("members", members_ex, persistent=False)  # [V - F]
         self.register_buffer("offsets", offsets_ex, persistent=False)  # [C + 1]
         self.register_buffer("sizes", sizes_ex, persistent=False)  # [C]
-        self.register_buffer("always_keep", keep, persistent=False)  # [F]
-
-    @property
-    def n_always_keep(self) -> int:
-        return int(self.always_keep.numel())
 
     def select(self, hidden: torch.Tensor, head_k: int) -> torch.Tensor:
         """Token ids ``[N, K]`` (int64) for ``hidden`` ``[N, H]``; distinct within each row."""
@@ -231,10 +245,36 @@ class ClusterSelector(nn.Module):
         return torch.cat([forced, fill], dim=1)
 
 
+class LowRankSelector(_Selector):
+    """Picks the ``K`` tokens with the largest approximate logits of a :class:`LowRankScorer`.
+
+    The ``[V, r]`` factors are stored in ``dtype`` (the head's dtype: bf16 halves
+    the bytes read per step), the small ``[H, r]`` projection in float32. Always-keep tokens score
+    ``+inf`` so ``topk`` always takes them.
+    """
+
+    def __init__(self, scorer: LowRankScorer, always_keep: torch.Tensor | Sequence[int] = (),
+                 dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        self._register_always_keep(always_keep, scorer.vocab_size)
+        self.rank = scorer.rank
+        self.register_buffer("proj", scorer.proj.float().contiguous(), persistent=False)  # [H, r] float32
+        self.register_buffer("factors", scorer.factors.to(dtype).contiguous(), persistent=False)  # [V, r]
+
+    def select(self, hidden: torch.Tensor, head_k: int) -> torch.Tensor:
+        """Token ids ``[N, K]`` (int64) for ``hidden`` ``[N, H]``; distinct within each row, unordered."""
+        validate_head_k(head_k, self.vocab_size, self.n_always_keep)
+        z = hidden.float() @ self.proj  # [N, r]
+        scores = (z.to(self.factors.dtype) @ self.factors.T).float()  # [N, V]
+        if self.n_always_keep:
+            scores[:, self.always_keep] = float("inf")
+        return torch.topk(scores, head_k, dim=1, sorted=False).indices
+
+
 class PrunedLMHead(nn.Module):
     """Drop-in ``lm_head`` that projects onto ``head_k`` kept vocabulary rows.
 
-    Build with :meth:`clustered`, :meth:`frequency` or :meth:`dense`. The dense
+    Build with :meth:`clustered`, :meth:`lowrank`, :meth:`frequency` or :meth:`dense`. The dense
     weight is shared with the original head (no copy), so tied embeddings stay tied.
     """
 
@@ -244,7 +284,7 @@ class PrunedLMHead(nn.Module):
         head_k: int,
         variant: str,
         *,
-        selector: ClusterSelector | None = None,
+        selector: ClusterSelector | LowRankSelector | None = None,
         static_ids: torch.Tensor | None = None,
         bias: torch.Tensor | None = None,
         backend: str = "auto",
@@ -265,8 +305,8 @@ class PrunedLMHead(nn.Module):
         self.weight = weight if isinstance(weight, nn.Parameter) else nn.Parameter(weight, requires_grad=False)
         self.bias = bias
         self.selector = selector
-        if variant == "clustered" and selector is None:
-            raise ValueError("variant='clustered' needs a ClusterSelector")
+        if variant in DYNAMIC_VARIANTS and selector is None:
+            raise ValueError(f"variant={variant!r} needs a selector")
         if variant == "frequency":
             if static_ids is None or static_ids.numel() != head_k:
                 raise ValueError(f"variant='frequency' needs {head_k} static ids")
@@ -303,6 +343,24 @@ class PrunedLMHead(nn.Module):
         sel = ClusterSelector(clusters, always_keep, weight=lm_head.weight, scoring=scoring)
         sel = sel.to(lm_head.weight.device)
         return cls(lm_head.weight, head_k, "clustered", selector=sel, bias=lm_head.bias, backend=backend)
+
+    @classmethod
+    def lowrank(
+        cls,
+        lm_head: nn.Linear,
+        scorer: LowRankScorer,
+        head_k: int,
+        always_keep: Sequence[int] = (),
+        backend: str = "auto",
+    ) -> "PrunedLMHead":
+        """Dynamic head: the ``head_k`` tokens with the best low-rank approximate logits."""
+        v = lm_head.weight.shape[0]
+        if scorer.vocab_size != v or scorer.proj.shape[0] != lm_head.weight.shape[1]:
+            raise ValueError(f"low-rank scorer is for a [{scorer.vocab_size}, {scorer.proj.shape[0]}] head, "
+                             f"lm_head is {list(lm_head.weight.shape)}")
+        validate_head_k(head_k, v, len(set(int(t) for t in always_keep)))
+        sel = LowRankSelector(scorer, always_keep, dtype=lm_head.weight.dtype).to(lm_head.weight.device)
+        return cls(lm_head.weight, head_k, "lowrank", selector=sel, bias=lm_head.bias, backend=backend)
 
     @classmethod
     def frequency(
@@ -342,7 +400,7 @@ class PrunedLMHead(nn.Module):
     def select(self, hidden2d: torch.Tensor) -> torch.Tensor:
         """Kept ids ``[N, K]`` for ``hidden2d`` ``[N, H]``."""
         n = hidden2d.shape[0]
-        if self.variant == "clustered":
+        if self.variant in DYNAMIC_VARIANTS:
             return self.selector.select(hidden2d, self.head_k)
         if self.variant == "frequency":
             return self.static_ids.unsqueeze(0).expand(n, -1)
@@ -374,7 +432,7 @@ class PrunedLMHead(nn.Module):
     def greedy(self, hidden: torch.Tensor) -> torch.Tensor:
         """Argmax token ids ``[N]`` over the kept set (Triton fused argmax on CUDA)."""
         h2 = hidden.reshape(-1, hidden.shape[-1])
-        if self.variant == "clustered" and self.bias is None and self._use_triton(h2):
+        if self.variant in DYNAMIC_VARIANTS and self.bias is None and self._use_triton(h2):
             from measure.triton_head import triton_gather_project_argmax
 
             ids = self.select(h2)
@@ -388,7 +446,7 @@ class PrunedLMHead(nn.Module):
         if self.variant == "dense":
             return nn.functional.linear(hidden, self.weight, self.bias)
         h2 = hidden.reshape(-1, hidden.shape[-1])  # [N, H]
-        if self.variant == "clustered" and h2.shape[0] * self.head_k >= self.vocab_size:
+        if self.variant in DYNAMIC_VARIANTS and h2.shape[0] * self.head_k >= self.vocab_size:
             # many positions (a prefill, a teacher-forced pass): one dense GEMM is cheaper than
             # N gathers of K rows; the kept sets are the same, so mask the dense logits to them
             ids = self.select(h2)  # [N, K]

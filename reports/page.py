@@ -154,6 +154,14 @@ def _table_html(df: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
                       float_format=lambda v: floatfmt.format(v))
 
 
+def _read_csv_or_empty(path: Path) -> pd.DataFrame:
+    """A calibration table, or an empty frame when it is absent or has no columns (nothing was fitted)."""
+    try:
+        return pd.read_csv(path)
+    except (FileNotFoundError, pd.errors.EmptyDataError):
+        return pd.DataFrame()
+
+
 def build_report(src: str | Path, out: str | Path | None = None, png: bool = True) -> ReportResult:
     """Write ``report.html`` (+ PNGs) for a calibration or run directory into ``out``."""
     src = Path(src)
@@ -165,7 +173,7 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
     cal_dir = _load_calibration(src, out)
     doc = json.loads((cal_dir / CAL_JSON).read_text())
     pred = pd.read_csv(cal_dir / "predictions.csv")
-    curves = pd.read_csv(cal_dir / "speedup_curves.csv") if (cal_dir / "speedup_curves.csv").exists() else pd.DataFrame()
+    curves = _read_csv_or_empty(cal_dir / "speedup_curves.csv")
 
     from measure.records import load_run
 
@@ -175,8 +183,10 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
     sweep = pd.concat([r.table("head_sweep") for r in runs.values()], ignore_index=True)
 
     built: list[tuple[str, str, alt.TopLevelMixin]] = []
-    built.append(("predicted_vs_measured", "Predicted against measured speedup",
-                  charts.predicted_vs_measured_chart(pred_vs_meas_frame(pred))))
+    pvm = pred_vs_meas_frame(pred)
+    if len(pvm):  # a run with nothing to predict (e.g. a head sweep: one γ, one draft per cell) has no rows
+        built.append(("predicted_vs_measured", "Predicted against measured speedup",
+                      charts.predicted_vs_measured_chart(pvm)))
     if len(curves):
         built.append(("speedup_vs_gamma", "Speedup against γ (line: predicted; diamonds: measured; ring: best γ)",
                       charts.speedup_vs_gamma_chart(speedup_gamma_frame(curves, cells))))
@@ -211,7 +221,7 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
     per_cfg = pred[pred["split"] == ("held_out" if (pred["split"] == "held_out").any() else "in_sample")]
     per_cfg = per_cfg[["cell_id", "method", "measured_speedup", "predicted_speedup", "ape_speedup_pct",
                        "measured_tokens_per_s", "predicted_tokens_per_s", "ape_tokens_per_s_pct"]]
-    cost_params = pd.read_csv(cal_dir / "cost_params.csv") if (cal_dir / "cost_params.csv").exists() else pd.DataFrame()
+    cost_params = _read_csv_or_empty(cal_dir / "cost_params.csv")
     pub = published_table()[["source", "setting", "status", "alpha", "tau_tokens_per_step", "gamma", "cost_ratio",
                              "reported_speedup", "simulator_speedup", "simulator_is_upper_bound",
                              "implied_cost_ratio", "note"]]

@@ -240,3 +240,42 @@ def test_draft_errors(tiny_models):
         parse_layers("0-9", 4)
     with pytest.raises(ValueError, match="temperature must be >= 0"):
         autoregressive_generate(t, _prompt(96), -1.0, 4)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma3"])
+def test_last_only_projects_one_position_and_matches_full_logits(tiny_models, family):
+    from measure.decoding import forward_logits, new_cache
+
+    m = tiny_models[family].model
+    ids = _prompt(96, 12, seed=4)
+    seen: list[tuple[int, ...]] = []
+    strides: list[tuple[int, ...]] = []
+
+    def hook(_m, a):
+        seen.append(tuple(a[0].shape))
+        strides.append(tuple(a[0].stride()))
+
+    h = m.get_output_embeddings().register_forward_pre_hook(hook)
+    try:
+        full = forward_logits(m, ids, None)
+        last = forward_logits(m, ids, new_cache(), last_only=True)
+    finally:
+        h.remove()
+    assert last.shape == (1, 1, 96) and seen[-1][1] == 1  # the head saw one position
+    # ... as a fresh [1, 1, H] tensor, not a strided view of [1, S, H]: CPU bf16 F.linear is ~40x slower on the view
+    hdim = seen[-1][2]
+    assert strides[-1] == (hdim, hdim, 1)
+    torch.testing.assert_close(last, full[:, -1:], rtol=1e-4, atol=1e-4)
+
+
+def test_last_only_falls_back_for_models_without_logits_to_keep():
+    from types import SimpleNamespace
+
+    from measure.decoding import forward_logits
+
+    class Plain(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None, use_cache=False):
+            return SimpleNamespace(logits=torch.arange(input_ids.shape[1] * 3, dtype=torch.float32).view(1, -1, 3))
+
+    out = forward_logits(Plain(), torch.zeros(1, 4, dtype=torch.long), None, last_only=True)
+    assert out.tolist() == [[[9.0, 10.0, 11.0]]]

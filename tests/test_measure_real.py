@@ -54,3 +54,29 @@ def test_smollm2_sampling_runs_and_is_seeded(smollm2):
     a = speculative_generate(smollm2, draft, ids, make_policy("fixed:3"), 0.7, 12, torch.Generator().manual_seed(1))
     b = speculative_generate(smollm2, draft, ids, make_policy("fixed:3"), 0.7, 12, torch.Generator().manual_seed(1))
     assert a.tokens == b.tokens and a.accepted / max(a.drafted, 1) > 0.3
+
+
+def test_head_sweep_end_to_end_on_smollm2_with_lowrank_and_resume(smollm2, tmp_path):
+    """The pruned-head sweep on a real model: every cell lossless, lowrank fitted on held-out text, resumable."""
+    from measure.head_sweep import HeadSweepConfig, format_table, run_head_sweep
+    from measure.records import load_run
+
+    cfg = HeadSweepConfig(target="smollm2-135m", draft="bf16", head_ks=("500", "full"),
+                          variants=("lowrank", "frequency"), domains=("code",), prompts_per_domain=1,
+                          max_new_tokens=8, n_clusters=8, moment_texts=3, moment_max_tokens=48,
+                          calibration_texts=5, context_tokens=16, head_repeats=2, step_repeats=2, profile=False,
+                          cache_dir=str(tmp_path / "cache"))
+    run = run_head_sweep(cfg, tmp_path / "run")
+    rows = {(r["variant"], r["head_k"]): r for r in run.meta["head_sweep_rows"].values()}
+    assert set(rows) == {("dense", 49152), ("lowrank", 500), ("frequency", 500)}
+    assert all(r["outputs_identical"] for r in rows.values())
+    assert rows[("dense", 49152)]["kept_recall"] == 1.0
+    assert 0 < rows[("lowrank", 500)]["kept_recall"] <= 1.0
+    lr = run.meta["config"]["lowrank"]
+    assert lr["rank"] == 64 and 0 < lr["logit_energy"] <= 1 and not lr["moment_from_cache"]
+    assert lr["n_positions"] > 3  # positions of the calibration texts, not the evaluation prompts
+    assert "lowrank" in format_table(run)
+    # a second call finds every cell finished and measures nothing again
+    again = run_head_sweep(cfg, tmp_path / "run")
+    assert again.meta["head_sweep_rows"] == run.meta["head_sweep_rows"]
+    assert len(load_run(tmp_path / "run").table("head_sweep")) == 3

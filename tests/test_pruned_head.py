@@ -226,8 +226,9 @@ def _tiny_llama(vocab: int = 300, seed: int = 0):
     return LlamaForCausalLM(cfg).eval().requires_grad_(False)
 
 
+@pytest.mark.parametrize("variant", ["clustered", "lowrank"])
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
-def test_speculative_loop_with_pruned_draft_is_exact(temperature):
+def test_speculative_loop_with_pruned_draft_is_exact(temperature, variant):
     """Greedy: identical tokens to the target. K = V self-draft: every draft token accepted."""
     import copy
 
@@ -237,10 +238,17 @@ def test_speculative_loop_with_pruned_draft_is_exact(temperature):
 
     target = _tiny_llama()
     draft_model = copy.deepcopy(target)
-    cl = build_clusters(draft_model.lm_head.weight, ClusterConfig(n_clusters=12, seed=0))
+    from measure.lowrank import accumulate_moment, fit_lowrank
+
+    w = draft_model.lm_head.weight
+    cl = build_clusters(w, ClusterConfig(n_clusters=12, seed=0))
+    scorer = fit_lowrank(w, accumulate_moment([torch.randn(64, w.shape[1], generator=torch.Generator().manual_seed(3))]),
+                         4)
     prompt = torch.randint(0, 300, (1, 10), generator=torch.Generator().manual_seed(7))
     for k in (20, 300):
-        with swapped_lm_head(draft_model, PrunedLMHead.clustered(draft_model.lm_head, cl, k)):
+        head = (PrunedLMHead.clustered(draft_model.lm_head, cl, k) if variant == "clustered"
+                else PrunedLMHead.lowrank(draft_model.lm_head, scorer, k))
+        with swapped_lm_head(draft_model, head):
             draft = ModelDraft("pruned", "pruned", draft_model, True)
             gen = torch.Generator().manual_seed(8)
             res = speculative_generate(target, draft, prompt, FixedGamma(3), temperature=temperature,
@@ -316,6 +324,23 @@ def test_pruned_head_on_cuda_triton_equals_torch_backend(head, clusters):
     assert torch.equal(a.greedy(x), b.greedy(x))
     full = PrunedLMHead.clustered(lin, clusters, V, backend="triton")
     torch.testing.assert_close(full(x[:1]), lin(x[:1]), rtol=1e-4, atol=1e-4)
+
+
+@gpu
+def test_lowrank_head_on_cuda_triton_equals_torch_backend(head):
+    _needs_triton()
+    from measure.lowrank import accumulate_moment, fit_lowrank
+
+    lin = nn.Linear(H, V, bias=False).cuda().requires_grad_(False)
+    lin.weight.copy_(head.weight)
+    scorer = fit_lowrank(head.weight, accumulate_moment([torch.randn(256, H, generator=torch.Generator().manual_seed(4))]),
+                         8)
+    x = torch.randn(4, H, device="cuda", generator=torch.Generator(device="cuda").manual_seed(3))
+    a = PrunedLMHead.lowrank(lin, scorer, 300, always_keep=[7], backend="triton")
+    b = PrunedLMHead.lowrank(lin, scorer, 300, always_keep=[7], backend="torch")
+    assert torch.equal(a.select(x), b.select(x))
+    torch.testing.assert_close(a(x), b(x), rtol=1e-4, atol=1e-4)
+    assert torch.equal(a.greedy(x), b.greedy(x))
 
 
 @gpu

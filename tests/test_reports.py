@@ -226,3 +226,14 @@ def test_report_renders_in_headless_chromium(cal_dir, tmp_path):
         sizes[name] = shot.stat().st_size
     # the rendered charts add far more pixels than the text and tables around them
     assert sizes["report"] > 1.5 * sizes["no_charts"], sizes
+
+
+def test_calibration_tables_with_nothing_fitted_read_as_empty(tmp_path):
+    # a head-sweep run (one γ, one draft per cell) calibrates to an empty cost_params.csv: the page must still build
+    from reports.page import _read_csv_or_empty
+
+    (tmp_path / "empty.csv").write_text("\n")
+    (tmp_path / "one.csv").write_text("a,b\n1,2\n")
+    assert _read_csv_or_empty(tmp_path / "empty.csv").empty
+    assert _read_csv_or_empty(tmp_path / "missing.csv").empty
+    assert _read_csv_or_empty(tmp_path / "one.csv").to_dict("records") == [{"a": 1, "b": 2}]
