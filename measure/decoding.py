@@ -49,7 +49,6 @@ def crop_cache(cache: Any, n_tokens: int) -> None:
         cache.crop(-extra)  # transformers 5: a negative count removes that many tokens
 
 
-@torch.inference_mode()
 @functools.lru_cache(maxsize=None)
 def _takes_logits_to_keep(cls: type) -> bool:
     try:
@@ -58,6 +57,7 @@ def _takes_logits_to_keep(cls: type) -> bool:
         return False
 
 
+@torch.inference_mode()
 def forward_logits(model: Any, input_ids: torch.Tensor, cache: Any | None, last_only: bool = False) -> torch.Tensor:
     """Logits ``[1, S, V]`` (float32) of ``input_ids`` ``[1, S]`` continuing ``cache`` (updated in place).
 

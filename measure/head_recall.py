@@ -38,8 +38,8 @@ from torch import nn
 
 from measure.clusters import ClusterConfig, load_or_build_clusters
 from measure.drafts import ModelDraft, make_draft
-from measure.head_sweep import _calibration_counts, _hidden_moment, moment_calibration_key
-from measure.lowrank import HiddenMoment, fit_lowrank, load_or_collect_moment, model_fingerprint
+from measure.head_sweep import _calibration_counts, draft_moment, head_inputs
+from measure.lowrank import HiddenMoment, fit_lowrank
 from measure.models import load_model
 from measure.prompts import DOMAINS, load_prompts
 from measure.pruned_head import PrunedLMHead
@@ -63,19 +63,15 @@ def _wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
 def _held_out_states(model: nn.Module, tokenizer, domains: tuple[str, ...], per_domain: int, max_tokens: int,
                      seed: int) -> tuple[torch.Tensor, list[str]]:
     """Hidden states ``[N, H]`` entering ``model.lm_head`` at every position of the held-out prompts."""
-    got: list[torch.Tensor] = []
     doms: list[str] = []
     device = next(model.parameters()).device
-    handle = model.lm_head.register_forward_pre_hook(lambda _m, a: got.append(a[0][0].detach()))
-    try:
+    with head_inputs(model) as got:
         for dom in domains:
             for p in load_prompts(dom, per_domain, seed):
                 ids = tokenizer(p.text, return_tensors="pt")["input_ids"][:, :max_tokens].to(device)
                 model(input_ids=ids)
                 doms += [dom] * int(ids.shape[1])
-    finally:
-        handle.remove()
-    return torch.cat(got), doms
+    return torch.cat([g[0] for g in got]), doms
 
 
 @torch.inference_mode()
@@ -97,6 +93,18 @@ def recall_table(heads: dict[str, PrunedLMHead], dense: nn.Linear, hidden: torch
     return pd.DataFrame(rows)
 
 
+def _ints(text: str, option: str) -> list[int]:
+    out = []
+    for t in (x.strip() for x in str(text).split(",")):
+        if not t:
+            continue
+        try:
+            out.append(int(t))
+        except ValueError:
+            raise ValueError(f"{option} value {t!r} is not an integer (comma-separated integers expected)") from None
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m measure head-recall", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="gemma3-270m", help="target model spec (default %(default)s)")
@@ -114,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="directory for recall.csv and recall.json")
     args = ap.parse_args(argv)
     try:
-        ks = [int(k) for k in args.ks.split(",") if k.strip()]
-        ranks = [int(r) for r in args.ranks.split(",") if r.strip()]
+        ks, ranks = _ints(args.ks, "--ks"), _ints(args.ranks, "--ranks")
         domains = tuple(d.strip() for d in args.domains.split(",") if d.strip())
         for d in domains:
             if d not in DOMAINS:
@@ -135,10 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         clusters, _ = load_or_build_clusters(dense.weight.detach().float(),
                                              ClusterConfig(n_clusters=min(args.n_clusters, vocab), seed=args.seed),
                                              args.cache_dir)
-        cal_key = moment_calibration_key(target.tokenizer, args.moment_texts, 256)
-        moment, _ = load_or_collect_moment(
-            model_fingerprint(dmodel), cal_key,
-            lambda: _hidden_moment(dmodel, target.tokenizer, args.moment_texts, 256), args.cache_dir)
+        moment, _, _ = draft_moment(dmodel, target.tokenizer, args.moment_texts, 256, args.cache_dir)
         hidden, doms = _held_out_states(dmodel, target.tokenizer, domains, args.prompts_per_domain,
                                         args.max_tokens, args.seed)
         w = dense.weight.detach().float()

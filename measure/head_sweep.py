@@ -38,13 +38,14 @@ profiler split of a target step, a dense draft step and a pruned draft step.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
 import statistics
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch import nn
@@ -209,37 +210,44 @@ def _median(xs: list[float]) -> float:
     return float(statistics.median(xs))
 
 
-def _last_hidden(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
-    """The hidden state entering ``lm_head`` at the last position of ``ids`` → ``[1, H]``."""
+@contextlib.contextmanager
+def head_inputs(model: nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Collects every hidden state entering ``model.lm_head`` (``[B, S, H]`` each) while inside."""
     got: list[torch.Tensor] = []
     handle = model.lm_head.register_forward_pre_hook(lambda _m, a: got.append(a[0].detach()))
     try:
-        forward_logits(model, ids, None)
+        yield got
     finally:
         handle.remove()
+
+
+def _last_hidden(model: nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """The hidden state entering ``lm_head`` at the last position of ``ids`` → ``[1, H]``."""
+    with head_inputs(model) as got:
+        forward_logits(model, ids, None)
     return got[0][:, -1].clone()  # [1, H]
-
-
-def moment_calibration_key(tokenizer: Any, n_texts: int, max_tokens: int) -> str:
-    """What the low-rank scorer's hidden-state moment was estimated on (part of its cache key)."""
-    return (f"sharegpt>{CALIBRATION_START}|texts={n_texts}|max_tokens={max_tokens}"
-            f"|tokenizer={type(tokenizer).__name__}:{len(tokenizer) if tokenizer is not None else 0}")
 
 
 def _hidden_moment(model: nn.Module, tokenizer: Any, n_texts: int, max_tokens: int) -> HiddenMoment:
     """Second moment of the hidden states entering ``model.lm_head`` over calibration conversations."""
-    if tokenizer is None:
-        raise ValueError("the low-rank selector needs a model with a tokenizer (not a synthetic model)")
     device = next(model.parameters()).device
-    got: list[torch.Tensor] = []
-    handle = model.lm_head.register_forward_pre_hook(lambda _m, a: got.append(a[0].detach().float().cpu()))
-    try:
+    with head_inputs(model) as got:
         for text in calibration_texts(n_texts):
             ids = tokenizer(text, return_tensors="pt")["input_ids"][:, :max_tokens].to(device)
             forward_logits(model, ids, None)
-    finally:
-        handle.remove()
     return accumulate_moment(got)
+
+
+def draft_moment(model: nn.Module, tokenizer: Any, n_texts: int, max_tokens: int,
+                 cache_dir: str | None = None) -> tuple[HiddenMoment, bool, str]:
+    """The draft's hidden-state moment on calibration text, cached: ``(moment, from_cache, calibration key)``."""
+    if tokenizer is None:
+        raise ValueError("the low-rank selector needs a model with a tokenizer (not a synthetic model)")
+    key = (f"sharegpt>{CALIBRATION_START}|texts={n_texts}|max_tokens={max_tokens}"
+           f"|tokenizer={type(tokenizer).__name__}:{len(tokenizer)}")
+    moment, cached = load_or_collect_moment(model_fingerprint(model), key,
+                                            lambda: _hidden_moment(model, tokenizer, n_texts, max_tokens), cache_dir)
+    return moment, cached, key
 
 
 def _build_head(variant: str, k: int, dense: nn.Linear, clusters: Any, counts: torch.Tensor,
@@ -303,11 +311,8 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
         scorer, lowrank_meta = None, None
         if "lowrank" in config.variants:
             say(f"low-rank scorer: second moment of the draft's hidden states on {config.moment_texts} texts")
-            cal_key = moment_calibration_key(target.tokenizer, config.moment_texts, config.moment_max_tokens)
-            moment, moment_cached = load_or_collect_moment(
-                model_fingerprint(dmodel), cal_key,
-                lambda: _hidden_moment(dmodel, target.tokenizer, config.moment_texts, config.moment_max_tokens),
-                config.cache_dir)
+            moment, moment_cached, cal_key = draft_moment(dmodel, target.tokenizer, config.moment_texts,
+                                                          config.moment_max_tokens, config.cache_dir)
             scorer = fit_lowrank(dense.weight, moment, min(config.lowrank_rank, int(dense.weight.shape[1])))
             lowrank_meta = {"rank": scorer.rank, "logit_energy": scorer.logit_energy,
                             "n_positions": scorer.n_positions, "moment_from_cache": moment_cached,
@@ -383,9 +388,8 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
                                 n_tokens=config.gamma + 1, seed=config.seed)
             prof += profile_step(dmodel, f"{draft.name}+dense", "draft", config.context_tokens, seed=config.seed)
             pk = 3000 if 3000 in ks and 3000 < vocab else min(ks)
-            for variant in [v for v in ("clustered", "lowrank") if v in config.variants] or ["clustered"]:
-                if pk >= vocab:
-                    break
+            for variant in ([v for v in ("clustered", "lowrank") if v in config.variants] or ["clustered"]
+                            if pk < vocab else []):
                 head = _build_head(variant, pk, dense, clusters, counts, eos, config.scoring, scorer)
                 with swapped_lm_head(dmodel, head):
                     prof += profile_step(dmodel, f"{draft.name}+{variant}", "draft", config.context_tokens,

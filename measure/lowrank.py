@@ -20,7 +20,7 @@ and ``sum(λ[:r]) / sum(λ)`` is the share of the logits' energy the rank-``r``
 scorer keeps (``logit_energy``). The hidden states of language models are very
 anisotropic, so this whitening matters: on Gemma-3-270M the plain SVD of ``W``
 at ``r = 64`` keeps the dense argmax among the top 3,000 for 93% of held-out
-positions, the whitened fit for 99% (``benchmarks/head_recall.py``).
+positions, the whitened fit for 99% (``python -m measure head-recall``).
 
 Scoring costs ``V * r`` multiply-adds (``r = 64``: a tenth of the dense head's
 ``V * H`` for ``H = 640``) plus a top-``K``; the exact projection then touches
@@ -74,14 +74,13 @@ class LowRankScorer:
 
     ``proj`` ``[H, r]`` float32, ``factors`` ``[V, r]`` float32, ``logit_energy``
     the share of ``E||h W^T||^2`` kept on the fitting hidden states, ``n_positions``
-    how many hidden states ``S`` was estimated from, ``fingerprint`` of ``W``.
+    how many hidden states ``S`` was estimated from.
     """
 
     proj: torch.Tensor
     factors: torch.Tensor
     logit_energy: float
     n_positions: int
-    fingerprint: str
 
     @property
     def rank(self) -> int:
@@ -139,7 +138,6 @@ def fit_lowrank(weight: torch.Tensor, moment: HiddenMoment, rank: int) -> LowRan
         factors=(w @ (s_half @ u_r)).float().contiguous(),
         logit_energy=float(lam[:rank].sum()) / total if total > 0 else 1.0,
         n_positions=moment.n,
-        fingerprint=weight_fingerprint(weight),
     )
 
 
