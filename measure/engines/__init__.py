@@ -1,0 +1,10 @@
+"""Engines: where a model's forward pass and KV cache live (transformers, llama.cpp).
+
+The decoding loops (:mod:`measure.decoding`), the drafts and the sweep are
+written once, against the small seam in :mod:`measure.engines.base`: an
+engine loads models and hands out :class:`~measure.engines.base.Decoder`
+objects (one model's KV-cached sequence: forward n tokens with their logits,
+roll back to a length), tokenises prompts and, where it has one, runs its own
+speculative decoding as a peer. A new engine is an adapter module here, not a
+second sweep.
+"""

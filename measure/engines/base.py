@@ -1,0 +1,124 @@
+"""The engine seam: what the decoding loops, drafts and sweep need from an inference engine.
+
+Two small protocols, nothing else:
+
+* :class:`Decoder` — one model's KV-cached token sequence. ``forward`` feeds
+  ``n`` tokens after what is cached and returns their logits; ``rollback``
+  keeps a prefix. Every loop in :mod:`measure.decoding` (baseline,
+  speculative rounds, teacher-forced traces, cost curves) is written against
+  it, so the loop is the same code whatever the engine.
+* :class:`Engine` — loads a target and drafts from specs, tokenises prompts,
+  names its versions for ``run.json``, and runs the engine's own speculative
+  decoding as a peer when it has one.
+
+Logits cross the seam as float32 torch tensors on the decoder's device (a
+llama.cpp engine wraps its host buffer with ``torch.from_numpy``, no copy),
+token ids as ``torch.long`` tensors ``[1, n]``.
+
+Cache invariant kept by the loops: after ``forward`` of ``n`` tokens,
+``n_cached`` grew by ``n``; ``rollback(m)`` with ``m <= n_cached`` leaves
+exactly the first ``m`` positions, as if only they had ever been fed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol, runtime_checkable
+
+import torch
+
+#: ``--engine`` choices; each maps to a module of this package.
+ENGINES = ("transformers", "llamacpp")
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    """One model's KV-cached sequence (batch size 1)."""
+
+    vocab_size: int
+
+    @property
+    def n_cached(self) -> int:
+        """Positions currently in the cache."""
+        ...
+
+    def reset(self) -> None:
+        """Empty the cache (a new sequence)."""
+        ...
+
+    def forward(self, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Feed ``input_ids`` ``[1, n]`` after the cache → float logits ``[n, V]`` (``[1, V]`` if ``last_only``).
+
+        The cache grows by ``n``. ``last_only`` lets the engine project only the
+        last position through its head (a prefill, or a draft step after
+        several uncached tokens).
+        """
+        ...
+
+    def rollback(self, n_tokens: int) -> None:
+        """Keep the first ``n_tokens`` cached positions (no-op if not more are cached)."""
+        ...
+
+
+@runtime_checkable
+class TargetModel(Protocol):
+    """A loaded model as the sweep sees it, whatever the engine."""
+
+    name: str
+    synthetic: bool
+    vocab_size: int
+    device: str
+    eos_token_ids: tuple[int, ...]
+
+    def describe(self) -> dict:
+        """The ``run.json`` ``models`` entry (name, source, params, dtype, file hash …)."""
+        ...
+
+    def new_decoder(self) -> Decoder:
+        """A fresh, empty :class:`Decoder` over this model's weights."""
+        ...
+
+
+@dataclass(frozen=True)
+class PeerResult:
+    """The engine's own speculative decoding of one prompt (the peer beside our loop).
+
+    ``drafted``/``accepted`` are the engine's own counts where it reports
+    them (None otherwise), so a tokens/s gap between the peer and our loop can
+    be explained from the records.
+    """
+
+    tokens: tuple[int, ...]
+    wall_s: float
+    drafted: int | None = None
+    accepted: int | None = None
+    rounds: int | None = None
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """An inference engine behind the seam (see module docstring)."""
+
+    name: str
+
+    def load_target(self, spec: str, *, device: str, dtype: str, seed: int) -> TargetModel:
+        """Load the target from a model spec (hub id, local path, ``gguf:FILE``, packaged name …)."""
+        ...
+
+    def make_draft(self, spec: str, target: TargetModel, *, seed: int) -> Any:
+        """A draft for ``target`` from a draft spec (``ngram:N``, ``model:<spec>``, ``bf16`` …)."""
+        ...
+
+    def encode(self, target: TargetModel, text: str, max_prompt_tokens: int) -> torch.Tensor:
+        """Token ids ``[1, S]`` of a user message (chat template where the model has one)."""
+        ...
+
+    def versions(self) -> Mapping[str, str | None]:
+        """Library versions and engine settings (threads …) that change a timing, for ``run.json``."""
+        ...
+
+    def peer_generate(self, target: TargetModel, draft: Any, input_ids: torch.Tensor, gamma: int,
+                      temperature: float, max_new_tokens: int, seed: int) -> PeerResult | None:
+        """The engine's own speculative decoding with the same draft and γ, or None if it has none for it."""
+        ...
+
