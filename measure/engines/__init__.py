@@ -8,3 +8,20 @@ roll back to a length), tokenises prompts and, where it has one, runs its own
 speculative decoding as a peer. A new engine is an adapter module here, not a
 second sweep.
 """
+
+from __future__ import annotations
+
+import importlib
+
+from measure.engines.base import ENGINES, Engine, EngineOptions
+
+
+def make_engine(name: str, options: EngineOptions) -> Engine:
+    """The engine called ``name`` (one of :data:`ENGINES`), configured by ``options``.
+
+    An engine whose library is missing raises ``ImportError`` with the extra that installs it.
+    """
+    if name not in ENGINES:
+        raise ValueError(f"--engine {name!r}: unknown; valid: {', '.join(ENGINES)}")
+    module = importlib.import_module(f"measure.engines.{name}")
+    return module.make_engine(options)

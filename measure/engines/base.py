@@ -27,8 +27,36 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 import torch
 
-#: ``--engine`` choices; each maps to a module of this package.
+#: ``--engine`` choices; each names a module of this package exposing ``make_engine(options) -> Engine``.
 ENGINES = ("transformers", "llamacpp")
+#: ``--cache`` choices (transformers engine): a preallocated static KV cache, or transformers' DynamicCache.
+CACHES = ("static", "dynamic")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Engine settings that change timings; recorded in ``run.json`` and part of a run's fingerprint.
+
+    ``threads``: CPU threads (None: the engine's default). ``cache``/``compile``:
+    the transformers engine's KV cache kind and ``torch.compile`` of its decode
+    steps; ``max_len_tokens``: what a static cache is sized for (prompt + new
+    tokens + γ_max + 1). ``quiet``: silence third-party loading output.
+    """
+
+    device: str = "cpu"
+    threads: int | None = None
+    cache: str = "static"
+    compile: bool = False
+    max_len_tokens: int = 512
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        if self.cache not in CACHES:
+            raise ValueError(f"--cache {self.cache!r}: unknown; valid: {', '.join(CACHES)}")
+        if self.threads is not None and not 1 <= self.threads <= 1024:
+            raise ValueError(f"--threads {self.threads}: must be in 1..1024")
+        if self.max_len_tokens < 2:
+            raise ValueError(f"max_len_tokens {self.max_len_tokens}: must be >= 2")
 
 
 @runtime_checkable
