@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 
 from calibrate.ingest.fields import find_key, json_objects, number, numbers
-from calibrate.ingest.normalise import conditional_from_unconditional, counts_from_rates
+from calibrate.ingest.normalise import conditional_from_unconditional, counts_from_rates, rounding_slack
 from calibrate.ingest.prom import Scrape
 from calibrate.ingest.records import Figure, Observation, ParseResult
 from calibrate.ingest.vllm import counter_observation
@@ -104,7 +104,7 @@ def parse_log(path: str, text: str) -> ParseResult | None:
             d, g, a = int(drafts), int(gm.group(1)), int(am.group(1))
             rates = numbers(pm.group(1)) if pm else []
             per_pos, pfigs = _per_pos_figures(rates, d, "#acc rate/pos") if rates and d else (None, [])
-            if rates and (per_pos is None or abs(sum(per_pos) - a) > max(1, len(rates) // 2)):
+            if rates and (per_pos is None or abs(sum(per_pos) - a) > rounding_slack(len(rates), d)):
                 skipped += 1
                 continue
             figs = [Figure("#gen drafts", str(d), "drafts (rounds that drafted)", f"drafts = {d}"),
@@ -142,7 +142,7 @@ def parse_log(path: str, text: str) -> ParseResult | None:
                                f"mean tokens per round incl. bonus; drafts = accepted / (len - 1) = {drafts}"))
             if nm.group(5) and drafts:
                 per_pos, pfigs = _per_pos_figures(numbers(nm.group(5)), drafts, "acceptance rate per position")
-                if per_pos is None or abs(sum(per_pos) - a) > max(1, len(per_pos) // 2):
+                if per_pos is None or abs(sum(per_pos) - a) > rounding_slack(len(per_pos), drafts):
                     skipped += 1
                     continue
                 figs += pfigs
@@ -159,11 +159,10 @@ def parse_log(path: str, text: str) -> ParseResult | None:
 def parse_timings(path: str, text: str) -> ParseResult | None:
     """llama-server responses whose ``timings`` carry ``draft_n``; None when none do."""
     obs: list[Observation] = []
-    skipped = seen = 0
+    skipped = seen = bad = 0
     for line, obj in json_objects(text):
         if obj is None:
-            if seen:
-                skipped += 1
+            bad += 1
             continue
         t = find_key(obj, "timings")
         if not isinstance(t, dict) or "predicted_n" not in t:
@@ -186,6 +185,7 @@ def parse_timings(path: str, text: str) -> ParseResult | None:
                                       "from drafted tokens / k, assuming every round drafted k",)))
     if not seen:
         return None
+    skipped += bad
     if not obs:
         raise ValueError(f"no spec-decode figures in {path}: no response has timings.draft_n "
                          "(was speculative decoding on?)")

@@ -80,6 +80,11 @@ def counts_from_rates(rates: Sequence[float], drafts: int) -> tuple[int, ...]:
     return tuple(int(round(float(r) * drafts)) for r in rates)
 
 
+def rounding_slack(positions: int, drafts: int, decimals: int = 3) -> float:
+    """How far Σ round(rate_i × drafts) may miss the accepted total when rates are printed to ``decimals``."""
+    return positions * (0.5 * 10.0 ** -decimals * drafts + 0.5) + 1.0
+
+
 def iid_alpha_from_tau(tau: float, k: int) -> float:
     """The i.i.d. α whose mean tokens per round (bonus included) at draft length k is τ."""
     if not 1.0 <= tau <= k + 1 + 1e-9:
@@ -235,7 +240,7 @@ def normalise(observations: Sequence[Observation], skipped_lines: int = 0,
         elif rate is not None:
             iid_alpha = iid_alpha_from_rate(rate, k)
             basis = f"acceptance rate {rate:.4g} at k={k}, every round drafting k"
-        if iid_alpha is not None:
+        if iid_alpha is not None and not any("assumed i.i.d." in n for n in notes):
             notes.append(f"{engines[0]} gives no per-position counts here: per-position acceptance assumed i.i.d. "
                          f"(alpha = {iid_alpha:.4f} implied by {basis})")
 

@@ -155,7 +155,8 @@ def _request(source: str, meta: dict, spec_tokens: int | None) -> Observation | 
         tau = float(meta["spec_accept_length"])
         notes.append("SGLang spec_accept_length = completion tokens / verify steps: the prefill token "
                      "counts too (slight overestimate)")
-    return Observation(ENGINE, "sglang-meta-info" if _HIST[1] in meta or _ACC[1] in meta else "sglang-meta-info-new",
+    new_names = any(key in meta for key in (_ACC[0], _DRAFTED[0], _HIST[0]))
+    return Observation(ENGINE, "sglang-meta-info-new" if new_names else "sglang-meta-info",
                        source, k=k, drafts=verify, draft_tokens=drafted, accepted_tokens=acc,
                        rounds_by_accepted=tuple(hist) if hist else None, tau=tau if tau and tau >= 1 else None,
                        figures=tuple(figs), notes=tuple(notes))
@@ -164,11 +165,10 @@ def _request(source: str, meta: dict, spec_tokens: int | None) -> Observation | 
 def parse_requests(path: str, text: str, spec_tokens: int | None = None) -> ParseResult | None:
     """Responses carrying ``meta_info.spec_verify_ct``; None when none do."""
     obs: list[Observation] = []
-    skipped = seen = 0
+    skipped = seen = bad = 0
     for line, obj in json_objects(text):
         if obj is None:
-            if seen:
-                skipped += 1
+            bad += 1
             continue
         metas = [obj] if isinstance(obj, dict) else []
         found = []
@@ -189,4 +189,4 @@ def parse_requests(path: str, text: str, spec_tokens: int | None = None) -> Pars
                 obs.append(o)
     if not seen:
         return None
-    return ParseResult(ENGINE, "/".join(sorted({o.fmt for o in obs})) or "sglang-meta-info", tuple(obs), skipped)
+    return ParseResult(ENGINE, "/".join(sorted({o.fmt for o in obs})) or "sglang-meta-info", tuple(obs), skipped + bad)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from calibrate.ingest.fields import find_key, json_objects, number, numbers, percent, split_fields
-from calibrate.ingest.normalise import conditional_from_unconditional, counts_from_rates
+from calibrate.ingest.normalise import conditional_from_unconditional, counts_from_rates, rounding_slack
 from calibrate.ingest.prom import Scrape, counter_total
 from calibrate.ingest.records import Figure, Observation, ParseResult
 
@@ -84,7 +84,7 @@ def _v1_line(source: str, f: dict[str, str]) -> Observation | None:
     per_pos = None
     if rates is not None and drafts:
         per_pos = counts_from_rates(rates, drafts)
-        if abs(sum(per_pos) - acc_i) > max(1, len(rates) // 2):  # a cut per-position list
+        if abs(sum(per_pos) - acc_i) > rounding_slack(len(rates), drafts):  # a cut per-position list
             return None
         try:
             judged, accepted = conditional_from_unconditional(per_pos, drafts)
@@ -262,11 +262,10 @@ def _request(source: str, sd: dict) -> Observation | None:
 def parse_requests(path: str, text: str) -> ParseResult | None:
     """Responses (JSON or JSON lines) carrying ``speculative_decoding`` metrics; None when none do."""
     obs: list[Observation] = []
-    skipped = seen = 0
+    skipped = seen = bad = 0
     for line, obj in json_objects(text):
         if obj is None:
-            if seen:
-                skipped += 1
+            bad += 1
             continue
         sd = find_key(obj, "speculative_decoding")
         if not isinstance(sd, dict):
@@ -279,6 +278,7 @@ def parse_requests(path: str, text: str) -> ParseResult | None:
             obs.append(o)
     if not seen:
         return None
+    skipped += bad
     fmt = "/".join(sorted({o.fmt for o in obs})) or "vllm-request"
     return ParseResult(ENGINE, fmt, tuple(obs), skipped)
 
