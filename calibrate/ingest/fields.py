@@ -1,10 +1,14 @@
-"""Small text helpers shared by the engine parsers: ``Name: value`` fields, numbers, JSON lines."""
+"""Small text helpers shared by the engine parsers: ``Name: value`` fields, numbers, JSON lines, line scans."""
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
+
+from calibrate.ingest.records import Observation, ParseResult
+
+T = TypeVar("T")
 
 # A comma ends a field only when a "Name:" follows, so lists such as "0.837, 0.669" stay whole.
 _FIELD_SPLIT = re.compile(r",\s*(?=[#A-Za-z][^:,]*:)")
@@ -94,3 +98,50 @@ def find_key(obj: Any, key: str, depth: int = 0) -> Any | None:
         if found is not None:
             return found
     return None
+
+
+def _result(engine: str, default_fmt: str, obs: list[Observation], skipped: int) -> ParseResult:
+    return ParseResult(engine, "/".join(sorted({o.fmt for o in obs})) or default_fmt, tuple(obs), skipped)
+
+
+def scan_lines(engine: str, default_fmt: str, path: str, text: str, match: Callable[[str], T | None],
+               convert: Callable[[str, T], Observation | None]) -> ParseResult | None:
+    """Every line ``match`` recognises is converted (``path:line`` as source); None when no line matched.
+
+    A recognised line that ``convert`` cannot read (truncated, inconsistent) counts as skipped.
+    """
+    obs: list[Observation] = []
+    seen = skipped = 0
+    for i, line in enumerate(text.splitlines(), start=1):
+        m = match(line)
+        if m is None:
+            continue
+        seen += 1
+        o = convert(f"{path}:{i}", m)
+        if o is None:
+            skipped += 1
+        else:
+            obs.append(o)
+    return _result(engine, default_fmt, obs, skipped) if seen else None
+
+
+def scan_json(engine: str, default_fmt: str, path: str, text: str, extract: Callable[[Any], list[T]],
+              convert: Callable[[str, T], Observation | None]) -> ParseResult | None:
+    """Every item ``extract`` finds in the JSON objects of ``text`` is converted; None when none was found.
+
+    Unreadable JSON lines and items ``convert`` cannot read count as skipped.
+    """
+    obs: list[Observation] = []
+    seen = skipped = 0
+    for line, obj in json_objects(text):
+        if obj is None:
+            skipped += 1
+            continue
+        for item in extract(obj):
+            seen += 1
+            o = convert(f"{path}:{line}" if line else path, item)
+            if o is None:
+                skipped += 1
+            else:
+                obs.append(o)
+    return _result(engine, default_fmt, obs, skipped) if seen else None

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from calibrate.ingest.fields import find_key, json_objects, number, numbers
+from calibrate.ingest.fields import find_key, number, numbers, scan_json
 from calibrate.ingest.normalise import conditional_from_unconditional, counts_from_rates, rounding_slack
 from calibrate.ingest.prom import Scrape
 from calibrate.ingest.records import Figure, Observation, ParseResult
@@ -156,40 +156,32 @@ def parse_log(path: str, text: str) -> ParseResult | None:
     return ParseResult(ENGINE, "/".join(sorted({o.fmt for o in obs})) or "llamacpp-server-log", tuple(obs), skipped)
 
 
+def _timings(source: str, t: dict) -> Observation | None:
+    try:
+        g, a = int(t["draft_n"]), int(t["draft_n_accepted"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    figs = (Figure("draft_n", str(g), "drafted tokens", "drafted tokens"),
+            Figure("draft_n_accepted", str(a), "accepted draft tokens", "accepted tokens"),
+            Figure("predicted_n", str(t.get("predicted_n")), "tokens generated",
+                   "not used: rounds without a draft are not counted separately"))
+    return Observation(ENGINE, "llamacpp-server-timings", source, draft_tokens=g, accepted_tokens=a, figures=figs,
+                       notes=("llama-server timings have no verify-step count: mean tokens per round "
+                              "from drafted tokens / k, assuming every round drafted k",))
+
+
+def _drafting_timings(obj: object) -> list[dict]:
+    t = find_key(obj, "timings")
+    return [t] if isinstance(t, dict) and "predicted_n" in t and "draft_n" in t else []
+
+
 def parse_timings(path: str, text: str) -> ParseResult | None:
     """llama-server responses whose ``timings`` carry ``draft_n``; None when none do."""
-    obs: list[Observation] = []
-    skipped = seen = bad = 0
-    for line, obj in json_objects(text):
-        if obj is None:
-            bad += 1
-            continue
-        t = find_key(obj, "timings")
-        if not isinstance(t, dict) or "predicted_n" not in t:
-            continue
-        seen += 1
-        if "draft_n" not in t:
-            continue  # no drafting happened in this response
-        try:
-            g, a = int(t["draft_n"]), int(t["draft_n_accepted"])
-        except (KeyError, TypeError, ValueError):
-            skipped += 1
-            continue
-        figs = (Figure("draft_n", str(g), "drafted tokens", "drafted tokens"),
-                Figure("draft_n_accepted", str(a), "accepted draft tokens", "accepted tokens"),
-                Figure("predicted_n", str(t.get("predicted_n")), "tokens generated",
-                       "not used: rounds without a draft are not counted separately"))
-        obs.append(Observation(ENGINE, "llamacpp-server-timings", f"{path}:{line}" if line else path,
-                               draft_tokens=g, accepted_tokens=a, figures=figs,
-                               notes=("llama-server timings have no verify-step count: mean tokens per round "
-                                      "from drafted tokens / k, assuming every round drafted k",)))
-    if not seen:
-        return None
-    skipped += bad
-    if not obs:
+    res = scan_json(ENGINE, "llamacpp-server-timings", path, text, _drafting_timings, _timings)
+    if res is None and '"timings"' in text and '"predicted_n"' in text and '"draft_n"' not in text:
         raise ValueError(f"no spec-decode figures in {path}: no response has timings.draft_n "
                          "(was speculative decoding on?)")
-    return ParseResult(ENGINE, "llamacpp-server-timings", tuple(obs), skipped)
+    return res
 
 
 def scrape_observation(path: str, scrape: Scrape) -> Observation | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from calibrate.ingest.fields import json_objects, number, split_fields
+from calibrate.ingest.fields import number, scan_json, scan_lines, split_fields
 from calibrate.ingest.prom import Scrape
 from calibrate.ingest.records import Figure, Observation, ParseResult
 
@@ -57,29 +57,25 @@ def _window(source: str, fmt: str, tau: float, rate: float | None, spec_tokens: 
                        notes=tuple(notes))
 
 
+def _log_line(source: str, m: re.Match, spec_tokens: int | None) -> Observation | None:
+    f = split_fields(m.group("rest"))
+    tau = number(f.get("accept len"))
+    rate = number(f.get("accept rate")) if "accept rate" in f else None
+    if tau is None or "#queue-req" not in f or ("accept rate" in f and rate is None):
+        return None  # cut before its last field
+    if tau < 1.0:  # an idle window prints 0.00
+        return None
+    fmt = "sglang-log" if rate is not None else "sglang-log-old"
+    return _window(source, fmt, tau, rate, spec_tokens, ("accept len", "accept rate"))
+
+
+def _match(line: str) -> re.Match | None:
+    return _LINE.search(line) if "accept len" in line else None
+
+
 def parse_log(path: str, text: str, spec_tokens: int | None = None) -> ParseResult | None:
     """``Decode batch`` lines with ``accept len``; None when the file has none."""
-    obs: list[Observation] = []
-    skipped = seen = 0
-    for i, line in enumerate(text.splitlines(), start=1):
-        m = _LINE.search(line)
-        if m is None or "accept len" not in line:
-            continue
-        seen += 1
-        f = split_fields(m.group("rest"))
-        tau = number(f.get("accept len"))
-        rate = number(f.get("accept rate")) if "accept rate" in f else None
-        if tau is None or "#queue-req" not in f or ("accept rate" in f and rate is None):
-            skipped += 1
-            continue
-        if tau < 1.0:  # an idle window prints 0.00
-            skipped += 1
-            continue
-        fmt = "sglang-log" if rate is not None else "sglang-log-old"
-        obs.append(_window(f"{path}:{i}", fmt, tau, rate, spec_tokens, ("accept len", "accept rate")))
-    if not seen:
-        return None
-    return ParseResult(ENGINE, "/".join(sorted({o.fmt for o in obs})) or "sglang-log", tuple(obs), skipped)
+    return scan_lines(ENGINE, "sglang-log", path, text, _match, lambda s, m: _log_line(s, m, spec_tokens))
 
 
 def scrape_observation(path: str, scrape: Scrape, spec_tokens: int | None = None) -> Observation | None:
@@ -162,31 +158,20 @@ def _request(source: str, meta: dict, spec_tokens: int | None) -> Observation | 
                        figures=tuple(figs), notes=tuple(notes))
 
 
+def _meta_infos(obj: object) -> list[dict]:
+    """Every ``meta_info`` with ``spec_verify_ct`` in a response (one per choice of a batch)."""
+    found, todo = [], [obj]
+    while todo:
+        m = todo.pop()
+        if isinstance(m, dict):
+            if isinstance(m.get("meta_info"), dict) and "spec_verify_ct" in m["meta_info"]:
+                found.append(m["meta_info"])
+            todo.extend(v for v in m.values() if isinstance(v, (dict, list)))
+        elif isinstance(m, list):
+            todo.extend(m)
+    return found
+
+
 def parse_requests(path: str, text: str, spec_tokens: int | None = None) -> ParseResult | None:
     """Responses carrying ``meta_info.spec_verify_ct``; None when none do."""
-    obs: list[Observation] = []
-    skipped = seen = bad = 0
-    for line, obj in json_objects(text):
-        if obj is None:
-            bad += 1
-            continue
-        metas = [obj] if isinstance(obj, dict) else []
-        found = []
-        while metas:
-            m = metas.pop()
-            if isinstance(m, dict):
-                if isinstance(m.get("meta_info"), dict) and "spec_verify_ct" in m["meta_info"]:
-                    found.append(m["meta_info"])
-                metas.extend(v for v in m.values() if isinstance(v, (dict, list)))
-            elif isinstance(m, list):
-                metas.extend(m)
-        for meta in found:
-            seen += 1
-            o = _request(f"{path}:{line}" if line else path, meta, spec_tokens)
-            if o is None:
-                skipped += 1
-            else:
-                obs.append(o)
-    if not seen:
-        return None
-    return ParseResult(ENGINE, "/".join(sorted({o.fmt for o in obs})) or "sglang-meta-info", tuple(obs), skipped + bad)
+    return scan_json(ENGINE, "sglang-meta-info", path, text, _meta_infos, lambda s, m: _request(s, m, spec_tokens))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from calibrate.ingest.fields import find_key, json_objects, number, numbers, percent, split_fields
+from calibrate.ingest.fields import find_key, number, numbers, percent, scan_json, scan_lines, split_fields
 from calibrate.ingest.normalise import conditional_from_unconditional, counts_from_rates, rounding_slack
 from calibrate.ingest.prom import Scrape, counter_total
 from calibrate.ingest.records import Figure, Observation, ParseResult
@@ -155,25 +155,14 @@ def _v0_line(source: str, f: dict[str, str]) -> Observation | None:
                        tau=tau, acceptance_rate=acc_prefix / dtok, figures=figs, notes=(note,))
 
 
+def _log_line(source: str, m: re.Match) -> Observation | None:
+    f = split_fields(m.group("rest"))
+    return _v0_line(source, f) if m.group(1) == "Speculative metrics" else _v1_line(source, f)
+
+
 def parse_log(path: str, text: str) -> ParseResult | None:
     """Every ``SpecDecoding metrics:`` / ``Speculative metrics:`` line; None when the file has none."""
-    obs: list[Observation] = []
-    skipped = seen = 0
-    for i, line in enumerate(text.splitlines(), start=1):
-        m = _LINE.search(line)
-        if m is None:
-            continue
-        seen += 1
-        f = split_fields(m.group("rest"))
-        o = _v0_line(f"{path}:{i}", f) if m.group(1) == "Speculative metrics" else _v1_line(f"{path}:{i}", f)
-        if o is None:
-            skipped += 1
-        else:
-            obs.append(o)
-    if not seen:
-        return None
-    fmt = "/".join(sorted({o.fmt for o in obs})) or "vllm-log"
-    return ParseResult(ENGINE, fmt, tuple(obs), skipped)
+    return scan_lines(ENGINE, "vllm-log", path, text, _LINE.search, _log_line)
 
 
 def counter_observation(engine: str, fmt: str, path: str, scrape: Scrape,
@@ -259,28 +248,14 @@ def _request(source: str, sd: dict) -> Observation | None:
                        figures=tuple(figs))
 
 
+def _speculative_decoding(obj: object) -> list[dict]:
+    sd = find_key(obj, "speculative_decoding")
+    return [sd] if isinstance(sd, dict) else []
+
+
 def parse_requests(path: str, text: str) -> ParseResult | None:
     """Responses (JSON or JSON lines) carrying ``speculative_decoding`` metrics; None when none do."""
-    obs: list[Observation] = []
-    skipped = seen = bad = 0
-    for line, obj in json_objects(text):
-        if obj is None:
-            bad += 1
-            continue
-        sd = find_key(obj, "speculative_decoding")
-        if not isinstance(sd, dict):
-            continue
-        seen += 1
-        o = _request(f"{path}:{line}" if line else path, sd)
-        if o is None:
-            skipped += 1
-        else:
-            obs.append(o)
-    if not seen:
-        return None
-    skipped += bad
-    fmt = "/".join(sorted({o.fmt for o in obs})) or "vllm-request"
-    return ParseResult(ENGINE, fmt, tuple(obs), skipped)
+    return scan_json(ENGINE, "vllm-request", path, text, _speculative_decoding, _request)
 
 
 __all__ = ["COUNTERS", "ENGINE", "counter_observation", "parse_log", "parse_requests", "scrape_observation"]
