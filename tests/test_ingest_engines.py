@@ -111,3 +111,20 @@ def test_tgi_histogram_and_summary() -> None:
 def test_engine_flag_restricts_formats() -> None:
     with pytest.raises(ValueError, match="not in any known format"):
         ingest("vllm/specdecode-v1.log", engine="sglang")
+
+
+def test_tgi_two_scrapes_delta(tmp_path: Path) -> None:
+    from tests.engine_writers import tgi_scrape
+
+    before, after = tmp_path / "b.prom", tmp_path / "a.prom"
+    before.write_text(tgi_scrape([50, 30], 100, requests=5))
+    after.write_text(tgi_scrape([50 + 400, 30 + 300], 100 + 500, requests=5 + 20))
+    rec = ingest_files([str(before), str(after)]).record
+    assert rec.formats == ("tgi-prometheus-histogram-delta",)
+    assert rec.drafts == 500 and [p.accepted for p in rec.positions] == [400, 300]
+
+
+def test_scrapes_that_did_not_move(tmp_path: Path) -> None:
+    same = FIX / "vllm" / "metrics-after.prom"
+    with pytest.raises(ValueError, match="counters did not move"):
+        ingest_files([str(same), str(same)])

@@ -44,6 +44,7 @@ class CostChoice:
     lines: tuple[str, ...] = ()
     write_file: bool = False
     context_tokens: float = 512.0
+    context_note: str = "assumed; --context-tokens"
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,8 @@ def choose_cost(ing: Ingested, preset: str | None, hardware: str | None, cost_mo
                            512.0 if context_tokens is None else context_tokens)
         return CostChoice(b.cost, True, f"measured by llama-bench ({b.fmt}, {ing.bench.path}); "
                           f"verify cost = pp n (the llama.cpp maintainers' approximation)", (), b.lines, True,
-                          float(b.reference_depth_tokens) if context_tokens is None else context_tokens)
+                          float(b.reference_depth_tokens) if context_tokens is None else context_tokens,
+                          "llama-bench reference depth" if context_tokens is None else "--context-tokens")
     if cost_model is not None:
         p = Path(cost_model)
         if p.is_dir():
@@ -134,9 +136,7 @@ def _inputs(record: AcceptanceRecord, cost: CostChoice, gamma_max: int, context_
     elif record.iid_alpha is not None:
         lines.append(f"per-position alpha: assumed i.i.d. (alpha = {record.iid_alpha:.4f} implied by {record.iid_basis})")
     lines.append(f"costs: {cost.description}")
-    lines.append(f"context: {context_tokens:.0f} tokens" + (" (llama-bench reference depth)" if cost.write_file and
-                                                            cost.context_tokens == context_tokens else
-                                                            " (assumed; --context-tokens)"))
+    lines.append(f"context: {context_tokens:.0f} tokens ({cost.context_note})")
     return tuple(lines)
 
 
@@ -150,21 +150,22 @@ def answer(ing: Ingested, cost: CostChoice, gamma_max: int, serve: ServeSettings
     acc = acceptance_model(ing.record)
     ctx = cost.context_tokens
     rows = []
-    for r in predict(acc, cost.cost, range(1, gamma_max + 1), ctx):
+    preds = predict(acc, cost.cost, range(1, gamma_max + 1), ctx)
+    for r in preds:
         rows.append({"k": r.gamma, "expected_tokens_per_round": r.expected_tokens_per_round,
                      "round_time_ms": r.round_time_ms, "tokens_per_s": r.tokens_per_s_speculative,
                      "tokens_per_s_baseline": r.tokens_per_s_baseline, "speedup": r.speedup,
                      "break_even_alpha": break_even_alpha(r.gamma, cost.cost, context_tokens=ctx)})
-    best = optimal_gamma(predict(acc, cost.cost, range(1, gamma_max + 1), ctx))
+    best = optimal_gamma(preds)
     batch_rows: list[dict] = []
     serve_rows: list[dict] = []
     if serve is not None:
         b = 1
         while b <= serve.max_batch:
-            preds = predict(acc, cost.cost, range(1, gamma_max + 1), ctx, batch=b)
-            o = optimal_gamma(preds)
+            at_b = predict(acc, cost.cost, range(1, gamma_max + 1), ctx, batch=b)
+            o = optimal_gamma(at_b)
             batch_rows.append({"batch": b, "optimal_k": o.gamma if o.speedup >= 1.0 else 0,
-                               "speedup": o.speedup, "speedup_by_k": [p.speedup for p in preds]})
+                               "speedup": o.speedup, "speedup_by_k": [p.speedup for p in at_b]})
             b *= 2
         for rate in serve.arrival_rates_per_s:
             per_k = []

@@ -173,34 +173,8 @@ def ingest_files(paths: list[str], engine: str = "auto", spec_tokens: int | None
         tried = [f for e in engines for f in FORMATS_TRIED[e]] + [BENCH_FORMATS]
         raise ValueError(f"{path}: not in any known format (tried: {'; '.join(tried)})")
 
-    notes: list[str] = []
     for e, lst in scrapes.items():
-        if len(lst) == 1:
-            path, s = lst[0]
-            obs = _scrape_observation(e, path, s, spec_tokens)
-            if e != "sglang":
-                notes.append(f"one scrape of {e}: counters since the server started (give a before and an after "
-                             "scrape to scope a benchmark)")
-        elif e == "sglang":
-            path, s = lst[-1]
-            obs = _scrape_observation(e, path, s, spec_tokens)
-            notes.append("SGLang exports gauges, not counters: the last scrape is used, no delta")
-        else:
-            delta = scrape_delta(e, lst[0], lst[-1])
-            label = f"{lst[0][0]} -> {lst[-1][0]}"
-            obs = _scrape_observation(e, label, delta, spec_tokens)
-            if obs is not None and (obs.drafts == 0 or (obs.rounds_by_accepted is not None and not sum(obs.rounds_by_accepted))):
-                raise ValueError(f"no drafts between {lst[0][0]} and {lst[-1][0]}: the counters did not move "
-                                 "(was the benchmark run between the two scrapes?)")
-            if len(lst) > 2:
-                notes.append(f"{len(lst)} scrapes of {e}: deltas between the first and the last")
-            obs = None if obs is None else _with_fmt(obs, obs.fmt + "-delta", notes)
-            notes = []
-        if obs is None:
-            raise ValueError(f"no spec-decode counters in {lst[-1][0]}: was speculative decoding on?")
-        if notes:
-            obs = _with_fmt(obs, obs.fmt, notes)
-            notes = []
+        obs = _combine_scrapes(e, lst, spec_tokens)
         results.append(ParseResult(e, obs.fmt, (obs,), 0))
 
     observations = [o for r in results for o in r.observations]
@@ -215,5 +189,27 @@ def ingest_files(paths: list[str], engine: str = "auto", spec_tokens: int | None
     return Ingested(record, bench, tuple(files))
 
 
-def _with_fmt(obs: Observation, fmt: str, notes: list[str]) -> Observation:
-    return replace(obs, fmt=fmt, notes=obs.notes + tuple(notes))
+def _combine_scrapes(engine: str, scrapes: list[tuple[str, Scrape]], spec_tokens: int | None) -> Observation:
+    """One observation from an engine's scrapes: the delta first → last for counters, the last for gauges."""
+    notes: list[str] = []
+    first, last = scrapes[0], scrapes[-1]
+    if engine == "sglang" or len(scrapes) == 1:
+        source, scrape = last
+        if engine == "sglang" and len(scrapes) > 1:
+            notes.append("SGLang exports gauges, not counters: the last scrape is used, no delta")
+        elif engine != "sglang":
+            notes.append(f"one scrape of {engine}: counters since the server started (give a before and an after "
+                         "scrape to scope a benchmark)")
+    else:
+        source, scrape = f"{first[0]} -> {last[0]}", scrape_delta(engine, first, last)
+        if len(scrapes) > 2:
+            notes.append(f"{len(scrapes)} scrapes of {engine}: deltas between the first and the last")
+    obs = _scrape_observation(engine, source, scrape, spec_tokens)
+    if obs is None:
+        raise ValueError(f"no spec-decode counters in {last[0]}: was speculative decoding on?")
+    if len(scrapes) > 1 and engine != "sglang":
+        if obs.drafts == 0 or (obs.rounds_by_accepted is not None and not sum(obs.rounds_by_accepted)):
+            raise ValueError(f"no drafts between {first[0]} and {last[0]}: the counters did not move "
+                             "(was the benchmark run between the two scrapes?)")
+        return replace(obs, fmt=obs.fmt + "-delta", notes=obs.notes + tuple(notes))
+    return replace(obs, notes=obs.notes + tuple(notes))
