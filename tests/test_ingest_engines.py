@@ -128,3 +128,11 @@ def test_scrapes_that_did_not_move(tmp_path: Path) -> None:
     same = FIX / "vllm" / "metrics-after.prom"
     with pytest.raises(ValueError, match="counters did not move"):
         ingest_files([str(same), str(same)])
+
+
+def test_vllm_adaptive_depth_line() -> None:
+    rec = ingest("vllm/specdecode-adaptive.log").record
+    # no per-position rates: drafts = accepted / (mean length - 1) = 310 / 1.87 = 165.8 -> 166; k = the depth
+    assert rec.formats == ("vllm-log-adaptive",) and rec.k == 3 and rec.drafts == 166
+    assert rec.iid_alpha is not None and not rec.positions
+    assert any("adaptive depth" in n for n in rec.notes)

@@ -109,7 +109,7 @@ def format_record(rec: AcceptanceRecord, files: Sequence[tuple[str, str]]) -> li
 def format_explain(rec: AcceptanceRecord) -> list[str]:
     rows = [("input figure", "value", "engine's definition", "converted")]
     rows += [(f.name, f.value, f.definition, f.converted) for f in rec.figures]
-    widths = [min(max(len(r[i]) for r in rows), cap) for i, cap in enumerate((48, 16, 60, 200))]
+    widths = [min(max(len(r[i]) for r in rows), cap) for i, cap in enumerate((48, 16, 100, 200))]
     out = ["conversion table:"]
     for j, r in enumerate(rows):
         out.append("  " + "  ".join(c.ljust(w) if i < 3 else c for i, (c, w) in enumerate(zip(r, widths))))
