@@ -74,7 +74,7 @@ def test_truncated_lines_are_counted() -> None:
 
 
 BAD = [
-    (["README.md", "--preset", "llama3-1b-8b"], "README.md: not in any known format (tried:"),
+    (["pyproject.toml", "--preset", "llama3-1b-8b"], "pyproject.toml: not in any known format (tried:"),
     ([str(FIX / "vllm" / "metrics-nospec.prom")], "no spec-decode counters in"),
     ([str(FIX / "vllm" / "metrics-after.prom"), str(FIX / "vllm" / "metrics-before.prom")], "counters went down"),
     ([str(FIX / "vllm" / "metrics-before.prom"), str(FIX / "vllm" / "metrics-other-server.prom")],

@@ -52,6 +52,9 @@ def _window(source: str, fmt: str, tau: float, rate: float | None, spec_tokens: 
         if k:
             notes.append(f"SGLang accept rate includes the bonus token: converted to accepted/drafted = "
                          f"(accept len - 1) / k (k = {k}{', inferred as accept len / accept rate - 1' if spec_tokens is None else ''})")
+            if spec_tokens is None:
+                notes.append("k inferred for a chain draft; with --speculative-eagle-topk > 1 num_draft_tokens counts "
+                             "tree nodes: pass --spec-tokens K (speculative_num_steps)")
     acc_rate = (tau - 1) / k if k and 0 <= (tau - 1) / k <= 1 else None
     return Observation(ENGINE, fmt, source, k=k, tau=tau, acceptance_rate=acc_rate, figures=tuple(figs),
                        notes=tuple(notes))
