@@ -1,5 +1,8 @@
 """``python -m calibrate RUN_DIR [RUN_DIR ...] [--holdout gamma|domain|k|none] [--out DIR]``.
 
+``python -m calibrate ingest FILE...`` reads an engine's metrics instead (see
+:mod:`calibrate.ingest.cli`).
+
 Fits the simulator's cost and acceptance models to the run directories,
 predicts every measured configuration (closed form, trace replay, event
 simulator), prints a per-configuration error table and the MAPE (in-sample
@@ -24,6 +27,11 @@ def _fmt(v) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["ingest"]:  # subcommand: an engine's spec-decode metrics and llama-bench costs -> sim
+        from calibrate.ingest.cli import main as ingest_main
+
+        return ingest_main(argv[1:])
     ap = argparse.ArgumentParser(prog="python -m calibrate", description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories written by python -m measure")
     ap.add_argument("--holdout", default="gamma",

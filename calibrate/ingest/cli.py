@@ -1,0 +1,206 @@
+"""``python -m calibrate ingest FILE... [options]`` — an engine's spec-decode numbers in, which k out.
+
+Examples::
+
+    python -m calibrate ingest vllm.log --preset llama3-1b-8b --hardware h100-sxm
+    python -m calibrate ingest before.prom after.prom --preset llama3-8b-70b --explain
+    python -m calibrate ingest server.log bench.json --out runs/ingest   # llama.cpp log + llama-bench costs
+    python -m calibrate ingest sglang.log --spec-tokens 3 --cost-model runs/x-cal --mode serve
+
+Prints the acceptance in the project's definitions (conditional α_i with
+counts and 95% Wilson intervals, acceptance rate, mean tokens per round with
+the bonus token), one line per lossy conversion, the predicted speedup per k,
+the optimal k and the break-even α, then one JSON line. Bad input: one line,
+exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import NoReturn, Sequence
+
+from calibrate.ingest.answer import Answer, ServeSettings, answer, choose_cost, sim_command, summary, write_files
+from calibrate.ingest.detect import ENGINES, Ingested, ingest_files
+from calibrate.ingest.records import AcceptanceRecord
+
+PROG = "python -m calibrate ingest"
+MODES = ("analytic", "serve")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad argument in one line (no usage dump), exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{PROG}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        vals = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated requests/s, got {text!r}") from None
+    if not vals or any(not v > 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"arrival rates must be > 0, got {text!r}")
+    return vals
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Ingest an engine's speculative-decoding metrics (vLLM, SGLang, llama.cpp, "
+                "TGI) and llama-bench costs; predict the speedup per k with sim.")
+    p.add_argument("files", nargs="+", metavar="FILE", help="log, /metrics scrape(s), response JSON, llama-bench output")
+    p.add_argument("--engine", default="auto", help=f"auto (default) or one of {', '.join(ENGINES)}")
+    p.add_argument("--spec-tokens", type=int, metavar="K", help="the draft length k the engine ran with, for inputs "
+                   "that do not state it (vLLM num_speculative_tokens, SGLang speculative_num_steps, llama.cpp "
+                   "--draft-max, TGI --speculate)")
+    p.add_argument("--out", metavar="DIR", help="write acceptance.json (+ cost_model.json) and ingest.json here")
+    p.add_argument("--explain", action="store_true", help="print the conversion table: each input figure, the "
+                   "engine's definition and the converted value")
+    p.add_argument("--preset", help="cost: a draft/target pair's roofline (python -m sim --list-presets)")
+    p.add_argument("--hardware", help="cost: hardware profile for --preset (default: the pair's)")
+    p.add_argument("--cost-model", metavar="FILE", help="cost: a cost-model JSON (calibrate's cost_model-*.json of a "
+                   "measure run, or the directory holding it)")
+    p.add_argument("--gamma-max", type=int, default=8, help="predict k = 1..N (default 8)")
+    p.add_argument("--context-tokens", type=float, help="context the costs use (default 512; llama-bench: the "
+                   "measured depth nearest it)")
+    p.add_argument("--mode", default="analytic", help=f"one of {', '.join(MODES)} (default analytic); serve adds "
+                   "optimal k by batch size and by arrival rate")
+    p.add_argument("--arrival-rates", type=_rates, default=ServeSettings().arrival_rates_per_s,
+                   metavar="R1,R2,...", help="serve mode: Poisson arrival rates in requests/s (default 1,4,16,64)")
+    p.add_argument("--max-batch", type=int, default=32, help="serve mode: largest batch (default 32)")
+    p.add_argument("--requests", type=int, default=100, help="serve mode: simulated requests per run (default 100)")
+    p.add_argument("--new-tokens", type=int, default=128, help="serve mode: tokens per request (default 128)")
+    p.add_argument("--seed", type=int, default=0, help="serve mode: seed of every random draw (default 0)")
+    return p
+
+
+def _f(v: float | None, spec: str = ".3f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def format_record(rec: AcceptanceRecord, files: Sequence[tuple[str, str]]) -> list[str]:
+    out = [f"{rec.engine}: {rec.observations} observation(s) from " + ", ".join(f"{p} ({fmt})" for p, fmt in files)
+           + (f"; {rec.skipped_lines} partial or truncated line(s) skipped" if rec.skipped_lines else "")]
+    out.append("acceptance in the project's definitions:")
+    if rec.positions:
+        out.append("  position  accepted/judged  alpha_i (conditional)  95% CI")
+        for p in rec.positions:
+            out.append(f"  {p.position:8d}  {f'{p.accepted}/{p.judged}':>15s}  {p.alpha:21.3f}  "
+                       f"[{p.ci_low:.3f}, {p.ci_high:.3f}]")
+    elif rec.iid_alpha is not None:
+        out.append(f"  alpha (i.i.d., assumed) = {rec.iid_alpha:.4f}, implied by {rec.iid_basis}")
+    rate = "-" if rec.acceptance_rate is None else (
+        f"{rec.accepted_tokens}/{rec.draft_tokens} = {rec.acceptance_rate:.3f}"
+        if rec.accepted_tokens is not None and rec.draft_tokens else f"{rec.acceptance_rate:.3f}")
+    out.append(f"  acceptance rate (accepted/drafted): {rate}")
+    tau = _f(rec.mean_tokens_per_round)
+    extra = [f"k = {rec.k}"] if rec.k is not None else []
+    if rec.drafts is not None:
+        extra.append(f"{rec.drafts} rounds")
+    out.append(f"  mean tokens per round (incl. bonus): {tau}" + (f" at {', '.join(extra)}" if extra else ""))
+    for n in rec.notes:
+        out.append(f"note: {n}")
+    return out
+
+
+def format_explain(rec: AcceptanceRecord) -> list[str]:
+    rows = [("input figure", "value", "engine's definition", "converted")]
+    rows += [(f.name, f.value, f.definition, f.converted) for f in rec.figures]
+    widths = [min(max(len(r[i]) for r in rows), cap) for i, cap in enumerate((48, 16, 100, 200))]
+    out = ["conversion table:"]
+    for j, r in enumerate(rows):
+        out.append("  " + "  ".join(c.ljust(w) if i < 3 else c for i, (c, w) in enumerate(zip(r, widths))))
+        if j == 0:
+            out.append("  " + "  ".join("-" * w for w in widths[:3]) + "  " + "-" * 9)
+    if rec.observations > 5:
+        out.append(f"  (figures of the first 5 of {rec.observations} observations; the rest are converted the same way)")
+    return out
+
+
+def format_answer(ans: Answer, gamma_max: int) -> list[str]:
+    out = ["inputs:"] + [f"  {line}" for line in ans.inputs]
+    out += [f"  {line}" for line in ans.cost.lines]
+    out.append(f"predicted (closed form, context {ans.context_tokens:.0f} tokens, batch 1):")
+    out.append("   k  tokens/round  round ms    tok/s  speedup  break-even alpha")
+    for r in ans.rows:
+        be = r["break_even_alpha"]
+        out.append(f"  {r['k']:2d}  {r['expected_tokens_per_round']:12.3f}  {r['round_time_ms']:8.3f}  "
+                   f"{r['tokens_per_s']:7.1f}  {r['speedup']:6.3f}x  {'never' if be is None else f'{be:.3f}':>16s}"
+                   + ("  <- optimal" if r["k"] == ans.optimal_k else ""))
+    base = ans.rows[0]["tokens_per_s_baseline"]
+    line = f"optimal k = {ans.optimal_k}: speedup {ans.optimal_speedup:.3f}x over {base:.1f} tok/s autoregressive"
+    if ans.optimal_speedup < 1.0:
+        line += " (speculative decoding is SLOWER at every k: turn it off)"
+    out.append(line)
+    k_eng = ans.record.k
+    if k_eng is not None and 1 <= k_eng <= gamma_max and k_eng != ans.optimal_k:
+        at = ans.rows[k_eng - 1]["speedup"]
+        out.append(f"the engine ran k = {k_eng}: predicted {at:.3f}x there")
+    if ans.batch_rows:
+        out.append("by batch size (closed form, every sequence in lockstep; k = 0 means speculation off):")
+        out.append("  batch  optimal k  speedup")
+        for r in ans.batch_rows:
+            out.append(f"  {r['batch']:5d}  {r['optimal_k']:9d}  {r['speedup']:6.3f}x")
+    if ans.serve_rows:
+        out.append("by arrival rate (SimPy serving simulation, same arrivals with and without speculation):")
+        out.append("  req/s  mean batch  best k (p50 latency)  latency x  best k (throughput)  throughput x")
+        for r in ans.serve_rows:
+            out.append(f"  {r['arrival_rate_per_s']:5g}  {r['mean_batch_baseline']:10.1f}  {r['optimal_k_latency']:19d}  "
+                       f"{r['latency_speedup_p50']:8.3f}x  {r['optimal_k_throughput']:19d}  {r['throughput_speedup']:11.3f}x")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.mode not in MODES:
+            raise ValueError(f"unknown --mode {args.mode!r}; valid: {', '.join(MODES)}")
+        if args.spec_tokens is not None and args.spec_tokens < 1:
+            raise ValueError(f"--spec-tokens must be >= 1, got {args.spec_tokens}")
+        for name in ("gamma_max", "max_batch", "requests", "new_tokens"):
+            if getattr(args, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+        if args.context_tokens is not None and args.context_tokens < 0:
+            raise ValueError(f"--context-tokens must be >= 0, got {args.context_tokens}")
+        ing: Ingested = ingest_files(list(args.files), args.engine, args.spec_tokens)
+        lines: list[str] = []
+        if ing.record is not None:
+            acc_files = [(p, f) for p, f in ing.files if not f.startswith("llama-bench")]
+            lines += format_record(ing.record, acc_files)
+            if args.explain:
+                lines += format_explain(ing.record)
+        cost = choose_cost(ing, args.preset, args.hardware, args.cost_model, args.context_tokens)
+        serve = None
+        if args.mode == "serve":
+            serve = ServeSettings(args.arrival_rates, args.max_batch, args.requests, args.new_tokens, args.seed)
+        ans = answer(ing, cost, args.gamma_max, serve)
+        lines += format_answer(ans, args.gamma_max)
+        doc = summary(ans, args.gamma_max)
+        if args.out:
+            out = Path(args.out)
+            written = write_files(ans, out, args.gamma_max)
+            lines.append("wrote " + ", ".join(written.values()))
+            lines.append("reproduce: " + sim_command(ans, out, args.gamma_max))
+            doc["files"] = written
+    except ValueError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"{PROG}: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
+    print(json.dumps({"optimal_k": doc["optimal_k"], "optimal_speedup": doc["optimal_speedup"],
+                      "alpha_per_position": [p["alpha"] for p in doc["acceptance"]["alpha_per_position"]],
+                      "iid_alpha": doc["acceptance"]["iid_alpha"],
+                      "acceptance_rate": doc["acceptance"]["acceptance_rate"],
+                      "mean_tokens_per_round": doc["acceptance"]["mean_tokens_per_round"],
+                      "speedup_by_k": [r["speedup"] for r in doc["predictions"]],
+                      "cost_measured": doc["cost_measured"], "files": doc.get("files", {})}))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,143 @@
+"""Frozen records of ingestion: engine figures, observations and the normalised acceptance record.
+
+The project's definitions (what every engine's numbers are converted to):
+
+* **conditional per-position acceptance** α_i = P(draft token i accepted |
+  tokens 1..i−1 accepted), with the counts it rests on — ``judged`` rounds that
+  reached position i, ``accepted`` of them that accepted it — and a 95% Wilson
+  interval;
+* **acceptance rate** = accepted draft tokens / drafted tokens;
+* **mean tokens per round** = 1 + accepted draft tokens / rounds (the bonus or
+  correction token included; vLLM's "mean acceptance length", Spec-Bench's τ).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One number as the engine printed it, the engine's definition and what it became."""
+
+    name: str
+    value: str
+    definition: str
+    converted: str = ""
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one unit of input (a log line, a scrape or scrape delta, a request) says.
+
+    Every field is optional: engines report different subsets. Counts are the
+    engine's own; ``accepted_per_pos`` uses vLLM's unconditional definition
+    (how many drafts had position i accepted), ``rounds_by_accepted[j]`` is the
+    number of rounds that accepted exactly j draft tokens, ``per_round`` holds
+    (drafted, accepted) per round. ``tau`` is mean tokens per round including
+    the bonus token; ``acceptance_rate`` is accepted / drafted.
+    """
+
+    engine: str
+    fmt: str
+    source: str
+    k: int | None = None
+    drafts: int | None = None
+    draft_tokens: int | None = None
+    accepted_tokens: int | None = None
+    accepted_per_pos: tuple[int, ...] | None = None
+    rounds_by_accepted: tuple[int, ...] | None = None
+    per_round: tuple[tuple[int, int], ...] | None = None
+    tau: float | None = None
+    acceptance_rate: float | None = None
+    figures: tuple[Figure, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("k", "drafts", "draft_tokens", "accepted_tokens"):
+            v = getattr(self, name)
+            if v is not None and v < 0:
+                raise ValueError(f"{self.source}: {name} must be >= 0, got {v}")
+        if self.tau is not None and self.tau < 1.0:
+            raise ValueError(f"{self.source}: mean tokens per round must be >= 1, got {self.tau}")
+        if self.acceptance_rate is not None and not 0.0 <= self.acceptance_rate <= 1.0:
+            raise ValueError(f"{self.source}: acceptance rate must be in [0, 1], got {self.acceptance_rate}")
+
+
+@dataclass(frozen=True)
+class PositionAcceptance:
+    """Conditional acceptance at one draft position (1-based) with its counts and 95% Wilson interval."""
+
+    position: int
+    accepted: int
+    judged: int
+    alpha: float
+    ci_low: float
+    ci_high: float
+
+    def as_dict(self) -> dict:
+        return {"position": self.position, "accepted": self.accepted, "judged": self.judged,
+                "alpha": self.alpha, "ci95_low": self.ci_low, "ci95_high": self.ci_high}
+
+
+@dataclass(frozen=True)
+class AcceptanceRecord:
+    """Everything ingested, in the project's definitions.
+
+    ``positions`` is empty when the input has no per-position information; then
+    ``iid_alpha`` is the i.i.d. α implied by ``iid_basis`` (a stated
+    assumption). ``notes`` holds one line per lossy conversion.
+    """
+
+    engine: str
+    formats: tuple[str, ...]
+    sources: tuple[str, ...]
+    observations: int
+    k: int | None
+    drafts: int | None
+    draft_tokens: int | None
+    accepted_tokens: int | None
+    positions: tuple[PositionAcceptance, ...]
+    acceptance_rate: float | None
+    mean_tokens_per_round: float | None
+    iid_alpha: float | None
+    iid_basis: str
+    skipped_lines: int
+    notes: tuple[str, ...]
+    figures: tuple[Figure, ...] = field(default=(), repr=False)
+
+    @property
+    def alphas(self) -> tuple[float, ...]:
+        """Conditional α_1..α_k (empty without per-position information)."""
+        return tuple(p.alpha for p in self.positions)
+
+    def as_dict(self) -> dict:
+        return {
+            "engine": self.engine,
+            "formats": list(self.formats),
+            "sources": list(self.sources),
+            "observations": self.observations,
+            "k": self.k,
+            "drafts": self.drafts,
+            "draft_tokens": self.draft_tokens,
+            "accepted_tokens": self.accepted_tokens,
+            "alpha_per_position": [p.as_dict() for p in self.positions],
+            "acceptance_rate": self.acceptance_rate,
+            "mean_tokens_per_round": self.mean_tokens_per_round,
+            "iid_alpha": self.iid_alpha,
+            "iid_basis": self.iid_basis,
+            "skipped_lines": self.skipped_lines,
+            "notes": list(self.notes),
+            "conversions": [{"figure": f.name, "value": f.value, "engine_definition": f.definition,
+                             "converted": f.converted} for f in self.figures],
+        }
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    """What one engine parser read from one file: observations, format name, lines skipped."""
+
+    engine: str
+    fmt: str
+    observations: tuple[Observation, ...]
+    skipped: int = 0
