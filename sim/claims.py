@@ -242,7 +242,7 @@ def check_speedup(
     if len(candidates) == 1:
         g_eval = candidates[0]
     elif alpha is not None or tau is not None:  # the γ where the stated acceptance gives the most
-        g_eval = max(candidates, key=lambda g: (speedup_at(cost, stated_alpha(g), g, context_tokens), -g))
+        g_eval = max(candidates, key=lambda g: (round(speedup_at(cost, stated_alpha(g), g, context_tokens), 9), -g))
     elif any(n is not None for n in needs.values()):  # the γ that needs the least acceptance
         g_eval = min((g for g in candidates if needs[g] is not None), key=lambda g: (needs[g], g))
     else:
