@@ -141,7 +141,8 @@ def claims_html(table: pd.DataFrame) -> str:
             f'<div class="small">{e(r["verification"])}</div></td>'
             f'<td>{e(r["mapped_to"])}<div class="small">{e(r["assumptions"])}</div></td>'
             f'<td class="n">{r["claimed_speedup"]:.2f}×</td><td class="n">{int(r["gamma"])}</td>'
-            f'<td class="n">{r["cost_ratio"]:.3f}</td><td class="n">{r["bound_at_alpha1"]:.2f}×</td>'
+            f'<td class="n">{r["cost_ratio"]:.3f}</td><td class="n">{r["bound_at_alpha1"]:.2f}×'
+            f'<div class="small">{e(r["speedup_by_alpha"]).replace(", ", "<br>")}</div></td>'
             f'<td class="n">{_num(r["alpha_stated"], "{:.3f}")}</td>'
             f'<td class="n">{_num(r["alpha_needed"], "{:.3f}")}</td>'
             f'<td><span class="verdict" style="background:{_VERDICT_COLOURS[kind]}">{_VERDICT_LABELS[kind]}</span> '
@@ -156,7 +157,7 @@ def claims_html(table: pd.DataFrame) -> str:
         "reachable</i>: above the bound at any α. γ not stated: the most favourable γ. The same table: "
         f"<code>python -m sim check --claims</code>. {len(table)} claims: {e(summary)}.</p>"
         '<table class="tbl claims"><thead><tr><th>claim and source</th><th>mapped to (assumptions)</th>'
-        "<th>claimed</th><th>γ</th><th>c</th><th>bound α=1</th><th>α stated</th><th>α needed</th>"
+        "<th>claimed</th><th>γ</th><th>c</th><th>bound α=1 (speedup by α)</th><th>α stated</th><th>α needed</th>"
         f"<th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 

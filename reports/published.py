@@ -14,7 +14,8 @@ from sim.claims import CLAIMS, Claim, check_claims
 
 COLUMNS = (
     "claim", "source", "quote", "status", "mapped_to", "assumptions", "claimed_speedup", "gamma", "cost_ratio",
-    "bound_at_alpha1", "alpha_stated", "alpha_needed", "verdict_kind", "verdict", "would_have_to_be_true",
+    "bound_at_alpha1", "speedup_by_alpha", "alpha_stated", "alpha_needed", "verdict_kind", "verdict_short", "verdict",
+    "would_have_to_be_true",
     "roofline", "verification",
 )
 

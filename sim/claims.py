@@ -175,6 +175,23 @@ class Verdict:
     bound_at_alpha1_best: float
     curve: tuple[tuple[float, float], ...]
 
+    def short_verdict(self) -> str:
+        """The verdict in a few words (tables)."""
+        if self.kind == "not_reachable":
+            return f"not reachable (bound {self.bound_at_alpha1:.2f}× at α = 1)"
+        if self.kind == "consistent":
+            return "consistent"
+        if self.alpha_stated is not None:
+            return f"needs α ≥ {self.alpha_needed:.3f} (source: {self.alpha_stated:.3f})"
+        place = "inside" if self.alpha_needed <= self.typical_alpha.high else "above"
+        return (f"needs α ≥ {self.alpha_needed:.3f} ({place} typical {self.typical_alpha.low:g}–"
+                f"{self.typical_alpha.high:g})")
+
+    def curve_text(self, alphas: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)) -> str:
+        """Speedup at a few α of the curve, e.g. ``0.5: 1.08×, …, 1: 2.79×``."""
+        by_alpha = {round(a, 6): sp for a, sp in self.curve}
+        return ", ".join(f"{a:g}: {by_alpha[round(a, 6)]:.2f}×" for a in alphas)
+
     def would_text(self) -> str:
         """``would_have_to_be_true`` as one sentence of alternatives."""
         items = list(self.would_have_to_be_true)
@@ -508,6 +525,8 @@ class ClaimCheck:
             "alpha_needed": v.alpha_needed,
             "verdict_kind": v.kind,
             "verdict": v.verdict,
+            "verdict_short": v.short_verdict(),
+            "speedup_by_alpha": v.curve_text(),
             "would_have_to_be_true": v.would_text(),
             "roofline": "; ".join(self.roofline.findings) if self.roofline else "",
         }
