@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 from typing import NoReturn, Sequence
 
 from presets import PAIRS, get_hardware, get_pair, make_pair
@@ -134,8 +135,6 @@ def check_user_claim(args: argparse.Namespace) -> tuple[Verdict, RooflineCheck |
         pair = make_pair(args.draft, args.target) if args.draft else get_pair(args.preset)
         hw = get_hardware(args.hardware or pair.default_hardware)
         if args.bytes_per_param is not None:
-            from dataclasses import replace
-
             hw = replace(hw, bytes_per_param=args.bytes_per_param)
         cost = roofline_cost(pair, hw)
     verdict = check_speedup(cost, args.speedup, args.gamma, alpha=args.alpha, tau=args.tau,
