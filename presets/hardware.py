@@ -1,7 +1,8 @@
 """Hardware profiles and the roofline forward-time estimate.
 
-Bandwidth and peak dense bf16/fp16 tensor FLOP/s are the vendors' datasheet
-figures (NVIDIA H100 SXM5, H200 SXM, A100 80GB SXM, L4, T4). The achievable
+Bandwidth, peak dense bf16/fp16 tensor FLOP/s and memory capacity are the
+vendors' datasheet figures (NVIDIA H100 SXM5 80 GB, H200 SXM 141 GB, A100 SXM
+80 GB, L4 24 GB, T4 16 GB). The achievable
 fractions and the per-forward overheads are stated assumptions (eager PyTorch
 launches a few kernels per layer at a few microseconds each); ``calibrate``
 replaces all of it with measured numbers.
@@ -32,6 +33,7 @@ class Hardware:
     fixed_overhead_ms: float = 0.1
     layer_overhead_ms: float = 0.02
     usd_per_hour: float | None = None
+    memory_bytes: float | None = None  # device memory (datasheet); None = not a fixed limit (CPU RAM)
 
     def __post_init__(self) -> None:
         for f in ("memory_bandwidth_bytes_per_s", "peak_flops_per_s", "bytes_per_param"):
@@ -40,6 +42,8 @@ class Hardware:
         for f in ("bandwidth_efficiency", "compute_efficiency"):
             if not 0 < getattr(self, f) <= 1:
                 raise ValueError(f"{self.name}: {f} must be in (0, 1]")
+        if self.memory_bytes is not None and self.memory_bytes <= 0:
+            raise ValueError(f"{self.name}: memory_bytes must be > 0")
 
     def roofline_ms(self, flops: float, bytes_moved: float) -> float:
         mem_s = bytes_moved / (self.memory_bandwidth_bytes_per_s * self.bandwidth_efficiency)
@@ -71,15 +75,15 @@ HARDWARE: dict[str, Hardware] = {
     h.name: h
     for h in [
         Hardware("h100-sxm", "NVIDIA H100 SXM5 80GB: 3.35 TB/s HBM3, 989 TFLOP/s dense bf16",
-                 3.35e12, 989e12, "bfloat16", 2.0, usd_per_hour=None),
+                 3.35e12, 989e12, "bfloat16", 2.0, usd_per_hour=None, memory_bytes=80e9),
         Hardware("h200", "NVIDIA H200 SXM 141GB: 4.8 TB/s HBM3e, 989 TFLOP/s dense bf16",
-                 4.8e12, 989e12, "bfloat16", 2.0),
+                 4.8e12, 989e12, "bfloat16", 2.0, memory_bytes=141e9),
         Hardware("a100-80gb", "NVIDIA A100 SXM 80GB: 2.039 TB/s HBM2e, 312 TFLOP/s dense bf16",
-                 2.039e12, 312e12, "bfloat16", 2.0),
+                 2.039e12, 312e12, "bfloat16", 2.0, memory_bytes=80e9),
         Hardware("l4", "NVIDIA L4 24GB: 300 GB/s GDDR6, 121 TFLOP/s dense bf16",
-                 300e9, 121e12, "bfloat16", 2.0),
+                 300e9, 121e12, "bfloat16", 2.0, memory_bytes=24e9),
         Hardware("t4", "NVIDIA T4 16GB: 320 GB/s GDDR6, 65 TFLOP/s dense fp16 (no bf16)",
-                 320e9, 65e12, "float16", 2.0, layer_overhead_ms=0.03),
+                 320e9, 65e12, "float16", 2.0, layer_overhead_ms=0.03, memory_bytes=16e9),
         Hardware("cpu", "2-core x86 VM, float32 weights: assumed 20 GB/s DRAM, 150 GFLOP/s "
                  "(AVX-512 fp32, 2 cores); calibrate replaces these with measured numbers",
                  20e9, 150e9, "float32", 4.0, bandwidth_efficiency=1.0, compute_efficiency=1.0,

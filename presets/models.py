@@ -131,6 +131,20 @@ MODELS: dict[str, ModelSpec] = {
                   8_030_261_248, "meta-llama/Llama-3.1-8B"),
         ModelSpec("Llama-3.1-70B", "llama", 80, 8192, 64, 8, 128, 28672, 128256, False, 131072,
                   70_553_706_496, "meta-llama/Llama-3.1-70B"),
+        # Llama 2 (meta-llama/Llama-2-*-hf config.json; LLaMA-1 7B/13B share these shapes, context 2048)
+        ModelSpec("Llama-2-7B", "llama", 32, 4096, 32, 32, 128, 11008, 32000, False, 4096,
+                  6_738_415_616, "meta-llama/Llama-2-7b-hf"),
+        ModelSpec("Llama-2-13B", "llama", 40, 5120, 40, 40, 128, 13824, 32000, False, 4096,
+                  13_015_864_320, "meta-llama/Llama-2-13b-hf"),
+        ModelSpec("Llama-2-70B", "llama", 80, 8192, 64, 8, 128, 28672, 32000, False, 4096,
+                  68_976_648_192, "meta-llama/Llama-2-70b-hf"),
+        # Vicuna v1.3 is a LLaMA-1 fine-tune (same shapes as Llama-2-7B, context 2048); the 68M draft is a
+        # fine-tune of JackFram/llama-68m (config.json: 2 layers, hidden 768, 12 heads, FFN 3072, vocab 32000,
+        # untied); its hub name gives "68M", the only published count
+        ModelSpec("Vicuna-7B-v1.3", "llama", 32, 4096, 32, 32, 128, 11008, 32000, False, 2048,
+                  6_738_415_616, "lmsys/vicuna-7b-v1.3"),
+        ModelSpec("Vicuna-68M", "llama", 2, 768, 12, 12, 64, 3072, 32000, False, 2048,
+                  68_000_000, "double7/vicuna-68m"),
         ModelSpec("TinyLlama-1.1B", "llama", 22, 2048, 32, 4, 64, 5632, 32000, False, 2048,
                   1_100_048_384, "TinyLlama/TinyLlama-1.1B-Chat-v1.0"),
         # SmolLM2 (HuggingFaceTB/*), Llama architecture

@@ -115,6 +115,53 @@ def breakdown_frame(predictions: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["config", "component", "source", "ms"])
 
 
+# -- claims table ---------------------------------------------------------------------
+_VERDICT_COLOURS = {"consistent": "#1a7f37", "needs_alpha": "#9a6700", "not_reachable": "#cf222e"}
+_VERDICT_LABELS = {"consistent": "consistent", "needs_alpha": "needs α", "not_reachable": "not reachable"}
+
+
+def _num(v: object, fmt: str) -> str:
+    return "—" if v is None or (isinstance(v, float) and pd.isna(v)) else fmt.format(v)
+
+
+def claims_html(table: pd.DataFrame) -> str:
+    """The claims table (built by :func:`reports.published.published_table`, i.e. ``sim.claims``) as HTML."""
+    e = html.escape
+    rows = []
+    for _, r in table.iterrows():
+        kind = r["verdict_kind"]
+        status = ("" if r["status"] == "verified" else
+                  ' <span class="unverified">not verified here</span>')
+        extra = "".join(f'<div class="small">{e(label)}: {e(str(r[col]))}</div>'
+                        for label, col in (("would have to be true", "would_have_to_be_true"),
+                                           ("ms/token vs roofline", "roofline")) if r[col])
+        rows.append(
+            f'<tr id="claim-{e(r["claim"])}"><td><b>{e(r["quote"])}</b>{status}'
+            f'<div class="small">{e(r["source"])}</div>'
+            f'<div class="small">{e(r["verification"])}</div></td>'
+            f'<td>{e(r["mapped_to"])}<div class="small">{e(r["assumptions"])}</div></td>'
+            f'<td class="n">{r["claimed_speedup"]:.2f}×</td><td class="n">{int(r["gamma"])}</td>'
+            f'<td class="n">{r["cost_ratio"]:.3f}</td><td class="n">{r["bound_at_alpha1"]:.2f}×'
+            f'<div class="small">{e(r["speedup_by_alpha"]).replace(", ", "<br>")}</div></td>'
+            f'<td class="n">{_num(r["alpha_stated"], "{:.3f}")}</td>'
+            f'<td class="n">{_num(r["alpha_needed"], "{:.3f}")}</td>'
+            f'<td><span class="verdict" style="background:{_VERDICT_COLOURS[kind]}">{_VERDICT_LABELS[kind]}</span> '
+            f'{e(r["verdict"])}{extra}</td></tr>')
+    counts = table["verdict_kind"].value_counts()
+    summary = ", ".join(f"{counts.get(k, 0)} {_VERDICT_LABELS[k]}" for k in _VERDICT_COLOURS)
+    return (
+        "<p>Each claim mapped to a cost model (a preset pair on a preset device's roofline, or the c its source "
+        "states), then the simulator's own closed form at the claim's γ: the bound at α = 1, the α the claim "
+        "needs, and a verdict. <i>consistent</i>: reachable at the α the source states, or (none stated) at the "
+        "low end of the range typical for such drafts; <i>needs α</i>: only at a higher acceptance; <i>not "
+        "reachable</i>: above the bound at any α. γ not stated: the most favourable γ. The same table: "
+        f"<code>python -m sim check --claims</code>. {len(table)} claims: {e(summary)}.</p>"
+        '<table class="tbl claims"><thead><tr><th>claim and source</th><th>mapped to (assumptions)</th>'
+        "<th>claimed</th><th>γ</th><th>c</th><th>bound α=1 (speedup by α)</th><th>α stated</th><th>α needed</th>"
+        f"<th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
 # -- page ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ReportResult:
@@ -222,9 +269,7 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
     per_cfg = per_cfg[["cell_id", "method", "measured_speedup", "predicted_speedup", "ape_speedup_pct",
                        "measured_tokens_per_s", "predicted_tokens_per_s", "ape_tokens_per_s_pct"]]
     cost_params = _read_csv_or_empty(cal_dir / "cost_params.csv")
-    pub = published_table()[["source", "setting", "status", "alpha", "tau_tokens_per_step", "gamma", "cost_ratio",
-                             "reported_speedup", "simulator_speedup", "simulator_is_upper_bound",
-                             "implied_cost_ratio", "note"]]
+    claims = claims_html(published_table())
     hw = "; ".join(f"{l}: {html.escape(str((i.get('hardware') or {}).get('device_name') or (i.get('hardware') or {}).get('device')))}"
                    for l, i in doc["runs"].items())
     page = f"""<!doctype html>
@@ -234,17 +279,17 @@ body{{font-family:system-ui,sans-serif;margin:24px;max-width:1400px;color:#222}}
 .grid{{display:flex;flex-wrap:wrap;gap:18px}} .chart{{border:1px solid #ddd;border-radius:6px;padding:8px}}
 .chart h2{{font-size:15px;margin:4px 0 8px}} table.tbl{{border-collapse:collapse;font-size:13px;margin:8px 0 18px}}
 table.tbl td,table.tbl th{{padding:3px 8px;border-bottom:1px solid #eee;text-align:left;max-width:340px;vertical-align:top}}
+table.claims td{{max-width:420px}} table.claims td:last-child{{min-width:400px}} table.claims td.n{{text-align:right;white-space:nowrap}}
+.small{{font-size:11px;color:#555;margin-top:2px}} .unverified{{font-size:11px;color:#cf222e;font-weight:600}}
+.verdict{{color:#fff;border-radius:3px;padding:1px 5px;font-size:11px;font-weight:600;white-space:nowrap}}
 </style></head><body>
 <h1>specscope: prediction against measurement</h1>
 <p>Runs: {html.escape(', '.join(doc['runs']))} ({hw}). Hold-out: <b>{html.escape(doc['holdout']['mode'])}</b> —
 {html.escape(doc['holdout']['explanation'])}. Calibration: <code>{html.escape(str(cal_dir.resolve()))}</code>.</p>
 <h2>Error (MAPE)</h2>{_table_html(pd.DataFrame(mape_rows))}
 <div class="grid">{''.join(sections)}</div>
-<h2>Published results and the simulator</h2>
-<p>Simulator = Leviathan et al. closed form with the stated α (or τ) and γ; where no cost ratio c is stated it uses
-c = 0, an upper bound; <i>implied c</i> is the cost ratio that reproduces the reported speedup. Rows marked
-<i>unverified</i> could not be re-checked against their source.</p>
-{_table_html(pub)}
+<h2 id="claims">Published results and claims, checked against the simulator</h2>
+{claims}
 <h2>Per-configuration error</h2>{_table_html(per_cfg)}
 <h2>Fitted cost parameters (± standard error)</h2>{_table_html(cost_params)}
 </body></html>

@@ -399,6 +399,10 @@ def list_presets() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check"]:  # python -m sim check ...: hold a claimed speedup against the simulator
+        from sim.check_cli import main as check_main
+        return check_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.list_presets:

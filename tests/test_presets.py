@@ -70,3 +70,14 @@ def test_roofline_memory_bound_at_batch_one():
     weights_ms = MODELS["Llama-3.1-8B"].weight_bytes(2.0) / (3.35e12 * 0.8) * 1e3
     assert np.isclose(c.target_step_ms(0), weights_ms + 0.1 + 0.02 * 32, rtol=0.01)
     assert 0.1 < c.cost_ratio(512) < 0.3
+
+
+def test_claim_presets_exist_and_device_memory():
+    assert {"Llama-2-7B", "Llama-2-13B", "Llama-2-70B", "Vicuna-7B-v1.3", "Vicuna-68M"} <= set(MODELS)
+    assert {"llama2-7b-13b", "llama2-7b-70b", "vicuna-68m-7b", "distilgpt2-gpt2-xl"} <= set(PAIRS)
+    t4, a100 = get_hardware("t4"), get_hardware("a100-80gb")
+    assert t4.memory_bytes == 16e9 and a100.memory_bytes == 80e9 and get_hardware("cpu").memory_bytes is None
+    fp16_13b = MODELS["Llama-2-13B"].counted_params() * t4.bytes_per_param
+    assert t4.memory_bytes < fp16_13b < a100.memory_bytes  # 26 GB: no T4, fits an A100
+    with pytest.raises(ValueError, match="memory_bytes"):
+        type(t4)("x", "y", 1e9, 1e12, "float16", 2.0, memory_bytes=0.0)

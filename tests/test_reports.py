@@ -15,9 +15,10 @@ import pytest
 from calibrate.calibration import calibrate
 from calibrate.outputs import write_outputs
 from reports import charts
-from reports.page import acceptance_frame, breakdown_frame, pred_vs_meas_frame, speedup_gamma_frame
-from reports.published import PUBLISHED, PublishedResult, published_table
+from reports.page import acceptance_frame, breakdown_frame, claims_html, pred_vs_meas_frame, speedup_gamma_frame
+from reports.published import published_table
 from sim.analytic import speedup_leviathan
+from sim.claims import CLAIMS, check_claims
 from tests.fixtures_runs import make_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,18 +150,15 @@ def test_frames_from_calibration(cal_dir):
     assert set(bd["source"]) == {"measured", "predicted"}
 
 
-def test_published_table_matches_closed_form():
+def test_published_table_is_the_check_command_table():
     t = published_table()
-    lev = t[t["source"].str.startswith("Leviathan")].iloc[0]
-    assert lev["simulator_speedup"] == pytest.approx((1 - 0.75**8) / 0.25)
-    assert lev["status"] == "unverified"
-    assert lev["implied_cost_ratio"] == pytest.approx((lev["simulator_speedup"] / 3.4 - 1) / 7)
-    sb = t[t["source"].str.startswith("Spec-Bench")]
-    assert (sb["simulator_speedup"] == sb["tau_tokens_per_step"]).all()  # c = 0 bound = τ
-    assert (sb["simulator_speedup"] >= sb["reported_speedup"]).all()
-    assert len(t) == len(PUBLISHED)
-    with pytest.raises(ValueError, match="need α or τ"):
-        PublishedResult("x", "y", 1.0, None, None, None, None, "verified", "")
+    assert len(t) == len(CLAIMS) and t["source"].str.len().gt(0).all()
+    for (_, row), check in zip(t.iterrows(), check_claims()):
+        assert row["claim"] == check.claim.claim_id and row["verdict"] == check.verdict.verdict
+    lev = t[t["claim"] == "leviathan-ende-t5-small-t0"].iloc[0]
+    assert lev["status"] == "verified" and lev["claimed_speedup"] == 3.4 and lev["cost_ratio"] == 0.02
+    html_table = claims_html(t)
+    assert html_table.count("<tr id=\"claim-") == len(t) and "not verified here" in html_table
 
 
 # -- CLI + page ---------------------------------------------------------------------

@@ -1,0 +1,238 @@
+"""``python -m sim check`` — hold a speedup claim against what the simulator says is possible.
+
+Examples::
+
+    python -m sim check --preset gpt2-small-large --hardware t4 --gamma 4 --speedup 2.5
+    python -m sim check --preset llama2-7b-13b --hardware a100-80gb --gamma 4 --speedup 2.9 \\
+        --baseline-ms 89 --speculative-ms 31
+    python -m sim check --cost-ratio 0.02 --gamma 7 --alpha 0.75 --speedup 3.4
+    python -m sim check --preset distilgpt2-gpt2-medium --hardware t4 --gamma-max 8 --speedup 2.5 --format json
+    python -m sim check --claims                       # the table of published claims, with verdicts
+    python -m sim check --claims --format markdown     # the same, as the README's table
+
+It prints the bound at α = 1, the α the claim needs, the verdict and what
+would have to be true (see :mod:`sim.claims`). Every bad value exits with
+status 2 and one line naming it and the valid choices or range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import replace
+from typing import NoReturn, Sequence
+
+from presets import PAIRS, get_hardware, get_pair, make_pair
+from sim.claims import (
+    CLAIMS,
+    DEFAULT_CONTEXT_TOKENS,
+    GAMMA_LIMIT,
+    ClaimCheck,
+    RooflineCheck,
+    Verdict,
+    check_claims,
+    check_roofline,
+    check_speedup,
+    roofline_cost,
+)
+from sim.cost import CostModel, LeviathanCost
+
+PROG = "python -m sim check"
+FORMATS = ("table", "json", "markdown")
+
+
+class CheckError(Exception):
+    """A user-facing error: one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports a bad command line in one line (no usage dump) and exits 2."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CheckError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description="Hold a claimed speculative-decoding speedup against the simulator.")
+    p.add_argument("--claims", action="store_true", help="check every claim of the built-in table and print it")
+    p.add_argument("--speedup", type=float, help="the claimed speedup over plain decoding (> 0)")
+    p.add_argument("--preset", help=f"draft/target pair by exact name (e.g. {', '.join(list(PAIRS)[:3])}, ...)")
+    p.add_argument("--draft", help="draft model name (with --target: a pair of your own)")
+    p.add_argument("--target", help="target model name (with --draft)")
+    p.add_argument("--hardware", help="hardware profile (default: the pair's)")
+    p.add_argument("--cost-ratio", type=float, metavar="C",
+                   help="pure Leviathan cost model instead of a preset: draft step = C x target step")
+    p.add_argument("--gamma", type=int, help=f"the claim's draft length, 1..{GAMMA_LIMIT} (default: the most "
+                   "favourable in 1..--gamma-max)")
+    p.add_argument("--gamma-max", type=int, default=16, help="largest γ searched when --gamma is not given "
+                   "(default 16)")
+    a = p.add_mutually_exclusive_group()
+    a.add_argument("--alpha", type=float, help="the acceptance rate the claim states, in [0, 1]")
+    a.add_argument("--tau", type=float, help="the mean tokens per round the claim states (>= 1)")
+    p.add_argument("--baseline-ms", type=float, help="the claim's baseline ms per token (checked against the roofline)")
+    p.add_argument("--speculative-ms", type=float, help="the claim's speculative ms per token")
+    p.add_argument("--bytes-per-param", type=float, help="weight precision, overriding the hardware's (e.g. 0.5 int4)")
+    p.add_argument("--context-tokens", type=float, default=DEFAULT_CONTEXT_TOKENS,
+                   help=f"context length the costs use (default {DEFAULT_CONTEXT_TOKENS:g})")
+    p.add_argument("--format", default="table", help=f"one of {', '.join(FORMATS)} (default table)")
+    return p
+
+
+def _finite(name: str, value: float | None, low: float, low_open: bool = False) -> None:
+    if value is None:
+        return
+    bad = not math.isfinite(value) or value < low or (low_open and value == low)
+    if bad:
+        raise CheckError(f"{name} must be a finite number {'>' if low_open else '>='} {low:g}, got {value}")
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if args.format not in FORMATS:
+        raise CheckError(f"unknown --format {args.format!r}; valid: {', '.join(FORMATS)}")
+    if args.claims:
+        return
+    if args.format == "markdown":
+        raise CheckError("--format markdown is for the --claims table; for one claim use table or json")
+    if args.speedup is None:
+        raise CheckError("--speedup is required (the claimed speedup), or use --claims for the built-in table")
+    _finite("--speedup", args.speedup, 0.0, low_open=True)
+    for name in ("gamma", "gamma_max"):
+        g = getattr(args, name)
+        if g is not None and not 1 <= g <= GAMMA_LIMIT:
+            raise CheckError(f"--{name.replace('_', '-')} must be in [1, {GAMMA_LIMIT}], got {g}")
+    if args.alpha is not None and not (math.isfinite(args.alpha) and 0.0 <= args.alpha <= 1.0):
+        raise CheckError(f"--alpha must be in [0, 1], got {args.alpha}")
+    _finite("--tau", args.tau, 1.0)
+    _finite("--cost-ratio", args.cost_ratio, 0.0)
+    _finite("--baseline-ms", args.baseline_ms, 0.0, low_open=True)
+    _finite("--speculative-ms", args.speculative_ms, 0.0, low_open=True)
+    _finite("--bytes-per-param", args.bytes_per_param, 0.0, low_open=True)
+    _finite("--context-tokens", args.context_tokens, 0.0)
+    if (args.draft is None) != (args.target is None):
+        raise CheckError("--draft and --target go together")
+    if args.draft is not None and args.preset is not None:
+        raise CheckError("give either --preset or --draft/--target, not both")
+    has_pair = args.preset is not None or args.draft is not None
+    if args.cost_ratio is not None and has_pair:
+        raise CheckError("give either --cost-ratio or a pair (--preset, --draft/--target), not both")
+    if args.cost_ratio is None and not has_pair:
+        raise CheckError("name the pair: --preset NAME (or --draft/--target), or give --cost-ratio C; "
+                         f"valid presets: {', '.join(PAIRS)}")
+    if args.cost_ratio is not None and (args.hardware or args.baseline_ms or args.speculative_ms
+                                        or args.bytes_per_param):
+        raise CheckError("--hardware, --baseline-ms, --speculative-ms and --bytes-per-param need a pair, "
+                         "not --cost-ratio")
+
+
+def check_user_claim(args: argparse.Namespace) -> tuple[Verdict, RooflineCheck | None, dict]:
+    """The verdict (and roofline check) for the claim on the command line."""
+    pair = hw = None
+    if args.cost_ratio is not None:
+        cost: CostModel = LeviathanCost(args.cost_ratio)
+    else:
+        pair = make_pair(args.draft, args.target) if args.draft else get_pair(args.preset)
+        hw = get_hardware(args.hardware or pair.default_hardware)
+        if args.bytes_per_param is not None:
+            hw = replace(hw, bytes_per_param=args.bytes_per_param)
+        cost = roofline_cost(pair, hw)
+    verdict = check_speedup(cost, args.speedup, args.gamma, alpha=args.alpha, tau=args.tau,
+                            gamma_max=args.gamma_max, context_tokens=args.context_tokens,
+                            parameter_ratio=pair.draft.params / pair.target.params if pair else None)
+    roof = None
+    if pair is not None and (args.baseline_ms is not None or args.speculative_ms is not None):
+        roof = check_roofline(pair, get_hardware(args.hardware or pair.default_hardware), verdict.gamma,
+                              args.speedup, args.baseline_ms, args.speculative_ms, args.context_tokens,
+                              args.bytes_per_param)
+    setup = {"preset": pair.name if pair else None, "hardware": hw.name if hw else None,
+             "bytes_per_param": hw.bytes_per_param if hw else None, "cost_model": cost.describe(),
+             "context_tokens": args.context_tokens}
+    return verdict, roof, setup
+
+
+def format_verdict(v: Verdict, roof: RooflineCheck | None, setup: dict) -> str:
+    """The human-readable report of one check."""
+    model = (f"{setup['preset']} on {setup['hardware']} ({setup['bytes_per_param']:g} bytes/param), "
+             f"context {setup['context_tokens']:g} tokens" if setup["preset"]
+             else f"Leviathan et al. model, c = {setup['cost_model']['cost_ratio']:g}")
+    lines = [
+        f"claim: {v.claimed_speedup:g}x at gamma = {v.gamma}" + ("" if v.gamma_stated else
+                                                               f" (not stated: most favourable of "
+                                                               f"{v.gamma_candidates[0]}-{v.gamma_candidates[-1]})"),
+        f"cost model: {model}",
+        f"  draft step = {v.cost_ratio:.4f} of a target step; verifying {v.gamma + 1} tokens = "
+        f"{v.verify_ratio:.4f} target steps",
+        "speedup at gamma = %d over alpha:" % v.gamma,
+        "  alpha   " + " ".join(f"{a:5.2f}" for a, _ in v.curve[::2]),
+        "  speedup " + " ".join(f"{s:5.2f}" for _, s in v.curve[::2]),
+        f"bound at alpha = 1: {v.bound_at_alpha1:.3f}x",
+        "alpha needed: " + ("not reachable" if v.alpha_needed is None else f"{v.alpha_needed:.3f}")
+        + ("" if v.alpha_stated is None else f" (stated/implied: {v.alpha_stated:.3f})"),
+        f"verdict: {v.verdict}",
+    ]
+    if v.would_have_to_be_true:
+        lines.append(f"what would have to be true: {v.would_text()}")
+    if roof is not None:
+        lines.extend(f"roofline: {f}" for f in roof.findings)
+    return "\n".join(lines)
+
+
+def claims_table(checks: list[ClaimCheck]) -> str:
+    """The built-in claims as a plain-text table."""
+    head = f"{'claim':<30} {'status':<18} {'claimed':>7} {'gamma':>5} {'c':>6} {'bound':>6} {'alpha':>6}  verdict"
+    lines = [head]
+    for ch in checks:
+        r = ch.row()
+        need = "-" if r["alpha_needed"] is None else f"{r['alpha_needed']:.3f}"
+        lines.append(f"{r['claim']:<30} {r['status']:<18} {r['claimed_speedup']:>7.2f} {r['gamma']:>5} "
+                     f"{r['cost_ratio']:>6.3f} {r['bound_at_alpha1']:>6.2f} {need:>6}  {r['verdict_short']}")
+    return "\n".join(lines)
+
+
+def claims_markdown(checks: list[ClaimCheck]) -> str:
+    """The built-in claims as the README's markdown table."""
+    lines = ["| claim | source | mapped to | claimed | γ | c | bound at α = 1 | α needed | verdict |",
+             "|---|---|---|---:|---:|---:|---:|---:|---|"]
+    for ch in checks:
+        r = ch.row()
+        need = "—" if r["alpha_needed"] is None else f"{r['alpha_needed']:.3f}"
+        gamma = f"{r['gamma']}" if r["gamma_stated"] else f"{r['gamma']}*"
+        status = "" if r["status"] == "verified" else " **(not verified here)**"
+        lines.append(f"| {r['quote']} | {r['source']}{status} | {r['mapped_to']} | {r['claimed_speedup']:g}× | "
+                     f"{gamma} | {r['cost_ratio']:.3f} | {r['bound_at_alpha1']:.2f}× | {need} | "
+                     f"{r['verdict_short']} |")
+    return "\n".join(lines)
+
+
+def _print(text: str) -> None:
+    try:
+        print(text)
+    except BrokenPipeError:  # e.g. piped into `head`
+        sys.stdout = None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        _validate(args)
+        if args.claims:
+            checks = check_claims(CLAIMS)
+            text = {"json": lambda: json.dumps([c.as_dict() for c in checks], indent=2, ensure_ascii=False),
+                    "markdown": lambda: claims_markdown(checks), "table": lambda: claims_table(checks)}[args.format]()
+        else:
+            verdict, roof, setup = check_user_claim(args)
+            if args.format == "json":
+                text = json.dumps({**setup, "verdict": verdict.as_dict(),
+                                   "roofline": roof.as_dict() if roof else None}, indent=2, ensure_ascii=False)
+            else:
+                text = format_verdict(verdict, roof, setup)
+    except (CheckError, ValueError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    _print(text)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
