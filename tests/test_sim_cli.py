@@ -64,27 +64,7 @@ def test_list_presets():
     assert r.returncode == 0 and "llama3-8b-70b" in r.stdout and "h200" in r.stdout
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--preset", "nope"], "valid: gpt2-small-large"),
-    (["--hardware", "tpu"], "valid: h100-sxm"),
-    (["--alpha", "1.5"], "in [0, 1], got 1.5"),
-    (["--alpha", "-0.1"], "in [0, 1], got -0.1"),
-    (["--gamma", "0"], ">= 1, got 0"),
-    (["--gamma-max", "0"], ">= 1, got 0"),
-    (["--cost-ratio", "-1", "--alpha", "0.5"], ">= 0, got -1.0"),
-    (["--mode", "fast"], "valid: analytic, event, serve"),
-    (["--format", "xml"], "valid: table, json, csv"),
-    (["--draft", "gpt2", "--target", "Llama-3.2-3B"], "shared tokenizer"),
-    (["--cost-model", "/nonexistent.json", "--alpha", "0.5"], "not found"),
-    (["--chart", "x.jpg"], "valid: .html, .png, .svg"),
-])
-def test_errors_are_one_line(args, needle, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True, cwd=tmp_path,
-                       timeout=120)
-    assert r.returncode == 2
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert needle in lines[0]
+# every bad input (one line, exit status 2) is in tests/test_sim_bad_input.py
 
 
 def test_chart_html(tmp_path):
