@@ -59,7 +59,7 @@ from sim.cliargs import (
     nonempty_arg,
 )
 from sim.cost import CostModel, LeviathanCost, RooflineCost, load_cost_model
-from sim.policies import POLICY_KINDS
+from sim.policies import POLICY_KINDS, make_policy
 
 PROG = "python -m sim"
 MODES = ("analytic", "event", "serve")
@@ -217,6 +217,11 @@ def _resolve_acceptance(args: argparse.Namespace, pair: Pair | None, gammas: lis
         if recorded is not None and max(gammas) > recorded:
             raise CliError(f"--acceptance {args.acceptance!r} was recorded up to gamma={recorded}; "
                            f"--gamma/--gamma-max {max(gammas)} asks for more; valid: 1..{recorded}")
+        if recorded is not None and args.policy not in (None, "fixed"):
+            reach = make_policy(f"{args.policy}:1").gamma_max
+            if reach > recorded:
+                raise CliError(f"--policy {args.policy} can raise gamma to {reach}, but --acceptance "
+                               f"{args.acceptance!r} was recorded up to gamma={recorded}; use --policy fixed")
         return model
     if pair is not None:
         return IIDAcceptance(pair.default_alpha)
@@ -562,6 +567,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail(PROG, f"unknown command {argv[0]!r}; valid commands: {', '.join(COMMANDS) or 'none'} "
                    f"(the prediction itself takes options only: {PROG} --help)")
     args = build_parser().parse_args(argv)
+    if args.list_presets and len(argv) > 1:
+        fail(PROG, f"--list-presets takes no other options, got {' '.join(a for a in argv if a != '--list-presets')}")
     if args.list_presets:
         print(list_presets())
         return 0
