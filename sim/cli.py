@@ -240,12 +240,10 @@ def _resolve_cost(args: argparse.Namespace, pair: Pair | None, hardware: str | N
 def _check_workload(args: argparse.Namespace, pair: Pair | None, gammas: list[int], new_tokens: int,
                     requests: int, max_batch: int, policy: str) -> None:
     """Context within the models' window; simulated work bounded so no run hangs."""
-    if pair is not None:
-        window = min(pair.draft.max_position, pair.target.max_position)
-        if args.context_tokens > window:
-            short = pair.draft if pair.draft.max_position <= pair.target.max_position else pair.target
-            raise CliError(f"--context-tokens {args.context_tokens:g} is out of range for {pair.name}: "
-                           f"{short.name} has {window} positions; valid: 0..{window}")
+    if pair is not None and args.context_tokens > pair.context_window_tokens:
+        raise CliError(f"--context-tokens {args.context_tokens:g} is out of range for {pair.name}: "
+                       f"{pair.shorter_window_model.name} has {pair.context_window_tokens} positions; "
+                       f"valid: 0..{pair.context_window_tokens}")
     if args.mode == "analytic":
         return
     per_gamma = new_tokens if args.mode == "event" else requests * new_tokens

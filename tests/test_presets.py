@@ -70,3 +70,11 @@ def test_roofline_memory_bound_at_batch_one():
     weights_ms = MODELS["Llama-3.1-8B"].weight_bytes(2.0) / (3.35e12 * 0.8) * 1e3
     assert np.isclose(c.target_step_ms(0), weights_ms + 0.1 + 0.02 * 32, rtol=0.01)
     assert 0.1 < c.cost_ratio(512) < 0.3
+
+
+def test_context_window_is_the_shorter_model_window():
+    p = get_pair("gpt2-small-large")
+    assert p.context_window_tokens == 1024 and p.shorter_window_model.name == "gpt2"
+    mixed = make_pair("SmolLM2-135M", "SmolLM2-1.7B")
+    assert mixed.context_window_tokens == 8192
+    assert get_pair("llama3-1b-8b").context_window_tokens == 131072
