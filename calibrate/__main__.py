@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from sim.cliargs import OneLineParser, check_output_dir, fail, int_arg, nonempty_arg
+from sim.cliargs import OneLineParser, check_output_dir, choice_arg, fail, int_arg, nonempty_arg
 
 # the same names as calibrate.calibration.HOLDOUT_MODES (a test checks), here so a bad value fails before
 # pandas and scipy are imported
@@ -35,14 +35,14 @@ def check_run_dirs(runs: list[str]) -> None:
         if not p.is_dir():
             fail(PROG, f"{run!r} is a file, not a run directory (a directory written by python -m measure)")
         if not (p / "run.json").is_file():
-            fail(PROG, f"{run!r} is not a run directory: it has no run.json (write one with python -m measure)")
+            fail(PROG, f"{run!r} is not a run directory (no run.json); write one with python -m measure")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", type=nonempty_arg("run directory"),
                     help="run directories written by python -m measure")
-    ap.add_argument("--holdout", default="gamma", choices=HOLDOUT_CHOICES, metavar="MODE",
+    ap.add_argument("--holdout", default="gamma", type=choice_arg("--holdout", HOLDOUT_CHOICES), metavar="MODE",
                     help=f"what to hold out for validation: {'|'.join(HOLDOUT_CHOICES)} (default gamma)")
     ap.add_argument("--out", default=None, type=nonempty_arg("directory"),
                     help="output directory (default: <first RUN_DIR>/calibration)")

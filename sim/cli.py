@@ -215,8 +215,9 @@ def _resolve_acceptance(args: argparse.Namespace, pair: Pair | None, gammas: lis
         model = load_acceptance(args.acceptance)
         recorded = getattr(model, "gamma_max", None)
         if recorded is not None and max(gammas) > recorded:
-            raise CliError(f"--acceptance {args.acceptance!r} was recorded up to gamma={recorded}; "
-                           f"--gamma/--gamma-max {max(gammas)} asks for more; valid: 1..{recorded}")
+            asked = f"{recorded + 1}..{max(gammas)}" if max(gammas) > recorded + 1 else str(max(gammas))
+            raise CliError(f"--acceptance {args.acceptance!r} was recorded up to gamma={recorded}; cannot replay "
+                           f"gamma={asked} (--gamma/--gamma-max {max(gammas)}); valid: 1..{recorded}")
         if recorded is not None and args.policy not in (None, "fixed"):
             reach = make_policy(f"{args.policy}:1").gamma_max
             if reach > recorded:

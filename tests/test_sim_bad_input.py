@@ -154,7 +154,7 @@ SIM = [
     (["--acceptance", "{d}/acc_alphas_type.json"], ["acc_alphas_type.json", "'alphas'", "5"]),
     (["--acceptance", "{d}/acc_no_alpha.json"], ["acc_no_alpha.json", "lacks the field 'alpha'"]),
     (["--acceptance", "{d}/corrupt.json"], ["acceptance file", "corrupt.json", "not valid JSON"]),
-    (["--acceptance", "{d}/acc_trace4.json", "--gamma", "8"], ["acc_trace4.json", "gamma=4", "1..4"]),
+    (["--acceptance", "{d}/acc_trace4.json", "--gamma", "8"], ["acc_trace4.json", "gamma=4", "gamma=5..8", "1..4"]),
     (["--acceptance", "{d}/acc_trace4.json", "--gamma", "2", "--mode", "serve", "--policy", "heuristic"],
      ["--policy heuristic", "64", "acc_trace4.json", "gamma=4"]),
     (["--list-presets", "--preset", "llama3-1b-3b"], ["--list-presets", "--preset llama3-1b-3b"]),
@@ -162,11 +162,11 @@ SIM = [
 
 OTHER = [
     (["calibrate"], ["required", "RUN_DIR"]),
-    (["calibrate", "{d}/run", "--holdout", "bogus"], ["--holdout", "'bogus'", "gamma"]),
+    (["calibrate", "{d}/run", "--holdout", "bogus"], ["--holdout", "'bogus'", "valid: gamma, domain, k, none"]),
     (["calibrate", "{d}/run", "--holdout", ""], ["--holdout", "''"]),
     (["calibrate", "{d}/nope"], ["run directory not found", "nope"]),
     (["calibrate", "{d}/plain.txt"], ["plain.txt", "is a file"]),
-    (["calibrate", "{d}/subdir"], ["subdir", "no run.json"]),
+    (["calibrate", "{d}/subdir"], ["subdir", "(no run.json)"]),
     (["calibrate", "{d}/run", "--out", "{d}/plain.txt"], ["--out", "plain.txt", "is a file"]),
     (["calibrate", "{d}/run", "--seed", "-3"], ["--seed", "'-3'"]),
     (["calibrate", "{d}/run", "--hold", "k"], ["'--hold'", "--holdout"]),
