@@ -13,17 +13,32 @@ JSON line. Bad input: one-line error, exit status 2.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-from calibrate.calibration import HOLDOUT_MODES, calibrate
-from calibrate.outputs import write_outputs
+from sim.cliargs import OneLineParser, check_output_dir, choice_arg, fail, int_arg, nonempty_arg
+
+# the same names as calibrate.calibration.HOLDOUT_MODES (a test checks), here so a bad value fails before
+# pandas and scipy are imported
+HOLDOUT_CHOICES = ("gamma", "domain", "k", "none")
+PROG = "python -m calibrate"
 
 
 def _fmt(v) -> str:
     return "   n/a" if v is None or v != v else f"{v:6.2f}"
+
+
+def check_run_dirs(runs: list[str]) -> None:
+    """Each RUN_DIR exists and is a directory holding ``run.json``; otherwise one line naming it."""
+    for run in runs:
+        p = Path(run)
+        if not p.exists():
+            fail(PROG, f"run directory not found: {run!r}")
+        if not p.is_dir():
+            fail(PROG, f"{run!r} is a file, not a run directory (a directory written by python -m measure)")
+        if not (p / "run.json").is_file():
+            fail(PROG, f"{run!r} is not a run directory (no run.json); write one with python -m measure")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,19 +47,26 @@ def main(argv: list[str] | None = None) -> int:
         from calibrate.ingest.cli import main as ingest_main
 
         return ingest_main(argv[1:])
-    ap = argparse.ArgumentParser(prog="python -m calibrate", description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories written by python -m measure")
-    ap.add_argument("--holdout", default="gamma",
-                    help=f"what to hold out for validation: {'|'.join(HOLDOUT_MODES)} (default gamma)")
-    ap.add_argument("--out", default=None, help="output directory (default: <first RUN_DIR>/calibration)")
-    ap.add_argument("--seed", type=int, default=0, help="event-simulator seed (default 0)")
+    ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", metavar="RUN_DIR", type=nonempty_arg("run directory"),
+                    help="run directories written by python -m measure")
+    ap.add_argument("--holdout", default="gamma", type=choice_arg("--holdout", HOLDOUT_CHOICES), metavar="MODE",
+                    help=f"what to hold out for validation: {'|'.join(HOLDOUT_CHOICES)} (default gamma)")
+    ap.add_argument("--out", default=None, type=nonempty_arg("directory"),
+                    help="output directory (default: <first RUN_DIR>/calibration)")
+    ap.add_argument("--seed", type=int_arg(0, 2**63 - 1), default=0, help="event-simulator seed (default 0)")
     args = ap.parse_args(argv)
+    check_run_dirs(args.runs)
     out = Path(args.out) if args.out else Path(args.runs[0]) / "calibration"
     try:
+        check_output_dir("--out", out)
+        from calibrate.calibration import calibrate
+        from calibrate.outputs import write_outputs
+
         res = calibrate(args.runs, holdout=args.holdout, seed=args.seed)
         summary = write_outputs(res, out)
     except ValueError as exc:
-        print(f"calibrate: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     table = res.held_out if len(res.held_out) else res.in_sample
     split = "held-out" if len(res.held_out) else "in-sample"

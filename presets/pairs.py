@@ -37,6 +37,16 @@ class Pair:
         if not 0.0 <= self.default_alpha <= 1.0:
             raise ValueError(f"pair {self.name!r}: default alpha {self.default_alpha} outside [0, 1]")
 
+    @property
+    def context_window_tokens(self) -> int:
+        """The longest context both models accept: the shorter of their position windows."""
+        return min(self.draft.max_position, self.target.max_position)
+
+    @property
+    def shorter_window_model(self) -> ModelSpec:
+        """The model whose position window limits the pair (the draft on a tie)."""
+        return self.draft if self.draft.max_position <= self.target.max_position else self.target
+
     def as_dict(self) -> dict:
         return {
             "name": self.name,

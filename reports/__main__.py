@@ -2,28 +2,43 @@
 
 Writes ``report.html`` (charts inline as SVG), one PNG and one interactive
 HTML per chart, prints where the report is, and ends with one JSON line.
-Bad input: one-line error, exit status 2.
+Bad input (a missing or wrong source directory, an ``--out`` that is a file or
+cannot be created): one-line error, exit status 2, before any chart is drawn.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
+from pathlib import Path
 
-from reports.page import build_report
+from sim.cliargs import OneLineParser, check_output_dir, fail, nonempty_arg
+
+PROG = "python -m reports"
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m reports", description=__doc__.splitlines()[0])
-    ap.add_argument("src", metavar="RUN_DIR_OR_CALIBRATION_DIR")
-    ap.add_argument("--out", default=None, help="output directory (default: <src>/report)")
+    ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
+    ap.add_argument("src", metavar="RUN_DIR_OR_CALIBRATION_DIR", type=nonempty_arg("directory"))
+    ap.add_argument("--out", default=None, type=nonempty_arg("directory"),
+                    help="output directory (default: <src>/report)")
     ap.add_argument("--no-png", action="store_true", help="skip the PNG files (faster)")
     args = ap.parse_args(argv)
+    src = Path(args.src)
+    if not src.exists():
+        fail(PROG, f"directory not found: {args.src!r}")
+    if not src.is_dir():
+        fail(PROG, f"{args.src!r} is a file; give a calibration directory (calibration.json) or a run directory")
+    if not (src / "calibration.json").is_file() and not (src / "run.json").is_file():
+        fail(PROG, f"{args.src!r} is neither a calibration directory (calibration.json) nor a run directory "
+                   "(run.json)")
     try:
+        check_output_dir("--out", Path(args.out) if args.out else src / "report")
+        from reports.page import build_report
+
         res = build_report(args.src, args.out, png=not args.no_png)
     except ValueError as exc:
-        print(f"reports: error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     print(f"report written to {res.html_path.resolve()}")
     print(json.dumps({"report": str(res.html_path.resolve()), "charts": list(res.charts),

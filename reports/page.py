@@ -179,18 +179,9 @@ def _load_calibration(src: Path, out: Path) -> Path:
     if (src / "run.json").exists():
         if (src / "calibration" / CAL_JSON).exists():
             return src / "calibration"
-        from calibrate.calibration import calibrate, holdout_folds, load_runs
-        from calibrate.outputs import write_outputs
-
-        data = load_runs([src])
-        try:
-            holdout_folds(data.cells, "gamma")
-            mode = "gamma"
-        except ValueError:
-            mode = "none"
-        cal_dir = out / "calibration"
-        write_outputs(calibrate([src], holdout=mode), cal_dir)
-        return cal_dir
+        # reports reads files only; fitting is calibrate's job (one-way layering, issue #17)
+        raise ValueError(f"{str(src)!r} is a run directory without a calibration; run python -m calibrate "
+                         f"{src} first, then python -m reports {src / 'calibration'}")
     if not src.exists():
         raise ValueError(f"directory not found: {str(src)!r}")
     raise ValueError(f"{str(src)!r} is neither a calibration directory ({CAL_JSON}) nor a run directory (run.json)")

@@ -34,9 +34,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol, Sequence, runtime_checkable
 
 import numpy as np
+
+from sim.files import check_schema_version, read_json
 
 
 def _check_alpha(name: str, value: float) -> float:
@@ -471,23 +474,62 @@ def implied_alpha_from_tau(tau: float, gamma: int) -> float:
 
 
 ACCEPTANCE_KINDS = ("iid", "per_position", "proposal", "run_trace")
+ACCEPTANCE_SCHEMA_VERSION = 1
 
 
-def acceptance_from_dict(d: dict) -> AcceptanceModel:
-    """Rebuild a model from :meth:`describe`-style dicts (``to_dict`` for ``run_trace``)."""
+def _prob_field(d: dict, key: str) -> float:
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"field {key!r} must be a number in [0, 1], got {v!r}")
+    return float(v)
+
+
+def _int_lists(d: dict, key: str) -> list[np.ndarray]:
+    v = d[key]
+    ok = isinstance(v, list) and all(isinstance(seq, list) and all(
+        isinstance(x, int) and not isinstance(x, bool) for x in seq) for seq in v)
+    if not ok:
+        raise ValueError(f"field {key!r} must be a list of lists of integers")
+    return [np.asarray(seq, dtype=int) for seq in v]
+
+
+def acceptance_from_dict(d: object) -> AcceptanceModel:
+    """Rebuild a model from :meth:`describe`-style dicts (``to_dict`` for ``run_trace``).
+
+    Every problem — not an object, an unknown kind, a missing field, a wrong
+    type, a value out of range, a newer ``schema_version`` — is a one-line ``ValueError``.
+    """
+    if not isinstance(d, dict):
+        raise ValueError(f"must be a JSON object with a 'kind', got {type(d).__name__}")
+    check_schema_version(d, ACCEPTANCE_SCHEMA_VERSION, "acceptance model")
     kind = d.get("kind")
     try:
         if kind == "iid":
-            return IIDAcceptance(float(d["alpha"]))
+            return IIDAcceptance(_prob_field(d, "alpha"))
         if kind == "per_position":
-            return PerPositionAcceptance(tuple(float(a) for a in d["alphas"]))
+            alphas = d["alphas"]
+            if not isinstance(alphas, list) or not alphas:
+                raise ValueError(f"field 'alphas' must be a non-empty list of numbers in [0, 1], got {alphas!r}")
+            return PerPositionAcceptance(tuple(_prob_field({"alphas": a}, "alphas") for a in alphas))
         if kind == "proposal":
-            return ProposalAcceptance(float(d["p_propose"]), acceptance_from_dict(d["inner"]))
+            return ProposalAcceptance(_prob_field(d, "p_propose"), acceptance_from_dict(d["inner"]))
         if kind == "run_trace":
-            if len(d["proposed"]) != len(d["run"]):
+            proposed, run = _int_lists(d, "proposed"), _int_lists(d, "run")
+            if len(proposed) != len(run):
                 raise ValueError("run_trace needs as many 'run' as 'proposed' sequences")
-            seqs = tuple((np.asarray(p, dtype=int), np.asarray(r, dtype=int)) for p, r in zip(d["proposed"], d["run"]))
-            return RunTraceAcceptance(seqs, int(d["gamma_max"]), source=str(d.get("source", "run_trace")))
+            gmax = d["gamma_max"]
+            if isinstance(gmax, bool) or not isinstance(gmax, int):
+                raise ValueError(f"field 'gamma_max' must be an integer >= 1, got {gmax!r}")
+            return RunTraceAcceptance(tuple(zip(proposed, run)), gmax, source=str(d.get("source", "run_trace")))
     except KeyError as exc:
         raise ValueError(f"acceptance model of kind {kind!r} lacks the field {exc.args[0]!r}") from None
     raise ValueError(f"unknown acceptance model kind {kind!r}; valid: {', '.join(map(repr, ACCEPTANCE_KINDS))}")
+
+
+def load_acceptance(path: str | Path) -> AcceptanceModel:
+    """Read an acceptance-model JSON file (as written by ``calibrate``); any problem is one line naming the file."""
+    d = read_json(path, "acceptance file")
+    try:
+        return acceptance_from_dict(d)
+    except ValueError as exc:
+        raise ValueError(f"acceptance file {str(path)!r}: {exc}") from None

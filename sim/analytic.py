@@ -21,7 +21,6 @@ import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy.optimize import brentq
 
 from sim.acceptance import AcceptanceModel, IIDAcceptance, _check_gamma, drafted_distribution, expected_tokens_iid
 from sim.cost import CostModel, LeviathanCost, round_time_ms
@@ -156,6 +155,8 @@ def break_even_alpha(
         return None
     if math.isclose(needed, gamma + 1):
         return 1.0
+    from scipy.optimize import brentq  # imported here: scipy.optimize costs ~0.5 s, most runs never need it
+
     return float(brentq(lambda a: float(expected_tokens_iid(a, gamma)) - needed, 0.0, 1.0, xtol=1e-12))
 
 

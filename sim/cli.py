@@ -10,7 +10,20 @@ Examples::
     python -m sim --cost-model runs/cal/cost_model-ngram.json --acceptance runs/cal/acceptance-ngram.json
     python -m sim --list-presets
 
-Every bad value exits with status 2 and one line naming it and the valid choices.
+Every bad value exits with status 2 and one line naming it, its flag and the
+valid choices or range — before any simulation runs. Flags that would be
+ignored (``--policy heuristic`` in analytic mode, ``--requests`` outside serve
+mode, ``--hardware`` with a fitted cost model) are refused, not dropped.
+
+Bounds, and why: γ ≤ 64 (the chance that 64 draft tokens in a row are all
+accepted is 0.9^64 ≈ 0.001 even at α = 0.9: longer drafts cannot pay);
+context ≤ the pair's shortest position window, or 10^7 tokens without a pair;
+``--new-tokens`` and ``--requests`` ≤ 10^6, and at most 10^7 simulated tokens
+per run (requests × new tokens × number of γ), about a minute of simulation.
+
+``--chart`` keeps ``sim`` free of plotting: sim computes the chart data and
+hands it, as JSON on stdin, to ``python -m reports.prediction_chart`` (the
+package that owns every chart), which writes the file.
 """
 
 from __future__ import annotations
@@ -19,7 +32,7 @@ import argparse
 import csv
 import io
 import json
-import math
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,184 +40,262 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from presets import HARDWARE, PAIRS, RooflineForward, get_hardware, get_pair, make_pair
+from presets import HARDWARE, MODELS, PAIRS, Pair, RooflineForward, get_hardware, get_pair, make_pair
 from sim.acceptance import (
     AcceptanceModel,
     IIDAcceptance,
     PerPositionAcceptance,
-    acceptance_from_dict,
     implied_alpha_from_tau,
+    load_acceptance,
 )
-from sim.analytic import break_even_alpha, cost_per_million_tokens, predict, speedup_leviathan
+from sim.cliargs import (
+    OneLineParser,
+    check_output_file,
+    choice_arg,
+    fail,
+    float_arg,
+    float_list_arg,
+    int_arg,
+    nonempty_arg,
+)
 from sim.cost import CostModel, LeviathanCost, RooflineCost, load_cost_model
-from sim.events import simulate_request, simulate_serving
-from sim.policies import POLICY_KINDS
+from sim.policies import POLICY_KINDS, make_policy
 
+PROG = "python -m sim"
 MODES = ("analytic", "event", "serve")
 FORMATS = ("table", "json", "csv")
 CHART_SUFFIXES = (".html", ".png", ".svg")
 DEFAULT_PRESET = "llama3-1b-3b"
+# Subcommands dispatched before the options are parsed; an unknown word lists these.
+COMMANDS: tuple[str, ...] = ("check",)
+
+GAMMA_LIMIT = 64
+GAMMA_MAX_DEFAULT = 8  # not argparse's default: "--gamma 4 --gamma-max 8" must still be seen as a conflict
+GAMMA_WHY = "0.9^64 = 0.001: a draft longer than 64 tokens is never accepted whole"
+CONTEXT_LIMIT_TOKENS = 10_000_000
+NEW_TOKENS_LIMIT = 1_000_000
+REQUESTS_LIMIT = 1_000_000
+MAX_BATCH_LIMIT = 4096
+ARRIVAL_RATE_LIMIT_PER_S = 1_000_000.0
+SIMULATED_TOKENS_LIMIT = 10_000_000
+SEED_LIMIT = 2**63 - 1
+SERVE_DEFAULTS = {"requests": 200, "arrival_rate": 5.0, "max_batch": 32}
+NEW_TOKENS_DEFAULT = {"event": 4096, "serve": 256}
 
 
 class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m sim",
+    """The ``python -m sim`` options; every ``type=`` refuses NaN, ±inf, empty items and out-of-range values."""
+    p = OneLineParser(
+        prog=PROG,
         description="Predict speculative-decoding speedup from acceptance, draft length and a cost model.",
     )
     p.add_argument("--list-presets", action="store_true", help="list pairs, models and hardware, then exit")
-    p.add_argument("--preset", help=f"draft/target pair by exact name (default {DEFAULT_PRESET})")
-    p.add_argument("--draft", help="draft model name (with --target: a pair of your own)")
-    p.add_argument("--target", help="target model name (with --draft)")
-    p.add_argument("--hardware", help="hardware profile (default: the pair's)")
+    p.add_argument("--preset", type=choice_arg("preset", list(PAIRS)),
+                   help=f"draft/target pair by exact name (default {DEFAULT_PRESET})")
+    p.add_argument("--draft", type=choice_arg("model", list(MODELS)), help="draft model name (with --target)")
+    p.add_argument("--target", type=choice_arg("model", list(MODELS)), help="target model name (with --draft)")
+    p.add_argument("--hardware", type=choice_arg("hardware", list(HARDWARE)), help="hardware profile "
+                   "(default: the pair's)")
     a = p.add_mutually_exclusive_group()
-    a.add_argument("--alpha", type=float, help="i.i.d. acceptance rate in [0, 1] (default: the preset's)")
-    a.add_argument("--alpha-per-position", type=_floats, metavar="A1,A2,...",
-                   help="conditional acceptance per draft position; the last repeats")
-    a.add_argument("--tau", type=float, help="mean tokens per round measured at --gamma (vLLM/Spec-Bench tau); "
-                   "the implied i.i.d. alpha is used")
-    a.add_argument("--acceptance", metavar="FILE", help="acceptance model JSON (as written by calibrate)")
+    a.add_argument("--alpha", type=float_arg(0.0, 1.0), help="i.i.d. acceptance rate in [0, 1] "
+                   "(default: the preset's)")
+    a.add_argument("--alpha-per-position", type=float_list_arg(0.0, 1.0, max_items=GAMMA_LIMIT),
+                   metavar="A1,A2,...", help="conditional acceptance per draft position; the last repeats")
+    a.add_argument("--tau", type=float_arg(1.0, GAMMA_LIMIT + 1.0), help="mean tokens per round measured at "
+                   "--gamma (vLLM/Spec-Bench tau); the implied i.i.d. alpha is used")
+    a.add_argument("--acceptance", metavar="FILE", type=nonempty_arg("file name"),
+                   help="acceptance model JSON (as written by calibrate)")
     c = p.add_mutually_exclusive_group()
-    c.add_argument("--cost-ratio", type=float, metavar="C",
+    c.add_argument("--cost-ratio", type=float_arg(0.0), metavar="C",
                    help="pure Leviathan cost model: draft step = C x target step, verify = target step")
-    c.add_argument("--cost-model", metavar="FILE", help="cost model JSON (as written by calibrate)")
+    c.add_argument("--cost-model", metavar="FILE", type=nonempty_arg("file name"),
+                   help="cost model JSON (as written by calibrate)")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--gamma", type=int, help="evaluate one draft length")
-    g.add_argument("--gamma-max", type=int, default=8, help="evaluate draft lengths 1..N (default 8)")
-    p.add_argument("--context-tokens", type=float, default=512.0, help="context length the costs use (default 512)")
-    p.add_argument("--mode", default="analytic", help=f"one of {', '.join(MODES)} (default analytic)")
-    p.add_argument("--policy", default="fixed", help=f"gamma policy for event/serve: {', '.join(POLICY_KINDS)}")
-    p.add_argument("--new-tokens", type=int, help="tokens per simulated request (default 4096 in event mode, "
-                   "256 in serve mode)")
-    p.add_argument("--requests", type=int, default=200, help="requests in serve mode")
-    p.add_argument("--arrival-rate", type=float, default=5.0, help="Poisson arrivals per second in serve mode")
-    p.add_argument("--max-batch", type=int, default=32, help="largest batch in serve mode")
-    p.add_argument("--seed", type=int, default=0, help="seed of every random draw (default 0)")
-    p.add_argument("--usd-per-hour", type=float, help="device price: adds cost per 1M generated tokens")
-    p.add_argument("--format", default="table", help=f"one of {', '.join(FORMATS)} (default table)")
-    p.add_argument("--out", metavar="FILE", help="write the output here instead of stdout")
-    p.add_argument("--chart", metavar="FILE", help="write charts (.html or .png): speedup vs alpha and vs gamma")
+    g.add_argument("--gamma", type=int_arg(1, GAMMA_LIMIT, GAMMA_WHY), help="evaluate one draft length (1..64)")
+    g.add_argument("--gamma-max", type=int_arg(1, GAMMA_LIMIT, GAMMA_WHY),
+                   help="evaluate draft lengths 1..N (default 8, at most 64)")
+    p.add_argument("--context-tokens", type=float_arg(0.0, CONTEXT_LIMIT_TOKENS), default=512.0,
+                   help="context length the costs use (default 512; at most the pair's window)")
+    p.add_argument("--mode", default="analytic", type=choice_arg("mode", MODES),
+                   help=f"one of {', '.join(MODES)} (default analytic)")
+    p.add_argument("--policy", type=choice_arg("policy", POLICY_KINDS),
+                   help=f"gamma policy for event/serve: {', '.join(POLICY_KINDS)} (default fixed)")
+    p.add_argument("--new-tokens", type=int_arg(1, NEW_TOKENS_LIMIT), help="tokens per simulated request "
+                   "(default 4096 in event mode, 256 in serve mode)")
+    p.add_argument("--requests", type=int_arg(1, REQUESTS_LIMIT), help="requests in serve mode (default 200)")
+    p.add_argument("--arrival-rate", type=float_arg(0.0, ARRIVAL_RATE_LIMIT_PER_S, lo_open=True),
+                   help="Poisson arrivals per second in serve mode (default 5)")
+    p.add_argument("--max-batch", type=int_arg(1, MAX_BATCH_LIMIT), help="largest batch in serve mode (default 32)")
+    p.add_argument("--seed", type=int_arg(0, SEED_LIMIT), default=0, help="seed of every random draw (default 0)")
+    p.add_argument("--usd-per-hour", type=float_arg(0.0), help="device price: adds cost per 1M generated tokens")
+    p.add_argument("--format", default="table", type=choice_arg("format", FORMATS),
+                   help=f"one of {', '.join(FORMATS)} (default table)")
+    p.add_argument("--out", metavar="FILE", type=nonempty_arg("file name"),
+                   help="write the output here instead of stdout")
+    p.add_argument("--chart", metavar="FILE", type=nonempty_arg("file name"),
+                   help="write charts (.html, .png or .svg): speedup vs alpha and vs gamma")
     return p
 
 
 @dataclass(frozen=True)
 class Setup:
+    """Everything a prediction needs, validated; built from the arguments by :func:`resolve`."""
+
     preset: str | None
     hardware: str | None
     acceptance: AcceptanceModel
     cost: CostModel
-    cost_ratio: float | None
+    cost_ratio: float
     gammas: list[int]
-    pair: Any
+    pair: Pair | None
+    mode: str
+    policy: str
+    context_tokens: float
+    new_tokens: int
+    requests: int
+    arrival_rate_per_s: float
+    max_batch: int
+    seed: int
+    usd_per_hour: float | None
+    alpha_source: str | None
+    tau: float | None
+    tau_gamma: int | None
 
 
-def _check_choice(name: str, value: str, valid: Sequence[str]) -> None:
-    if value not in valid:
-        raise CliError(f"unknown {name} {value!r}; valid: {', '.join(valid)}")
+def _check_mode_flags(args: argparse.Namespace) -> None:
+    """Refuse flags the chosen mode would ignore."""
+    if args.mode == "analytic" and args.policy not in (None, "fixed"):
+        raise CliError(f"--policy {args.policy} applies to --mode event or serve; the analytic mode is the "
+                       "closed form for a fixed gamma")
+    only = {"new_tokens": ("event", "serve"), "requests": ("serve",), "arrival_rate": ("serve",),
+            "max_batch": ("serve",)}
+    for name, modes in only.items():
+        if getattr(args, name) is not None and args.mode not in modes:
+            raise CliError(f"--{name.replace('_', '-')} applies to --mode {' or '.join(modes)} only, "
+                           f"not --mode {args.mode}")
+    if args.hardware is not None and (args.cost_ratio is not None or args.cost_model is not None):
+        flag = "--cost-ratio" if args.cost_ratio is not None else "--cost-model"
+        raise CliError(f"--hardware {args.hardware} has no effect with {flag}: the costs come from {flag}")
+    if args.tau is not None and args.gamma is None:
+        raise CliError("--tau needs --gamma: the draft length the mean tokens per round was measured at")
+    if args.out and args.chart and Path(args.out).resolve() == Path(args.chart).resolve():
+        raise CliError(f"--out and --chart name the same file {args.out!r}")
+
+
+def _resolve_pair(args: argparse.Namespace) -> Pair | None:
+    """A preset, a pair of the user's, or none at all (pure Leviathan / fitted files)."""
+    if (args.draft is None) != (args.target is None):
+        raise CliError("--draft and --target go together: give both, or --preset")
+    if args.draft is not None:
+        if args.preset is not None:
+            raise CliError("give either --preset or --draft/--target, not both")
+        return make_pair(args.draft, args.target)
+    if args.preset is not None:
+        return get_pair(args.preset)
+    if args.cost_ratio is None and args.cost_model is None:
+        return get_pair(DEFAULT_PRESET)
+    return None
+
+
+def _resolve_acceptance(args: argparse.Namespace, pair: Pair | None, gammas: list[int]) -> AcceptanceModel:
+    if args.alpha is not None:
+        return IIDAcceptance(args.alpha)
+    if args.alpha_per_position is not None:
+        return PerPositionAcceptance(tuple(args.alpha_per_position))
+    if args.tau is not None:
+        try:
+            return IIDAcceptance(implied_alpha_from_tau(args.tau, args.gamma))
+        except ValueError as exc:
+            raise CliError(f"--tau {args.tau:g}: {exc}") from None
+    if args.acceptance is not None:
+        model = load_acceptance(args.acceptance)
+        recorded = getattr(model, "gamma_max", None)
+        if recorded is not None and max(gammas) > recorded:
+            asked = f"{recorded + 1}..{max(gammas)}" if max(gammas) > recorded + 1 else str(max(gammas))
+            raise CliError(f"--acceptance {args.acceptance!r} was recorded up to gamma={recorded}; cannot replay "
+                           f"gamma={asked} (--gamma/--gamma-max {max(gammas)}); valid: 1..{recorded}")
+        if recorded is not None and args.policy not in (None, "fixed"):
+            reach = make_policy(f"{args.policy}:1").gamma_max
+            if reach > recorded:
+                raise CliError(f"--policy {args.policy} can raise gamma to {reach}, but --acceptance "
+                               f"{args.acceptance!r} was recorded up to gamma={recorded}; use --policy fixed")
+        return model
+    if pair is not None:
+        return IIDAcceptance(pair.default_alpha)
+    raise CliError("no acceptance given: use --alpha, --alpha-per-position, --tau or --acceptance")
+
+
+def _resolve_cost(args: argparse.Namespace, pair: Pair | None, hardware: str | None) -> CostModel:
+    if args.cost_ratio is not None:
+        return LeviathanCost(args.cost_ratio)
+    if args.cost_model is not None:
+        return load_cost_model(args.cost_model)
+    hw = get_hardware(hardware)
+    return RooflineCost(RooflineForward(pair.draft, hw), RooflineForward(pair.target, hw))
+
+
+def _check_workload(args: argparse.Namespace, pair: Pair | None, gammas: list[int], new_tokens: int,
+                    requests: int, max_batch: int, policy: str) -> None:
+    """Context within the models' window; simulated work bounded so no run hangs."""
+    if pair is not None and args.context_tokens > pair.context_window_tokens:
+        raise CliError(f"--context-tokens {args.context_tokens:g} is out of range for {pair.name}: "
+                       f"{pair.shorter_window_model.name} has {pair.context_window_tokens} positions; "
+                       f"valid: 0..{pair.context_window_tokens}")
+    if args.mode == "analytic":
+        return
+    per_gamma = new_tokens if args.mode == "event" else requests * new_tokens
+    if args.mode == "serve" and policy != "fixed":
+        per_gamma += 3 * max_batch * new_tokens  # the saturated queue that measures an adaptive policy's capacity
+    total = per_gamma * len(gammas)
+    if total > SIMULATED_TOKENS_LIMIT:
+        knobs = "--new-tokens" if args.mode == "event" else "--requests, --new-tokens" + (
+            ", --max-batch" if policy != "fixed" else "")
+        raise CliError(f"{total:.3g} simulated tokens ({len(gammas)} gamma value(s) x {per_gamma:,} each) is "
+                       f"over the limit of {SIMULATED_TOKENS_LIMIT:.0e} (about a minute of simulation); "
+                       f"lower {knobs} or pick one --gamma")
 
 
 def resolve(args: argparse.Namespace) -> Setup:
-    """Turn CLI arguments into validated models; raise CliError on any bad value."""
-    _check_choice("mode", args.mode, MODES)
-    _check_choice("format", args.format, FORMATS)
-    _check_choice("policy", args.policy, POLICY_KINDS)
-    if args.gamma is not None and args.gamma < 1:
-        raise CliError(f"--gamma must be >= 1, got {args.gamma}")
-    if args.gamma_max is not None and args.gamma_max < 1:
-        raise CliError(f"--gamma-max must be >= 1, got {args.gamma_max}")
-    gammas = [args.gamma] if args.gamma is not None else list(range(1, args.gamma_max + 1))
-    if args.context_tokens < 0:
-        raise CliError(f"--context-tokens must be >= 0, got {args.context_tokens}")
-    if args.new_tokens is None:
-        args.new_tokens = 256 if args.mode == "serve" else 4096
-    for name in ("new_tokens", "requests", "max_batch"):
-        if getattr(args, name) < 1:
-            raise CliError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.arrival_rate <= 0:
-        raise CliError(f"--arrival-rate must be > 0, got {args.arrival_rate}")
+    """Turn CLI arguments into a validated :class:`Setup`; raise ``CliError``/``ValueError`` on any bad value.
+
+    Nothing is computed before every check has passed; output files are probed first.
+    """
+    _check_mode_flags(args)
+    gammas = [args.gamma] if args.gamma is not None else list(range(1, (args.gamma_max or GAMMA_MAX_DEFAULT) + 1))
+    new_tokens = args.new_tokens if args.new_tokens is not None else NEW_TOKENS_DEFAULT.get(args.mode, 0)
+    serve = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in SERVE_DEFAULTS.items()}
+    policy = args.policy or "fixed"
+    pair = _resolve_pair(args)
+    _check_workload(args, pair, gammas, new_tokens, serve["requests"], serve["max_batch"], policy)
     if args.chart and Path(args.chart).suffix not in CHART_SUFFIXES:
         raise CliError(f"--chart {args.chart!r}: unknown suffix {Path(args.chart).suffix!r}; "
                        f"valid: {', '.join(CHART_SUFFIXES)}")
-    if args.usd_per_hour is not None and args.usd_per_hour < 0:
-        raise CliError(f"--usd-per-hour must be >= 0, got {args.usd_per_hour}")
-
-    # The pair: a preset, a pair of the user's, or none at all (pure Leviathan / fitted file).
-    pair = None
-    if (args.draft is None) != (args.target is None):
-        raise CliError("--draft and --target go together")
-    if args.draft is not None:
-        if args.preset:
-            raise CliError("give either --preset or --draft/--target, not both")
-        pair = make_pair(args.draft, args.target)
-    elif args.preset is not None:
-        pair = get_pair(args.preset)
-    elif args.cost_ratio is None and args.cost_model is None:
-        pair = get_pair(DEFAULT_PRESET)
-
-    hardware = args.hardware or (pair.default_hardware if pair else None)
-    if hardware is not None:
-        get_hardware(hardware)  # validates the name
-
-    # Acceptance.
-    if args.alpha is not None:
-        if not 0.0 <= args.alpha <= 1.0 or math.isnan(args.alpha):
-            raise CliError(f"--alpha must be in [0, 1], got {args.alpha}")
-        acceptance: AcceptanceModel = IIDAcceptance(args.alpha)
-    elif args.alpha_per_position is not None:
-        bad = [x for x in args.alpha_per_position if not 0.0 <= x <= 1.0]
-        if bad or not args.alpha_per_position:
-            raise CliError(f"--alpha-per-position values must be in [0, 1], got {bad or 'nothing'}")
-        acceptance = PerPositionAcceptance(tuple(args.alpha_per_position))
-    elif args.tau is not None:
-        if args.gamma is None:
-            raise CliError("--tau needs --gamma: the draft length the mean tokens per round was measured at")
-        acceptance = IIDAcceptance(implied_alpha_from_tau(args.tau, args.gamma))
-    elif args.acceptance is not None:
-        try:
-            acceptance = acceptance_from_dict(json.loads(Path(args.acceptance).read_text()))
-        except FileNotFoundError:
-            raise CliError(f"acceptance file not found: {args.acceptance}") from None
-        except (json.JSONDecodeError, KeyError) as exc:
-            raise CliError(f"acceptance file {args.acceptance} is not a valid acceptance model: {exc}") from None
-    elif pair is not None:
-        acceptance = IIDAcceptance(pair.default_alpha)
-    else:
-        raise CliError("no acceptance given: use --alpha, --alpha-per-position, --tau or --acceptance")
-
-    # Cost.
-    cost_ratio = None
-    if args.cost_ratio is not None:
-        if args.cost_ratio < 0 or math.isnan(args.cost_ratio):
-            raise CliError(f"--cost-ratio must be >= 0, got {args.cost_ratio}")
-        cost: CostModel = LeviathanCost(args.cost_ratio)
-        cost_ratio = args.cost_ratio
-        hardware = None
-    elif args.cost_model is not None:
-        cost = load_cost_model(args.cost_model)
-        hardware = None
-    else:
-        hw = get_hardware(hardware)
-        cost = RooflineCost(RooflineForward(pair.draft, hw), RooflineForward(pair.target, hw))
-        cost_ratio = cost.cost_ratio(args.context_tokens)
-    if cost_ratio is None:
-        cost_ratio = cost.draft_step_ms(args.context_tokens) / cost.target_step_ms(args.context_tokens)
-    return Setup(pair.name if pair else None, hardware, acceptance, cost, cost_ratio, gammas, pair)
+    for flag, path in (("--out", args.out), ("--chart", args.chart)):
+        if path:
+            check_output_file(flag, path)
+    hardware = None
+    if args.cost_ratio is None and args.cost_model is None:
+        hardware = args.hardware if args.hardware is not None else pair.default_hardware
+    acceptance = _resolve_acceptance(args, pair, gammas)
+    cost = _resolve_cost(args, pair, hardware)
+    cost_ratio = cost.draft_step_ms(args.context_tokens) / cost.target_step_ms(args.context_tokens)
+    from_cli = any(getattr(args, k) is not None for k in ("alpha", "alpha_per_position", "tau", "acceptance"))
+    alpha_source = None if pair is None else ("command line" if from_cli else pair.alpha_source)
+    return Setup(pair.name if pair else None, hardware, acceptance, cost, cost_ratio, gammas, pair, args.mode,
+                 policy, args.context_tokens, new_tokens, serve["requests"], serve["arrival_rate"],
+                 serve["max_batch"], args.seed, args.usd_per_hour, alpha_source, args.tau, args.gamma)
 
 
-def _analytic_rows(s: Setup, args: argparse.Namespace) -> list[dict]:
+def _analytic_rows(s: Setup) -> list[dict]:
+    from sim.analytic import break_even_alpha, predict
+
     rows = []
-    for r in predict(s.acceptance, s.cost, s.gammas, args.context_tokens):
-        d = {
+    for r in predict(s.acceptance, s.cost, s.gammas, s.context_tokens):
+        rows.append({
             "gamma": r.gamma,
             "expected_tokens_per_round": r.expected_tokens_per_round,
             "round_time_ms": r.round_time_ms,
@@ -213,48 +304,60 @@ def _analytic_rows(s: Setup, args: argparse.Namespace) -> list[dict]:
             "tokens_per_s_baseline": r.tokens_per_s_baseline,
             # accepted/drafted is what many tools print; it is NOT alpha.
             "accepted_over_drafted": (r.expected_tokens_per_round - 1.0) / r.gamma,
-            "break_even_alpha": break_even_alpha(r.gamma, s.cost, context_tokens=args.context_tokens),
-        }
-        rows.append(d)
+            "break_even_alpha": break_even_alpha(r.gamma, s.cost, context_tokens=s.context_tokens),
+        })
     return rows
 
 
-def _event_rows(s: Setup, args: argparse.Namespace) -> list[dict]:
-    analytic = {r["gamma"]: r for r in _analytic_rows(s, args)}
+def _event_rows(s: Setup) -> list[dict]:
+    from sim.events import simulate_request
+
+    analytic = {r["gamma"]: r for r in _analytic_rows(s)}
     rows = []
     for g in s.gammas:
-        res = simulate_request(s.acceptance, s.cost, f"{args.policy}:{g}", args.new_tokens,
-                               args.context_tokens, seed=args.seed)
+        res = simulate_request(s.acceptance, s.cost, f"{s.policy}:{g}", s.new_tokens, s.context_tokens, seed=s.seed)
         base_ms_per_token = res.baseline_time_ms / res.n_tokens
         rows.append({
             "gamma": g,
-            "policy": f"{args.policy}:{g}",
+            "policy": f"{s.policy}:{g}",
             "expected_tokens_per_round": res.tokens_per_round,
             "round_time_ms": res.time_ms / res.rounds,
             "speedup": res.speedup,
             "tokens_per_s": 1000.0 * res.n_tokens / res.time_ms,
             "tokens_per_s_baseline": 1000.0 / base_ms_per_token,
-            "accepted_over_drafted": res.accepted / res.drafted,
+            "accepted_over_drafted": res.accepted / res.drafted if res.drafted else None,
             "rounds": res.rounds,
             "closed_form_speedup": analytic[g]["speedup"],
         })
     return rows
 
 
-def _serve_rows(s: Setup, args: argparse.Namespace) -> list[dict]:
+def _serve_rows(s: Setup) -> list[dict]:
+    """One row per γ; ``speedup`` (p50 latency ratio) is ``None`` when arrivals exceed either side's capacity."""
+    from sim.events import simulate_serving
+
     rows = []
     for g in s.gammas:
-        r = simulate_serving(s.acceptance, s.cost, f"{args.policy}:{g}", n_requests=args.requests,
-                             arrival_rate_per_s=args.arrival_rate, n_tokens=args.new_tokens,
-                             context_tokens=args.context_tokens, max_batch=args.max_batch, seed=args.seed)
-        sp, b = r.speculative, r.baseline
+        r = simulate_serving(s.acceptance, s.cost, f"{s.policy}:{g}", n_requests=s.requests,
+                             arrival_rate_per_s=s.arrival_rate_per_s, n_tokens=s.new_tokens,
+                             context_tokens=s.context_tokens, max_batch=s.max_batch, seed=s.seed)
+        sp, b, sc, bc = r.speculative, r.baseline, r.speculative_capacity, r.baseline_capacity
         rows.append({
             "gamma": g,
             "policy": r.policy,
             "speedup": r.latency_speedup_p50,
+            "overloaded": r.overloaded,
+            "capacity_speedup": r.capacity_speedup,
             "throughput_speedup": r.throughput_speedup,
             "tokens_per_s": sp.throughput_tokens_per_s,
             "tokens_per_s_baseline": b.throughput_tokens_per_s,
+            "capacity_requests_per_s": sc.requests_per_s,
+            "capacity_tokens_per_s": sc.tokens_per_s,
+            "baseline_capacity_requests_per_s": bc.requests_per_s,
+            "baseline_capacity_tokens_per_s": bc.tokens_per_s,
+            "utilization": r.speculative_utilization,
+            "baseline_utilization": r.baseline_utilization,
+            "capacity_method": sc.method,
             "latency_p50_ms": sp.latency_p50_ms,
             "latency_p95_ms": sp.latency_p95_ms,
             "latency_p99_ms": sp.latency_p99_ms,
@@ -267,66 +370,112 @@ def _serve_rows(s: Setup, args: argparse.Namespace) -> list[dict]:
     return rows
 
 
-def run(args: argparse.Namespace) -> dict:
-    s = resolve(args)
-    rows = {"analytic": _analytic_rows, "event": _event_rows, "serve": _serve_rows}[args.mode](s, args)
-    if args.usd_per_hour is not None:
+def _best_row(rows: list[dict]) -> tuple[dict, str]:
+    """The optimal row and what it is optimal by: speedup, or (serve mode, all overloaded) capacity."""
+    ranked = [r for r in rows if r["speedup"] is not None]
+    if ranked:
+        return max(ranked, key=lambda r: (r["speedup"], -r["gamma"])), "speedup"
+    return max(rows, key=lambda r: (r["capacity_requests_per_s"], -r["gamma"])), "capacity"
+
+
+def run(s: Setup) -> dict:
+    """Predict for every γ of the setup; the JSON-able document every output format is drawn from."""
+    rows = {"analytic": _analytic_rows, "event": _event_rows, "serve": _serve_rows}[s.mode](s)
+    if s.usd_per_hour is not None:
+        from sim.analytic import cost_per_million_tokens
+
         for r in rows:
-            r["usd_per_1m_tokens"] = cost_per_million_tokens(r["tokens_per_s"], args.usd_per_hour)
-            r["usd_per_1m_tokens_baseline"] = cost_per_million_tokens(r["tokens_per_s_baseline"], args.usd_per_hour)
-    best = max(rows, key=lambda r: (r["speedup"], -r["gamma"]))
+            r["usd_per_1m_tokens"] = cost_per_million_tokens(r["tokens_per_s"], s.usd_per_hour)
+            r["usd_per_1m_tokens_baseline"] = cost_per_million_tokens(r["tokens_per_s_baseline"], s.usd_per_hour)
+    best, basis = _best_row(rows)
     doc: dict[str, Any] = {
         "preset": s.preset,
         "hardware": s.hardware,
-        "mode": args.mode,
+        "mode": s.mode,
         "cost_ratio": s.cost_ratio,
-        "context_tokens": args.context_tokens,
+        "context_tokens": s.context_tokens,
         "acceptance_model": s.acceptance.describe(),
         "cost_model": s.cost.describe(),
         "optimal_gamma": best["gamma"],
         "optimal_speedup": best["speedup"],
-        "seed": args.seed,
+        "optimal_by": basis,
+        "seed": s.seed,
         "rows": rows,
     }
+    if s.mode == "serve":
+        doc.update(arrival_rate_per_s=s.arrival_rate_per_s, requests=s.requests, new_tokens=s.new_tokens,
+                   max_batch=s.max_batch)
     if isinstance(s.acceptance, PerPositionAcceptance):
         doc["alpha_per_position"] = list(s.acceptance.alphas)
     else:
         doc["alpha"] = getattr(s.acceptance, "alpha", None)
-    if s.pair is not None:
-        doc["alpha_source"] = s.pair.alpha_source if args.alpha is None and args.tau is None and \
-            args.alpha_per_position is None and args.acceptance is None else "command line"
-    if args.tau is not None:
-        doc["tau"] = args.tau
+    if s.alpha_source is not None:
+        doc["alpha_source"] = s.alpha_source
+    if s.tau is not None:
+        doc["tau"] = s.tau
         doc["note"] = ("alpha implied from tau at gamma=%d; accepted/drafted = (tau-1)/gamma = %.3f is not alpha"
-                       % (args.gamma, (args.tau - 1) / args.gamma))
-    if args.chart:
-        write_charts(s, args, doc, Path(args.chart))
-        doc["chart"] = args.chart
+                       % (s.tau_gamma, (s.tau - 1) / s.tau_gamma))
     return doc
 
 
-def write_charts(s: Setup, args: argparse.Namespace, doc: dict, path: Path) -> None:
-    """Speedup against α (γ = 1..8) and against γ for this setup; builders live in ``reports``."""
-    import pandas as pd
-
-    from reports.charts import save_chart, speedup_vs_alpha_chart, speedup_vs_gamma_chart
+def chart_data(s: Setup, doc: dict) -> dict:
+    """What the prediction charts show: speedup against α (γ = 1..8, closed form) and against γ (the rows)."""
+    from sim.analytic import predict
 
     alphas = np.linspace(0.0, 1.0, 51)
-    recs = []
-    for g in range(1, 9):
-        for a in alphas:
-            r = predict(IIDAcceptance(float(a)), s.cost, [g], args.context_tokens)[0]
-            recs.append({"alpha": float(a), "gamma": g, "speedup": r.speedup})
-    by_gamma = pd.DataFrame([{"gamma": r["gamma"], "speedup": r["speedup"], "source": "predicted",
-                              "optimal": r["gamma"] == doc["optimal_gamma"]} for r in doc["rows"]])
-    title = doc["preset"] or "custom"
-    chart = speedup_vs_alpha_chart(pd.DataFrame(recs)).properties(title=f"{title}: speedup vs alpha") | \
-        speedup_vs_gamma_chart(by_gamma).properties(title=f"{title}: speedup vs gamma")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_chart(chart, path)
+    by_alpha = [{"alpha": float(a), "gamma": g, "speedup": r.speedup}
+                for g in range(1, 9) for a in alphas
+                for r in predict(IIDAcceptance(float(a)), s.cost, [g], s.context_tokens)]
+    by_gamma = [{"gamma": r["gamma"], "speedup": r["speedup"], "source": "predicted",
+                 "optimal": r["gamma"] == doc["optimal_gamma"]} for r in doc["rows"] if r["speedup"] is not None]
+    return {"title": doc["preset"] or "custom", "speedup_vs_alpha": by_alpha, "speedup_vs_gamma": by_gamma}
+
+
+def write_charts(data: dict, path: Path) -> None:
+    """Have ``reports`` draw ``data`` into ``path`` (a separate process: sim imports no plotting code)."""
+    proc = subprocess.run([sys.executable, "-m", "reports.prediction_chart", "--out", str(path)],
+                          input=json.dumps(data), capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
+        raise CliError(f"--chart {str(path)!r}: the chart writer failed: {lines[-1]}")
+
+
+def _serve_tail(doc: dict) -> list[str]:
+    """Serve mode in words: demand, each side's capacity, and whether either side is overloaded."""
+    best = next(r for r in doc["rows"] if r["gamma"] == doc["optimal_gamma"])
+    rate, n = doc["arrival_rate_per_s"], doc["new_tokens"]
+    base_cap, spec_cap = best["baseline_capacity_requests_per_s"], best["capacity_requests_per_s"]
+    g = doc["optimal_gamma"]
+    lines = [f"arrivals: {rate:g} requests/s x {n} tokens = {rate * n:.0f} tok/s demanded",
+             f"capacity (highest sustainable arrival rate, batch <= {doc['max_batch']}): autoregressive "
+             f"{base_cap:.3g} requests/s ({best['baseline_capacity_tokens_per_s']:.0f} tok/s); speculative at "
+             f"gamma = {g} {spec_cap:.3g} requests/s ({best['capacity_tokens_per_s']:.0f} tok/s, "
+             f"{best['capacity_method']}); each saturates at that arrival rate"]
+    caps = {"autoregressive": (base_cap, best["baseline_utilization"]), "speculative": (spec_cap, best["utilization"])}
+    over = {name: cap for name, (cap, u) in caps.items() if u >= 1.0}
+    if over:
+        sides = " and the ".join(f"{name} side ({cap:.3g} requests/s)" for name, cap in over.items())
+        lines.append(f"OVERLOADED: {rate:g} requests/s arrive, more than the {sides} can serve: its queue grows "
+                     "without bound, its latency grows with --requests, and a latency ratio is not a speedup")
+        if doc["optimal_by"] == "capacity":
+            lines.append(f"optimal gamma = {g} by capacity: speculative decoding sustains "
+                         f"{best['capacity_speedup']:.3f}x the arrival rate of the autoregressive baseline")
+        else:
+            lines.append(f"optimal gamma = {g}, among the gammas where neither side is overloaded: p50 request "
+                         f"latency {doc['optimal_speedup']:.3f}x lower")
+        return lines
+    near = [name for name, (cap, u) in caps.items() if u >= 0.9]
+    if near:
+        lines.append(f"note: the {' and the '.join(near)} side runs at >= 90% of its capacity; its latency is "
+                     "mostly queueing and sensitive to --requests")
+    lines.append(f"optimal gamma = {g}: p50 request latency {doc['optimal_speedup']:.3f}x lower, throughput "
+                 f"{best['throughput_speedup']:.3f}x of the autoregressive {best['tokens_per_s_baseline']:.1f} "
+                 f"tok/s under the same arrivals; capacity {best['capacity_speedup']:.3f}x")
+    return lines
 
 
 def format_table(doc: dict) -> str:
+    """The human-readable table with a closing line (or, in serve mode, lines) in words."""
     head = [f"preset: {doc['preset'] or '-'}   hardware: {doc['hardware'] or '-'}   mode: {doc['mode']}"]
     acc = doc["acceptance_model"]
     acc_txt = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in acc.items())
@@ -339,12 +488,13 @@ def format_table(doc: dict) -> str:
     cols = [c for c in ("gamma", "expected_tokens_per_round", "round_time_ms", "tokens_per_s", "speedup")
             if c in doc["rows"][0]]
     extra = [c for c in ("closed_form_speedup", "break_even_alpha", "latency_p50_ms", "baseline_latency_p50_ms",
-                         "throughput_speedup", "usd_per_1m_tokens") if c in doc["rows"][0]]
+                         "throughput_speedup", "capacity_requests_per_s", "usd_per_1m_tokens")
+             if c in doc["rows"][0]]
     cols += extra
     names = {"expected_tokens_per_round": "tokens/round", "round_time_ms": "round ms",
              "tokens_per_s": "tok/s", "closed_form_speedup": "closed form", "break_even_alpha": "break-even a",
              "latency_p50_ms": "p50 ms", "baseline_latency_p50_ms": "base p50 ms",
-             "throughput_speedup": "thru x", "usd_per_1m_tokens": "$/1M tok"}
+             "throughput_speedup": "thru x", "capacity_requests_per_s": "cap req/s", "usd_per_1m_tokens": "$/1M tok"}
 
     def fmt(v: Any) -> str:
         if v is None:
@@ -360,19 +510,17 @@ def format_table(doc: dict) -> str:
     lines = ["  ".join(cell.rjust(w) for cell, w in zip(row, widths)) + "  " + row[-1] for row in table]
     base = doc["rows"][0]["tokens_per_s_baseline"]
     if doc["mode"] == "serve":
-        best = next(r for r in doc["rows"] if r["gamma"] == doc["optimal_gamma"])
-        tail = (f"optimal gamma = {doc['optimal_gamma']}: p50 request latency {doc['optimal_speedup']:.3f}x lower, "
-                f"throughput {best['throughput_speedup']:.3f}x of the autoregressive {base:.1f} tok/s "
-                "under the same arrivals")
+        tail = _serve_tail(doc)
     else:
-        tail = (f"optimal gamma = {doc['optimal_gamma']}: speedup {doc['optimal_speedup']:.3f}x "
-                f"over {base:.1f} tok/s autoregressive")
-    if doc["optimal_speedup"] < 1.0:
-        tail += "  (speculative decoding is SLOWER here at every gamma)"
-    return "\n".join(head + [""] + lines + ["", tail])
+        tail = [f"optimal gamma = {doc['optimal_gamma']}: speedup {doc['optimal_speedup']:.3f}x "
+                f"over {base:.1f} tok/s autoregressive"]
+    if doc["optimal_speedup"] is not None and doc["optimal_speedup"] < 1.0:
+        tail[-1] += "  (speculative decoding is SLOWER here at every gamma)"
+    return "\n".join(head + [""] + lines + [""] + tail)
 
 
 def format_csv(doc: dict) -> str:
+    """One CSV row per γ with an ``optimal`` column."""
     buf = io.StringIO()
     keys = list(doc["rows"][0].keys())
     w = csv.DictWriter(buf, fieldnames=keys + ["optimal"])
@@ -383,8 +531,7 @@ def format_csv(doc: dict) -> str:
 
 
 def list_presets() -> str:
-    from presets import MODELS
-
+    """Every pair, model and hardware profile by the exact name the flags take."""
     lines = ["pairs (draft -> target, default alpha):"]
     for p in PAIRS.values():
         lines.append(f"  {p.name:24s} {p.draft.name} -> {p.target.name}  alpha={p.default_alpha}  "
@@ -398,38 +545,48 @@ def list_presets() -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["check"]:  # python -m sim check ...: hold a claimed speedup against the simulator
-        from sim.check_cli import main as check_main
-        return check_main(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.list_presets:
-        print(list_presets())
-        return 0
-    try:
-        doc = run(args)
-    except (CliError, ValueError) as exc:
-        print(f"python -m sim: error: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"python -m sim: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
-        return 2
-    text = {"json": lambda d: json.dumps(d, indent=2), "csv": format_csv, "table": format_table}[args.format](doc)
-    if args.out:
-        try:
-            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-            Path(args.out).write_text(text + ("\n" if not text.endswith("\n") else ""))
-        except OSError as exc:
-            print(f"python -m sim: error: cannot write --out {args.out}: {exc.strerror}", file=sys.stderr)
-            return 2
-        print(f"wrote {args.out}")
-    else:
+def _write_output(text: str, out: str | None) -> None:
+    if out is None:
         try:
             print(text)
         except BrokenPipeError:  # e.g. piped into `head`
             sys.stdout = None
+        return
+    try:
+        Path(out).write_text(text + ("" if text.endswith("\n") else "\n"))
+    except OSError as exc:
+        raise CliError(f"--out {out!r} cannot be written: {exc.strerror or exc}") from None
+    print(f"wrote {out}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sim``: 0 on success, 2 with one ``python -m sim: error: ...`` line on any bad input."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check"]:  # python -m sim check ...: hold a claimed speedup against the simulator
+        from sim.check_cli import main as check_main
+
+        return check_main(argv[1:])
+    if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
+        fail(PROG, f"unknown command {argv[0]!r}; valid commands: {', '.join(COMMANDS) or 'none'} "
+                   f"(the prediction itself takes options only: {PROG} --help)")
+    args = build_parser().parse_args(argv)
+    if args.list_presets and len(argv) > 1:
+        fail(PROG, f"--list-presets takes no other options, got {' '.join(a for a in argv if a != '--list-presets')}")
+    if args.list_presets:
+        print(list_presets())
+        return 0
+    try:
+        setup = resolve(args)
+        doc = run(setup)
+        if args.chart:
+            write_charts(chart_data(setup, doc), Path(args.chart))
+            doc["chart"] = args.chart
+        text = {"json": lambda d: json.dumps(d, indent=2), "csv": format_csv,
+                "table": format_table}[args.format](doc)
+        _write_output(text, args.out)
+    except (CliError, ValueError) as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -32,6 +32,8 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
+from sim.files import check_schema_version, read_json
+
 COST_MODEL_SCHEMA_VERSION = 1
 
 
@@ -260,33 +262,79 @@ class TabulatedCost:
         Path(path).write_text(json.dumps(self.describe(), indent=2) + "\n")
 
 
-def cost_model_from_dict(d: Mapping[str, Any]) -> CostModel:
-    """Rebuild a cost model from its ``describe()`` dict (``leviathan`` or ``tabulated``)."""
+_TABULATED_NUMBERS = ("draft_step_ms_ref", "reference_context_tokens", "target_context_ms_per_token",
+                      "draft_context_ms_per_token", "round_overhead_ms_base", "overhead_per_draft_token_ms",
+                      "batch_exponent")
+_TABULATED_FIELDS = ("kind", "schema_version", "verify_ms_by_tokens", "context_ms_per_token_by_tokens",
+                     "metadata", *_TABULATED_NUMBERS)
+
+
+def _number_field(d: Mapping[str, Any], key: str, default: float | None = None) -> float:
+    """A finite number from ``d[key]``; a missing required key or a wrong type is a one-line ``ValueError``."""
+    if key not in d:
+        if default is None:
+            raise ValueError(f"lacks the field {key!r}")
+        return default
+    v = d[key]
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"field {key!r} must be a finite number, got {v!r}")
+    return float(v)
+
+
+def _token_table(d: Mapping[str, Any], key: str) -> dict[int, float]:
+    """``{"1": ms, "4": ms, ...}`` as ``{1: ms, 4: ms}``; keys must be whole token counts >= 1."""
+    v = d[key]
+    if not isinstance(v, Mapping) or not v:
+        raise ValueError(f"field {key!r} must be a non-empty object of token count -> ms, got {v!r}")
+    out = {}
+    for k, x in v.items():
+        try:
+            n = int(k)
+        except (TypeError, ValueError):
+            raise ValueError(f"field {key!r} has key {k!r}; keys must be token counts (1, 2, ...)") from None
+        out[n] = _number_field(v, k)
+    return out
+
+
+def cost_model_from_dict(d: Any) -> CostModel:
+    """Rebuild a cost model from its ``describe()`` dict (``leviathan`` or ``tabulated``).
+
+    Every problem — not an object, an unknown kind or field, a missing field, a
+    wrong type, NaN/inf, a newer ``schema_version`` — is a one-line ``ValueError``.
+    """
+    if not isinstance(d, Mapping):
+        raise ValueError(f"must be a JSON object with a 'kind', got {type(d).__name__}")
+    check_schema_version(d, COST_MODEL_SCHEMA_VERSION, "cost model")
     kind = d.get("kind")
     if kind == "leviathan":
-        return LeviathanCost(float(d["cost_ratio"]), float(d.get("target_ms", 1.0)))
-    if kind == "tabulated":
-        fields = {k: v for k, v in d.items() if k not in ("kind", "schema_version")}
-        fields["verify_ms_by_tokens"] = {int(k): float(v) for k, v in fields["verify_ms_by_tokens"].items()}
-        if fields.get("context_ms_per_token_by_tokens") is not None:
-            fields["context_ms_per_token_by_tokens"] = {
-                int(k): float(v) for k, v in fields["context_ms_per_token_by_tokens"].items()}
-        try:
-            return TabulatedCost(**fields)
-        except TypeError as exc:
-            raise ValueError(f"bad tabulated cost model: {exc}") from None
-    raise ValueError(f"unknown cost model kind {kind!r}; valid: 'leviathan', 'tabulated'")
+        return LeviathanCost(_number_field(d, "cost_ratio"), _number_field(d, "target_ms", 1.0))
+    if kind != "tabulated":
+        raise ValueError(f"unknown cost model kind {kind!r}; valid: 'leviathan', 'tabulated'")
+    unknown = sorted(set(d) - set(_TABULATED_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown field {unknown[0]!r} in a tabulated cost model; valid: {', '.join(_TABULATED_FIELDS)}")
+    if "verify_ms_by_tokens" not in d:
+        raise ValueError("lacks the field 'verify_ms_by_tokens'")
+    fields: dict[str, Any] = {k: _number_field(d, k) for k in _TABULATED_NUMBERS if k in d or k == "draft_step_ms_ref"}
+    fields["verify_ms_by_tokens"] = _token_table(d, "verify_ms_by_tokens")
+    if d.get("context_ms_per_token_by_tokens") is not None:
+        fields["context_ms_per_token_by_tokens"] = _token_table(d, "context_ms_per_token_by_tokens")
+    meta = d.get("metadata", {})
+    if not isinstance(meta, Mapping):
+        raise ValueError(f"field 'metadata' must be an object, got {meta!r}")
+    return TabulatedCost(metadata=dict(meta), **fields)
 
 
 def load_cost_model(path: str | Path) -> CostModel:
-    """Read a cost-model JSON file (as written by ``calibrate``)."""
-    p = Path(path)
-    try:
-        d = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ValueError(f"cost model file not found: {p}") from None
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"cost model file {p} is not valid JSON: {exc}") from None
-    if "cost_model" in d:  # a calibration file holding several sections
+    """Read a cost-model JSON file (as written by ``calibrate``); any problem is one line naming the file.
+
+    A ``calibration.json`` works too: its ``cost_model`` section is read.
+    """
+    what = f"cost model file {str(path)!r}"
+    d = read_json(path, "cost model file")
+    if isinstance(d, Mapping) and "cost_model" in d:  # a calibration file holding several sections
         d = d["cost_model"]
-    return cost_model_from_dict(d)
+    try:
+        return cost_model_from_dict(d)
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None

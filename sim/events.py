@@ -13,20 +13,24 @@ Two modes:
   vLLM schedules it): each iteration every running request drafts, then one
   batched target forward verifies them all. The autoregressive baseline is
   simulated under the same arrivals (same seed) for the speedup.
+  :func:`serving_capacity` gives each side's highest sustainable arrival
+  rate; when arrivals exceed either, the result says it is overloaded and
+  gives no latency ratio (a queue that grows without bound has no speedup).
 
 Times are in milliseconds of simulated time.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 import simpy
 
-from sim.acceptance import AcceptanceModel, _check_gamma, sample_round
+from sim.acceptance import AcceptanceModel, _check_gamma, drafted_distribution, sample_round
 from sim.cost import CostModel
-from sim.policies import GammaPolicy, make_policy
+from sim.policies import FixedGamma, GammaPolicy, make_policy
 
 
 def _check_count(name: str, n: int) -> int:
@@ -146,20 +150,60 @@ class ServingStats:
 
 
 @dataclass(frozen=True)
+class ServingCapacity:
+    """The highest arrival rate one side sustains: its throughput with every batch slot busy.
+
+    Above ``requests_per_s`` arrivals outpace service, the queue grows without
+    bound and request latency grows with the number of requests simulated.
+    """
+
+    requests_per_s: float
+    tokens_per_s: float
+    batch: int
+    tokens_per_request: float  # generated tokens per request, the last round's overshoot included
+    method: str  # "closed form" or "saturated simulation"
+
+
+@dataclass(frozen=True)
 class ServingResult:
-    """Speculative and baseline serving under the same arrivals."""
+    """Speculative and baseline serving under the same arrivals, with each side's capacity."""
 
     speculative: ServingStats
     baseline: ServingStats
     arrival_rate_per_s: float
     policy: str
+    speculative_capacity: ServingCapacity
+    baseline_capacity: ServingCapacity
+
+    @property
+    def speculative_utilization(self) -> float:
+        """Arrival rate / speculative capacity; >= 1 means its queue grows without bound."""
+        return self.arrival_rate_per_s / self.speculative_capacity.requests_per_s
+
+    @property
+    def baseline_utilization(self) -> float:
+        """Arrival rate / autoregressive capacity; >= 1 means its queue grows without bound."""
+        return self.arrival_rate_per_s / self.baseline_capacity.requests_per_s
+
+    @property
+    def overloaded(self) -> bool:
+        """True when arrivals exceed either side's capacity: latencies then depend on how many requests ran."""
+        return self.speculative_utilization >= 1.0 or self.baseline_utilization >= 1.0
+
+    @property
+    def capacity_speedup(self) -> float:
+        """Speculative capacity / autoregressive capacity (requests/s): bounded, meaningful under overload."""
+        return self.speculative_capacity.requests_per_s / self.baseline_capacity.requests_per_s
 
     @property
     def throughput_speedup(self) -> float:
         return self.speculative.throughput_tokens_per_s / self.baseline.throughput_tokens_per_s
 
     @property
-    def latency_speedup_p50(self) -> float:
+    def latency_speedup_p50(self) -> float | None:
+        """Baseline p50 latency / speculative p50 latency; ``None`` when :attr:`overloaded` (no bounded ratio)."""
+        if self.overloaded:
+            return None
         return self.baseline.latency_p50_ms / self.speculative.latency_p50_ms
 
     def as_dict(self) -> dict:
@@ -168,6 +212,10 @@ class ServingResult:
             "policy": self.policy,
             "speculative": asdict(self.speculative),
             "baseline": asdict(self.baseline),
+            "speculative_capacity": asdict(self.speculative_capacity),
+            "baseline_capacity": asdict(self.baseline_capacity),
+            "overloaded": self.overloaded,
+            "capacity_speedup": self.capacity_speedup,
             "throughput_speedup": self.throughput_speedup,
             "latency_speedup_p50": self.latency_speedup_p50,
         }
@@ -179,6 +227,7 @@ def _serve(
     context_tokens: float,
     max_batch: int,
     iteration,  # (env, batch states) -> generator; mutates produced counts
+    log: list[tuple[int, float, int]] | None = None,  # receives (batch, duration ms, tokens) per iteration
 ) -> ServingStats:
     env = simpy.Environment()
     gpu = simpy.Resource(env, capacity=1)
@@ -205,7 +254,10 @@ def _serve(
             batches.append(len(running))
             with gpu.request() as slot:
                 yield slot
+                start, before = env.now, sum(r["produced"] for r in running)
                 yield from iteration(env, running)
+                if log is not None:
+                    log.append((len(running), env.now - start, sum(r["produced"] for r in running) - before))
             finished = [r for r in running if r["produced"] >= n_tokens]
             for r in finished:
                 r["finish"] = env.now
@@ -232,28 +284,10 @@ def _serve(
     )
 
 
-def simulate_serving(
-    acceptance: AcceptanceModel,
-    cost: CostModel,
-    policy: str | int,
-    n_requests: int = 200,
-    arrival_rate_per_s: float = 5.0,
-    n_tokens: int = 128,
-    context_tokens: float = 512.0,
-    max_batch: int = 32,
-    seed: int = 0,
-) -> ServingResult:
-    """Poisson arrivals sharing one GPU, speculative vs autoregressive, same arrivals."""
-    n_requests = _check_count("n_requests", n_requests)
-    n_tokens = _check_count("n_tokens", n_tokens)
-    max_batch = _check_count("max_batch", max_batch)
-    if not arrival_rate_per_s > 0:
-        raise ValueError(f"arrival rate must be > 0 requests/s, got {arrival_rate_per_s}")
-    spec = make_policy(policy).spec()
-    arrivals_rng, accept_rng = np.random.default_rng(seed).spawn(2)
-    arrivals_ms = np.cumsum(arrivals_rng.exponential(1000.0 / arrival_rate_per_s, size=n_requests))
+def _spec_iteration(acceptance: AcceptanceModel, cost: CostModel, spec: str, rng: np.random.Generator):
+    """One batched speculative iteration: every running request drafts, one batched forward verifies."""
 
-    def spec_iteration(env: simpy.Environment, running: list[dict]) -> simpy.events.ProcessGenerator:
+    def iteration(env: simpy.Environment, running: list[dict]) -> simpy.events.ProcessGenerator:
         for r in running:
             if r["policy"] is None:
                 r["policy"] = make_policy(spec)
@@ -261,7 +295,7 @@ def simulate_serving(
         ctx = float(np.mean([r["ctx"] for r in running]))
         # each request's round: how many tokens its draft proposes and how many are accepted;
         # the batch drafts and verifies as many positions as its longest proposal
-        rounds = [sample_round(acceptance, r["policy"].gamma, accept_rng) for r in running]
+        rounds = [sample_round(acceptance, r["policy"].gamma, rng) for r in running]
         g_max = max(d for d, _ in rounds)
         for i in range(g_max):
             yield env.timeout(cost.draft_step_ms(ctx + i, b))
@@ -275,18 +309,99 @@ def simulate_serving(
             if d:
                 r["policy"].update(d, acc)
 
-    def base_iteration(env: simpy.Environment, running: list[dict]) -> simpy.events.ProcessGenerator:
+    return iteration
+
+
+def _base_iteration(cost: CostModel):
+    """One batched autoregressive iteration: one target forward, one token per running request."""
+
+    def iteration(env: simpy.Environment, running: list[dict]) -> simpy.events.ProcessGenerator:
         ctx = float(np.mean([r["ctx"] for r in running]))
         yield env.timeout(cost.target_step_ms(ctx, len(running)))
         for r in running:
             r["produced"] += 1
             r["ctx"] += 1
 
+    return iteration
+
+
+def serving_capacity(
+    acceptance: AcceptanceModel,
+    cost: CostModel,
+    policy: str | int | None,
+    n_tokens: int,
+    context_tokens: float,
+    max_batch: int,
+    seed: int = 0,
+) -> ServingCapacity:
+    """Highest sustainable arrival rate with every one of ``max_batch`` slots busy (``policy=None``: baseline).
+
+    Closed form for the baseline and fixed γ, from the same cost model the
+    simulation charges: an iteration at batch B takes the target step (baseline)
+    or E over the batch's longest proposal d of d draft steps + a (d + 1)-token
+    verify + overhead (P(longest <= d) = P(drafted <= d)^B), and produces B
+    tokens (baseline) or B × E[tokens per round]; contexts average the middle of
+    a request (context + n_tokens / 2), as in a saturated batch of requests at
+    every stage. A request takes n_tokens plus the last round's mean overshoot
+    Σ_j j·P(accepted >= j) / E[tokens per round]. Adaptive policies have no
+    closed form: their capacity is measured by simulating a saturated queue
+    (3 × max_batch requests arriving at once; iterations at full batch only).
+    """
+    n_tokens, max_batch = _check_count("n_tokens", n_tokens), _check_count("max_batch", max_batch)
+    ctx, b = float(context_tokens) + n_tokens / 2.0, max_batch
+    if policy is None:
+        tok_per_s = 1000.0 * b / cost.target_step_ms(ctx, b)
+        return ServingCapacity(float(tok_per_s / n_tokens), float(tok_per_s), b, float(n_tokens), "closed form")
+    pol = make_policy(policy)
+    if isinstance(pol, FixedGamma):
+        g = pol.gamma
+        p_max = np.diff(np.concatenate([[0.0], np.cumsum(drafted_distribution(acceptance, g)) ** b]))
+        iter_ms = sum(p * (sum(cost.draft_step_ms(ctx + i, b) for i in range(d)) + cost.verify_ms(d + 1, ctx, b)
+                           + cost.round_overhead_ms(d)) for d, p in enumerate(p_max) if p > 0)
+        per_round = acceptance.expected_tokens(g)
+        overshoot = float(np.arange(1, g + 1) @ acceptance.prefix_accept_probs(g)) / per_round
+        tok_per_s = 1000.0 * b * per_round / iter_ms
+        return ServingCapacity(float(tok_per_s / (n_tokens + overshoot)), float(tok_per_s), b,
+                               float(n_tokens + overshoot), "closed form")
+    log: list[tuple[int, float, int]] = []
+    stats = _serve(np.zeros(3 * b), n_tokens, context_tokens, b,
+                   _spec_iteration(acceptance, cost, pol.spec(), np.random.default_rng(seed)), log)
+    full = [(t, n) for batch, t, n in log if batch == b]
+    tok_per_s = 1000.0 * sum(n for _, n in full) / sum(t for t, _ in full)
+    per_request = stats.tokens / stats.requests
+    return ServingCapacity(float(tok_per_s / per_request), float(tok_per_s), b, float(per_request),
+                           "saturated simulation")
+
+
+def simulate_serving(
+    acceptance: AcceptanceModel,
+    cost: CostModel,
+    policy: str | int,
+    n_requests: int = 200,
+    arrival_rate_per_s: float = 5.0,
+    n_tokens: int = 128,
+    context_tokens: float = 512.0,
+    max_batch: int = 32,
+    seed: int = 0,
+) -> ServingResult:
+    """Poisson arrivals sharing one GPU, speculative vs autoregressive, same arrivals; each side's capacity."""
+    n_requests = _check_count("n_requests", n_requests)
+    n_tokens = _check_count("n_tokens", n_tokens)
+    max_batch = _check_count("max_batch", max_batch)
+    if not 0 < arrival_rate_per_s < math.inf:
+        raise ValueError(f"arrival rate must be a finite number > 0 requests/s, got {arrival_rate_per_s}")
+    spec = make_policy(policy).spec()
+    arrivals_rng, accept_rng, capacity_rng = np.random.default_rng(seed).spawn(3)
+    arrivals_ms = np.cumsum(arrivals_rng.exponential(1000.0 / arrival_rate_per_s, size=n_requests))
     return ServingResult(
-        speculative=_serve(arrivals_ms, n_tokens, context_tokens, max_batch, spec_iteration),
-        baseline=_serve(arrivals_ms, n_tokens, context_tokens, max_batch, base_iteration),
+        speculative=_serve(arrivals_ms, n_tokens, context_tokens, max_batch,
+                           _spec_iteration(acceptance, cost, spec, accept_rng)),
+        baseline=_serve(arrivals_ms, n_tokens, context_tokens, max_batch, _base_iteration(cost)),
         arrival_rate_per_s=float(arrival_rate_per_s),
         policy=spec,
+        speculative_capacity=serving_capacity(acceptance, cost, spec, n_tokens, context_tokens, max_batch,
+                                              seed=int(capacity_rng.integers(2**63))),
+        baseline_capacity=serving_capacity(acceptance, cost, None, n_tokens, context_tokens, max_batch),
     )
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from presets import RooflineForward, get_hardware, get_pair
-from sim.acceptance import IIDAcceptance, PerPositionAcceptance
+from sim.acceptance import IIDAcceptance, PerPositionAcceptance, ProposalAcceptance
 from sim.analytic import predict_row
 from sim.cost import LeviathanCost, RooflineCost
 from sim.events import simulate_request, simulate_serving
@@ -90,3 +90,58 @@ def test_lookup_draft_that_proposes_nothing_converges_and_is_charged_a_one_token
     sim = simulate_request(acc, cost, "fixed:4", 100_000, seed=2)
     assert abs(sim.speedup / row.speedup - 1) < 0.01
     assert sim.drafted < 4 * sim.rounds  # rounds without a proposal drafted nothing
+
+
+# -- serving capacity and overload -------------------------------------------------------------
+def _llama_1b_8b_cost() -> RooflineCost:
+    hw, p = get_hardware("h100-sxm"), get_pair("llama3-1b-8b")
+    return RooflineCost(RooflineForward(p.draft, hw), RooflineForward(p.target, hw))
+
+
+@pytest.mark.parametrize("acceptance,policy", [
+    (IIDAcceptance(0.75), "fixed:4"),                             # closed form
+    (ProposalAcceptance(0.5, IIDAcceptance(0.8)), "fixed:3"),     # closed form, longest proposal of the batch
+    (IIDAcceptance(0.75), "heuristic:2"),                         # saturated simulation
+])
+def test_capacity_is_what_an_overloaded_queue_delivers(acceptance, policy):
+    # far above both capacities, each side's batch is always full: its simulated throughput is its capacity
+    cost = _llama_1b_8b_cost()
+    r = simulate_serving(acceptance, cost, policy, n_requests=1500, arrival_rate_per_s=500, n_tokens=128,
+                         max_batch=16, seed=1)
+    assert r.overloaded and r.latency_speedup_p50 is None
+    for stats, cap in ((r.speculative, r.speculative_capacity), (r.baseline, r.baseline_capacity)):
+        assert stats.mean_batch > 15.5
+        assert stats.throughput_tokens_per_s == pytest.approx(cap.tokens_per_s, rel=0.03)
+        assert cap.requests_per_s == pytest.approx(cap.tokens_per_s / cap.tokens_per_request)
+    assert r.speculative_capacity.method == ("closed form" if policy.startswith("fixed") else "saturated simulation")
+    assert r.baseline_capacity.tokens_per_request == 128
+
+
+def test_capacity_is_the_rate_where_latency_stops_being_bounded():
+    # below the baseline's capacity its latency settles; above it, it grows with the number of requests
+    cost, acc = _llama_1b_8b_cost(), IIDAcceptance(0.75)
+    cap = simulate_serving(acc, cost, "fixed:4", n_requests=10, n_tokens=256).baseline_capacity.requests_per_s
+
+    def base_p50(rate: float, n: int) -> float:
+        return simulate_serving(acc, cost, "fixed:4", n_requests=n, arrival_rate_per_s=rate, n_tokens=256,
+                                seed=2).baseline.latency_p50_ms
+
+    below, above = 0.8 * cap, 1.2 * cap
+    assert base_p50(below, 2000) < 1.3 * base_p50(below, 500)
+    assert base_p50(above, 2000) > 2.0 * base_p50(above, 500)
+    stable = simulate_serving(acc, cost, "fixed:4", n_requests=300, arrival_rate_per_s=below, n_tokens=256)
+    assert not stable.overloaded and stable.latency_speedup_p50 > 1.0
+    assert stable.as_dict()["baseline_capacity"]["requests_per_s"] == pytest.approx(cap)
+
+
+def test_issue_example_reports_capacities_not_an_unbounded_ratio():
+    # python -m sim --preset llama3-1b-8b --mode serve --arrival-rate 20 --gamma 4: once "10.7x" (2,000 requests)
+    # and "88x" (20,000); the baseline saturates below 20 requests/s, so no latency ratio is a speedup
+    cost, acc = _llama_1b_8b_cost(), IIDAcceptance(0.75)
+    runs = [simulate_serving(acc, cost, "fixed:4", n_requests=n, arrival_rate_per_s=20, n_tokens=256)
+            for n in (500, 2000)]
+    for r in runs:
+        assert r.overloaded and r.baseline_utilization > 1.0 > r.speculative_utilization
+        assert r.latency_speedup_p50 is None and r.capacity_speedup > 1.0
+    assert runs[0].baseline_capacity == runs[1].baseline_capacity  # capacity does not depend on how long we ran
+    assert runs[1].baseline.latency_p50_ms > 2 * runs[0].baseline.latency_p50_ms  # the raw latency does

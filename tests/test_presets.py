@@ -81,3 +81,11 @@ def test_claim_presets_exist_and_device_memory():
     assert t4.memory_bytes < fp16_13b < a100.memory_bytes  # 26 GB: no T4, fits an A100
     with pytest.raises(ValueError, match="memory_bytes"):
         type(t4)("x", "y", 1e9, 1e12, "float16", 2.0, memory_bytes=0.0)
+
+
+def test_context_window_is_the_shorter_model_window():
+    p = get_pair("gpt2-small-large")
+    assert p.context_window_tokens == 1024 and p.shorter_window_model.name == "gpt2"
+    mixed = make_pair("SmolLM2-135M", "SmolLM2-1.7B")
+    assert mixed.context_window_tokens == 8192
+    assert get_pair("llama3-1b-8b").context_window_tokens == 131072

@@ -177,15 +177,21 @@ def test_cli_report_from_calibration_dir(cal_dir, tmp_path):
     assert page.count("<svg") == 5 and "Published results" in page and "MAPE" in page
 
 
-def test_cli_report_from_run_dir_calibrates_first(tmp_path):
+def test_cli_report_from_run_dir_needs_its_calibration(tmp_path):
+    # reports reads files only: an uncalibrated run is refused in one line that names the command to run
     make_run(tmp_path / "run", seed=5, gammas=(2,), drafts=("tiny",), domains=("code",), prompts_per_domain=2,
              max_new_tokens=48, head_ks=(), with_head_sweep=True)
     r = _cli(str(tmp_path / "run"), "--out", str(tmp_path / "rep"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "python -m calibrate" in r.stderr and "Traceback" not in r.stderr
+    c = subprocess.run([sys.executable, "-m", "calibrate", str(tmp_path / "run"), "--holdout", "none"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert c.returncode == 0, c.stderr
+    r = _cli(str(tmp_path / "run"), "--out", str(tmp_path / "rep"))  # finds RUN_DIR/calibration
     assert r.returncode == 0, r.stderr
     last = json.loads(r.stdout.strip().splitlines()[-1])
     assert "pareto" in last["charts"]
-    assert (tmp_path / "rep" / "calibration" / "calibration.json").exists()
-    assert json.loads((tmp_path / "rep" / "calibration" / "calibration.json").read_text())["holdout"]["mode"] == "none"
+    assert Path(last["calibration"]) == (tmp_path / "run" / "calibration").resolve()
     assert all(Path(p).read_bytes()[:4] == b"\x89PNG" for p in last["pngs"])
 
 

@@ -64,27 +64,7 @@ def test_list_presets():
     assert r.returncode == 0 and "llama3-8b-70b" in r.stdout and "h200" in r.stdout
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["--preset", "nope"], "valid: gpt2-small-large"),
-    (["--hardware", "tpu"], "valid: h100-sxm"),
-    (["--alpha", "1.5"], "in [0, 1], got 1.5"),
-    (["--alpha", "-0.1"], "in [0, 1], got -0.1"),
-    (["--gamma", "0"], ">= 1, got 0"),
-    (["--gamma-max", "0"], ">= 1, got 0"),
-    (["--cost-ratio", "-1", "--alpha", "0.5"], ">= 0, got -1.0"),
-    (["--mode", "fast"], "valid: analytic, event, serve"),
-    (["--format", "xml"], "valid: table, json, csv"),
-    (["--draft", "gpt2", "--target", "Llama-3.2-3B"], "shared tokenizer"),
-    (["--cost-model", "/nonexistent.json", "--alpha", "0.5"], "not found"),
-    (["--chart", "x.jpg"], "valid: .html, .png, .svg"),
-])
-def test_errors_are_one_line(args, needle, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True, cwd=tmp_path,
-                       timeout=120)
-    assert r.returncode == 2
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
-    assert needle in lines[0]
+# every bad input (one line, exit status 2) is in tests/test_sim_bad_input.py
 
 
 def test_chart_html(tmp_path):
@@ -93,3 +73,55 @@ def test_chart_html(tmp_path):
     assert r.returncode == 0, r.stderr
     html = out.read_text()
     assert "vega" in html and "speedup" in html
+
+
+def test_chart_keeps_sim_free_of_plotting(tmp_path):
+    # --chart works, but the sim process itself never imports reports or a plotting/dataframe library
+    out = tmp_path / "c.svg"
+    code = ("import sys; from sim.cli import main; rc = main(['--preset', 'llama3-1b-3b', '--chart', %r, "
+            "'--format', 'json']); bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('reports', 'altair', 'pandas', 'vl_convert', 'calibrate', 'measure', 'torch')); "
+            "print('BAD', bad, file=sys.stderr); sys.exit(rc)" % str(out))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "BAD []" in r.stderr
+    assert out.read_text().startswith("<svg") and json.loads(r.stdout)["chart"] == str(out)
+
+
+def test_serve_overload_is_said_in_words_with_capacities():
+    # the example: the baseline saturates below 20 requests/s, so no latency ratio is reported
+    r = run("--preset", "llama3-1b-8b", "--mode", "serve", "--arrival-rate", "20", "--gamma", "4")
+    assert r.returncode == 0, r.stderr
+    assert "OVERLOADED: 20 requests/s arrive, more than the autoregressive side" in r.stdout
+    assert "capacity (highest sustainable arrival rate" in r.stdout and "x lower" not in r.stdout
+    doc = json.loads(run("--preset", "llama3-1b-8b", "--mode", "serve", "--arrival-rate", "20", "--gamma", "4",
+                         "--format", "json").stdout)
+    row = doc["rows"][0]
+    assert row["speedup"] is None and row["overloaded"] and doc["optimal_by"] == "capacity"
+    assert row["baseline_capacity_requests_per_s"] < 20 < row["capacity_requests_per_s"]
+    assert row["baseline_capacity_tokens_per_s"] == pytest.approx(row["baseline_capacity_requests_per_s"] * 256)
+    assert row["capacity_speedup"] == pytest.approx(row["capacity_requests_per_s"]
+                                                    / row["baseline_capacity_requests_per_s"])
+
+
+def test_serve_below_capacity_reports_the_latency_ratio():
+    doc = json.loads(run("--preset", "llama3-1b-8b", "--mode", "serve", "--arrival-rate", "5", "--gamma", "4",
+                         "--format", "json").stdout)
+    row = doc["rows"][0]
+    assert not row["overloaded"] and row["speedup"] > 1.0 and doc["optimal_by"] == "speedup"
+    assert row["utilization"] < 1.0 and row["baseline_utilization"] < 1.0
+    table = run("--preset", "llama3-1b-8b", "--mode", "serve", "--arrival-rate", "5", "--gamma", "4").stdout
+    assert "OVERLOADED" not in table and "p50 request latency" in table and "cap req/s" in table
+
+
+def test_fitted_files_load_with_and_without_schema_version(tmp_path):
+    from sim.cost import TabulatedCost
+
+    cost = tmp_path / "cost.json"
+    TabulatedCost({1: 20.0, 5: 24.0}, 2.0).save(cost)
+    acc = tmp_path / "acc.json"
+    acc.write_text(json.dumps({"kind": "per_position", "alphas": [0.8, 0.6]}))  # no schema_version: version 1
+    doc = json.loads(run("--cost-model", str(cost), "--acceptance", str(acc), "--gamma", "4",
+                         "--format", "json").stdout)
+    assert doc["cost_model"]["schema_version"] == 1 and doc["alpha_per_position"] == [0.8, 0.6]
+    assert doc["rows"][0]["speedup"] > 0

@@ -1,0 +1,194 @@
+"""Command-line argument checking shared by the CLIs: one line per bad value, exit status 2, no usage dump.
+
+:class:`OneLineParser` is an ``argparse.ArgumentParser`` whose errors are a
+single line (``PROG: error: argument --gamma: ...``) instead of the usage
+block followed by the message; the usage stays in ``--help``. Unknown options
+get a "did you mean" from the parser's own option names, and abbreviations
+(``--gam`` for ``--gamma``) are refused rather than guessed.
+
+The ``*_arg`` factories build ``type=`` converters that refuse empty strings,
+NaN, ±inf, out-of-range values and empty list items (``1,,2``) at parse time,
+each naming the value and the valid range; argparse prefixes the flag.
+
+Torch-free: ``sim``, ``calibrate``, ``reports`` (and ``measure``)
+may all import it; it imports nothing of the project.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+import sys
+from pathlib import Path
+from typing import Callable, NoReturn, Sequence
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line; abbreviations of long options are refused."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+
+    def error(self, message: str) -> NoReturn:
+        """Print ``PROG: error: MESSAGE`` on one line and exit with status 2 (no usage block)."""
+        message = " ".join(message.split())
+        if message.startswith("unrecognized arguments:"):
+            message = self._unknown(message.removeprefix("unrecognized arguments:").split())
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def _unknown(self, extras: Sequence[str]) -> str:
+        first = extras[0] if extras else ""
+        if first.startswith("-"):
+            flag = first.split("=", 1)[0]
+            close = difflib.get_close_matches(flag, list(self._option_string_actions), n=1)
+            hint = f"; did you mean {close[0]}?" if close else f"; see {self.prog} --help for the options"
+            return f"unknown option {flag!r}{hint}"
+        return f"unexpected argument {first!r}; see {self.prog} --help"
+
+
+def fail(prog: str, message: str) -> NoReturn:
+    """Exit with status 2 after printing one ``PROG: error: MESSAGE`` line (for checks after parsing)."""
+    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _num(v: float) -> str:
+    """``1000000`` as ``1,000,000``, ``0.5`` as ``0.5``."""
+    return f"{int(v):,}" if float(v).is_integer() and abs(v) < 1e19 else f"{v:g}"
+
+
+def _range_text(lo: float | None, hi: float | None, lo_open: bool, integer: bool) -> str:
+    kind = "an integer" if integer else "a finite number"
+    if lo is not None and hi is not None and not lo_open:
+        return f"{kind} in {_num(lo)}..{_num(hi)}" if integer else f"{kind} in [{_num(lo)}, {_num(hi)}]"
+    parts = []
+    if lo is not None:
+        parts.append(f"{'>' if lo_open else '>='} {_num(lo)}")
+    if hi is not None:
+        parts.append(f"<= {_num(hi)}")
+    return f"{kind} {' and '.join(parts)}" if parts else kind
+
+
+def parse_float(text: str, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+                why: str = "") -> float:
+    """``text`` as a finite float in the range, else ``argparse.ArgumentTypeError`` naming it and the range."""
+    want = _range_text(lo, hi, lo_open, integer=False) + (f" ({why})" if why else "")
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; valid: {want}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; valid: {want}")
+    if (lo is not None and (value <= lo if lo_open else value < lo)) or \
+            (hi is not None and value > hi):
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range; valid: {want}")
+    return value
+
+
+def parse_int(text: str, lo: int | None = None, hi: int | None = None, why: str = "") -> int:
+    """``text`` as an integer in ``lo..hi``, else ``argparse.ArgumentTypeError`` naming it and the range."""
+    want = _range_text(lo, hi, False, integer=True) + (f" ({why})" if why else "")
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; valid: {want}") from None
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range; valid: {want}")
+    return value
+
+
+def float_arg(lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+              why: str = "") -> Callable[[str], float]:
+    """A ``type=`` converter: a finite float in the range (``lo_open``: strictly above ``lo``)."""
+    return lambda text: parse_float(text, lo, hi, lo_open, why)
+
+
+def int_arg(lo: int | None = None, hi: int | None = None, why: str = "") -> Callable[[str], int]:
+    """A ``type=`` converter: an integer in ``lo..hi``."""
+    return lambda text: parse_int(text, lo, hi, why)
+
+
+def split_list(text: str) -> list[str]:
+    """Comma-separated items; an empty list or an empty item (``1,,2``, ``1,``) is an error."""
+    items = [x.strip() for x in str(text).split(",")]
+    if not text.strip():
+        raise argparse.ArgumentTypeError("empty list; give comma-separated values")
+    empty = [i + 1 for i, x in enumerate(items) if not x]
+    if empty:
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty item at position {empty[0]}; "
+                                         "give comma-separated values with none left empty")
+    return items
+
+
+def float_list_arg(lo: float | None = None, hi: float | None = None, max_items: int | None = None,
+                   why: str = "") -> Callable[[str], list[float]]:
+    """A ``type=`` converter: comma-separated finite floats, each in the range, at most ``max_items``."""
+
+    def convert(text: str) -> list[float]:
+        items = split_list(text)
+        if max_items is not None and len(items) > max_items:
+            raise argparse.ArgumentTypeError(f"{len(items)} values in {text!r}; at most {max_items}"
+                                             + (f" ({why})" if why else ""))
+        return [parse_float(x, lo, hi, why=why) for x in items]
+
+    return convert
+
+
+def choice_arg(what: str, valid: Sequence[str]) -> Callable[[str], str]:
+    """A ``type=`` converter: one of ``valid`` by exact name; anything else lists them."""
+
+    def convert(text: str) -> str:
+        if text not in valid:
+            raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; valid: {', '.join(valid)}")
+        return text
+
+    return convert
+
+
+def nonempty_arg(what: str) -> Callable[[str], str]:
+    """A ``type=`` converter: any string but an empty or blank one."""
+
+    def convert(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"empty {what}; give a {what}")
+        return text
+
+    return convert
+
+
+def check_output_file(flag: str, path: str | Path) -> Path:
+    """Create ``path``'s folder and make sure a file can be written there; ``ValueError`` (one line) if not.
+
+    Run before any work so a bad ``--out`` fails in a second, not after the
+    computation. Nothing is left behind when ``path`` did not exist.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ValueError(f"{flag} {str(p)!r} is a directory; give a file name")
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        existed = p.exists()
+        with p.open("a"):
+            pass
+        if not existed:
+            p.unlink()
+    except OSError as exc:
+        raise ValueError(f"{flag} {str(p)!r} cannot be written: {exc.strerror or exc}") from None
+    return p
+
+
+def check_output_dir(flag: str, path: str | Path) -> Path:
+    """Create directory ``path`` (and parents) and probe that files can be written in it; ``ValueError`` if not."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{flag} {str(p)!r} is a file, not a directory; give a directory")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+        probe = p / ".write-probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"{flag} {str(p)!r} cannot be created or written: {exc.strerror or exc}") from None
+    return p

@@ -1,0 +1,134 @@
+"""The packages depend one way (docs/ARCHITECTURE: presets -> sim -> calibrate/measure -> reports).
+
+Read with ``ast`` from the source files — every ``import``/``from ... import``
+anywhere in a file (a lazy import inside a function counts too) and every
+``importlib.import_module("...")``/``__import__("...")`` with a literal name —
+so the rules hold for code paths no test happens to run:
+
+* ``presets`` never imports ``sim``, ``measure``, ``calibrate`` or ``reports``;
+* ``sim`` never imports ``measure``, ``calibrate`` or ``reports`` (nor any plotting library);
+* ``measure`` never imports ``calibrate`` or ``reports``;
+* ``reports`` reads files and never runs a fit: no ``calibrate``, no fitting library
+  (``scipy.optimize``, ``scipy.stats``, ``sklearn``, ``statsmodels``), no ``numpy.polyfit``/``lstsq``.
+
+The scanner itself is checked on a synthetic source and must find imports the
+code is known to have, so the test cannot pass by reading nothing.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("presets", "sim", "measure", "calibrate", "reports")
+FORBIDDEN = {
+    "presets": {"sim", "measure", "calibrate", "reports"},
+    "sim": {"measure", "calibrate", "reports", "altair", "matplotlib", "vl_convert", "torch"},
+    "measure": {"calibrate", "reports"},
+    "reports": {"calibrate", "scipy.optimize", "scipy.stats", "sklearn", "statsmodels"},
+}
+FIT_CALLS = {"polyfit", "lstsq", "curve_fit", "least_squares", "minimize"}  # in reports: none of these
+
+
+def imports_of(source: str, module: str) -> set[str]:
+    """Dotted names ``source`` (the text of module ``module``, e.g. ``sim.cli``) imports, anywhere in it."""
+    found: set[str] = set()
+    package = module.rsplit(".", 1)[0]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolve against this module's package
+                parts = package.split(".")
+                parts = parts[: len(parts) - (node.level - 1)]
+                base = ".".join(parts + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
+                and isinstance(node.args[0].value, str):
+            fn = node.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+            if name in ("import_module", "__import__"):
+                found.add(node.args[0].value)
+    return found
+
+
+def calls_of(source: str) -> set[str]:
+    """Names of every function called in ``source`` (``np.polyfit(...)`` gives ``polyfit``)."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call):
+            fn = node.func
+            out.add(fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", ""))
+    return out
+
+
+def _violates(name: str, forbidden: set[str]) -> bool:
+    return any(name == f or name.startswith(f + ".") for f in forbidden)
+
+
+def package_files(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    return ".".join(rel.parts)
+
+
+def graph() -> dict[str, set[str]]:
+    """Module -> every dotted name it imports, for every file of the five packages."""
+    return {module_name(p): imports_of(p.read_text(), module_name(p))
+            for pkg in PACKAGES for p in package_files(pkg)}
+
+
+def test_scanner_finds_every_kind_of_import() -> None:
+    src = (
+        "import reports.charts\n"
+        "from calibrate import fit_cost\n"
+        "def f():\n"
+        "    from measure.records import load_run\n"
+        "    import importlib\n"
+        "    importlib.import_module('reports.page')\n"
+        "    __import__('calibrate.outputs')\n"
+        "from . import cost\n"
+        "from .acceptance import IIDAcceptance\n"
+    )
+    found = imports_of(src, "sim.cli")
+    assert {"reports.charts", "calibrate", "measure.records", "reports.page", "calibrate.outputs",
+            "sim", "sim.cost", "sim.acceptance"} <= found
+    assert all(_violates(n, FORBIDDEN["sim"]) for n in ("reports.charts", "calibrate", "measure.records"))
+    assert not _violates("simpy", FORBIDDEN["sim"]) and not _violates("reportsx", {"reports"})
+    assert "polyfit" in calls_of("import numpy as np\nnp.polyfit(x, y, 1)\n")
+
+
+def test_scanner_reads_the_real_code() -> None:
+    g = graph()
+    for pkg in PACKAGES:
+        assert package_files(pkg), f"no source files found for {pkg}"
+    # imports the code is known to have, top-level and lazy: the scan is not empty
+    assert "presets" in g["sim.cli"] and "sim.acceptance" in g["sim.cli"]
+    assert "measure.records" in g["calibrate.calibration"] and "sim.acceptance" in g["calibrate.calibration"]
+    assert "reports.charts" in g["reports.prediction_chart"]  # a lazy import inside render()
+    assert "calibrate.calibration" in g["calibrate.__main__"]  # lazy, after the arguments are checked
+    assert any(n.startswith("sim.") for n in g["calibrate.__main__"])
+
+
+@pytest.mark.parametrize("package", sorted(FORBIDDEN))
+def test_dependencies_point_one_way(package: str) -> None:
+    bad = {}
+    for path in package_files(package):
+        mod = module_name(path)
+        names = sorted(n for n in imports_of(path.read_text(), mod) if _violates(n, FORBIDDEN[package]))
+        if names:
+            bad[str(path.relative_to(ROOT))] = names
+    assert not bad, f"{package} must not import {sorted(FORBIDDEN[package])}: {bad}"
+
+
+def test_reports_runs_no_fit() -> None:
+    fits = {str(p.relative_to(ROOT)): sorted(calls_of(p.read_text()) & FIT_CALLS) for p in package_files("reports")}
+    assert not any(fits.values()), f"reports reads files only; fitting calls found: {fits}"
