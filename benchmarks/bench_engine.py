@@ -182,6 +182,15 @@ def _with_options(target: Any, **kw: Any) -> Any:
     return dataclasses.replace(target, engine_options=EngineOptions(**kw))
 
 
+def _warm(target: Any, *drafts: Any, k_tokens: int) -> None:
+    """Compile the decode steps of ``target`` and the model drafts before anything is timed."""
+    loop_decoder(target).warmup(k_tokens)
+    for d in drafts:
+        dec = getattr(d, "decoder", None)
+        if dec is not None:
+            dec.warmup(2)
+
+
 def _compile_s(*objs: Any) -> float:
     total = 0.0
     for o in objs:
@@ -204,6 +213,7 @@ def section_baseline(target: Any, prompts: list, args: argparse.Namespace, say: 
     compiled = None
     if args.compile:
         compiled = _with_options(target, compile=True, max_len_tokens=max_len)
+        _warm(compiled, k_tokens=2)
         v["ours_static_compiled"] = lambda ids: autoregressive_generate(compiled, ids, 0.0, args.max_new_tokens,
                                                                         eos_token_ids=target.eos_token_ids)
     runs = interleave(v, prompts, args.repeats, args.warmup, args.device, say)
@@ -237,6 +247,7 @@ def section_lookup(target: Any, prompts: list, args: argparse.Namespace, before:
     if args.compile:
         compiled = _with_options(target, compile=True, max_len_tokens=max_len)
         cfirst = make_draft(f"ngram:{n}:first", compiled)
+        _warm(compiled, k_tokens=g + 1)
         v["ours_first_compiled"] = lambda ids: speculative_generate(compiled, cfirst, ids, FixedGamma(g), 0.0,
                                                                     args.max_new_tokens, eos_token_ids=eos)
     runs = interleave(v, prompts, args.repeats, args.warmup, args.device, say)
@@ -269,6 +280,7 @@ def section_selfdraft(target: Any, prompts: list, args: argparse.Namespace, befo
     if args.compile and not args.no_compile_gemma:
         compiled = _with_options(target, compile=True, max_len_tokens=max_len)
         cdraft = make_draft("bf16", compiled)
+        _warm(compiled, cdraft, k_tokens=g + 1)
         v["ours_compiled"] = lambda ids: speculative_generate(compiled, cdraft, ids, FixedGamma(g), 0.0,
                                                               args.max_new_tokens, eos_token_ids=eos)
     runs = interleave(v, prompts, args.repeats, args.warmup, args.device, say)

@@ -276,6 +276,22 @@ class TransformersDecoder:
             logits = torch.tanh(logits / self._softcap) * self._softcap
         return pl.ids, logits
 
+    def warmup(self, k_tokens: int, sampling: bool = False) -> float:
+        """Compile (and run once) the one-token and the ``k_tokens`` step now, outside any counted time.
+
+        Returns the seconds spent compiling (also added to :attr:`compile_s`);
+        the cache is left as it was. A no-op without ``compile``.
+        """
+        if not self.compile:
+            return 0.0
+        before, n0 = self.compile_s, self._n
+        x = torch.zeros(1, max(2, int(k_tokens)), dtype=torch.long, device=self.device)
+        for what in ("argmax", "logits") if sampling else ("argmax",):
+            for n in (1, x.shape[1]):
+                self._run(what, x[:, :n], False)
+                self.rollback(n0)
+        return self.compile_s - before
+
     def describe(self) -> dict:
         return {"cache": self.cache_kind, "compile": self.compile, "capacity_tokens": self._capacity,
                 "compile_mode": COMPILE_MODES.get(self.device.type, "default") if self.compile else None}
