@@ -45,6 +45,8 @@ import torch
 
 from measure.engines.base import EngineOptions, PeerResult
 
+#: the widest compiled step (tokens verified at once); wider forwards run eager
+COMPILED_MAX_TOKENS = 64
 #: ``torch.compile`` mode per device type.
 COMPILE_MODES = {"cpu": "default", "cuda": "reduce-overhead"}
 
@@ -191,9 +193,9 @@ class TransformersDecoder:
         # one position projects one row anyway: no logits_to_keep for n == 1 (one compiled graph, not two)
         keep = self._keep_index(n) if (last_only and n > 1 and (self._keep or what != "logits")) else None
         fn = getattr(self, f"_{what}_eager")
-        # compiled: the one-token step and the k-token verify (all positions); a prefill or a draft's
-        # catch-up step (several tokens, last position only) runs eager
-        if self.compile and (n == 1 or not last_only):
+        # compiled: the one-token step and the k-token verify (all positions, up to COMPILED_MAX_TOKENS); a
+        # prefill, a draft's catch-up step (last position only) or a teacher-forced pass runs eager
+        if self.compile and (n == 1 or (not last_only and n <= COMPILED_MAX_TOKENS)):
             fn, input_ids = self._compiled_step(what, n, fn, input_ids)
         with torch.inference_mode():
             out = fn(input_ids, keep)
@@ -207,11 +209,9 @@ class TransformersDecoder:
         graphs) the same address; the first call of a shape compiles, timed into
         :attr:`compile_s`.
         """
-        if self._inbuf is None or self._inbuf.shape[1] < n:
-            size = max(n, 64)
+        if self._inbuf is None:
             with torch.inference_mode():
-                self._inbuf = torch.zeros(1, size, dtype=torch.long, device=self.device)
-            self._compiled.clear()
+                self._inbuf = torch.zeros(1, COMPILED_MAX_TOKENS, dtype=torch.long, device=self.device)
         with torch.inference_mode():
             self._inbuf[:, :n].copy_(input_ids)
         key = (what, n == 1)
