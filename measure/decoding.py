@@ -238,22 +238,6 @@ def _first_eos(tokens: Sequence[int], eos: Sequence[int]) -> int | None:
     return None
 
 
-def _mark(timer: Timer) -> Any:
-    """A time mark that costs no synchronisation: a recorded CUDA event, or ``perf_counter``."""
-    if timer.is_cuda:
-        ev = torch.cuda.Event(enable_timing=True)
-        ev.record()
-        return ev
-    return time.perf_counter()
-
-
-def _between_ms(a: Any, b: Any) -> float:
-    if isinstance(a, float):
-        return (b - a) * 1e3
-    b.synchronize()
-    return float(a.elapsed_time(b))
-
-
 # -- the baseline -------------------------------------------------------------------------
 def autoregressive_generate(target: Any, input_ids: torch.Tensor, temperature: float = 0.0,
                             max_new_tokens: int = 64, generator: torch.Generator | None = None,
@@ -385,7 +369,7 @@ def speculative_generate(target: Any, draft: Draft, input_ids: torch.Tensor, pol
     done = first in eos or max_new_tokens <= 1
     while not done:
         gamma = max(0, min(int(policy.gamma), max_new_tokens - len(out) - 1))
-        m0 = _mark(timer)
+        m0 = timer.mark()
         if gamma > 0:
             d_tok, q = draft.propose(buf[:, :L], gamma, temperature, generator)  # [k], q [k, V] | Sparse | None
         else:
@@ -393,18 +377,18 @@ def speculative_generate(target: Any, draft: Draft, input_ids: torch.Tensor, pol
         k = int(d_tok.shape[0])
         if k:
             buf[0, L:L + k] = d_tok
-        m1 = _mark(timer)
+        m1 = timer.mark()
         inp = buf[:, L - 1:L + k]  # [1, k+1]: the last emitted token, then the drafts
         if greedy:
             t_tok = decoder_argmax(dec, inp)  # [k+1] on the device
-            m2 = _mark(timer)
+            m2 = timer.mark()
             host = (torch.cat([t_tok, d_tok]) if k else t_tok).tolist()  # the round's one device-to-host transfer
             n = accept_greedy(host[:k + 1], host[k + 1:])
             new = host[:n + 1]  # accepted drafts equal the target's argmax; then the target's next token
             buf[0, L + n:L + n + 1] = t_tok[n:n + 1]
         else:
             p_logits = dec.forward(inp)  # [k+1, V]
-            m2 = _mark(timer)
+            m2 = timer.mark()
             n, nxt = accept_tokens(p_logits, d_tok, q, temperature, generator)
             new = (buf[0, L:L + n].tolist() if n else []) + [nxt]
             buf[0, L + n] = nxt
@@ -421,14 +405,14 @@ def speculative_generate(target: Any, draft: Draft, input_ids: torch.Tensor, pol
             observe(new)
         L += len(new)
         done = done or len(out) >= max_new_tokens
-        m3 = _mark(timer)
+        m3 = timer.mark()
         now = time.perf_counter()
         lat.extend([(now - last) * 1e3] + [0.0] * (len(new) - 1))
         last = now
         raw.append((gamma, L - len(new), k, n, (m0, m1, m2, m3)))
     rounds = []
     for i, (gamma, ctx, k, n, (m0, m1, m2, m3)) in enumerate(raw):
-        d_ms, v_ms, tot_ms = _between_ms(m0, m1), _between_ms(m1, m2), _between_ms(m0, m3)
+        d_ms, v_ms, tot_ms = timer.elapsed_ms(m0, m1), timer.elapsed_ms(m1, m2), timer.elapsed_ms(m0, m3)
         rounds.append(RoundRecord(round=i, gamma=gamma, context_tokens=ctx, drafted=k, accepted=n, draft_ms=d_ms,
                                   verify_ms=v_ms, overhead_ms=max(0.0, tot_ms - d_ms - v_ms)))
     return GenerationResult(tokens=tuple(out), prompt_tokens=S, wall_s=last - t0,
