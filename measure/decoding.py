@@ -1,8 +1,10 @@
-"""Explicit KV-cache decoding loops: the autoregressive baseline and speculative decoding.
+"""Explicit KV-cache decoding loops over :class:`~measure.engines.base.Decoder` objects.
 
 No ``model.generate``: every forward, cache roll-back and acceptance decision
-is in this file, in the open. Batch size is 1 (the latency setting that
-speculative decoding is for).
+is in this file, in the open, written once against the engine seam (a target
+``TargetModel`` hands out decoders; a model draft holds its own), so the
+transformers and the llama.cpp engines run the very same loop. Batch size is 1
+(the latency setting that speculative decoding is for).
 
 Speculative round (Leviathan et al. 2023; Chen et al. 2023)::
 
@@ -13,6 +15,16 @@ Speculative round (Leviathan et al. 2023; Chen et al. 2023)::
               sample next ~ norm(max(0, p_i − q_i)); if all accepted, next ~ p_{γ+1}
     roll both KV caches back to the accepted length
 
+What the greedy path does per round (gpt-fast's habits): tokens live in one
+preallocated ``[1, S + max_new]`` buffer on the device (draft tokens are
+written into it and the verify input is a view of it — no re-concatenation);
+the target's and the draft's argmax stay on the device (no float32 copy of
+full-vocabulary logits; a pruned draft head goes through its ids-and-logits
+path); one device-to-host transfer per round brings the target's and the
+draft's tokens to the host for the acceptance count. Per-phase times are
+marks (``perf_counter`` on CPU, CUDA events on GPU) read after the generation,
+so timing adds no synchronisation.
+
 Cache invariant: the target cache holds every token but the last (the last
 emitted token is fed at the start of the next forward).
 """
@@ -21,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
@@ -30,9 +43,9 @@ from measure.records import TRACE_GAMMA_MAX
 from measure.timing import Timer
 
 
-# -- small tensor helpers shared with measure.drafts ----------------------------------
+# -- raw-model helpers (kept for callers that time a bare model: profiling, cost curves) ----------
 def new_cache() -> Any:
-    """An empty KV cache. Full-length layers everywhere, so any roll-back is exact."""
+    """An empty transformers ``DynamicCache``."""
     from transformers import DynamicCache
 
     return DynamicCache()
@@ -43,7 +56,7 @@ def cache_len(cache: Any) -> int:
 
 
 def crop_cache(cache: Any, n_tokens: int) -> None:
-    """Keep the first ``n_tokens`` positions of ``cache`` (no-op if it is not longer)."""
+    """Keep the first ``n_tokens`` positions of a ``DynamicCache`` (no-op if it is not longer)."""
     extra = cache_len(cache) - n_tokens
     if extra > 0:
         cache.crop(-extra)  # transformers 5: a negative count removes that many tokens
@@ -61,26 +74,24 @@ def _takes_logits_to_keep(cls: type) -> bool:
 def forward_logits(model: Any, input_ids: torch.Tensor, cache: Any | None, last_only: bool = False) -> torch.Tensor:
     """Logits ``[1, S, V]`` (float32) of ``input_ids`` ``[1, S]`` continuing ``cache`` (updated in place).
 
-    ``last_only``: only the last position's logits are wanted (a prefill, or a
-    draft step after several uncached tokens), so the model projects that one
-    position through its head (``logits_to_keep=1``, as serving engines do) and
-    the result is ``[1, 1, V]``. For a 262k-vocabulary head this saves ``S - 1``
-    head projections per prefill.
+    ``last_only``: only the last position's logits (``logits_to_keep`` as an
+    index tensor), result ``[1, 1, V]``. The loops use decoders instead; this
+    serves callers that time a bare HF model.
     """
     kw = {}
     if last_only and _takes_logits_to_keep(type(model)):
         # an index tensor, not the int 1: transformers then gathers a contiguous [1, 1, H] copy of the last
         # hidden state, where ``1`` gives a strided view that sends CPU bf16 F.linear down a path ~20x slower
-        # (Gemma-3 262k head: 1.9 s instead of 0.1 s for a 2-token draft step)
         kw["logits_to_keep"] = torch.tensor([input_ids.shape[1] - 1], device=input_ids.device)
     out = model(input_ids=input_ids, past_key_values=cache, use_cache=cache is not None, **kw)
     logits = out.logits
     return (logits[:, -1:] if last_only else logits).float()
 
 
+# -- sampling helpers --------------------------------------------------------------------------
 def probs_from_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Softmax at ``temperature`` over the last dim (``temperature > 0``)."""
-    return torch.softmax(logits / temperature, dim=-1)
+    """Softmax at ``temperature`` over the last dim (``temperature > 0``), in float32."""
+    return torch.softmax(logits.float() / temperature, dim=-1)
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
@@ -100,6 +111,22 @@ def check_temperature(temperature: float) -> float:
     if not t >= 0:
         raise ValueError(f"temperature must be >= 0, got {temperature}")
     return t
+
+
+@dataclass(frozen=True)
+class SparseProbs:
+    """Draft probabilities supported on ``K`` tokens per row (a pruned head): ids ``[k, K]``, probs ``[k, K]``."""
+
+    ids: torch.Tensor
+    probs: torch.Tensor
+
+    def at(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``q_i(tokens[i])`` → ``[k]`` (0 where the token is outside row i's kept set)."""
+        return (self.probs * (self.ids == tokens[:, None])).sum(1)
+
+    def dense_row(self, i: int, vocab_size: int) -> torch.Tensor:
+        """Row ``i`` as a full-vocabulary distribution ``[V]``."""
+        return torch.zeros(vocab_size, device=self.probs.device).scatter_(0, self.ids[i], self.probs[i])
 
 
 # -- records ----------------------------------------------------------------------------
@@ -153,20 +180,55 @@ class GenerationResult:
 
 
 class Draft(Protocol):
-    """What the speculative loop needs from a draft (see :mod:`measure.drafts`)."""
+    """What the speculative loop needs from a draft (see :mod:`measure.drafts`).
+
+    ``propose`` gets the whole sequence so far ``[1, L]`` (a view of the loop's
+    buffer) and returns ``[k]`` tokens on the device (``k <= γ``) and, when
+    sampling, their distributions (``[k, V]`` or :class:`SparseProbs`). A draft
+    may also have ``observe(new_tokens: list[int])``, called with each round's
+    emitted tokens (host ints) so a lookup draft keeps its index without a
+    device-to-host copy.
+    """
 
     name: str
 
     def start(self, prompt_ids: torch.Tensor) -> None: ...
 
     def propose(self, tokens: torch.Tensor, gamma: int, temperature: float,
-                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+                generator: torch.Generator | None) -> tuple[torch.Tensor, Any]: ...
 
     def rollback(self, n_tokens: int) -> None: ...
 
 
-def _model_of(target: Any) -> Any:
-    return getattr(target, "model", target) if not isinstance(target, torch.nn.Module) else target
+def loop_decoder(target: Any) -> Any:
+    """The decoder the loops use for ``target``: made once by ``target.new_decoder()`` and kept on the target.
+
+    A static cache and its compiled steps are built once per target, not per
+    generation. (A bare ``nn.Module`` is wrapped as a transformers target.)
+    """
+    if isinstance(target, torch.nn.Module):
+        from measure.engines.transformers import TransformersDecoder
+
+        store = target.__dict__
+        dec = store.get("_specscope_decoder")
+        if dec is None:
+            dec = store["_specscope_decoder"] = TransformersDecoder(target)
+        return dec
+    store = getattr(target, "__dict__", None)
+    if store is None:
+        return target.new_decoder()
+    dec = store.get("_specscope_decoder")
+    if dec is None:
+        dec = store["_specscope_decoder"] = target.new_decoder()
+    return dec
+
+
+def decoder_argmax(dec: Any, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+    """Greedy ids ``[n]`` (``[1]`` if ``last_only``) on the device: the decoder's fast path where it has one."""
+    fast = getattr(dec, "forward_argmax", None)
+    if fast is not None:
+        return fast(input_ids, last_only)
+    return dec.forward(input_ids, last_only).argmax(-1)
 
 
 def _first_eos(tokens: Sequence[int], eos: Sequence[int]) -> int | None:
@@ -180,58 +242,88 @@ def _first_eos(tokens: Sequence[int], eos: Sequence[int]) -> int | None:
 def autoregressive_generate(target: Any, input_ids: torch.Tensor, temperature: float = 0.0,
                             max_new_tokens: int = 64, generator: torch.Generator | None = None,
                             eos_token_ids: Sequence[int] = (), timer: Timer | None = None) -> GenerationResult:
-    """Token-by-token decoding with the target's KV cache. ``input_ids``: ``[1, S]``."""
+    """Token-by-token decoding with the target's KV cache. ``input_ids``: ``[1, S]``.
+
+    Greedy: the argmax stays on the device and is the next step's input; the
+    host reads it once per token (for EOS and the latency stamp).
+    """
     temperature = check_temperature(temperature)
-    model = _model_of(target)
-    timer = timer or Timer(input_ids.device)
+    dev = input_ids.device
+    timer = timer or Timer(dev)
     eos = set(eos_token_ids)
-    cache = new_cache()
+    dec = loop_decoder(target)
+    dec.reset()
     out: list[int] = []
     lat: list[float] = []
     t0 = last = timer.now_s()
-    logits = forward_logits(model, input_ids, cache, last_only=True)[:, -1]  # [1, V]
+    if temperature == 0:
+        x = decoder_argmax(dec, input_ids, last_only=True).view(1, 1)  # [1, 1]
+    else:
+        x = pick(dec.forward(input_ids, last_only=True), temperature, generator).view(1, 1)
     while True:
-        tok = int(pick(logits, temperature, generator)[0])
+        tok = int(x)  # the one device-to-host transfer of the step
         out.append(tok)
-        now = timer.now_s()
+        now = time.perf_counter()
         lat.append((now - last) * 1e3)
         last = now
         if len(out) >= max_new_tokens or tok in eos:
             break
-        x = torch.tensor([[tok]], device=input_ids.device)  # [1, 1]
-        logits = forward_logits(model, x, cache)[:, -1]  # [1, V]
+        if temperature == 0:
+            x = decoder_argmax(dec, x).view(1, 1)
+        else:
+            x = pick(dec.forward(x), temperature, generator).view(1, 1)
     return GenerationResult(tokens=tuple(out), prompt_tokens=int(input_ids.shape[1]), wall_s=last - t0,
                             ttft_ms=lat[0], token_latency_ms=tuple(lat))
 
 
 # -- the speculative loop -------------------------------------------------------------------
-def accept_tokens(p_logits: torch.Tensor, draft_tokens: torch.Tensor, q_probs: torch.Tensor | None,
+def accept_greedy(target_tokens: Sequence[int], draft_tokens: Sequence[int]) -> int:
+    """Accepted count: the longest prefix with ``draft_tokens[i] == target_tokens[i]`` (host ints)."""
+    n = 0
+    for a, b in zip(draft_tokens, target_tokens):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+def accept_tokens(p_logits: torch.Tensor, draft_tokens: torch.Tensor, q_probs: Any,
                   temperature: float, generator: torch.Generator | None) -> tuple[int, int]:
     """Verify ``k`` draft tokens against target logits ``[k+1, V]`` → (accepted n, next token).
 
     Greedy: exact match with the target's argmax. Sampling: rejection sampling
-    with the draft's probabilities ``q_probs`` ``[k, V]`` (one-hot for a
-    deterministic draft); residual ``max(0, p − q)`` renormalised on rejection,
-    a bonus token from ``p_{k+1}`` when all ``k`` are accepted.
+    with the draft's probabilities ``q_probs`` (``[k, V]``, a :class:`SparseProbs`,
+    or None for a deterministic draft: one-hot); residual ``max(0, p − q)``
+    renormalised on rejection, a bonus token from ``p_{k+1}`` when all ``k`` are accepted.
     """
     k = int(draft_tokens.shape[0])
     if temperature == 0:
         target_tok = p_logits.argmax(-1)  # [k+1]
-        match = (target_tok[:k] == draft_tokens).int()  # [k]
-        n = int(match.cumprod(0).sum()) if k else 0
-        return n, int(target_tok[n])
+        host = torch.cat([target_tok, draft_tokens]).tolist()
+        n = accept_greedy(host[:k + 1], host[k + 1:])
+        return n, host[n]
     p = probs_from_logits(p_logits, temperature)  # [k+1, V]
     if k == 0:
         return 0, int(sample(p[-1:], generator)[0])
-    if q_probs is None:  # deterministic draft: q is one-hot on the drafted token
-        q_probs = torch.zeros_like(p[:k]).scatter_(1, draft_tokens[:, None], 1.0)
     idx = torch.arange(k, device=p.device)
-    ratio = p[idx, draft_tokens] / q_probs[idx, draft_tokens]  # [k]
+    if q_probs is None:  # deterministic draft: q is one-hot on the drafted token
+        q_at = torch.ones(k, device=p.device)
+    elif isinstance(q_probs, SparseProbs):
+        q_at = q_probs.at(draft_tokens)
+    else:
+        q_at = q_probs[idx, draft_tokens]
+    ratio = p[idx, draft_tokens] / q_at  # [k]
     u = torch.rand(k, generator=generator, device=p.device)  # [k]
     n = int((u < ratio).int().cumprod(0).sum())
     if n == k:
         return k, int(sample(p[k:k + 1], generator)[0])
-    residual = torch.clamp(p[n] - q_probs[n], min=0.0)  # [V]
+    if q_probs is None:
+        q_row = torch.zeros_like(p[n]).index_fill_(0, draft_tokens[n:n + 1], 1.0)
+    elif isinstance(q_probs, SparseProbs):
+        q_row = q_probs.dense_row(n, p.shape[-1])
+    else:
+        q_row = q_probs[n]
+    residual = torch.clamp(p[n] - q_row, min=0.0)  # [V]
     total = residual.sum()
     residual = residual / total if total > 0 else p[n]
     return n, int(sample(residual[None], generator)[0])
@@ -248,38 +340,59 @@ def speculative_generate(target: Any, draft: Draft, input_ids: torch.Tensor, pol
     baseline); the draft's prefill of the prompt is part of the time to first token.
     """
     temperature = check_temperature(temperature)
-    model = _model_of(target)
+    greedy = temperature == 0
     dev = input_ids.device
     timer = timer or Timer(dev)
     eos = set(eos_token_ids)
+    observe = getattr(draft, "observe", None)
     policy.reset()
-    cache = new_cache()
+    dec = loop_decoder(target)
+    dec.reset()
+    S = int(input_ids.shape[1])
+    buf = torch.empty(1, S + max_new_tokens + 1, dtype=torch.long, device=dev)  # [1, S + new]: the sequence
+    buf[:, :S] = input_ids
     t0 = timer.now_s()
-    logits = forward_logits(model, input_ids, cache, last_only=True)[:, -1]  # [1, V]
-    first = int(pick(logits, temperature, generator)[0])
+    if greedy:
+        first_t = decoder_argmax(dec, input_ids, last_only=True)  # [1]
+    else:
+        first_t = pick(dec.forward(input_ids, last_only=True), temperature, generator)
+    buf[0, S:S + 1] = first_t
     draft.start(input_ids)
-    last = timer.now_s()
+    first = int(first_t)
+    if observe is not None:
+        observe([first])
+    last = time.perf_counter()
     out: list[int] = [first]
     lat: list[float] = [(last - t0) * 1e3]
-    rounds: list[RoundRecord] = []
-    tokens = torch.cat([input_ids, torch.tensor([[first]], device=dev)], dim=1)  # [1, L]
+    raw: list[tuple] = []  # per round: (γ, L, k, n, marks) — marks read after the loop, no sync inside it
+    L = S + 1  # tokens in the sequence, the last one not yet in the target cache
     done = first in eos or max_new_tokens <= 1
     while not done:
-        L = int(tokens.shape[1])
         gamma = max(0, min(int(policy.gamma), max_new_tokens - len(out) - 1))
-        r0 = timer.now_s()
-        with timer.span() as d_span:
-            if gamma > 0:
-                d_tok, q = draft.propose(tokens, gamma, temperature, generator)  # [k], [k, V] | None
-            else:
-                d_tok, q = tokens.new_empty(0), None
+        m0 = timer.mark()
+        if gamma > 0:
+            d_tok, q = draft.propose(buf[:, :L], gamma, temperature, generator)  # [k], q [k, V] | Sparse | None
+        else:
+            d_tok, q = buf.new_empty(0), None
         k = int(d_tok.shape[0])
-        with timer.span() as v_span:
-            inp = torch.cat([tokens[:, -1:], d_tok[None]], dim=1)  # [1, k+1]
-            p_logits = forward_logits(model, inp, cache)[0]  # [k+1, V]
-        n, nxt = accept_tokens(p_logits, d_tok, q, temperature, generator)
-        new = [int(t) for t in d_tok[:n].tolist()] + [nxt]
-        crop_cache(cache, L + n)  # drop the rejected draft positions from the target cache
+        if k:
+            buf[0, L:L + k] = d_tok
+        m1 = timer.mark()
+        inp = buf[:, L - 1:L + k]  # [1, k+1]: the last emitted token, then the drafts
+        if greedy:
+            t_tok = decoder_argmax(dec, inp)  # [k+1] on the device
+            m2 = timer.mark()
+            host = (torch.cat([t_tok, d_tok]) if k else t_tok).tolist()  # the round's one device-to-host transfer
+            n = accept_greedy(host[:k + 1], host[k + 1:])
+            new = host[:n + 1]  # accepted drafts equal the target's argmax; then the target's next token
+            buf[0, L + n:L + n + 1] = t_tok[n:n + 1]
+        else:
+            p_logits = dec.forward(inp)  # [k+1, V]
+            m2 = timer.mark()
+            n, nxt = accept_tokens(p_logits, d_tok, q, temperature, generator)
+            new = (buf[0, L:L + n].tolist() if n else []) + [nxt]
+            buf[0, L + n] = nxt
+        dec.rollback(L + n)  # drop the rejected draft positions from the target cache
         if k:
             draft.rollback(L + n)
             policy.update(k, n)
@@ -288,16 +401,21 @@ def speculative_generate(target: Any, draft: Draft, input_ids: torch.Tensor, pol
             new, done = new[:cut + 1], True
         new = new[:max_new_tokens - len(out)]
         out.extend(new)
-        tokens = torch.cat([tokens, torch.tensor([new], device=dev)], dim=1)
+        if observe is not None:
+            observe(new)
+        L += len(new)
         done = done or len(out) >= max_new_tokens
-        now = timer.now_s()
-        total_ms = (now - r0) * 1e3
+        m3 = timer.mark()
+        now = time.perf_counter()
         lat.extend([(now - last) * 1e3] + [0.0] * (len(new) - 1))
         last = now
-        rounds.append(RoundRecord(round=len(rounds), gamma=gamma, context_tokens=L, drafted=k, accepted=n,
-                                  draft_ms=d_span.ms, verify_ms=v_span.ms,
-                                  overhead_ms=max(0.0, total_ms - d_span.ms - v_span.ms)))
-    return GenerationResult(tokens=tuple(out), prompt_tokens=int(input_ids.shape[1]), wall_s=last - t0,
+        raw.append((gamma, L - len(new), k, n, (m0, m1, m2, m3)))
+    rounds = []
+    for i, (gamma, ctx, k, n, (m0, m1, m2, m3)) in enumerate(raw):
+        d_ms, v_ms, tot_ms = timer.elapsed_ms(m0, m1), timer.elapsed_ms(m1, m2), timer.elapsed_ms(m0, m3)
+        rounds.append(RoundRecord(round=i, gamma=gamma, context_tokens=ctx, drafted=k, accepted=n, draft_ms=d_ms,
+                                  verify_ms=v_ms, overhead_ms=max(0.0, tot_ms - d_ms - v_ms)))
+    return GenerationResult(tokens=tuple(out), prompt_tokens=S, wall_s=last - t0,
                             ttft_ms=lat[0], token_latency_ms=tuple(lat), rounds=tuple(rounds))
 
 
@@ -316,7 +434,10 @@ def acceptance_trace(target: Any, draft: Any, tokens: torch.Tensor, prompt_token
     gen = tokens[0, prompt_tokens:]  # [n]
     if temperature == 0:
         return [float(x) for x in (q.gather(1, gen[:, None]).squeeze(1) > 0.5).float().tolist()]
-    logits = forward_logits(_model_of(target), tokens[:, :-1], None)[0, prompt_tokens - 1:]  # [n, V]
+    dec = loop_decoder(target)
+    dec.reset()
+    logits = dec.forward(tokens[:, :-1])[prompt_tokens - 1:]  # [n, V]
+    dec.reset()
     p = probs_from_logits(logits, temperature)
     return [float(x) for x in torch.minimum(p, q).sum(-1).tolist()]
 
@@ -329,24 +450,32 @@ def proposal_runs(draft: Any, tokens: torch.Tensor, prompt_tokens: int, flags: S
     teacher-forced match flags of :func:`acceptance_trace`. A model draft
     always proposes ``gamma_max`` tokens and, fed its own accepted tokens,
     proposes exactly what teacher forcing gives, so its run is the number of
-    leading ones of ``flags[t:]``. A lookup draft (``draft.lookup``) proposes a
-    copied continuation, possibly short or empty, which is looked up directly.
+    leading ones of ``flags[t:]``. A lookup draft (``draft.new_index`` or
+    ``draft.lookup``) proposes a copied continuation, possibly short or empty,
+    which is looked up directly (incrementally where the draft has an index).
     Both are capped by the end of the sequence.
     """
     seq = tokens[0].tolist()
     gen = seq[prompt_tokens:]
     n = len(gen)
     lookup = getattr(draft, "lookup", None)
+    index = draft.new_index(seq[:prompt_tokens]) if hasattr(draft, "new_index") else None
     proposed: list[int] = []
     runs: list[int] = []
     for t in range(n):
-        if lookup is None:  # model draft: gamma_max tokens, matching where teacher forcing matched
+        if index is not None:
+            cont = index.propose(gamma_max)
+            index.append(gen[t])
+        elif lookup is not None:
+            cont = lookup(seq[:prompt_tokens + t], gamma_max)
+        else:  # model draft: gamma_max tokens, matching where teacher forcing matched
             k = min(gamma_max, n - t)
             hits = [f > 0.5 for f in flags[t:t + k]]
-        else:
-            cont = lookup(seq[:prompt_tokens + t], gamma_max)
-            k = min(len(cont), n - t)
-            hits = [a == b for a, b in zip(cont[:k], gen[t:t + k])]
+            proposed.append(k)
+            runs.append(next((i for i, h in enumerate(hits) if not h), k))
+            continue
+        k = min(len(cont), n - t)
+        hits = [a == b for a, b in zip(cont[:k], gen[t:t + k])]
         proposed.append(k)
         runs.append(next((i for i, h in enumerate(hits) if not h), k))
     return proposed, runs

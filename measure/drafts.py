@@ -1,6 +1,6 @@
-"""Draft kinds for speculative decoding, built from a target by a kind spec.
+"""Draft kinds for speculative decoding, built from a target by a draft spec.
 
-``make_draft(kind_spec, target)`` with ``kind_spec`` one of:
+``make_draft(spec, target)`` with ``spec`` one of (see :func:`parse_draft_spec`):
 
 * ``model:<model spec>`` — a separate model (any :func:`measure.models.load_model`
   spec); it must share the target's vocabulary.
@@ -11,125 +11,365 @@
 * ``bf16`` / ``fp16`` — a half-precision copy of the target.
 * ``ngram`` / ``ngram:N`` — model-free prompt lookup: continue the most recent
   earlier occurrence of the last n ≤ N tokens (N = 3 by default).
+* ``ngram:N:first`` — transformers' prompt-lookup rule
+  (``PromptLookupCandidateGenerator``): the earliest occurrence, the
+  continuation cut before the first EOS.
 
-Model-backed drafts (:class:`ModelDraft`) work with any HF causal LM, and
-``draft.model.lm_head`` may be swapped for any module returning full-vocab
-logits (e.g. −inf outside a kept subset). Other kinds can be added with
-:func:`register_draft`.
+Model-backed drafts (:class:`ModelDraft`) run over a
+:class:`~measure.engines.base.Decoder` (a transformers model's own, or any
+engine's), so the same draft code serves every engine; ``draft.model.lm_head``
+of a transformers draft may be swapped for a
+:class:`~measure.pruned_head.PrunedLMHead` (its fast path is used greedily) or
+any module returning full-vocab logits. Other kinds can be added with
+:func:`register_draft`. Specs are validated without loading a model by
+:func:`parse_draft_spec` and, for layer bounds, :func:`check_draft_spec`.
 """
 
 from __future__ import annotations
 
 import copy
 import re
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
 
 import torch
 
-from measure.decoding import crop_cache, forward_logits, new_cache, pick, probs_from_logits
+from measure.decoding import SparseProbs, decoder_argmax, probs_from_logits, sample
 from measure.models import LoadedModel, check_same_vocab, load_model
 
 
-class ModelDraft:
-    """A draft backed by a causal LM with its own KV cache."""
+# -- draft specs -----------------------------------------------------------------------------
+NGRAM_RULES = ("recent", "first")
+_FORMS = {
+    "model": "model:<spec>",
+    "early": "early:N",
+    "layers": "layers:a-b,c",
+    "int8": "int8",
+    "bf16": "bf16",
+    "fp16": "fp16",
+    "ngram": "ngram, ngram:N, ngram:N:first",
+}
 
-    def __init__(self, name: str, kind: str, model: Any, synthetic: bool, info: dict | None = None,
-                 loaded: LoadedModel | None = None) -> None:
+
+def _valid_forms() -> str:
+    return ", ".join(_FORMS.get(k, f"{k}[:<arg>]") for k in DRAFT_KINDS)
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    """A parsed draft spec: ``kind`` and its argument text (``"ngram"``, ``"3:first"``)."""
+
+    kind: str
+    arg: str = ""
+
+    def to_str(self) -> str:
+        return f"{self.kind}:{self.arg}" if self.arg else self.kind
+
+    @classmethod
+    def parse(cls, text: str) -> "DraftSpec":
+        return parse_draft_spec(text)
+
+    @property
+    def ngram(self) -> tuple[int, str]:
+        """(N, rule) of an ``ngram`` spec."""
+        if self.kind != "ngram":
+            raise ValueError(f"draft {self.to_str()!r} is not an ngram draft")
+        n, _, rule = self.arg.partition(":")
+        return (int(n) if n else 3), ("first" if rule == "first" else "recent")
+
+
+def _bad(text: str, why: str, kind: str | None = None) -> ValueError:
+    forms = _FORMS.get(kind, "") if kind in _FORMS else _valid_forms()
+    return ValueError(f"draft {text!r}: {why}; valid: {forms}")
+
+
+def _layer_ranges(text: str, arg: str) -> list[tuple[int, int]]:
+    parts = arg.split(",")
+    out = []
+    for part in parts:
+        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
+        if not m:
+            raise _bad(text, f"bad layer list {arg!r} (e.g. layers:0-5,20-29)", "layers")
+        a, b = int(m.group(1)), int(m.group(2) or m.group(1))
+        if b < a:
+            raise _bad(text, f"layer range {a}-{b} is descending", "layers")
+        out.append((a, b))
+    return out
+
+
+def parse_draft_spec(text: str) -> DraftSpec:
+    """Validate a draft spec without loading anything → :class:`DraftSpec` (``ValueError``: one line)."""
+    t = str(text).strip()
+    if not t:
+        raise _bad(str(text), "empty draft spec")
+    kind, sep, arg = t.partition(":")
+    if kind not in DRAFT_KINDS:
+        raise ValueError(f"unknown draft kind {t!r}; valid: {_valid_forms()}")
+    if kind == "model":
+        if not arg.strip():
+            raise _bad(t, "needs a model spec, e.g. model:smollm2-135m", kind)
+    elif kind == "early":
+        if not arg.isdigit() or int(arg) < 1:
+            raise _bad(t, "N must be an integer >= 1 (layers kept)", kind)
+        arg = str(int(arg))
+    elif kind == "layers":
+        if not arg:
+            raise _bad(t, "needs a layer list", kind)
+        _layer_ranges(t, arg)
+    elif kind in ("int8", "bf16", "fp16"):
+        if sep:
+            raise _bad(t, f"{kind!r} takes no argument", kind)
+    elif kind == "ngram":
+        if sep:
+            n, sep2, rule = arg.partition(":")
+            if not n.isdigit() or int(n) < 1:
+                raise _bad(t, f"N must be an integer >= 1, got {n!r}", kind)
+            if sep2 and rule != "first":
+                raise _bad(t, f"unknown matching rule {rule!r} (only 'first')", kind)
+            arg = f"{int(n)}:first" if sep2 else str(int(n))
+    return DraftSpec(kind, arg)
+
+
+def check_draft_spec(spec: str | DraftSpec, n_layers: int | None) -> DraftSpec:
+    """:func:`parse_draft_spec` plus the checks that need only the target's layer count (no weights)."""
+    ds = spec if isinstance(spec, DraftSpec) else parse_draft_spec(spec)
+    if n_layers is None:
+        return ds
+    text = ds.to_str()
+    if ds.kind == "early" and not 1 <= int(ds.arg) < n_layers:
+        raise _bad(text, f"needs 1 <= N < {n_layers} (target layers), got {ds.arg}", "early")
+    if ds.kind == "layers":
+        hi = max(b for _, b in _layer_ranges(text, ds.arg))
+        if hi >= n_layers:
+            raise _bad(text, f"layer {hi} out of range: the target has layers 0..{n_layers - 1}", "layers")
+    return ds
+
+
+
+# -- drafts --------------------------------------------------------------------------------
+class ModelDraft:
+    """A draft backed by a model with its own KV-cached :class:`~measure.engines.base.Decoder`.
+
+    Either ``model`` (a transformers causal LM: its decoder is a
+    :class:`~measure.engines.transformers.TransformersDecoder` with ``options``)
+    or ``decoder`` (any engine's) is given.
+    """
+
+    def __init__(self, name: str, kind: str, model: Any = None, synthetic: bool = False, info: dict | None = None,
+                 loaded: LoadedModel | None = None, *, decoder: Any = None, options: Any = None) -> None:
+        if model is None and decoder is None:
+            raise ValueError("ModelDraft needs a model or a decoder")
         self.name, self.kind, self.model, self.synthetic = name, kind, model, synthetic
         self.info = dict(info or {})
         self.loaded = loaded
-        self.cache: Any = None
-        self.cached_tokens = 0
+        if decoder is None:
+            from measure.engines.transformers import TransformersDecoder
+
+            decoder = TransformersDecoder(model, options)
+        self.decoder = decoder
+        self.vocab_size = int(decoder.vocab_size)
 
     def describe(self) -> dict:
-        params = int(sum(p.numel() for p in {id(p): p for p in self.model.parameters()}.values()))
+        params = (int(sum(p.numel() for p in {id(p): p for p in self.model.parameters()}.values()))
+                  if self.model is not None else self.info.get("params"))
         return {"kind": self.kind, "synthetic": self.synthetic, "params": params, **self.info}
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.decoder.n_cached
 
     def start(self, prompt_ids: torch.Tensor) -> None:
         """New sequence: prefill the draft cache with the prompt ``[1, S]``."""
-        self.cache = new_cache()
-        forward_logits(self.model, prompt_ids, self.cache, last_only=True)
-        self.cached_tokens = int(prompt_ids.shape[1])
+        self.decoder.reset()
+        decoder_argmax(self.decoder, prompt_ids, last_only=True)
 
     def propose(self, tokens: torch.Tensor, gamma: int, temperature: float,
-                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Draft ``gamma`` tokens after ``tokens`` ``[1, L]`` → tokens ``[γ]``, q ``[γ, V]`` (None if greedy)."""
-        inp = tokens[:, self.cached_tokens:]  # [1, u], u >= 1 uncached tokens
-        out, qs = [], []
-        for _ in range(gamma):
-            logits = forward_logits(self.model, inp, self.cache, last_only=True)[:, -1]  # [1, V]
-            self.cached_tokens += int(inp.shape[1])
-            if temperature == 0:
-                x = logits.argmax(-1)  # [1]
+                generator: torch.Generator | None) -> tuple[torch.Tensor, Any]:
+        """Draft ``gamma`` tokens after ``tokens`` ``[1, L]`` → tokens ``[γ]`` (on the device), q (None if greedy).
+
+        Greedy: the argmax never leaves the device. Sampling: q ``[γ, V]``, or a
+        :class:`~measure.decoding.SparseProbs` over the ``K`` kept tokens of a pruned head.
+        """
+        dec = self.decoder
+        inp = tokens[:, dec.n_cached:]  # [1, u], u >= 1 uncached tokens
+        out = torch.empty(gamma, dtype=torch.long, device=tokens.device)  # [γ]
+        if temperature == 0:
+            for i in range(gamma):
+                x = decoder_argmax(dec, inp, last_only=True)  # [1]
+                out[i:i + 1] = x
+                inp = out[i:i + 1].view(1, 1)
+            return out, None
+        topk = getattr(dec, "forward_topk", None)
+        qs, ids = [], []
+        for i in range(gamma):
+            pruned = topk(inp, True) if topk is not None else None
+            if pruned is not None:  # a pruned head: a K-sized distribution, no -inf over V
+                kid, klogits = pruned  # [1, K], [1, K]
+                q = probs_from_logits(klogits, temperature)  # [1, K]
+                out[i:i + 1] = kid[0, sample(q, generator)]
+                ids.append(kid)
             else:
-                q = probs_from_logits(logits, temperature)  # [1, V]
-                x = torch.multinomial(q, 1, generator=generator).squeeze(-1)
-                qs.append(q)
-            out.append(x)
-            inp = x[None]  # [1, 1]
-        d_tok = torch.cat(out)  # [γ]
-        return d_tok, (torch.cat(qs) if qs else None)
+                q = probs_from_logits(dec.forward(inp, last_only=True), temperature)  # [1, V]
+                out[i:i + 1] = sample(q, generator)
+            qs.append(q)
+            inp = out[i:i + 1].view(1, 1)
+        if ids:
+            return out, SparseProbs(torch.cat(ids), torch.cat(qs))
+        return out, torch.cat(qs)
 
     def rollback(self, n_tokens: int) -> None:
         """Keep the first ``n_tokens`` positions of the draft cache."""
-        if self.cached_tokens > n_tokens:
-            crop_cache(self.cache, n_tokens)
-            self.cached_tokens = n_tokens
+        self.decoder.rollback(n_tokens)
 
     @torch.inference_mode()
     def position_probs(self, tokens: torch.Tensor, prompt_tokens: int, temperature: float) -> torch.Tensor:
         """Teacher-forced q at each generated position of ``tokens`` ``[1, L]`` → ``[L − prompt_tokens, V]``.
 
-        Greedy: one-hot on the draft's argmax.
+        Greedy: one-hot on the draft's argmax. Leaves the draft's cache empty.
         """
-        logits = forward_logits(self.model, tokens[:, :-1], None)[0, prompt_tokens - 1:]  # [n, V]
+        dec = self.decoder
+        dec.reset()
         if temperature == 0:
-            return torch.zeros_like(logits).scatter_(1, logits.argmax(-1, keepdim=True), 1.0)
+            ids = decoder_argmax(dec, tokens[:, :-1])[prompt_tokens - 1:]  # [n]
+            dec.reset()
+            return torch.zeros(ids.shape[0], self.vocab_size, device=tokens.device).scatter_(1, ids[:, None], 1.0)
+        logits = dec.forward(tokens[:, :-1])[prompt_tokens - 1:]  # [n, V]
+        dec.reset()
         return probs_from_logits(logits, temperature)
+
+
+def ngram_lookup(seq: Sequence[int], max_ngram: int, gamma: int, rule: str = "recent",
+                 eos_token_ids: Sequence[int] = ()) -> list[int]:
+    """Brute-force reference of the lookup rules (what :class:`NGramIndex` answers incrementally).
+
+    For n from ``min(max_ngram, len(seq) − 1)`` down to 1: find an earlier
+    occurrence of the last n tokens that has a continuation; ``rule="recent"``
+    takes the most recent, ``"first"`` the earliest (transformers'
+    ``PromptLookupCandidateGenerator``, whose continuation is also cut before
+    the first EOS token, and which stops at the first matching n even if that
+    leaves nothing). Returns up to ``gamma`` tokens, possibly none.
+    """
+    L = len(seq)
+    seq = list(seq)
+    for n in range(min(max_ngram, L - 1), 0, -1):
+        tail = seq[L - n:]
+        starts = range(L - n - 1, -1, -1) if rule == "recent" else range(0, L - n)
+        for s in starts:
+            if seq[s:s + n] == tail:
+                cont = seq[s + n:s + n + gamma]
+                if rule == "first" and eos_token_ids:
+                    cut = next((i for i, t in enumerate(cont) if t in eos_token_ids), None)
+                    cont = cont[:cut] if cut is not None else cont
+                return cont
+    return []
+
+
+class NGramIndex:
+    """Incremental n-gram index of a growing token sequence: O(N) per appended token, O(N) per lookup.
+
+    ``tables[n]`` maps each n-gram that has a continuation to its most recent
+    (``rule="recent"``) or earliest (``"first"``) start; the gram ending at the
+    last token is entered when the next token arrives, so a lookup of the tail
+    never finds the tail itself — exactly :func:`ngram_lookup`.
+    """
+
+    def __init__(self, max_ngram: int, rule: str = "recent", eos_token_ids: Sequence[int] = ()) -> None:
+        if rule not in NGRAM_RULES:
+            raise ValueError(f"ngram rule {rule!r}: valid: {', '.join(NGRAM_RULES)}")
+        self.max_ngram, self.rule = int(max_ngram), rule
+        self.eos = frozenset(int(t) for t in eos_token_ids) if rule == "first" else frozenset()
+        self.seq: list[int] = []
+        self.tables: list[dict[tuple[int, ...], int]] = [{} for _ in range(self.max_ngram + 1)]
+
+    def append(self, token: int) -> None:
+        seq = self.seq
+        seq.append(int(token))
+        end = len(seq) - 1  # grams ending just before the new token now have a continuation
+        first = self.rule == "first"
+        for n in range(1, min(self.max_ngram, end) + 1):
+            key = tuple(seq[end - n:end])
+            if first:
+                self.tables[n].setdefault(key, end - n)
+            else:
+                self.tables[n][key] = end - n
+
+    def extend(self, tokens: Sequence[int]) -> None:
+        for t in tokens:
+            self.append(t)
+
+    def propose(self, gamma: int) -> list[int]:
+        """Continuation after the sequence (at most ``gamma`` tokens, possibly empty)."""
+        seq = self.seq
+        L = len(seq)
+        for n in range(min(self.max_ngram, L - 1), 0, -1):
+            s = self.tables[n].get(tuple(seq[L - n:]))
+            if s is not None:
+                cont = seq[s + n:s + n + gamma]
+                if self.eos:
+                    cut = next((i for i, t in enumerate(cont) if t in self.eos), None)
+                    cont = cont[:cut] if cut is not None else cont
+                return cont
+        return []
 
 
 class NGramDraft:
     """Model-free prompt-lookup draft (Saxena 2023; transformers' ``prompt_lookup_num_tokens``).
 
-    Finds the most recent earlier occurrence of the last n tokens (n from
-    ``max_ngram`` down to 1) and proposes the tokens that followed it. It may
-    propose fewer than γ tokens, or none. Deterministic: q is one-hot.
+    ``rule="recent"`` (spec ``ngram:N``): the most recent earlier occurrence of
+    the last n tokens (n from ``max_ngram`` down to 1); ``rule="first"`` (spec
+    ``ngram:N:first``): transformers' earliest-match rule. It may propose fewer
+    than γ tokens, or none. Deterministic: q is one-hot. The index is kept
+    incrementally: the loop reports each round's tokens through :meth:`observe`.
     """
 
     kind = "ngram"
     synthetic = False
     model = None
-    vocab_size: int | None = None
 
-    def __init__(self, name: str, max_ngram: int = 3) -> None:
-        if max_ngram < 1:
-            raise ValueError(f"ngram size must be >= 1, got {max_ngram}")
-        self.name, self.max_ngram = name, int(max_ngram)
+    def __init__(self, name: str, max_ngram: int = 3, rule: str = "recent",
+                 eos_token_ids: Sequence[int] = (), vocab_size: int | None = None) -> None:
+        if isinstance(max_ngram, bool) or not isinstance(max_ngram, int) or max_ngram < 1:
+            raise ValueError(f"ngram size must be an integer >= 1, got {max_ngram!r}")
+        if rule not in NGRAM_RULES:
+            raise ValueError(f"ngram rule {rule!r}: valid: {', '.join(NGRAM_RULES)}")
+        self.name, self.max_ngram, self.rule = name, int(max_ngram), rule
+        self.eos_token_ids = tuple(int(t) for t in eos_token_ids)
+        self.vocab_size = vocab_size
+        self.index = self.new_index([])
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "synthetic": False, "max_ngram": self.max_ngram, "params": 0}
+        return {"kind": self.kind, "synthetic": False, "max_ngram": self.max_ngram, "rule": self.rule, "params": 0}
+
+    def new_index(self, seq: Sequence[int]) -> NGramIndex:
+        """A fresh :class:`NGramIndex` with this draft's rule over ``seq``."""
+        idx = NGramIndex(self.max_ngram, self.rule, self.eos_token_ids)
+        idx.extend(seq)
+        return idx
 
     def start(self, prompt_ids: torch.Tensor) -> None:
-        pass
+        self.index = self.new_index(prompt_ids[0].tolist())
 
-    def lookup(self, seq: list[int], gamma: int) -> list[int]:
-        """Continuation proposed after ``seq`` (at most ``gamma`` tokens, possibly empty)."""
-        L = len(seq)
-        for n in range(min(self.max_ngram, L - 1), 0, -1):
-            tail = seq[L - n:]
-            for s in range(L - n - 1, -1, -1):  # most recent earlier occurrence first
-                if seq[s:s + n] == tail:
-                    return seq[s + n:s + n + gamma]
-        return []
+    def observe(self, new_tokens: Sequence[int]) -> None:
+        """Tokens the loop emitted (host ints), appended to the index."""
+        self.index.extend(new_tokens)
+
+    def lookup(self, seq: Sequence[int], gamma: int) -> list[int]:
+        """Continuation proposed after ``seq`` (brute force: :func:`ngram_lookup` with this draft's rule)."""
+        return ngram_lookup(seq, self.max_ngram, gamma, self.rule, self.eos_token_ids)
 
     def propose(self, tokens: torch.Tensor, gamma: int, temperature: float,
-                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        cont = self.lookup(tokens[0].tolist(), gamma)
+                generator: torch.Generator | None) -> tuple[torch.Tensor, None]:
+        L = int(tokens.shape[1])
+        have = len(self.index.seq)
+        if have > L:  # not the sequence we indexed: rebuild
+            self.index = self.new_index(tokens[0].tolist())
+        elif have < L:  # a caller that does not observe(): catch up from the tensor
+            self.index.extend(tokens[0, have:].tolist())
+        cont = self.index.propose(gamma)
         return torch.tensor(cont, dtype=tokens.dtype, device=tokens.device), None  # [k], q one-hot
 
     def rollback(self, n_tokens: int) -> None:
-        pass
+        pass  # the index only ever holds emitted tokens
 
     def position_probs(self, tokens: torch.Tensor, prompt_tokens: int, temperature: float,
                        vocab_size: int | None = None) -> torch.Tensor:
@@ -138,10 +378,12 @@ class NGramDraft:
         n = len(seq) - prompt_tokens
         v = vocab_size or self.vocab_size
         q = torch.zeros(n, v, device=tokens.device)
+        idx = self.new_index(seq[:prompt_tokens])
         for i in range(n):
-            cont = self.lookup(seq[:prompt_tokens + i], 1)
+            cont = idx.propose(1)
             if cont:
                 q[i, cont[0]] = 1.0
+            idx.append(seq[prompt_tokens + i])
         return q
 
 
@@ -159,11 +401,7 @@ def _layer_container(model: torch.nn.Module) -> tuple[torch.nn.Module, str, torc
 def parse_layers(text: str, n_layers: int) -> list[int]:
     """``"0-5,20-29"`` → sorted unique layer indices, each in ``[0, n_layers)``."""
     out: set[int] = set()
-    for part in filter(None, text.split(",")):
-        m = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", part)
-        if not m:
-            raise ValueError(f"bad layer list {text!r}; expected e.g. '0-5,20-29'")
-        a, b = int(m.group(1)), int(m.group(2) or m.group(1))
+    for a, b in _layer_ranges(f"layers:{text}", text):
         out.update(range(a, b + 1))
     if not out or min(out) < 0 or max(out) >= n_layers:
         raise ValueError(f"layer list {text!r} must name layers in 0..{n_layers - 1}")
@@ -198,35 +436,33 @@ def _cast(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
 
 
 def _need_model(target: LoadedModel, kind: str) -> None:
-    if target.model is None:
-        raise ValueError(f"draft kind {kind!r} needs a model-backed target")
+    if getattr(target, "model", None) is None:
+        raise ValueError(f"draft kind {kind!r} needs a model-backed (transformers) target")
 
 
-def _build_model(arg: str, target: LoadedModel, device: str, dtype: str, seed: int, **_: Any) -> ModelDraft:
-    if not arg:
-        raise ValueError("draft 'model:<spec>' needs a model spec, e.g. model:smollm2-135m")
+def _build_model(arg: str, target: LoadedModel, device: str, dtype: str, seed: int, options: Any = None,
+                 **_: Any) -> ModelDraft:
     d = load_model(arg, device=device, dtype=dtype, seed=seed)
     check_same_vocab(target, d)
     return ModelDraft(f"model:{d.name}", "model", d.model, d.synthetic, {"source": d.source, "name": d.name},
-                      loaded=d)
+                      loaded=d, options=options)
 
 
-def _build_layers(arg: str, target: LoadedModel, kind: str = "layers", **_: Any) -> ModelDraft:
+def _build_layers(arg: str, target: LoadedModel, kind: str = "layers", options: Any = None,
+                  **_: Any) -> ModelDraft:
     _need_model(target, kind)
     n = int(target.model.config.get_text_config(decoder=True).num_hidden_layers)
     if kind == "early":
-        if not arg.isdigit() or not 1 <= int(arg) < n:
-            raise ValueError(f"draft 'early:N' needs 1 <= N < {n} (target layers), got {arg!r}")
         keep = list(range(int(arg)))
         name = f"early:{arg}"
     else:
         keep = parse_layers(arg, n)
         name = f"layers:{arg}"
     return ModelDraft(name, kind, layer_subset_model(target.model, keep), target.synthetic,
-                      {"layers": keep, "of_layers": n})
+                      {"layers": keep, "of_layers": n}, options=options)
 
 
-def _build_int8(arg: str, target: LoadedModel, **_: Any) -> ModelDraft:
+def _build_int8(arg: str, target: LoadedModel, options: Any = None, **_: Any) -> ModelDraft:
     _need_model(target, "int8")
     if target.device != "cpu":
         raise ValueError("draft 'int8' (dynamic int8 quantisation) runs on CPU only; use bf16/fp16 on CUDA")
@@ -234,27 +470,26 @@ def _build_int8(arg: str, target: LoadedModel, **_: Any) -> ModelDraft:
 
     m = _cast(copy.deepcopy(target.model), torch.float32)
     m = quantize_dynamic(m, {torch.nn.Linear}, dtype=torch.qint8)
-    return ModelDraft("int8", "int8", m.eval(), target.synthetic, {"quantization": "dynamic int8 Linear"})
+    return ModelDraft("int8", "int8", m.eval(), target.synthetic, {"quantization": "dynamic int8 Linear"},
+                      options=options)
 
 
-def _build_half(arg: str, target: LoadedModel, kind: str = "bf16", **_: Any) -> ModelDraft:
+def _build_half(arg: str, target: LoadedModel, kind: str = "bf16", options: Any = None, **_: Any) -> ModelDraft:
     _need_model(target, kind)
     dt = torch.bfloat16 if kind == "bf16" else torch.float16
     m = _cast(copy.deepcopy(target.model), dt).eval()
-    return ModelDraft(kind, kind, m, target.synthetic, {"dtype": str(dt).replace("torch.", "")})
+    return ModelDraft(kind, kind, m, target.synthetic, {"dtype": str(dt).replace("torch.", "")}, options=options)
 
 
 def _build_ngram(arg: str, target: LoadedModel, **_: Any) -> NGramDraft:
-    if arg and not arg.isdigit():
-        raise ValueError(f"draft 'ngram:N' needs an integer N >= 1, got {arg!r}")
-    n = int(arg) if arg else 3
-    d = NGramDraft(f"ngram:{n}", n)
-    d.vocab_size = target.vocab_size
-    return d
+    n, rule = DraftSpec("ngram", arg).ngram
+    name = f"ngram:{n}" + (":first" if rule == "first" else "")
+    return NGramDraft(name, n, rule, eos_token_ids=getattr(target, "eos_token_ids", ()),
+                      vocab_size=target.vocab_size)
 
 
 Builder = Callable[..., Any]
-#: kind → builder(arg, target, *, kind, device, dtype, seed) returning a draft.
+#: kind → builder(arg, target, *, kind, device, dtype, seed, options) returning a draft.
 DRAFT_KINDS: dict[str, Builder] = {
     "model": _build_model,
     "early": _build_layers,
@@ -267,24 +502,31 @@ DRAFT_KINDS: dict[str, Builder] = {
 
 
 def register_draft(kind: str, builder: Builder) -> None:
-    """Add a draft kind: ``builder(arg, target, *, kind, device, dtype, seed, **kw)``."""
+    """Add a draft kind: ``builder(arg, target, *, kind, device, dtype, seed, options, **kw)``."""
     DRAFT_KINDS[kind] = builder
 
 
 def draft_kind(kind_spec: str) -> str:
-    """The kind part of ``kind_spec`` (``"early:8"`` → ``"early"``), validated."""
-    kind = str(kind_spec).partition(":")[0]
-    if kind not in DRAFT_KINDS:
-        raise ValueError(f"unknown draft kind {kind_spec!r}; valid: " + ", ".join(
-            f"{k}:<spec>" if k == "model" else f"{k}:N" if k in ("early", "ngram") else
-            f"{k}:<a-b,c>" if k == "layers" else k for k in DRAFT_KINDS))
-    return kind
+    """The kind part of ``kind_spec`` (``"early:8"`` → ``"early"``), the whole spec validated."""
+    return parse_draft_spec(kind_spec).kind
+
+
+def _n_layers(target: Any) -> int | None:
+    model = getattr(target, "model", None)
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        return None
+    return int(cfg.get_text_config(decoder=True).num_hidden_layers)
 
 
 def make_draft(kind_spec: str, target: LoadedModel, device: str | None = None, dtype: str | None = None,
-               seed: int = 0, **kw: Any) -> Any:
-    """Build a draft for ``target`` from ``kind_spec`` (see module docstring)."""
-    kind = draft_kind(kind_spec)
-    arg = str(kind_spec).partition(":")[2]
-    return DRAFT_KINDS[kind](arg, target, kind=kind, device=device or target.device,
-                             dtype=dtype or target.dtype, seed=seed, **kw)
+               seed: int = 0, options: Any = None, **kw: Any) -> Any:
+    """Build a draft for ``target`` from ``kind_spec`` (see module docstring).
+
+    ``options`` (:class:`~measure.engines.base.EngineOptions`): the model
+    draft's decoder settings; by default the target's.
+    """
+    ds = check_draft_spec(kind_spec, _n_layers(target))
+    opts = options if options is not None else getattr(target, "engine_options", None)
+    return DRAFT_KINDS[ds.kind](ds.arg, target, kind=ds.kind, device=device or target.device,
+                                dtype=dtype or target.dtype, seed=seed, options=opts, **kw)

@@ -31,7 +31,10 @@ FAMILIES = ("gpt2", "llama", "gemma3")
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A causal LM ready for :mod:`measure.decoding` (``model`` in eval mode on ``device``)."""
+    """A causal LM ready for :mod:`measure.decoding` (``model`` in eval mode on ``device``).
+
+    A :class:`~measure.engines.base.TargetModel`: :meth:`new_decoder` gives its KV-cached sequence.
+    """
 
     model: Any
     tokenizer: Any | None
@@ -43,6 +46,14 @@ class LoadedModel:
     device: str = "cpu"
     dtype: str = "float32"
     eos_token_ids: tuple[int, ...] = field(default_factory=tuple)
+    #: settings of the decoders :meth:`new_decoder` hands out (cache kind, compile, static cache size)
+    engine_options: Any = None
+
+    def new_decoder(self) -> Any:
+        """A fresh :class:`~measure.engines.transformers.TransformersDecoder` over this model (the engine seam)."""
+        from measure.engines.transformers import TransformersDecoder
+
+        return TransformersDecoder(self.model, self.engine_options)
 
     def describe(self) -> dict:
         """The ``run.json`` ``models`` entry."""

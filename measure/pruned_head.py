@@ -228,6 +228,10 @@ class ClusterSelector(_Selector):
     def select(self, hidden: torch.Tensor, head_k: int) -> torch.Tensor:
         """Token ids ``[N, K]`` (int64) for ``hidden`` ``[N, H]``; distinct within each row."""
         validate_head_k(head_k, self.vocab_size, self.n_always_keep)
+        return self.select_unchecked(hidden, head_k)
+
+    def select_unchecked(self, hidden: torch.Tensor, head_k: int) -> torch.Tensor:
+        """:meth:`select` without validating ``head_k`` (the head validated it once, at construction)."""
         n = hidden.shape[0]
         m = head_k - self.n_always_keep
         forced = self.always_keep.unsqueeze(0).expand(n, -1)
@@ -264,6 +268,10 @@ class LowRankSelector(_Selector):
     def select(self, hidden: torch.Tensor, head_k: int) -> torch.Tensor:
         """Token ids ``[N, K]`` (int64) for ``hidden`` ``[N, H]``; distinct within each row, unordered."""
         validate_head_k(head_k, self.vocab_size, self.n_always_keep)
+        return self.select_unchecked(hidden, head_k)
+
+    def select_unchecked(self, hidden: torch.Tensor, head_k: int) -> torch.Tensor:
+        """:meth:`select` without validating ``head_k`` (the head validated it once, at construction)."""
         z = hidden.float() @ self.proj  # [N, r]
         scores = (z.to(self.factors.dtype) @ self.factors.T).float()  # [N, V]
         if self.n_always_keep:
@@ -401,7 +409,7 @@ class PrunedLMHead(nn.Module):
         """Kept ids ``[N, K]`` for ``hidden2d`` ``[N, H]``."""
         n = hidden2d.shape[0]
         if self.variant in DYNAMIC_VARIANTS:
-            return self.selector.select(hidden2d, self.head_k)
+            return self.selector.select_unchecked(hidden2d, self.head_k)  # head_k validated in __init__
         if self.variant == "frequency":
             return self.static_ids.unsqueeze(0).expand(n, -1)
         return torch.arange(self.vocab_size, device=hidden2d.device).unsqueeze(0).expand(n, -1)
@@ -430,8 +438,18 @@ class PrunedLMHead(nn.Module):
         return PrunedLogits(ids, logits)
 
     def greedy(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Argmax token ids ``[N]`` over the kept set (Triton fused argmax on CUDA)."""
+        """Argmax token ids ``[N]`` over the kept set (Triton fused argmax on CUDA).
+
+        The greedy decoding loop's fast path: ``K`` logits per row, no
+        ``-inf`` scatter over ``V``, no upcast of full-vocabulary logits. For
+        many rows (``N * K >= V``: a teacher-forced pass) the masked dense GEMM
+        of :meth:`forward` is cheaper, and gives the same ids.
+        """
         h2 = hidden.reshape(-1, hidden.shape[-1])
+        if self.variant == "dense":
+            return nn.functional.linear(h2.to(self.weight.dtype), self.weight, self.bias).argmax(-1)
+        if self.variant in DYNAMIC_VARIANTS and h2.shape[0] > 1 and h2.shape[0] * self.head_k >= self.vocab_size:
+            return self.forward(h2).argmax(-1)
         if self.variant in DYNAMIC_VARIANTS and self.bias is None and self._use_triton(h2):
             from measure.triton_head import triton_gather_project_argmax
 

@@ -11,6 +11,7 @@ mixed with them.
     with timer.span() as s:
         model(x)
     s.ms                                  # float milliseconds
+    a = timer.mark(); work(); b = timer.mark(); timer.elapsed_ms(a, b)   # no sync until read
     timer.bench(lambda: model(x), warmup=1, repeats=5)   # list of counted ms
 """
 
@@ -63,6 +64,27 @@ class Timer:
         """Synchronised ``perf_counter`` reading, seconds."""
         self.sync()
         return time.perf_counter()
+
+    def mark(self) -> Any:
+        """A time mark that costs no synchronisation: a recorded CUDA event, or a ``perf_counter`` reading.
+
+        Read marks with :meth:`elapsed_ms` after the work (the decoding loop
+        reads a generation's marks once it has finished, so per-phase timing
+        adds no host sync to a round).
+        """
+        if self.is_cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    @staticmethod
+    def elapsed_ms(start: Any, end: Any) -> float:
+        """Milliseconds between two :meth:`mark` s (waits for ``end``'s event on CUDA)."""
+        if isinstance(start, float):
+            return (end - start) * 1e3
+        end.synchronize()
+        return float(start.elapsed_time(end))
 
     def span(self) -> _SpanCtx:
         """Context manager timing its body; yields a :class:`Span` whose ``ms`` is set on exit."""

@@ -38,7 +38,7 @@ def test_smollm2_greedy_lossless_for_every_draft_kind(smollm2):
     text = smollm2.tokenizer.decode(list(base.tokens))
     assert len(text.strip()) > 0
     rates = {}
-    for kind in ("ngram:3", "bf16", "int8", "early:20"):
+    for kind in ("ngram:3", "ngram:3:first", "bf16", "int8", "early:20"):
         draft = make_draft(kind, smollm2)
         spec = speculative_generate(smollm2, draft, ids, make_policy("fixed:4"), 0.0, 32,
                                     eos_token_ids=smollm2.eos_token_ids)
@@ -46,6 +46,23 @@ def test_smollm2_greedy_lossless_for_every_draft_kind(smollm2):
         rates[kind] = spec.accepted / max(spec.drafted, 1)
     assert rates["bf16"] > 0.6, rates  # a bf16 copy of the target agrees most of the time
     assert rates["ngram:3"] > 0.1, rates  # code prompts: the answer copies the signature
+
+
+def test_smollm2_compiled_and_dynamic_cache_lossless(smollm2):
+    """--compile (inductor on CPU) and --cache dynamic give the eager static-cache tokens on the real model."""
+    import dataclasses
+
+    from measure.engines.base import EngineOptions
+
+    ids = encode_prompt(load_prompts("code", 1, seed=0)[0], smollm2, 120)
+    eos = smollm2.eos_token_ids
+    base = autoregressive_generate(smollm2, ids, 0.0, 16, eos_token_ids=eos)
+    for opts in (EngineOptions(cache="dynamic"), EngineOptions(compile=True, max_len_tokens=160)):
+        t = dataclasses.replace(smollm2, engine_options=opts)
+        assert autoregressive_generate(t, ids, 0.0, 16, eos_token_ids=eos).tokens == base.tokens, opts
+        spec = speculative_generate(t, make_draft("ngram:3:first", t), ids, make_policy("fixed:4"), 0.0, 16,
+                                    eos_token_ids=eos)
+        assert spec.tokens == base.tokens, opts
 
 
 def test_smollm2_sampling_runs_and_is_seeded(smollm2):

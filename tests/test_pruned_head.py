@@ -266,6 +266,60 @@ def test_speculative_loop_with_pruned_draft_is_exact(temperature, variant):
     assert isinstance(draft_model.lm_head, nn.Linear)
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_loop_takes_the_pruned_heads_fast_path(temperature, monkeypatch):
+    """Greedy: the draft step goes through greedy() (K logits), never the -inf forward over V; sampling: a
+    K-sized distribution (SparseProbs) reaches the acceptance test; head_k is not validated per step."""
+    import copy
+
+    import measure.pruned_head as ph
+    from measure.decoding import SparseProbs, autoregressive_generate, speculative_generate
+    from measure.drafts import ModelDraft
+    from measure.lowrank import accumulate_moment, fit_lowrank
+    from sim.policies import FixedGamma
+
+    target = _tiny_llama()
+    draft_model = copy.deepcopy(target)
+    w = draft_model.lm_head.weight
+    scorer = fit_lowrank(w, accumulate_moment([torch.randn(64, w.shape[1], generator=torch.Generator().manual_seed(3))]),
+                         4)
+    head = PrunedLMHead.lowrank(draft_model.lm_head, scorer, 40)
+    calls = {"forward": 0, "greedy": 0, "validate": 0}
+    orig_fwd, orig_greedy, orig_val = PrunedLMHead.forward, PrunedLMHead.greedy, ph.validate_head_k
+
+    def count(name, fn):
+        def wrapped(*a, **kw):
+            calls[name] += 1
+            return fn(*a, **kw)
+        return wrapped
+
+    monkeypatch.setattr(PrunedLMHead, "forward", count("forward", orig_fwd))
+    monkeypatch.setattr(PrunedLMHead, "greedy", count("greedy", orig_greedy))
+    monkeypatch.setattr(ph, "validate_head_k", count("validate", orig_val))
+    seen_q = []
+    import measure.decoding as dec_mod
+
+    orig_accept = dec_mod.accept_tokens
+
+    def spy(p, d, q, t, g):
+        seen_q.append(q)
+        return orig_accept(p, d, q, t, g)
+
+    monkeypatch.setattr(dec_mod, "accept_tokens", spy)
+    prompt = torch.randint(0, 300, (1, 10), generator=torch.Generator().manual_seed(7))
+    with swapped_lm_head(draft_model, head):
+        draft = ModelDraft("pruned", "pruned", draft_model, True)
+        res = speculative_generate(target, draft, prompt, FixedGamma(3), temperature, 24,
+                                   torch.Generator().manual_seed(1))
+    assert res.drafted > 0 and calls["validate"] == 0
+    if temperature == 0:
+        assert calls["forward"] == 0 and calls["greedy"] >= res.drafted
+        assert res.tokens == autoregressive_generate(target, prompt, 0.0, 24).tokens
+    else:
+        assert calls["forward"] == 0 and seen_q and all(isinstance(q, SparseProbs) for q in seen_q if q is not None)
+        assert all(q.ids.shape[1] == 40 for q in seen_q if q is not None)
+
+
 # ---- the Triton kernel (GPU only) -------------------------------------------------------
 gpu = pytest.mark.gpu
 
