@@ -19,9 +19,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("src", metavar="RUN_DIR_OR_CALIBRATION_DIR")
     ap.add_argument("--out", default=None, help="output directory (default: <src>/report)")
     ap.add_argument("--no-png", action="store_true", help="skip the PNG files (faster)")
+    ap.add_argument("--allow-incomplete", action="store_true",
+                    help="report a run that is not complete (interrupted, failed, still running)")
     args = ap.parse_args(argv)
     try:
-        res = build_report(args.src, args.out, png=not args.no_png)
+        res = build_report(args.src, args.out, png=not args.no_png, allow_incomplete=args.allow_incomplete)
     except ValueError as exc:
         print(f"reports: error: {exc}", file=sys.stderr)
         return 2

@@ -47,6 +47,9 @@ def pred_vs_meas_frame(predictions: pd.DataFrame) -> pd.DataFrame:
         "method": use["method"].to_numpy(),
         "label": use.apply(_short, axis=1).to_numpy() if len(use) else [],
         "held_out": (use["split"] == "held_out").to_numpy(),
+        **({"measured_lo": use["measured_speedup_lo"].to_numpy(float),
+            "measured_hi": use["measured_speedup_hi"].to_numpy(float)}
+           if {"measured_speedup_lo", "measured_speedup_hi"} <= set(use.columns) else {}),
     })
 
 
@@ -66,6 +69,9 @@ def speedup_gamma_frame(curves: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFra
         if len(fixed) else [],
         "gamma": fixed["gamma"].astype(int), "speedup": fixed["speedup"].astype(float), "source": "measured",
         "optimal": False,
+        **({"speedup_lo": pd.to_numeric(fixed["speedup_lo"], errors="coerce"),
+            "speedup_hi": pd.to_numeric(fixed["speedup_hi"], errors="coerce")}
+           if {"speedup_lo", "speedup_hi"} <= set(fixed.columns) else {}),
     })
     return pd.concat([pred, meas], ignore_index=True)
 
@@ -126,7 +132,7 @@ class ReportResult:
     calibration_dir: Path
 
 
-def _load_calibration(src: Path, out: Path) -> Path:
+def _load_calibration(src: Path, out: Path, allow_incomplete: bool = False) -> Path:
     if (src / CAL_JSON).exists():
         return src
     if (src / "run.json").exists():
@@ -135,14 +141,14 @@ def _load_calibration(src: Path, out: Path) -> Path:
         from calibrate.calibration import calibrate, holdout_folds, load_runs
         from calibrate.outputs import write_outputs
 
-        data = load_runs([src])
+        data = load_runs([src], allow_incomplete=allow_incomplete)
         try:
             holdout_folds(data.cells, "gamma")
             mode = "gamma"
         except ValueError:
             mode = "none"
         cal_dir = out / "calibration"
-        write_outputs(calibrate([src], holdout=mode), cal_dir)
+        write_outputs(calibrate([src], holdout=mode, allow_incomplete=allow_incomplete), cal_dir)
         return cal_dir
     if not src.exists():
         raise ValueError(f"directory not found: {str(src)!r}")
@@ -162,15 +168,19 @@ def _read_csv_or_empty(path: Path) -> pd.DataFrame:
         return pd.DataFrame()
 
 
-def build_report(src: str | Path, out: str | Path | None = None, png: bool = True) -> ReportResult:
-    """Write ``report.html`` (+ PNGs) for a calibration or run directory into ``out``."""
+def build_report(src: str | Path, out: str | Path | None = None, png: bool = True,
+                 allow_incomplete: bool = False) -> ReportResult:
+    """Write ``report.html`` (+ PNGs) for a calibration or run directory into ``out``.
+
+    A run that is not complete is refused (one line) unless ``allow_incomplete``.
+    """
     src = Path(src)
     out = Path(out) if out else (src / "report")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}") from None
-    cal_dir = _load_calibration(src, out)
+    cal_dir = _load_calibration(src, out, allow_incomplete)
     doc = json.loads((cal_dir / CAL_JSON).read_text())
     pred = pd.read_csv(cal_dir / "predictions.csv")
     curves = _read_csv_or_empty(cal_dir / "speedup_curves.csv")
@@ -216,11 +226,15 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
     mape_rows = []
     for split, table in doc["mape"].items():
         for method, v in table.items():
+            share = v.get("share_inside_ci")
             mape_rows.append({"split": split, "method": method, "speedup MAPE %": v["speedup_mape_pct"],
-                              "tokens/s MAPE %": v["tokens_per_s_mape_pct"], "cells": v["n_cells"]})
+                              "tokens/s MAPE %": v["tokens_per_s_mape_pct"], "cells": v["n_cells"],
+                              "inside measured 95% CI": (f"{v['n_inside_ci']}/{v['n_with_ci']} ({100 * share:.0f}%)"
+                                                         if share is not None else "n/a")})
     per_cfg = pred[pred["split"] == ("held_out" if (pred["split"] == "held_out").any() else "in_sample")]
-    per_cfg = per_cfg[["cell_id", "method", "measured_speedup", "predicted_speedup", "ape_speedup_pct",
-                       "measured_tokens_per_s", "predicted_tokens_per_s", "ape_tokens_per_s_pct"]]
+    ci_cols = [c for c in ("measured_speedup_lo", "measured_speedup_hi", "inside_ci", "unstable") if c in per_cfg]
+    per_cfg = per_cfg[["cell_id", "method", "measured_speedup", *ci_cols[:2], "predicted_speedup", *ci_cols[2:],
+                       "ape_speedup_pct", "measured_tokens_per_s", "predicted_tokens_per_s", "ape_tokens_per_s_pct"]]
     cost_params = _read_csv_or_empty(cal_dir / "cost_params.csv")
     pub = published_table()[["source", "setting", "status", "alpha", "tau_tokens_per_step", "gamma", "cost_ratio",
                              "reported_speedup", "simulator_speedup", "simulator_is_upper_bound",
