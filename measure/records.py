@@ -278,7 +278,7 @@ class RunWriter:
             self._drop_unfinished_rows()
         else:
             self.meta = {"schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex, "created_utc": utc_now(),
-                         "summary": {}}
+                         "summary": {}, "config": {}}
             self._finished = set()
         for k, v in (meta or {}).items():
             if k in ("schema_version", "created_utc", "summary", "status", "run_id") and self.resumed:
@@ -321,14 +321,18 @@ class RunWriter:
 
     # -- tables --------------------------------------------------------------------
     def append(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
-        """Append rows (dicts with exactly the table's columns) to ``<table>.csv`` in one line-atomic write."""
+        """Append rows (dicts with the table's columns; the schema-2 additions may be left out and are then
+        empty) to ``<table>.csv`` in one line-atomic write."""
         cols = _check_table(table)
-        rows = list(rows)
+        optional = set(_SCHEMA1_EXTRA.get(table, ()))
+        rows = [dict(r) for r in rows]
         for r in rows:
-            if set(r) != set(cols):
-                missing = sorted(set(cols) - set(r))
-                extra = sorted(set(r) - set(cols))
+            missing = sorted(set(cols) - set(r) - optional)
+            extra = sorted(set(r) - set(cols))
+            if missing or extra:
                 raise ValueError(f"{table}.csv row: missing columns {missing}, unknown columns {extra}")
+            for c in optional - set(r):  # schema-2 additions a writer may leave empty
+                r[c] = None
         if not rows:
             return 0
         f_path = self.path / f"{table}.csv"
@@ -610,7 +614,7 @@ class Run:
 def load_run(path: str | os.PathLike) -> Run:
     """Read a run directory written by :class:`RunWriter` (schema 1 or 2); one-line ``ValueError`` if bad."""
     p = Path(path)
-    if not p.is_dir():
+    if not p.exists():
         raise ValueError(f"run directory not found: {str(p)!r}")
     f_path = p / RUN_JSON
     if not f_path.exists():

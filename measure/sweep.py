@@ -648,12 +648,13 @@ def silenced(quiet: bool) -> Iterator[None]:
 def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
               progress: Callable[[str], None] | None = None, show_bar: bool = True,
               on_cell: Callable[[dict], None] | None = None, force_new: bool = False,
-              system_check: dict | None = None, quiet: bool = False) -> records.Run:
+              system_check: dict | None = None, quiet: bool = False, engine: Any = None) -> records.Run:
     """Run (or resume) the sweep into ``out_dir``; returns the run read back.
 
     ``on_cell`` sees each finished cell's row (the CLI prints the table as
     cells finish). A resume with a different fingerprint raises
     :class:`measure.records.FingerprintMismatch` (nothing written).
+    ``engine``: an engine object to use instead of ``make_engine(config.engine, ...)`` (tests).
     """
     say = progress or (lambda _m: None)
     device = resolve_device(config.device)
@@ -673,7 +674,7 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         opts = EngineOptions(device=device, threads=config.threads, cache=config.cache, compile=config.compile,
                              max_len_tokens=config.max_prompt_tokens + config.max_new_tokens + config.gamma_max + 1,
                              quiet=quiet)
-        engine = make_engine(config.engine, opts)
+        engine = engine if engine is not None else make_engine(config.engine, opts)
         say(f"loading {config.target} ({config.engine})")
         with silenced(quiet):
             target = engine.load_target(config.target, device=device, dtype=config.dtype, seed=config.seed)
