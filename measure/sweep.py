@@ -672,7 +672,8 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
                       config=config.as_dict(), prompt_selection=selection,
                       **({"system_check": system_check} if system_check is not None else {}))
         opts = EngineOptions(device=device, threads=config.threads, cache=config.cache, compile=config.compile,
-                             max_len_tokens=config.max_prompt_tokens + config.max_new_tokens + config.gamma_max + 1,
+                             max_len_tokens=max(config.max_prompt_tokens + config.max_new_tokens + config.gamma_max,
+                                                max(config.cost_contexts) + config.cost_max_tokens) + 1,
                              quiet=quiet)
         engine = engine if engine is not None else make_engine(config.engine, opts)
         say(f"loading {config.target} ({config.engine})")
