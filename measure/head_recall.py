@@ -107,7 +107,7 @@ def _ints(text: str, option: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m measure head-recall``: one-line errors (exit 2) before any model loads."""
-    from measure.cli import OneLineParser, csv_items, fail, int_in
+    from measure.cli import OneLineParser, csv_items, int_in
     from measure.head_sweep import MAX_HEAD_K, check_model_draft
 
     prog = "python -m measure head-recall"
@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as e:
             raise ValueError(f"--out {str(out)!r} is not writable: {e.strerror or e}") from None
     except ValueError as e:
-        fail(prog, str(e))
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
     try:
         t0 = time.perf_counter()
         target = load_model(args.model, dtype="float32", seed=args.seed)
@@ -186,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
                 heads[f"{name}@{k}"] = PrunedLMHead.lowrank(dense, scorer, k, always_keep=eos)
         table = recall_table(heads, dense, hidden, doms)
     except ValueError as e:
-        fail(prog, str(e))
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
     table.to_csv(out / "recall.csv", index=False)
     meta = {"command": "python -m measure head-recall " + " ".join(sys.argv[1:] if argv is None else argv),
             "model": args.model, "draft": args.draft, "vocab_size": vocab, "positions": int(hidden.shape[0]),
