@@ -25,7 +25,9 @@ venv: $(STAMP)
 run: $(STAMP)
 	$(PY) -m sim --preset llama3-1b-3b --chart $(RUN_DIR)/predict.html --out $(RUN_DIR)/predict.txt
 	cat $(RUN_DIR)/predict.txt
-	$(PY) -m measure --quiet --out $(RUN_DIR)/measure
+	# --quiet silences third-party loading output only: the per-cell progress bar and the table stay;
+	# --force-new: each `make run` measures afresh (a previous run is kept as measure.replaced-<time>)
+	$(PY) -m measure --quiet --force-new --out $(RUN_DIR)/measure
 	$(PY) -m calibrate $(RUN_DIR)/measure --out $(RUN_DIR)/calibration
 	$(PY) -m reports $(RUN_DIR)/calibration --out $(RUN_DIR)/report
 	@echo "report: $(RUN_DIR)/report/report.html"

@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, type=nonempty_arg("directory"),
                     help="output directory (default: <first RUN_DIR>/calibration)")
     ap.add_argument("--seed", type=int_arg(0, 2**63 - 1), default=0, help="event-simulator seed (default 0)")
+    ap.add_argument("--allow-incomplete", action="store_true",
+                    help="use runs that are not complete (interrupted, failed, still running)")
     args = ap.parse_args(argv)
     check_run_dirs(args.runs)
     out = Path(args.out) if args.out else Path(args.runs[0]) / "calibration"
@@ -62,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         check_output_dir("--out", out)
         from calibrate.calibration import calibrate
         from calibrate.outputs import write_outputs
+        from measure.records import strict_dumps
 
-        res = calibrate(args.runs, holdout=args.holdout, seed=args.seed)
+        res = calibrate(args.runs, holdout=args.holdout, seed=args.seed,
+                        allow_incomplete=args.allow_incomplete)
         summary = write_outputs(res, out)
     except ValueError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
@@ -71,16 +75,29 @@ def main(argv: list[str] | None = None) -> int:
     table = res.held_out if len(res.held_out) else res.in_sample
     split = "held-out" if len(res.held_out) else "in-sample"
     print(f"per-configuration error ({split}, speedup; predicted vs measured):")
-    print(f"  {'configuration':58s} {'method':11s} {'meas':>6s} {'pred':>6s} {'err%':>6s}")
+    print(f"  {'configuration':58s} {'method':11s} {'meas':>6s} {'95% CI':>13s} {'pred':>6s} {'err%':>6s} in CI")
     for _, r in table.iterrows():
+        ci = (f"[{r['measured_speedup_lo']:.2f},{r['measured_speedup_hi']:.2f}]"
+              if r.get("measured_speedup_lo") == r.get("measured_speedup_lo") and r.get("measured_speedup_lo")
+              is not None else "-")
+        inside = {True: "yes", False: "no"}.get(r.get("inside_ci"), "-")
+        flag = "  (unstable: not in MAPE)" if r.get("unstable") else ""
         print(f"  {r['run'] + '/' + r['cell_id']:58.58s} {r['method']:11s} {_fmt(r['measured_speedup'])} "
-              f"{_fmt(r['predicted_speedup'])} {_fmt(r['ape_speedup_pct'])}")
+              f"{ci:>13s} {_fmt(r['predicted_speedup'])} {_fmt(r['ape_speedup_pct'])} {inside:>5s}{flag}")
     for name, m in (("in-sample", res.mape_in_sample), ("held-out", res.mape_held_out)):
         for method, v in m.items():
+            share = (f"{v['n_inside_ci']}/{v['n_with_ci']} ({100 * v['share_inside_ci']:.0f}%)"
+                     if v.get("share_inside_ci") is not None else "n/a")
             print(f"MAPE {name:9s} {method:11s} speedup {_fmt(v['speedup_mape_pct'])}%  "
-                  f"tokens/s {_fmt(v['tokens_per_s_mape_pct'])}%  ({v['n_cells']} cells)")
+                  f"tokens/s {_fmt(v['tokens_per_s_mape_pct'])}%  ({v['n_cells']} stable cells); "
+                  f"inside the measured 95% CI: {share}")
+    if res.unstable_cells:
+        print(f"{len(res.unstable_cells)} unstable cell(s) left out of the fits and the MAPE: "
+              + ", ".join(res.unstable_cells))
+    for note in res.data.notes:
+        print(f"note: {note}", file=sys.stderr)
     print(f"calibration written to {out / 'calibration.json'}")
-    print(json.dumps(json.loads(json.dumps(summary, default=str).replace("NaN", "null"))))
+    print(strict_dumps(summary))
     return 0
 
 

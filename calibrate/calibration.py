@@ -57,6 +57,14 @@ SIM_REPEATS = 4
 CURVE_GAMMAS = range(1, 11)
 
 
+def _f(v) -> float:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+    return x
+
+
 def _k_key(v) -> float | None:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v) else float(v)
 
@@ -70,27 +78,48 @@ class Dataset:
     rounds: pd.DataFrame
     generations: pd.DataFrame
     traces: pd.DataFrame
+    notes: tuple[str, ...] = ()
 
 
-def load_runs(paths: list[str | Path]) -> Dataset:
-    """Load run directories; ``ValueError`` (one line) for a missing dir or one without ``run.json``."""
+def load_runs(paths: list[str | Path], allow_incomplete: bool = False) -> Dataset:
+    """Load run directories (validated by :func:`measure.records.load_run`).
+
+    One-line ``ValueError`` for a missing directory, a bad file, or a run
+    that is not ``complete`` (running, interrupted, failed — a dead writer
+    reads as interrupted) unless ``allow_incomplete``. The same run given
+    twice (same directory, or a copy with the same ``run_id``) is counted
+    once, with a note in ``Dataset.notes``.
+    """
     if not paths:
         raise ValueError("give at least one run directory")
     runs: dict[str, Run] = {}
+    seen: dict[str, str] = {}
+    notes: list[str] = []
     for p in paths:
         p = Path(p)
-        if not p.is_dir():
-            raise ValueError(f"run directory not found: {str(p)!r}")
         run = load_run(p)
+        ident = f"{p.resolve()}"
+        if ident in seen or run.run_id in seen:
+            notes.append(f"{p} given twice (same run as {seen.get(ident) or seen.get(run.run_id)}): counted once")
+            continue
+        status = run.status
+        if status != "complete":
+            why = f" ({run.status_note})" if run.status_note else ""
+            if not allow_incomplete:
+                raise ValueError(f"{p}: run is {status}{why}, not complete; finish it (re-run measure with the same "
+                                 "--out) or pass --allow-incomplete")
+            notes.append(f"{p}: run is {status}{why}; used as is (--allow-incomplete)")
         label = p.resolve().name or "run"
         base, i = label, 2
         while label in runs:
             label = f"{base}-{i}"
             i += 1
         runs[label] = run
+        seen[ident] = seen[run.run_id] = str(p)
 
     def stack(name: str) -> pd.DataFrame:
         frames = [r.table(name).assign(run=label) for label, r in runs.items()]
+        frames = [f for f in frames if len(f)]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     cells = stack("cells")
@@ -98,8 +127,9 @@ def load_runs(paths: list[str | Path]) -> Dataset:
         raise ValueError(f"no finished cells (cells.csv) in {', '.join(str(p) for p in paths)}")
     cells["head_k"] = cells["head_k"].map(_k_key)
     cells["temperature"] = cells["temperature"].astype(float)
+    cells["unstable"] = cells["unstable"].map(lambda v: v is True) if "unstable" in cells else False
     cells["key"] = cells["run"] + "/" + cells["cell_id"].astype(str)
-    return Dataset(runs, cells, stack("rounds"), stack("generations"), stack("traces"))
+    return Dataset(runs, cells, stack("rounds"), stack("generations"), stack("traces"), tuple(notes))
 
 
 def holdout_folds(cells: pd.DataFrame, mode: str) -> list[tuple[str, pd.Series]]:
@@ -244,6 +274,8 @@ class Calibrator:
             "gamma_policy": cell["gamma_policy"], "gamma": cell["gamma"], "domain": cell["domain"],
             "temperature": cell["temperature"], "head_k": cell["head_k"], "fold": models.label,
             "measured_speedup": float(cell["speedup"]),
+            "measured_speedup_lo": _f(cell.get("speedup_lo")), "measured_speedup_hi": _f(cell.get("speedup_hi")),
+            "unstable": bool(cell.get("unstable", False)),
             "measured_tokens_per_s": float(cell["tokens_per_s_speculative"]),
             "measured_tokens_per_s_baseline": float(cell["tokens_per_s_baseline"]),
         }
@@ -271,8 +303,10 @@ class Calibrator:
         trace = self._trace_for(cell, train) if fixed else None
 
         def aggregate(per_prompt_ms: list[tuple[float, float, float]]) -> tuple[float, float]:
-            toks = sum(n for n, _, _ in per_prompt_ms)
-            return toks / (sum(s for _, s, _ in per_prompt_ms) / 1e3), toks / (sum(b for _, _, b in per_prompt_ms) / 1e3)
+            # the measurement's estimator (measure.stats): mean per-prompt tokens/s of each side
+            tps_s = [n / (s / 1e3) for n, s, _ in per_prompt_ms]
+            tps_b = [n / (b / 1e3) for n, _, b in per_prompt_ms]
+            return float(np.mean(tps_s)), float(np.mean(tps_b))
 
         out = []
         round_parts = {}
@@ -358,20 +392,43 @@ def add_errors(pred: pd.DataFrame) -> pd.DataFrame:
     p["ape_speedup_pct"] = 100 * (p["predicted_speedup"] - p["measured_speedup"]).abs() / p["measured_speedup"]
     p["ape_tokens_per_s_pct"] = (100 * (p["predicted_tokens_per_s"] - p["measured_tokens_per_s"]).abs()
                                  / p["measured_tokens_per_s"])
+    if "measured_speedup_lo" in p:
+        lo, hi, pr = p["measured_speedup_lo"], p["measured_speedup_hi"], p["predicted_speedup"]
+        known = lo.notna() & hi.notna() & pr.notna()
+        p["inside_ci"] = ((pr >= lo) & (pr <= hi)).where(known, None)
+    else:
+        p["inside_ci"] = None
     return p
 
 
 def mape_table(pred: pd.DataFrame) -> dict:
-    """{method: {speedup_mape_pct, tokens_per_s_mape_pct, n_cells}} (NaN predictions skipped)."""
+    """{method: {speedup_mape_pct, tokens_per_s_mape_pct, n_cells, n_inside_ci, n_with_ci, share_inside_ci}}.
+
+    Over stable cells only (NaN predictions skipped); unstable cells are in :func:`unstable_table`.
+    """
     out = {}
+    if "unstable" in pred:
+        pred = pred[~pred["unstable"].astype(bool)]
     for m, sub in pred.groupby("method"):
         ok = sub.dropna(subset=["ape_speedup_pct"])
+        ci = ok[ok["inside_ci"].notna()] if "inside_ci" in ok else ok.iloc[0:0]
+        n_in = int(ci["inside_ci"].astype(bool).sum()) if len(ci) else 0
         out[str(m)] = {
             "speedup_mape_pct": float(ok["ape_speedup_pct"].mean()) if len(ok) else None,
             "tokens_per_s_mape_pct": float(ok["ape_tokens_per_s_pct"].mean()) if len(ok) else None,
             "n_cells": int(len(ok)),
+            "n_inside_ci": n_in, "n_with_ci": int(len(ci)),
+            "share_inside_ci": n_in / len(ci) if len(ci) else None,
         }
     return out
+
+
+def unstable_table(pred: pd.DataFrame) -> dict:
+    """The same numbers as :func:`mape_table` over the unstable cells only (reported apart, never fitted)."""
+    if "unstable" not in pred or not pred["unstable"].astype(bool).any():
+        return {}
+    sub = pred[pred["unstable"].astype(bool)].assign(unstable=False)
+    return mape_table(sub)
 
 
 @dataclass(frozen=True)
@@ -387,21 +444,33 @@ class CalibrationResult:
     mape_held_out: dict
     folds: tuple[dict, ...]
     curves: pd.DataFrame  # predicted speedup against γ per series (all-cell models)
+    unstable_held_out: dict = field(default_factory=dict)  # mape_table of the unstable cells, reported apart
+    unstable_cells: tuple[str, ...] = ()
 
 
-def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0) -> CalibrationResult:
-    """Fit on the run directories and validate on held-out cells (see module docstring)."""
+def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
+              allow_incomplete: bool = False) -> CalibrationResult:
+    """Fit on the run directories and validate on held-out cells (see module docstring).
+
+    Unstable cells (``cells.csv`` ``unstable``) are left out of every fit and
+    predicted like the others, but their errors are reported apart
+    (``CalibrationResult.unstable_held_out``), never in the MAPE.
+    """
     if holdout not in HOLDOUT_MODES:
         raise ValueError(f"unknown --holdout {holdout!r}; valid: {', '.join(HOLDOUT_MODES)}")
-    data = load_runs(paths)
+    data = load_runs(paths, allow_incomplete=allow_incomplete)
     folds = holdout_folds(data.cells, holdout)
     cal = Calibrator(data, seed=seed)
-    all_models = cal.fit(data.cells, "all")
-    in_sample = add_errors(cal.predict(data.cells, all_models, data.cells))
+    stable = ~data.cells["unstable"].astype(bool)
+    if not stable.any():
+        raise ValueError("every cell is flagged unstable: nothing to fit on; re-measure on a quiet machine "
+                         "(measure --until-stable N or more --repeats)")
+    all_models = cal.fit(data.cells[stable], "all")
+    in_sample = add_errors(cal.predict(data.cells, all_models, data.cells[stable]))
     held = []
     fold_info = []
     for label, mask in folds:
-        train, test = data.cells[~mask], data.cells[mask]
+        train, test = data.cells[~mask & stable], data.cells[mask]
         drop_k = float(test["head_k"].iloc[0]) if holdout == "k" else None
         models = cal.fit(train, label, drop_k=drop_k)
         held.append(cal.predict(test, models, train))
@@ -410,7 +479,9 @@ def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0) ->
     held_out = add_errors(pd.concat(held, ignore_index=True)) if held else pd.DataFrame()
     curves = cal.curves(data.cells, all_models, CURVE_GAMMAS)
     return CalibrationResult(data, holdout, all_models, in_sample, held_out, mape_table(in_sample),
-                             mape_table(held_out) if len(held_out) else {}, tuple(fold_info), curves)
+                             mape_table(held_out) if len(held_out) else {}, tuple(fold_info), curves,
+                             unstable_table(held_out) if len(held_out) else unstable_table(in_sample),
+                             tuple(data.cells.loc[~stable, "key"]))
 
 
 def slug(text: str) -> str:

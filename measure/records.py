@@ -1,11 +1,12 @@
 """The run directory: the one torch-free module that writes and reads it.
 
-Format: ``docs/RUN_FORMAT.md``. ``measure`` writes through :class:`RunWriter`;
-``calibrate`` and ``reports`` read through :func:`load_run`. Imports no torch.
+Format: ``docs/RUN_FORMAT.md`` (schema 2; schema-1 runs still load). ``measure``
+writes through :class:`RunWriter`; ``calibrate`` and ``reports`` read through
+:func:`load_run`. Imports no torch.
 
 Writing::
 
-    w = RunWriter("runs/x", meta={"command": ..., "models": ..., "config": ...})
+    w = RunWriter("runs/x", meta={...}, fingerprint={...})
     if not w.is_finished(cid):
         w.append("rounds", [{...}, ...])        # rows of the cell, as they come
         w.finish_cell({... cells.csv row ...})    # last: marks the cell finished
@@ -14,13 +15,20 @@ Writing::
 
 Reading::
 
-    run = load_run("runs/x")
-    run.meta["summary"]["speedup"]; run.table("cells")  # pandas DataFrame
+    run = load_run("runs/x")                     # validated: one-line ValueError naming file/row/column
+    run.summary; run.status; run.table("cells")  # pandas DataFrame
+
+Crash safety: every append is one ``write`` of whole lines on an ``O_APPEND``
+descriptor; ``run.json`` is rewritten atomically (temp file + rename) with
+strict JSON (``null``, never ``NaN``) and carries the writer's ``pid``,
+``host`` and a ``heartbeat_utc``, so a reader recognises a run whose process
+died as ``interrupted``. SIGTERM is handled like Ctrl-C (:meth:`RunWriter.recording`).
 
 Resume: opening a :class:`RunWriter` on a directory that already holds a
-``run.json`` keeps the rows of finished cells (``cell_id`` in ``cells.csv``)
-and drops the rows of unfinished ones, so a re-run skips exactly the finished
-cells and redoes the rest.
+``run.json`` compares the stored ``fingerprint`` with the new one (refused in
+one line naming the fields that differ), drops a torn last line of every
+table, keeps the rows of finished cells (``cell_id`` in ``cells.csv``) and
+drops the rows of unfinished ones.
 """
 
 from __future__ import annotations
@@ -28,34 +36,49 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime as _dt
+import io
 import json
+import math
 import os
+import signal
+import socket
 import tempfile
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
-SCHEMA_VERSION = 1
+#: Schema this code writes; :data:`READABLE_SCHEMAS` it reads (docs/RUN_FORMAT.md, "Version history").
+SCHEMA_VERSION = 2
+READABLE_SCHEMAS = (1, 2)
 RUN_JSON = "run.json"
 STATUSES = ("running", "complete", "interrupted", "failed")
+#: A ``running`` run whose heartbeat is older than this (and whose pid cannot be checked) is interrupted.
+STALE_HEARTBEAT_S = 900.0
 
-#: Columns of every table, in order (``docs/RUN_FORMAT.md``).
+#: Columns of every table, in order (``docs/RUN_FORMAT.md``), schema 2.
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
     "cells": (
         "cell_id", "draft", "gamma_policy", "gamma", "temperature", "domain", "head_k",
         "n_prompts", "new_tokens", "tokens_per_s_baseline", "tokens_per_s_speculative",
         "tokens_per_s_peer", "speedup", "acceptance_rate", "mean_accepted_per_round",
         "n_rounds", "outputs_identical", "synthetic",
+        # schema 2: repeats, 95% CIs, noise flags, the peer's own counts
+        "repeats", "speedup_lo", "speedup_hi", "tokens_per_s_baseline_lo", "tokens_per_s_baseline_hi",
+        "tokens_per_s_speculative_lo", "tokens_per_s_speculative_hi", "tokens_per_s_peer_lo",
+        "tokens_per_s_peer_hi", "speedup_peer", "speedup_peer_lo", "speedup_peer_hi",
+        "peer_acceptance_rate", "baseline_cv", "baseline_drift", "unstable", "unstable_reason", "attempts",
     ),
     "generations": (
         "cell_id", "prompt_id", "domain", "mode", "prompt_tokens", "new_tokens", "wall_s",
         "tokens_per_s", "ttft_ms", "peak_mem_bytes", "outputs_identical",
+        "repeat", "order", "drafted", "accepted", "n_rounds", "tokens",
     ),
     "rounds": (
         "cell_id", "prompt_id", "round", "gamma", "context_tokens", "drafted", "accepted",
-        "draft_ms", "verify_ms", "overhead_ms",
+        "draft_ms", "verify_ms", "overhead_ms", "repeat",
     ),
-    "token_latency": ("cell_id", "prompt_id", "mode", "token_index", "latency_ms"),
+    "token_latency": ("cell_id", "prompt_id", "mode", "token_index", "latency_ms", "repeat"),
     "traces": ("cell_id", "draft", "temperature", "domain", "prompt_id", "position", "value", "proposed", "accept_run"),
     "cost_target": ("n_tokens", "context_tokens", "repeat", "ms"),
     "cost_draft": ("draft", "head_k", "context_tokens", "repeat", "ms"),
@@ -67,6 +90,17 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "draft", "vocab_size", "gamma", "synthetic",
     ),
 }
+#: Columns a schema-1 table has (the schema-2 additions are filled with empty values on read).
+_SCHEMA1_EXTRA: dict[str, tuple[str, ...]] = {
+    "cells": TABLE_COLUMNS["cells"][18:],
+    "generations": ("repeat", "order", "drafted", "accepted", "n_rounds", "tokens"),
+    "rounds": ("repeat",),
+    "token_latency": ("repeat",),
+}
+#: Columns that must parse as numbers (empty allowed) — checked on read, named on failure.
+_TEXT_COLUMNS = {"cell_id", "draft", "gamma_policy", "domain", "prompt_id", "mode", "unstable_reason", "tokens",
+                 "variant", "model", "outputs_identical", "synthetic", "unstable", "role", "component"}
+_BOOL_COLUMNS = {"outputs_identical", "synthetic", "unstable"}
 
 
 def cell_id(draft: str, gamma_policy: str, temperature: float, domain: str,
@@ -82,6 +116,34 @@ def cell_id(draft: str, gamma_policy: str, temperature: float, domain: str,
 def utc_now() -> str:
     """Current UTC time as ``YYYY-MM-DDTHH:MM:SSZ``."""
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_utc(text: Any) -> float | None:
+    try:
+        return _dt.datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc).timestamp()
+    except ValueError:
+        return None
+
+
+def clean_json(obj: Any) -> Any:
+    """``obj`` with every NaN/±inf float replaced by None (recursively), for strict JSON."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return {str(k): clean_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean_json(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item) and not isinstance(obj, (str, bytes)):
+        try:
+            return clean_json(obj.item())  # numpy scalars
+        except (TypeError, ValueError):
+            pass
+    return obj
+
+
+def strict_dumps(obj: Any, **kw: Any) -> str:
+    """``json.dumps`` that writes ``null`` for NaN/inf and refuses to write a bare ``NaN``."""
+    return json.dumps(clean_json(obj), allow_nan=False, default=str, **kw)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -109,7 +171,67 @@ def _fmt(v: Any) -> Any:
         return ""
     if isinstance(v, bool):
         return "true" if v else "false"
+    if isinstance(v, float) and not math.isfinite(v):
+        return ""
     return v
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id exists on this host."""
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OSError, ValueError, TypeError):
+        return False
+    return True
+
+
+def effective_status(meta: Mapping[str, Any]) -> tuple[str, str]:
+    """``(status, note)``: a ``running`` run whose writer is gone reads as ``interrupted``.
+
+    Same host: the recorded ``pid`` is checked. Another host (or no pid): a
+    heartbeat older than :data:`STALE_HEARTBEAT_S` counts as gone.
+    """
+    status = str(meta.get("status", ""))
+    if status != "running":
+        return status, ""
+    pid, host = meta.get("pid"), meta.get("host")
+    if pid is not None and host == socket.gethostname():
+        if int(pid) == os.getpid() or pid_alive(int(pid)):
+            return status, ""
+        return "interrupted", f"its process (pid {pid}) is gone"
+    beat = _parse_utc(meta.get("heartbeat_utc") or meta.get("created_utc"))
+    now = _dt.datetime.now(_dt.timezone.utc).timestamp()
+    if beat is None or now - beat > STALE_HEARTBEAT_S:
+        return "interrupted", f"no heartbeat for over {STALE_HEARTBEAT_S / 60:.0f} min"
+    return status, ""
+
+
+class FingerprintMismatch(ValueError):
+    """A resume whose setup differs from the run it would append to (nothing was written)."""
+
+
+def fingerprint_diff(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str = "") -> list[str]:
+    """``["max_new_tokens 64 -> 32", ...]``: leaf fields that differ between two fingerprints."""
+    out: list[str] = []
+    for k in sorted(set(old) | set(new)):
+        a, b = old.get(k), new.get(k)
+        name = f"{prefix}{k}"
+        if isinstance(a, Mapping) and isinstance(b, Mapping):
+            out += fingerprint_diff(a, b, name + ".")
+        elif clean_json(a) != clean_json(b):
+            def short(v: Any) -> str:
+                t = json.dumps(clean_json(v), default=str)
+                return t if len(t) <= 40 else t[:37] + "..."
+            out.append(f"{name} {short(a)} -> {short(b)}")
+    return out
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, handled like Ctrl-C: the run is closed ``interrupted`` and finished cells kept."""
 
 
 class RunWriter:
@@ -117,14 +239,17 @@ class RunWriter:
 
     ``meta`` holds the top-level ``run.json`` fields the caller knows
     (``command``, ``hardware``, ``versions``, ``models``, ``config``,
-    ``git_commit``); ``schema_version``, ``created_utc``, ``status`` and
-    ``summary`` are managed here. On resume the stored ``created_utc`` and
-    ``summary`` are kept and ``resumed_utc`` is appended to.
+    ``git_commit``); ``schema_version``, ``created_utc``, ``status``,
+    ``summary``, ``pid``/``host``/``heartbeat_utc`` are managed here.
+    ``fingerprint``: what changes a result; a resume with a different one
+    raises :class:`FingerprintMismatch` before anything is written.
     """
 
     def __init__(self, path: str | os.PathLike, meta: Mapping[str, Any] | None = None,
-                 resume: bool = True) -> None:
+                 resume: bool = True, fingerprint: Mapping[str, Any] | None = None) -> None:
         self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise ValueError(f"--out {str(self.path)!r} is a file, not a directory; choose a directory path")
         try:
             self.path.mkdir(parents=True, exist_ok=True)
             probe = self.path / ".write_probe"
@@ -137,22 +262,47 @@ class RunWriter:
         if self.resumed and not resume:
             raise ValueError(f"{existing} exists; pass resume=True or choose another directory")
         if self.resumed:
-            self.meta = json.loads(existing.read_text(encoding="utf-8"))
+            self.meta = read_meta(existing)
             if self.meta.get("schema_version") != SCHEMA_VERSION:
-                raise ValueError(f"{existing}: schema_version {self.meta.get('schema_version')!r}, "
-                                 f"expected {SCHEMA_VERSION}")
+                raise ValueError(f"{existing}: written with schema_version {self.meta.get('schema_version')}; "
+                                 f"resuming needs schema {SCHEMA_VERSION} (use --force-new or a new --out)")
+            st, _ = effective_status(self.meta)
+            if st == "running" and self.meta.get("pid") not in (None, os.getpid()):
+                raise ValueError(f"{existing}: another process (pid {self.meta.get('pid')}) is still writing this "
+                                 "run; wait for it or choose a new --out")
+            if fingerprint is not None and "fingerprint" in self.meta:
+                self.check_fingerprint(fingerprint)
             self.meta.setdefault("resumed_utc", []).append(utc_now())
+            self._drop_torn_lines()
             self._finished = self._read_finished()
             self._drop_unfinished_rows()
         else:
-            self.meta = {"schema_version": SCHEMA_VERSION, "created_utc": utc_now(), "summary": {}}
+            self.meta = {"schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex, "created_utc": utc_now(),
+                         "summary": {}, "config": {}}
             self._finished = set()
         for k, v in (meta or {}).items():
-            if k in ("schema_version", "created_utc", "summary", "status") and self.resumed:
+            if k in ("schema_version", "created_utc", "summary", "status", "run_id") and self.resumed:
                 continue
             self.meta[k] = v
-        self.meta["status"] = "running"
+        if fingerprint is not None:
+            self.meta["fingerprint"] = {**self.meta.get("fingerprint", {}), **dict(fingerprint)}
+        self.meta.update(status="running", pid=os.getpid(), host=socket.gethostname())
         self._write_meta()
+
+    # -- identity ------------------------------------------------------------------
+    def check_fingerprint(self, fingerprint: Mapping[str, Any]) -> None:
+        """Refuse (one line, nothing written) if ``fingerprint`` differs from the stored one on shared fields;
+        else record the new fields."""
+        old = self.meta.get("fingerprint", {})
+        shared_old = {k: old[k] for k in fingerprint if k in old}
+        shared_new = {k: fingerprint[k] for k in shared_old}
+        diff = fingerprint_diff(shared_old, shared_new)
+        if diff:
+            raise FingerprintMismatch(
+                f"{self.path}: refusing to resume a run measured differently ({'; '.join(diff)}); "
+                "use --force-new or a new --out")
+        if hasattr(self, "_finished"):
+            self.meta["fingerprint"] = {**old, **dict(fingerprint)}
 
     # -- cells ---------------------------------------------------------------------
     @property
@@ -171,25 +321,37 @@ class RunWriter:
 
     # -- tables --------------------------------------------------------------------
     def append(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
-        """Append rows (dicts with exactly the table's columns) to ``<table>.csv``."""
+        """Append rows (dicts with the table's columns; the schema-2 additions may be left out and are then
+        empty) to ``<table>.csv`` in one line-atomic write."""
         cols = _check_table(table)
-        rows = list(rows)
+        optional = set(_SCHEMA1_EXTRA.get(table, ()))
+        rows = [dict(r) for r in rows]
         for r in rows:
-            if set(r) != set(cols):
-                missing = sorted(set(cols) - set(r))
-                extra = sorted(set(r) - set(cols))
+            missing = sorted(set(cols) - set(r) - optional)
+            extra = sorted(set(r) - set(cols))
+            if missing or extra:
                 raise ValueError(f"{table}.csv row: missing columns {missing}, unknown columns {extra}")
+            for c in optional - set(r):  # schema-2 additions a writer may leave empty
+                r[c] = None
         if not rows:
             return 0
         f_path = self.path / f"{table}.csv"
         new = not f_path.exists() or f_path.stat().st_size == 0
-        with f_path.open("a", newline="", encoding="utf-8") as f:
-            w = csv.writer(f)
-            if new:
-                w.writerow(cols)
-            for r in rows:
-                w.writerow([_fmt(r[c]) for c in cols])
-            f.flush()
+        buf = io.StringIO()
+        w = csv.writer(buf, lineterminator="\n")
+        if new:
+            w.writerow(cols)
+        for r in rows:
+            w.writerow([_fmt(r[c]) for c in cols])
+        data = buf.getvalue().encode("utf-8")
+        fd = os.open(f_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(data)
+            while view:  # one write call for the whole block; loop only on a short write
+                n = os.write(fd, view)
+                view = view[n:]
+        finally:
+            os.close(fd)
         return len(rows)
 
     def has_rows(self, table: str) -> bool:
@@ -214,10 +376,24 @@ class RunWriter:
 
     @contextlib.contextmanager
     def recording(self) -> Iterator["RunWriter"]:
-        """Close the run ``complete`` on a normal exit, ``interrupted`` on Ctrl-C and
-        ``failed`` (with the error in ``run.json``) on any other exception, which is re-raised."""
+        """Close the run ``complete`` on a normal exit, ``interrupted`` on Ctrl-C or SIGTERM and
+        ``failed`` (with the error in ``run.json``) on any other exception, which is re-raised.
+        A :class:`FingerprintMismatch` restores ``run.json`` as it was before this writer opened it."""
+        before = {k: v for k, v in self.meta.items()}
+        prev = None
+        with contextlib.suppress(ValueError):  # not the main thread: no handler
+
+            def _term(_sig: int, _frame: Any) -> None:
+                raise Terminated("SIGTERM")
+
+            prev = signal.signal(signal.SIGTERM, _term)
         try:
             yield self
+        except FingerprintMismatch:
+            self.meta = before
+            self.meta["status"] = self._previous_status
+            self._write_meta()
+            raise
         except KeyboardInterrupt:
             self.close("interrupted")
             raise
@@ -225,23 +401,59 @@ class RunWriter:
             self.update(error=f"{type(e).__name__}: {e}")
             self.close("failed")
             raise
+        finally:
+            if prev is not None:
+                signal.signal(signal.SIGTERM, prev)
         self.close("complete")
 
     def _write_meta(self) -> None:
-        self.meta["n_finished_cells"] = len(self._finished)
-        _atomic_write_text(self.path / RUN_JSON, json.dumps(self.meta, indent=2, default=str) + "\n")
+        self.meta["n_finished_cells"] = len(getattr(self, "_finished", ()))
+        self.meta["heartbeat_utc"] = utc_now()
+        _atomic_write_text(self.path / RUN_JSON, strict_dumps(self.meta, indent=2) + "\n")
 
     # -- resume --------------------------------------------------------------------
+    @property
+    def _previous_status(self) -> str:
+        return getattr(self, "_prev_status", "interrupted")
+
+    def _drop_torn_lines(self) -> None:
+        """Drop an incomplete last line (no newline, or the wrong number of fields) of every table."""
+        self._prev_status = effective_status(self.meta)[0] or "interrupted"
+        for table, cols in TABLE_COLUMNS.items():
+            f_path = self.path / f"{table}.csv"
+            if not f_path.exists() or f_path.stat().st_size == 0:
+                continue
+            data = f_path.read_bytes()
+            keep = len(data)
+            if not data.endswith(b"\n"):
+                keep = data.rfind(b"\n") + 1
+            else:
+                last_start = data.rfind(b"\n", 0, len(data) - 1) + 1
+                if last_start > 0:
+                    last = data[last_start:].decode("utf-8", "replace")
+                    fields = next(csv.reader([last]), [])
+                    header = next(csv.reader([data[:data.find(b"\n")].decode("utf-8", "replace")]), [])
+                    if len(fields) != len(header):
+                        keep = last_start
+            if keep < len(data):
+                with f_path.open("r+b") as f:
+                    f.truncate(keep)
+
     def _read_finished(self) -> set[str]:
         f_path = self.path / "cells.csv"
         if not f_path.exists():
             return set()
         with f_path.open(newline="", encoding="utf-8") as f:
-            return {r["cell_id"] for r in csv.DictReader(f) if r.get("cell_id")}
+            rows = list(csv.reader(f))
+        if not rows:
+            return set()
+        header = rows[0]
+        i = header.index("cell_id")
+        return {r[i] for r in rows[1:] if len(r) == len(header) and r[i]}
 
     def _drop_unfinished_rows(self) -> None:
         for table, cols in TABLE_COLUMNS.items():
-            if "cell_id" not in cols or table == "cells":
+            if "cell_id" not in cols:
                 continue
             f_path = self.path / f"{table}.csv"
             if not f_path.exists():
@@ -252,20 +464,103 @@ class RunWriter:
                 continue
             header, body = rows[0], rows[1:]
             i = header.index("cell_id")
-            kept = [r for r in body if len(r) == len(header) and r[i] in self._finished]
+            seen: set[str] = set()
+            kept = []
+            for r in body:
+                if len(r) != len(header) or r[i] not in self._finished:
+                    continue
+                if table == "cells":  # a cell finished twice (a crash between two writes): keep the first
+                    if r[i] in seen:
+                        continue
+                    seen.add(r[i])
+                kept.append(r)
             if len(kept) == len(body):
                 continue
             fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".{table}.", suffix=".tmp")
             with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
-                w = csv.writer(f)
+                w = csv.writer(f, lineterminator="\n")
                 w.writerow(header)
                 w.writerows(kept)
             os.replace(tmp, f_path)
 
 
+def read_meta(f_path: Path) -> dict:
+    """``run.json`` parsed and checked (one-line ``ValueError`` naming the file)."""
+    try:
+        text = f_path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"{f_path}: cannot read: {e.strerror or e}") from None
+    try:
+        meta = json.loads(text, parse_constant=lambda c: None)  # a bare NaN (older writers) reads as null
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{f_path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{f_path}: expected a JSON object, got {type(meta).__name__}")
+    ver = meta.get("schema_version")
+    if not isinstance(ver, int) or isinstance(ver, bool):
+        raise ValueError(f"{f_path}: schema_version {ver!r} is not an integer; readable: "
+                         f"{', '.join(map(str, READABLE_SCHEMAS))}")
+    if ver > max(READABLE_SCHEMAS):
+        raise ValueError(f"{f_path}: schema_version {ver} is newer than this specscope reads "
+                         f"(up to {max(READABLE_SCHEMAS)}); upgrade specscope")
+    if ver not in READABLE_SCHEMAS:
+        raise ValueError(f"{f_path}: schema_version {ver} unknown; readable: {', '.join(map(str, READABLE_SCHEMAS))}")
+    for key, typ in (("status", str), ("config", dict), ("summary", dict), ("models", dict)):
+        if key in meta and meta[key] is not None and not isinstance(meta[key], typ):
+            raise ValueError(f"{f_path}: key {key!r} should be a JSON {'string' if typ is str else 'object'}, "
+                             f"got {type(meta[key]).__name__}")
+    for key in ("status", "config"):
+        if key not in meta:
+            raise ValueError(f"{f_path}: missing key {key!r} (not a complete run.json)")
+    if meta["status"] not in STATUSES:
+        raise ValueError(f"{f_path}: status {meta['status']!r} unknown; valid: {', '.join(STATUSES)}")
+    return meta
+
+
+def _read_table(f_path: Path, name: str, schema: int):
+    """Read and validate one CSV table: header columns, field counts per row, numeric columns."""
+    import pandas as pd
+
+    cols = TABLE_COLUMNS[name]
+    with f_path.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        return pd.DataFrame({c: [] for c in cols})
+    header = rows[0]
+    required = [c for c in cols if schema >= 2 or c not in _SCHEMA1_EXTRA.get(name, ())]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise ValueError(f"{f_path}: missing column(s) {', '.join(missing)}")
+    for i, r in enumerate(rows[1:], start=2):
+        if len(r) != len(header):
+            raise ValueError(f"{f_path}: line {i} has {len(r)} fields, the header has {len(header)} "
+                             "(a torn or corrupt row)")
+    df = pd.DataFrame(rows[1:], columns=header)
+    for c in df.columns:
+        if c in _BOOL_COLUMNS:
+            bad = ~df[c].isin(["true", "false", "True", "False", ""])
+            if bad.any():
+                j = int(bad.to_numpy().argmax())
+                raise ValueError(f"{f_path}: line {j + 2}, column {c}: {df[c].iloc[j]!r} is not true/false")
+            df[c] = df[c].map({"true": True, "True": True, "false": False, "False": False, "": None})
+        elif c not in _TEXT_COLUMNS and c in cols:
+            num = pd.to_numeric(df[c].replace("", None), errors="coerce")
+            bad = num.isna() & (df[c] != "")
+            if bad.any():
+                j = int(bad.to_numpy().argmax())
+                raise ValueError(f"{f_path}: line {j + 2}, column {c}: {df[c].iloc[j]!r} is not a number")
+            df[c] = num
+        else:
+            df[c] = df[c].replace("", None)
+    for c in cols:
+        if c not in df.columns:
+            df[c] = None
+    return df
+
+
 @dataclass(frozen=True)
 class Run:
-    """A run directory read back: ``meta`` is ``run.json``; tables load lazily."""
+    """A run directory read back: ``meta`` is ``run.json``; tables load lazily (validated)."""
 
     path: Path
     meta: dict
@@ -273,24 +568,39 @@ class Run:
 
     @property
     def summary(self) -> dict:
-        return self.meta.get("summary", {})
+        return self.meta.get("summary") or {}
+
+    @property
+    def schema_version(self) -> int:
+        return int(self.meta.get("schema_version", 1))
 
     @property
     def status(self) -> str:
-        return self.meta.get("status", "")
+        """The stored status, except ``interrupted`` for a ``running`` run whose writer is gone."""
+        return effective_status(self.meta)[0]
+
+    @property
+    def status_note(self) -> str:
+        return effective_status(self.meta)[1]
+
+    @property
+    def run_id(self) -> str:
+        """A stable identity: ``run_id`` (schema 2) or ``created_utc`` + command (schema 1)."""
+        return str(self.meta.get("run_id") or f"{self.meta.get('created_utc')}|{self.meta.get('command')}")
 
     def table(self, name: str):
-        """``<name>.csv`` as a pandas DataFrame (empty with the right columns if absent)."""
+        """``<name>.csv`` as a pandas DataFrame (empty with the right columns if absent).
+
+        Raises a one-line ``ValueError`` naming the file, line and column for a
+        torn row, a missing column or a value of the wrong type.
+        """
         import pandas as pd
 
         cols = _check_table(name)
         if name not in self._cache:
             f_path = self.path / f"{name}.csv"
             if f_path.exists() and f_path.stat().st_size > 0:
-                df = pd.read_csv(f_path)
-                for c in df.columns:
-                    if df[c].dtype == object and set(df[c].dropna().unique()) <= {"true", "false"}:
-                        df[c] = df[c].map({"true": True, "false": False})
+                df = _read_table(f_path, name, self.schema_version)
             else:
                 df = pd.DataFrame({c: [] for c in cols})
             self._cache[name] = df
@@ -302,15 +612,14 @@ class Run:
 
 
 def load_run(path: str | os.PathLike) -> Run:
-    """Read a run directory written by :class:`RunWriter`."""
+    """Read a run directory written by :class:`RunWriter` (schema 1 or 2); one-line ``ValueError`` if bad."""
     p = Path(path)
+    if not p.exists():
+        raise ValueError(f"run directory not found: {str(p)!r}")
     f_path = p / RUN_JSON
     if not f_path.exists():
         raise ValueError(f"{str(p)!r} is not a run directory (no {RUN_JSON})")
-    meta = json.loads(f_path.read_text(encoding="utf-8"))
-    if meta.get("schema_version") != SCHEMA_VERSION:
-        raise ValueError(f"{f_path}: schema_version {meta.get('schema_version')!r}, expected {SCHEMA_VERSION}")
-    return Run(path=p, meta=meta)
+    return Run(path=p, meta=read_meta(f_path))
 
 
 RunReader = load_run

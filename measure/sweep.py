@@ -1,32 +1,105 @@
-"""A measurement sweep: cells of (draft, γ policy, temperature, domain) into one run directory.
+"""The measurement sweep: cells of (draft [× head K], γ policy, temperature, domain) into one run directory.
 
-Per cell and prompt, the baseline, our speculative loop and the peer
-(transformers' assisted generation) run back to back — their order alternating
-from prompt to prompt — so drift hits all alike. Warm-ups run before a cell's
-counted generations and are never recorded. Each finished cell is on disk
-before the next starts; a re-run into the same directory skips finished cells.
+One pipeline for every cell, whatever the draft or engine (:func:`run_cell`):
+
+* **Interleaving and repeats.** For every prompt of the cell, the baseline,
+  our speculative loop and the peer (the engine's own speculative decoding)
+  run back to back in a rotating order (ABC, BCA, CAB, …, continuing across
+  prompts and repeats), ``repeats`` times. Each mode is warmed up before the
+  cell's counted generations; warm-ups are never recorded.
+* **One estimator** (:mod:`measure.stats`): speedup = mean tokens/s of the
+  method / mean tokens/s of the baseline over the cell's (prompt, repeat)
+  pairs, with a paired-bootstrap 95% CI; every tokens/s has its CI.
+* **Noise.** A cell whose baseline (normalised per prompt, in measured order)
+  varies or drifts beyond the thresholds is flagged ``unstable`` with the
+  reason in words; ``until_stable`` re-measures such a cell up to N times.
+* **Records.** A cell's rows are held in memory and written when it finishes
+  (its ``cells.csv`` row last), so an interruption loses only the unfinished
+  cell. Every generation's token ids are saved (``generations.csv``
+  ``tokens``), so losslessness and acceptance recompute from the files.
+* **Identity.** The run's fingerprint (models and file hashes, dtype, device,
+  engine and options, prompts and their selection, max tokens, seed,
+  versions, hardware) decides whether a resume may append
+  (:class:`measure.records.RunWriter`).
+
+The sweep reaches models only through an engine (:func:`measure.engines.make_engine`).
+The pruned-head K sweep (:mod:`measure.head_sweep`) calls :func:`run_cell` too,
+with a pruned draft and its ``head_k``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import json
+import os
 import math
 import platform
+import random
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
-from measure import records
-from measure.decoding import (acceptance_trace, autoregressive_generate, crop_cache, forward_logits, new_cache,
-                              proposal_runs, speculative_generate)
-from measure.drafts import NGramDraft, draft_kind, make_draft
-from measure.models import LoadedModel, load_model, resolve_device, resolve_dtype
-from measure.prompts import DOMAINS, encode_prompt, load_prompts
+from measure import records, stats
+from measure.decoding import acceptance_trace, autoregressive_generate, proposal_runs, speculative_generate
+from measure.engines import make_engine
+from measure.engines.base import CACHES, ENGINES, EngineOptions
+from measure.models import resolve_device, resolve_dtype
+from measure.prompts import DOMAINS, Prompt, file_sha256, load_prompts, load_prompts_file
 from measure.timing import Timer
 from sim.policies import make_policy
+
+#: Upper bounds (a larger value is a typo, not an experiment on this tool's scale).
+MAX_REPEATS = 1000
+MAX_NEW_TOKENS = 100_000
+MAX_PROMPT_TOKENS = 1_000_000
+MAX_GAMMA = 64
+MODES = ("baseline", "speculative", "peer")
+
+
+def check_draft_spec(spec: str) -> str:
+    """Validate a draft spec without loading anything → the spec; one-line ``ValueError`` naming it.
+
+    Uses :func:`measure.drafts.parse_draft_spec` where that exists (branch
+    ``fast``); otherwise checks the forms here: ``ngram[:N]`` (N 1..64),
+    ``early:N`` (N >= 1), ``layers:a-b,c`` (a <= b), ``model:<spec>`` (not
+    empty), ``int8``, ``bf16``, ``fp16``.
+    """
+    from measure import drafts
+
+    parser = getattr(drafts, "parse_draft_spec", None)
+    if parser is not None:
+        parser(spec)
+        return spec
+    forms = "ngram[:N] (N 1..64), early:N, layers:a-b[;c], model:<spec>, int8, bf16, fp16"
+    text = str(spec).strip()
+    kind, _, arg = text.partition(":")
+    if not text:
+        raise ValueError(f"--draft {spec!r}: empty draft spec; valid: {forms}")
+    if kind not in drafts.DRAFT_KINDS:
+        raise ValueError(f"--draft {spec!r}: unknown draft kind {kind!r}; valid: {forms}")
+    if kind == "ngram" and arg:
+        n = arg.split(":")[0]
+        if not n.isdigit() or not 1 <= int(n) <= 64:
+            raise ValueError(f"--draft {spec!r}: ngram size must be an integer in 1..64; valid: {forms}")
+    elif kind == "early" and (not arg.isdigit() or int(arg) < 1):
+        raise ValueError(f"--draft {spec!r}: early:N needs an integer N >= 1; valid: {forms}")
+    elif kind == "layers":
+        parts = [x.strip() for x in arg.split(",")]
+        for part in parts:
+            a, dash, b = part.partition("-")
+            if not a.isdigit() or (dash and not b.isdigit()) or (dash and int(a) > int(b)):
+                raise ValueError(f"--draft {spec!r}: layers:a-b needs integer ranges with a <= b, e.g. "
+                                 f"layers:0-5,10; valid: {forms}")
+    elif kind == "model" and not arg.strip():
+        raise ValueError(f"--draft {spec!r}: model: needs a model spec after the colon; valid: {forms}")
+    elif kind in ("int8", "bf16", "fp16") and arg:
+        raise ValueError(f"--draft {spec!r}: {kind} takes no argument; valid: {forms}")
+    return spec
 
 
 @dataclass(frozen=True)
@@ -37,8 +110,8 @@ class SweepConfig:
     drafts: tuple[str, ...] = ("ngram:3",)
     gammas: tuple[str, ...] = ("fixed:4",)
     temperatures: tuple[float, ...] = (0.0,)
-    domains: tuple[str, ...] = DOMAINS
-    prompts_per_domain: int = 2
+    domains: tuple[str, ...] | None = None
+    prompts_per_domain: int | None = 2
     max_new_tokens: int = 64
     max_prompt_tokens: int = 256
     device: str = "auto"
@@ -51,34 +124,91 @@ class SweepConfig:
     cost_max_tokens: int = 16
     cost_contexts: tuple[int, ...] = (64, 160, 256)
     cost_repeats: int = 5
+    repeats: int = 2
+    cv_threshold: float = stats.CV_THRESHOLD
+    drift_threshold: float = stats.DRIFT_THRESHOLD
+    until_stable: int = 0
+    engine: str = "transformers"
+    threads: int | None = None
+    cache: str = "static"
+    compile: bool = False
+    prompts_file: str | None = None
 
     def __post_init__(self) -> None:
         if not self.drafts:
-            raise ValueError("need at least one draft")
+            raise ValueError("--draft: need at least one draft")
         for d in self.drafts:
-            draft_kind(d)
-        for g in self.gammas:
-            make_policy(g)
+            check_draft_spec(d)
         if not self.gammas:
-            raise ValueError("need at least one gamma")
+            raise ValueError("--gamma: need at least one γ")
+        for g in self.gammas:
+            pol = make_policy(g)
+            if not 1 <= pol.initial_gamma <= MAX_GAMMA:
+                raise ValueError(f"--gamma {g!r}: γ must be in 1..{MAX_GAMMA}")
         for t in self.temperatures:
-            if not float(t) >= 0:
-                raise ValueError(f"temperature must be >= 0, got {t}")
-        for d in self.domains:
-            if d not in DOMAINS:
-                raise ValueError(f"unknown domain {d!r}; valid: {', '.join(DOMAINS)}")
-        for name in ("prompts_per_domain", "max_new_tokens", "max_prompt_tokens", "cost_max_tokens",
-                     "cost_repeats"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.warmup < 0:
-            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
-        if any(c < 1 for c in self.cost_contexts):
-            raise ValueError(f"cost contexts must be >= 1, got {self.cost_contexts}")
+            if not (math.isfinite(float(t)) and float(t) >= 0):
+                raise ValueError(f"--temperature {t}: must be a finite number >= 0")
+        if self.prompts_file is None:
+            for d in self.domains or DOMAINS:
+                if d not in DOMAINS:
+                    raise ValueError(f"--domains {d!r}: unknown domain; valid: {', '.join(DOMAINS)}")
+        bounds = {"max_new_tokens": MAX_NEW_TOKENS, "max_prompt_tokens": MAX_PROMPT_TOKENS, "cost_max_tokens": 1024,
+                  "cost_repeats": MAX_REPEATS, "repeats": MAX_REPEATS}
+        for name, hi in bounds.items():
+            v = getattr(self, name)
+            if not 1 <= v <= hi:
+                raise ValueError(f"--{name.replace('_', '-')} {v}: must be an integer in 1..{hi}")
+        if self.prompts_per_domain is not None and not 1 <= self.prompts_per_domain <= 10_000:
+            raise ValueError(f"--prompts {self.prompts_per_domain}: must be an integer in 1..10000")
+        if not 0 <= self.warmup <= 100:
+            raise ValueError(f"--warmup {self.warmup}: must be an integer in 0..100")
+        if not 0 <= self.until_stable <= 100:
+            raise ValueError(f"--until-stable {self.until_stable}: must be an integer in 0..100")
+        for name in ("cv_threshold", "drift_threshold"):
+            v = getattr(self, name)
+            if not (math.isfinite(v) and 0 < v <= 10):
+                raise ValueError(f"--{name.replace('_', '-')} {v}: must be a number in (0, 10] (a fraction, "
+                                 "0.1 = 10%)")
+        if any(not 1 <= c <= MAX_PROMPT_TOKENS for c in self.cost_contexts) or not self.cost_contexts:
+            raise ValueError(f"--cost-contexts {self.cost_contexts}: need integers in 1..{MAX_PROMPT_TOKENS}")
+        if self.engine not in ENGINES:
+            raise ValueError(f"--engine {self.engine!r}: unknown; valid: {', '.join(ENGINES)}")
+        if self.cache not in CACHES:
+            raise ValueError(f"--cache {self.cache!r}: unknown; valid: {', '.join(CACHES)}")
+        if self.threads is not None and not 1 <= self.threads <= 1024:
+            raise ValueError(f"--threads {self.threads}: must be an integer in 1..1024")
         resolve_dtype(self.dtype)
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def gamma_max(self) -> int:
+        return max(make_policy(g).initial_gamma for g in self.gammas)
+
+
+def select_prompts(config: SweepConfig) -> tuple[dict[str, list[Prompt]], dict]:
+    """The evaluation prompts by domain, and what selected them (for ``run.json`` and the fingerprint)."""
+    if config.prompts_file:
+        prompts, fmt = load_prompts_file(config.prompts_file)
+        doms = list(dict.fromkeys(p.domain for p in prompts))
+        if config.domains:
+            unknown = [d for d in config.domains if d not in doms]
+            if unknown:
+                raise ValueError(f"--domains {','.join(unknown)}: not in --prompts-file (its domains: "
+                                 f"{', '.join(doms)})")
+            doms = list(config.domains)
+        by = {d: [p for p in prompts if p.domain == d][:config.prompts_per_domain or None] for d in doms}
+        sel = {"source": "file", "file": str(config.prompts_file), "format": fmt,
+               "sha256": file_sha256(config.prompts_file)}
+    else:
+        doms = list(config.domains or DOMAINS)
+        by = {d: load_prompts(d, config.prompts_per_domain or 2, config.seed) for d in doms}
+        sel = {"source": "builtin", "seed": config.seed}
+    texts = hashlib.sha256("\n\x00".join(p.prompt_id + "\x00" + p.message for ps in by.values()
+                                         for p in ps).encode()).hexdigest()
+    sel.update(prompt_ids=[p.prompt_id for ps in by.values() for p in ps], texts_sha256=texts)
+    return by, sel
 
 
 # -- environment ----------------------------------------------------------------------------
@@ -116,123 +246,463 @@ def environment(device: str) -> tuple[dict, dict, str | None]:
 
 
 # -- cost curves ----------------------------------------------------------------------------
-def measure_cost_curves(target: LoadedModel, drafts: list[Any], timer: Timer, contexts: tuple[int, ...],
-                        max_tokens: int, repeats: int, seed: int) -> tuple[list[dict], list[dict]]:
-    """Target forward ms vs tokens verified (1..max_tokens) and context; draft step ms vs context."""
+@torch.inference_mode()
+def measure_cost_curves(target: Any, drafts: list[Any], timer: Timer, contexts: tuple[int, ...],
+                        max_tokens: int, repeats: int, seed: int,
+                        draft_labels: list[tuple[str, int | None]] | None = None) -> tuple[list[dict], list[dict]]:
+    """Target forward ms per (tokens verified 1..max_tokens, context) and draft step ms per context.
+
+    Timed through the engine seam (``target.new_decoder()``: forward ``n``
+    tokens after ``c`` cached, roll back to ``c``; a draft's ``propose`` of one
+    token after ``start``), with the repeats **interleaved**: every repeat
+    visits all (context, n) points in a fresh seeded random order, so a CPU
+    switching between sticky slow and fast modes spreads over all points
+    instead of biasing one block. One untimed warm-up pass comes first.
+    """
     g = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
     dev = target.device
-    t_rows, d_rows = [], []
+    ids = torch.randint(0, target.vocab_size, (1, max(contexts) + max_tokens + 1), generator=g).to(dev)  # [1, C+K]
+    decs = {}
     for ctx in contexts:
-        ids = torch.randint(0, target.vocab_size, (1, ctx + max_tokens), generator=g).to(dev)  # [1, C+K]
-        cache = new_cache()
-        forward_logits(target.model, ids[:, :ctx], cache)
-        for n in range(1, max_tokens + 1):
+        d = target.new_decoder()
+        d.forward(ids[:, :ctx], last_only=True)
+        decs[ctx] = d
+    points = [(ctx, n) for ctx in contexts for n in range(1, max_tokens + 1)]
+    t_rows: list[dict] = []
+    for rep in range(-1, repeats):  # -1: warm-up pass, not recorded
+        order = list(points)
+        rng.shuffle(order)
+        for ctx, n in order:
+            dec = decs[ctx]
             x = ids[:, ctx:ctx + n]  # [1, n]
-            ms = timer.bench(lambda: forward_logits(target.model, x, cache), warmup=1, repeats=repeats,
-                             setup=lambda: crop_cache(cache, ctx))
-            t_rows += [{"n_tokens": n, "context_tokens": ctx, "repeat": i, "ms": m} for i, m in enumerate(ms)]
-        for d in drafts:
-            if isinstance(d, NGramDraft):
-                ms = timer.bench(lambda: d.propose(ids[:, :ctx], 4, 0.0, None), warmup=1, repeats=repeats)
-            else:
-                dc = new_cache()
-                forward_logits(d.model, ids[:, :ctx], dc)
-                ms = timer.bench(lambda: forward_logits(d.model, ids[:, ctx:ctx + 1], dc), warmup=1,
-                                 repeats=repeats, setup=lambda: crop_cache(dc, ctx))
-            d_rows += [{"draft": d.name, "head_k": None, "context_tokens": ctx, "repeat": i, "ms": m}
-                       for i, m in enumerate(ms)]
+            with timer.span() as s:
+                dec.forward(x)
+            dec.rollback(ctx)
+            if rep >= 0:
+                t_rows.append({"n_tokens": n, "context_tokens": ctx, "repeat": rep, "ms": s.ms})
+    del decs
+    labels = draft_labels or [(d.name, None) for d in drafts]
+    d_rows: list[dict] = []
+    dpoints = [(i, ctx) for i in range(len(drafts)) for ctx in contexts]
+    for rep in range(-1, repeats):
+        order = list(dpoints)
+        rng.shuffle(order)
+        for i, ctx in order:
+            d = drafts[i]
+            d.start(ids[:, :ctx])
+            tokens = ids[:, :ctx + 1]  # one uncached token → one draft step
+            with timer.span() as s:
+                d.propose(tokens, 1, 0.0, None)
+            d.rollback(ctx)
+            if rep >= 0:
+                d_rows.append({"draft": labels[i][0], "head_k": labels[i][1], "context_tokens": ctx, "repeat": rep,
+                               "ms": s.ms})
     return t_rows, d_rows
 
 
-# -- peer: transformers' assisted generation --------------------------------------------------
-def peer_generate(target: LoadedModel, draft: Any, input_ids: torch.Tensor, policy_spec: str,
-                  temperature: float, max_new_tokens: int, seed: int, timer: Timer) -> tuple[tuple[int, ...], float]:
-    """The same pair through ``model.generate(assistant_model=...)`` → (new tokens, wall seconds)."""
-    pol = make_policy(policy_spec)
-    kw: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=temperature > 0,
-                              attention_mask=torch.ones_like(input_ids))
-    if temperature > 0:
-        kw.update(temperature=temperature, top_k=0, top_p=1.0)
-    eos = list(target.eos_token_ids)
-    kw.update(eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
-    if isinstance(draft, NGramDraft):
-        kw.update(prompt_lookup_num_tokens=pol.initial_gamma, max_matching_ngram_size=draft.max_ngram)
-    else:
-        gc = draft.model.generation_config
-        gc.num_assistant_tokens = pol.initial_gamma
-        gc.num_assistant_tokens_schedule = "heuristic" if policy_spec.startswith("heuristic") else "constant"
-        gc.assistant_confidence_threshold = 0.0
-        kw.update(assistant_model=draft.model)
-    devices = [torch.device(target.device).index or 0] if target.device.startswith("cuda") else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        t0 = timer.now_s()
-        with torch.inference_mode():
-            out = target.model.generate(input_ids, **kw)  # [1, S + new]
-        wall_s = timer.now_s() - t0
-    return tuple(int(t) for t in out[0, input_ids.shape[1]:].tolist()), wall_s
+# -- one cell ---------------------------------------------------------------------------------
+@dataclass
+class CellContext:
+    """What every cell of a sweep shares: where it writes, the engine and target, the prompts."""
 
-
-# -- the sweep --------------------------------------------------------------------------------
-def _rate(num: float, den: float) -> float | None:
-    return num / den if den else None
-
-
-def summarize(cells: list[dict], synthetic: bool) -> dict:
-    """``run.json`` summary: the best cell (highest speedup) plus sweep-wide flags."""
-    if not cells:
-        return {}
-    def _f(x: Any) -> float:
-        try:
-            v = float(x)
-        except (TypeError, ValueError):
-            return -math.inf
-        return v if not math.isnan(v) else -math.inf
-    best = max(cells, key=lambda c: _f(c["speedup"]))
-    greedy = [c for c in cells if float(c["temperature"]) == 0]
-    keys = ("tokens_per_s_baseline", "tokens_per_s_speculative", "tokens_per_s_peer", "speedup",
-            "acceptance_rate", "mean_accepted_per_round", "outputs_identical")
-    out = {k: best[k] for k in keys}
-    out.update(best_cell=best["cell_id"], n_cells=len(cells), synthetic=synthetic,
-               all_greedy_outputs_identical=all(c["outputs_identical"] in (True, "true", "True") for c in greedy)
-               if greedy else None)
-    if synthetic:
-        out["note"] = "synthetic (random-weight) models: timing only; acceptance is not a measurement"
-    return out
+    writer: records.RunWriter
+    engine: Any
+    target: Any
+    config: SweepConfig
+    timer: Timer
+    prompts: dict[str, list[Prompt]]
+    enc: dict[str, torch.Tensor]
+    bar: Any = None
+    peer_ok: dict = field(default_factory=dict)
 
 
 def _gen(seed: int, index: int, device: str) -> torch.Generator:
     return torch.Generator(device=device).manual_seed(seed * 1_000_003 + index)
 
 
+def rotation(index: int, modes: tuple[str, ...]) -> tuple[str, ...]:
+    """The order of the ``index``-th (prompt, repeat) visit: ABC, BCA, CAB, ABC, …"""
+    k = index % len(modes)
+    return modes[k:] + modes[:k]
+
+
+def _ids_text(tokens: tuple[int, ...] | list[int]) -> str:
+    return " ".join(str(int(t)) for t in tokens)
+
+
+def parse_tokens(text: Any) -> tuple[int, ...]:
+    """Token ids from a ``generations.csv`` ``tokens`` field (space-separated)."""
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return ()
+    return tuple(int(t) for t in str(text).split())
+
+
+def _warm(ctx: CellContext, draft: Any, policy_spec: str, temp: float, modes: tuple[str, ...]) -> None:
+    cfg, t = ctx.config, ctx.target
+    ids = ctx.enc[next(iter(ctx.enc))]
+    n = min(8, cfg.max_new_tokens)
+    for _ in range(cfg.warmup):
+        for mode in modes:
+            g = _gen(cfg.seed, -1, t.device)
+            if mode == "baseline":
+                autoregressive_generate(t, ids, temp, n, g, t.eos_token_ids, ctx.timer)
+            elif mode == "speculative":
+                speculative_generate(t, draft, ids, make_policy(policy_spec), temp, n, g, t.eos_token_ids, ctx.timer)
+            else:
+                ctx.engine.peer_generate(t, draft, ids, make_policy(policy_spec).initial_gamma, temp, n, cfg.seed)
+
+
+def _measure_once(ctx: CellContext, cid: str, draft: Any, policy_spec: str, temp: float, domain: str,
+                  modes: tuple[str, ...]) -> tuple[list[dict], list[dict], list[dict], dict]:
+    """The counted generations of a cell: (generation rows, round rows, latency rows, per-pair series)."""
+    cfg, t, timer = ctx.config, ctx.target, ctx.timer
+    prompts = ctx.prompts[domain]
+    gen_rows: list[dict] = []
+    round_rows: list[dict] = []
+    lat_rows: list[dict] = []
+    series: dict[str, list] = {"prompt": [], "base": [], "spec": [], "peer": [], "base_order": []}
+    peer_counts = [0, 0]
+    visit = 0
+    for rep in range(cfg.repeats):
+        for pi, p in enumerate(prompts):
+            ids = ctx.enc[p.prompt_id]  # [1, S]
+            seed_i = cfg.seed * 7919 + pi
+            res: dict[str, dict] = {}
+            for pos, mode in enumerate(rotation(visit, modes)):
+                timer.reset_peak_memory()
+                if mode == "baseline":
+                    r = autoregressive_generate(t, ids, temp, cfg.max_new_tokens, _gen(seed_i, rep, t.device),
+                                                t.eos_token_ids, timer)
+                    res[mode] = dict(tokens=r.tokens, wall=r.wall_s, ttft=r.ttft_ms, lat=r.token_latency_ms,
+                                     rounds=(), drafted=None, accepted=None, n_rounds=None, pos=pos)
+                elif mode == "speculative":
+                    r = speculative_generate(t, draft, ids, make_policy(policy_spec), temp, cfg.max_new_tokens,
+                                             _gen(seed_i, rep, t.device), t.eos_token_ids, timer)
+                    res[mode] = dict(tokens=r.tokens, wall=r.wall_s, ttft=r.ttft_ms, lat=r.token_latency_ms,
+                                     rounds=r.rounds, drafted=r.drafted, accepted=r.accepted,
+                                     n_rounds=len(r.rounds), pos=pos)
+                else:
+                    pr = ctx.engine.peer_generate(t, draft, ids, make_policy(policy_spec).initial_gamma, temp,
+                                                  cfg.max_new_tokens, seed_i + rep)
+                    if pr is None:
+                        continue
+                    res[mode] = dict(tokens=pr.tokens, wall=pr.wall_s, ttft=None, lat=(), rounds=(),
+                                     drafted=pr.drafted, accepted=pr.accepted, n_rounds=pr.rounds, pos=pos)
+                    if pr.drafted is not None and pr.accepted is not None:
+                        peer_counts[0] += pr.drafted
+                        peer_counts[1] += pr.accepted
+                res[mode]["peak"] = timer.peak_memory_bytes()
+            visit += 1
+            base_toks = res["baseline"]["tokens"]
+            for mode, r in res.items():
+                same = None if temp != 0 or mode == "baseline" else tuple(r["tokens"]) == tuple(base_toks)
+                n = len(r["tokens"])
+                gen_rows.append({"cell_id": cid, "prompt_id": p.prompt_id, "domain": domain, "mode": mode,
+                                 "prompt_tokens": int(ids.shape[1]), "new_tokens": n, "wall_s": r["wall"],
+                                 "tokens_per_s": n / r["wall"] if r["wall"] > 0 else None, "ttft_ms": r["ttft"],
+                                 "peak_mem_bytes": r["peak"], "outputs_identical": same, "repeat": rep,
+                                 "order": r["pos"], "drafted": r["drafted"], "accepted": r["accepted"],
+                                 "n_rounds": r["n_rounds"], "tokens": _ids_text(r["tokens"])})
+                lat_rows += [{"cell_id": cid, "prompt_id": p.prompt_id, "mode": mode, "token_index": i,
+                              "latency_ms": v, "repeat": rep} for i, v in enumerate(r["lat"])]
+            round_rows += [{"cell_id": cid, "prompt_id": p.prompt_id, **asdict(rr), "repeat": rep}
+                           for rr in res["speculative"]["rounds"]]
+            tps = {m: (len(r["tokens"]) / r["wall"] if r["wall"] > 0 else float("nan")) for m, r in res.items()}
+            series["prompt"].append(p.prompt_id)
+            series["base"].append(tps["baseline"])
+            series["spec"].append(tps["speculative"])
+            series["peer"].append(tps.get("peer", float("nan")))
+            if ctx.bar is not None:
+                ctx.bar.update(1)
+    series["peer_counts"] = peer_counts
+    return gen_rows, round_rows, lat_rows, series
+
+
+def run_cell(ctx: CellContext, draft: Any, policy_spec: str, temp: float, domain: str,
+             head_k: int | None = None, draft_label: str | None = None,
+             on_attempt: Callable[[str], None] | None = None) -> dict:
+    """Measure one cell (module docstring) and write it; returns its ``cells.csv`` row.
+
+    ``draft_label`` names the draft in the records (the head sweep's
+    ``<draft>+<variant>``); ``head_k`` the kept vocabulary of a pruned head.
+    """
+    cfg, t = ctx.config, ctx.target
+    policy = make_policy(policy_spec)
+    name = draft_label or draft.name
+    cid = records.cell_id(name, policy.spec(), temp, domain, head_k)
+    peer = cfg.peer and ctx.peer_ok.get(name, True)
+    modes = MODES if peer else MODES[:2]
+    try:
+        _warm(ctx, draft, policy_spec, temp, modes)
+    except Exception as e:  # a peer that cannot run this pair is recorded, not fatal
+        if not peer:
+            raise
+        errs = dict(ctx.writer.meta.get("peer_errors", {}))
+        errs[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        ctx.writer.update(peer_errors=errs)
+        ctx.peer_ok[name] = False
+        modes = MODES[:2]
+        _warm(ctx, draft, policy_spec, temp, modes)
+    attempt = 0
+    while True:
+        attempt += 1
+        gen_rows, round_rows, lat_rows, series = _measure_once(ctx, cid, draft, policy_spec, temp, domain, modes)
+        stab = stats.stability(stats.normalise_per_prompt(series["prompt"], series["base"]), cfg.cv_threshold,
+                               cfg.drift_threshold)
+        if not stab.unstable or attempt > cfg.until_stable:
+            break
+        if on_attempt:
+            on_attempt(f"cell {cid} unstable ({stab.reason}); re-measuring (attempt {attempt + 1} of "
+                       f"{cfg.until_stable + 1})")
+    seed = cfg.seed
+    sp = stats.speedup_ci(series["base"], series["spec"], seed)
+    pe = stats.speedup_ci(series["base"], series["peer"], seed) if "peer" in modes else stats.Estimate(None, None, None)
+    tb, ts = stats.mean_ci(series["base"], seed), stats.mean_ci(series["spec"], seed)
+    tp = stats.mean_ci(series["peer"], seed) if "peer" in modes else stats.Estimate(None, None, None)
+    spec_rows = [r for r in gen_rows if r["mode"] == "speculative"]
+    drafted = sum(r["drafted"] or 0 for r in spec_rows)
+    accepted = sum(r["accepted"] or 0 for r in spec_rows)
+    n_rounds = sum(r["n_rounds"] or 0 for r in spec_rows)
+    same = [r["outputs_identical"] for r in gen_rows if r["mode"] == "speculative" and r["outputs_identical"] is not None]
+    pc = series["peer_counts"]
+    row = {"cell_id": cid, "draft": name, "gamma_policy": policy.spec(), "gamma": policy.initial_gamma,
+           "temperature": temp, "domain": domain, "head_k": head_k, "n_prompts": len(ctx.prompts[domain]),
+           "new_tokens": sum(r["new_tokens"] for r in spec_rows),
+           "tokens_per_s_baseline": tb.value, "tokens_per_s_speculative": ts.value, "tokens_per_s_peer": tp.value,
+           "speedup": sp.value, "acceptance_rate": accepted / drafted if drafted else None,
+           "mean_accepted_per_round": accepted / n_rounds if n_rounds else None, "n_rounds": n_rounds,
+           "outputs_identical": all(same) if same else None,
+           "synthetic": bool(t.synthetic or getattr(draft, "synthetic", False)),
+           "repeats": cfg.repeats, "speedup_lo": sp.lo, "speedup_hi": sp.hi,
+           "tokens_per_s_baseline_lo": tb.lo, "tokens_per_s_baseline_hi": tb.hi,
+           "tokens_per_s_speculative_lo": ts.lo, "tokens_per_s_speculative_hi": ts.hi,
+           "tokens_per_s_peer_lo": tp.lo, "tokens_per_s_peer_hi": tp.hi,
+           "speedup_peer": pe.value, "speedup_peer_lo": pe.lo, "speedup_peer_hi": pe.hi,
+           "peer_acceptance_rate": pc[1] / pc[0] if pc[0] else None,
+           "baseline_cv": stab.cv, "baseline_drift": stab.drift, "unstable": stab.unstable,
+           "unstable_reason": stab.reason or None, "attempts": attempt}
+    trace_rows: list[dict] = []
+    # every cell records the (γ-independent) trace of its prompts, so a calibration that holds
+    # a cell out still has the trace from the cells it trains on
+    if cfg.traces:
+        for p in ctx.prompts[domain]:
+            ids = ctx.enc[p.prompt_id]
+            base = next(parse_tokens(r["tokens"]) for r in gen_rows
+                        if r["mode"] == "baseline" and r["prompt_id"] == p.prompt_id and r["repeat"] == 0)
+            full = torch.cat([ids, torch.tensor([list(base)], device=ids.device)], dim=1)  # [1, S+n]
+            vals = acceptance_trace(t, draft, full, int(ids.shape[1]), temp)
+            if temp == 0:
+                proposed, runs = proposal_runs(draft, full, int(ids.shape[1]), vals)
+            else:  # sampled outputs depend on γ: no γ-free proposal runs
+                proposed = runs = [None] * len(vals)
+            trace_rows += [{"cell_id": cid, "draft": name, "temperature": temp, "domain": domain,
+                            "prompt_id": p.prompt_id, "position": i, "value": v, "proposed": proposed[i],
+                            "accept_run": runs[i]} for i, v in enumerate(vals)]
+    w = ctx.writer
+    w.append("generations", gen_rows)
+    w.append("token_latency", lat_rows)
+    w.append("rounds", round_rows)
+    w.append("traces", trace_rows)
+    w.finish_cell(row)
+    return row
+
+
+# -- summary ----------------------------------------------------------------------------------
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def cell_estimate(c: dict) -> stats.Estimate:
+    """The speedup of a ``cells.csv`` row with its CI."""
+    return stats.Estimate(_num(c.get("speedup")), _num(c.get("speedup_lo")), _num(c.get("speedup_hi")))
+
+
+def _is_true(v: Any) -> bool:
+    return v is True or str(v).lower() == "true"
+
+
+def unstable_message(c: dict) -> str:
+    """``cell … unstable: <reason>; re-run on a quiet machine or with --repeats``."""
+    return (f"cell {c['cell_id']} unstable: {c.get('unstable_reason') or 'baseline noisy'}; re-run on a quiet "
+            "machine or with more --repeats")
+
+
+def summarize(cells: list[dict], synthetic: bool) -> dict:
+    """``run.json`` summary: per draft the geometric-mean speedup with its CI, the best cell with its CI
+    (and a note when that CI includes 1.0 or overlaps the runner-up's), and the unstable cells in words.
+
+    No headline maximum: the best of several noisy cells is reported only with its interval.
+    """
+    if not cells:
+        return {}
+    per_draft: dict[str, dict] = {}
+    for draft in dict.fromkeys(str(c["draft"]) for c in cells):
+        mine = [c for c in cells if str(c["draft"]) == draft]
+        gm = stats.geomean_ci([cell_estimate(c) for c in mine])
+        ranked = sorted((c for c in mine if cell_estimate(c).value is not None),
+                        key=lambda c: -cell_estimate(c).value)  # type: ignore[operator]
+        entry: dict[str, Any] = {"n_cells": len(mine), "geomean_speedup": gm.value, "geomean_speedup_lo": gm.lo,
+                                 "geomean_speedup_hi": gm.hi,
+                                 "n_unstable": sum(_is_true(c.get("unstable")) for c in mine)}
+        if ranked:
+            best = ranked[0]
+            be = cell_estimate(best)
+            notes = []
+            if be.contains(1.0):
+                notes.append("its 95% CI includes 1.0 (no measurable speedup)")
+            if len(ranked) > 1:
+                ov = stats.overlaps(be, cell_estimate(ranked[1]))
+                if ov:
+                    notes.append(f"its CI overlaps the runner-up's ({ranked[1]['cell_id']}): not distinguishable")
+            if _is_true(best.get("unstable")):
+                notes.append("it is flagged unstable")
+            entry.update(best_cell=best["cell_id"], best_speedup=be.value, best_speedup_lo=be.lo,
+                         best_speedup_hi=be.hi, best_note="; ".join(notes) or None)
+        per_draft[draft] = entry
+    greedy = [c for c in cells if float(c["temperature"]) == 0]
+    unstable = [c for c in cells if _is_true(c.get("unstable"))]
+    out: dict[str, Any] = {
+        "estimator": "speedup = mean tokens/s (method) / mean tokens/s (baseline) over (prompt, repeat) pairs; "
+                     "95% CI: paired bootstrap (scipy.stats.bootstrap, BCa), seeded",
+        "drafts": per_draft, "n_cells": len(cells), "n_unstable": len(unstable),
+        "unstable": [unstable_message(c) for c in unstable], "synthetic": synthetic,
+        "all_greedy_outputs_identical": all(_is_true(c["outputs_identical"]) for c in greedy) if greedy else None}
+    if synthetic:
+        out["note"] = "synthetic (random-weight) models: timing only; acceptance is not a measurement"
+    return out
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """The summary in words, one line per draft plus one per unstable cell."""
+    lines = []
+    for draft, e in (summary.get("drafts") or {}).items():
+        gm = stats.Estimate(e.get("geomean_speedup"), e.get("geomean_speedup_lo"), e.get("geomean_speedup_hi"))
+        line = f"{draft}: geometric-mean speedup {gm.as_text(3)} over {e['n_cells']} cells"
+        if e.get("best_cell"):
+            be = stats.Estimate(e.get("best_speedup"), e.get("best_speedup_lo"), e.get("best_speedup_hi"))
+            line += f"; best cell {e['best_cell']} {be.as_text(3)}"
+            if e.get("best_note"):
+                line += f" — {e['best_note']}"
+        line += f"; {e['n_unstable']} unstable"
+        lines.append(line)
+    lines += summary.get("unstable") or []
+    return lines
+
+
+# -- run identity -----------------------------------------------------------------------------
+def _model_files_sha256(source: str) -> str | None:
+    """SHA-256 of a model's local weight file (``gguf:/path`` or a file path), None for hub ids / synthetic."""
+    path = Path(str(source).split(":", 1)[1] if ":" in str(source) else str(source))
+    try:
+        return file_sha256(path) if path.is_file() else None
+    except OSError:
+        return None
+
+
+def fingerprint(config: SweepConfig, device: str, selection: dict, hardware: dict, versions: dict) -> dict:
+    """Everything known before loading that changes a measured number (the run's identity, part 1)."""
+    return {"target": config.target, "dtype": config.dtype, "device": device,
+            "engine": {"name": config.engine, "threads": config.threads, "cache": config.cache,
+                       "compile": config.compile},
+            "prompts": {k: v for k, v in selection.items() if k != "file"},
+            "max_new_tokens": config.max_new_tokens, "max_prompt_tokens": config.max_prompt_tokens,
+            "seed": config.seed, "repeats": config.repeats, "warmup": config.warmup,
+            "versions": {k: versions.get(k) for k in ("python", "torch", "transformers", "cuda")},
+            "hardware": {k: hardware.get(k) for k in ("device", "cpu", "cores", "gpu")}}
+
+
+def model_fingerprint(target: Any, engine: Any) -> dict:
+    """The loaded target's identity (part 2 of the fingerprint, known after loading)."""
+    d = target.describe()
+    return {"model": {"name": d.get("name"), "source": d.get("source"), "params": d.get("params"),
+                      "vocab_size": d.get("vocab_size"), "file_sha256": _model_files_sha256(str(d.get("source")))},
+            "engine_versions": {k: v for k, v in dict(engine.versions()).items()}}
+
+
+def set_aside(path: Path) -> Path | None:
+    """``--force-new``: move an existing run directory to ``<path>.replaced-<UTC>`` (nothing is deleted)."""
+    if not (path / records.RUN_JSON).exists():
+        return None
+    dest = path.with_name(f"{path.name}.replaced-{records.utc_now().replace(':', '')}")
+    path.rename(dest)
+    return dest
+
+
+# -- the sweep --------------------------------------------------------------------------------
+@contextlib.contextmanager
+def silenced(quiet: bool) -> Iterator[None]:
+    """With ``quiet``: third-party output while loading (weight and GGUF conversion bars, which some
+    libraries write straight to stderr with their own tqdm) goes to /dev/null."""
+    if not quiet:
+        yield
+        return
+    with open(os.devnull, "w") as devnull, contextlib.redirect_stderr(devnull), contextlib.redirect_stdout(devnull):
+        yield
+
+
 def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
-              progress: Callable[[str], None] | None = None, show_bar: bool = True) -> records.Run:
-    """Run (or resume) the sweep into ``out_dir``; returns the run read back."""
+              progress: Callable[[str], None] | None = None, show_bar: bool = True,
+              on_cell: Callable[[dict], None] | None = None, force_new: bool = False,
+              system_check: dict | None = None, quiet: bool = False, engine: Any = None) -> records.Run:
+    """Run (or resume) the sweep into ``out_dir``; returns the run read back.
+
+    ``on_cell`` sees each finished cell's row (the CLI prints the table as
+    cells finish). A resume with a different fingerprint raises
+    :class:`measure.records.FingerprintMismatch` (nothing written).
+    ``engine``: an engine object to use instead of ``make_engine(config.engine, ...)`` (tests).
+    """
+    say = progress or (lambda _m: None)
     device = resolve_device(config.device)
-    writer = records.RunWriter(out_dir)  # fails early on an unwritable directory
+    prompts, selection = select_prompts(config)
+    out = Path(out_dir)
+    if force_new:
+        moved = set_aside(out)
+        if moved is not None:
+            say(f"--force-new: the previous run is kept in {moved}")
     hardware, versions, commit = environment(device)
+    fp = fingerprint(config, device, selection, hardware, versions)
+    writer = records.RunWriter(out, fingerprint=fp)  # refuses a different fingerprint before writing
     with writer.recording():
-        target = load_model(config.target, device=device, dtype=config.dtype, seed=config.seed)
-        drafts = [make_draft(d, target, seed=config.seed + 1) for d in config.drafts]
         writer.update(command=command, git_commit=commit, hardware=hardware, versions=versions,
-                      models={"target": target.describe(), "drafts": {d.name: d.describe() for d in drafts}},
-                      config=config.as_dict())
-        synthetic = target.synthetic or any(d.synthetic for d in drafts)
+                      config=config.as_dict(), prompt_selection=selection,
+                      **({"system_check": system_check} if system_check is not None else {}))
+        opts = EngineOptions(device=device, threads=config.threads, cache=config.cache, compile=config.compile,
+                             max_len_tokens=max(config.max_prompt_tokens + config.max_new_tokens + config.gamma_max,
+                                                max(config.cost_contexts) + config.cost_max_tokens) + 1,
+                             quiet=quiet)
+        engine = engine if engine is not None else make_engine(config.engine, opts)
+        say(f"loading {config.target} ({config.engine})")
+        with silenced(quiet):
+            target = engine.load_target(config.target, device=device, dtype=config.dtype, seed=config.seed)
+        writer.check_fingerprint(model_fingerprint(target, engine))
+        with silenced(quiet):
+            drafts = [engine.make_draft(d, target, seed=config.seed + 1) for d in config.drafts]
+        writer.update(models={"target": target.describe(), "drafts": {d.name: d.describe() for d in drafts}},
+                      versions={**versions, **{f"engine_{k}": v for k, v in dict(engine.versions()).items()}})
+        synthetic = bool(target.synthetic or any(d.synthetic for d in drafts))
         timer = Timer(device)
-        prompts = {dom: load_prompts(dom, config.prompts_per_domain, config.seed) for dom in config.domains}
-        enc = {p.prompt_id: encode_prompt(p, target, config.max_prompt_tokens, device)
+        enc = {p.prompt_id: engine.encode(target, p.message, config.max_prompt_tokens)
                for ps in prompts.values() for p in ps}
-        writer.update(prompts={p.prompt_id: {"source": p.source, "prompt_tokens": int(enc[p.prompt_id].shape[1])}
+        writer.update(prompts={p.prompt_id: {"source": p.source, "domain": p.domain,
+                                             "prompt_tokens": int(enc[p.prompt_id].shape[1]),
+                                             "tokens": _ids_text(enc[p.prompt_id][0].tolist())}
                                for ps in prompts.values() for p in ps})
         if config.cost_curves and not writer.has_rows("cost_target"):
-            if progress:
-                progress("timing cost curves")
+            say("timing cost curves (repeats interleaved across token counts and contexts)")
             t_rows, d_rows = measure_cost_curves(target, drafts, timer, config.cost_contexts,
                                                  config.cost_max_tokens, config.cost_repeats, config.seed)
             writer.append("cost_draft", d_rows)
             writer.append("cost_target", t_rows)
         done_cells = records.load_run(writer.path).table("cells").to_dict("records")
-        plan = [(d, t, dom, g) for d in drafts for t in config.temperatures for dom in config.domains
+        for c in done_cells:
+            if on_cell:
+                on_cell(c)
+        plan = [(d, t, dom, g) for d in drafts for t in config.temperatures for dom in prompts
                 for g in config.gammas]
         todo = [c for c in plan if not writer.is_finished(
             records.cell_id(c[0].name, make_policy(c[3]).spec(), c[1], c[2]))]
@@ -240,106 +710,24 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         if show_bar:
             from tqdm import tqdm
 
-            bar = tqdm(total=sum(len(prompts[c[2]]) for c in todo), desc="measure", unit="gen", file=sys.stderr)
-        for d, temp, dom, g in todo:
-            row = _run_cell(writer, target, d, g, float(temp), dom, prompts[dom], enc, config, timer,
-                            bar=bar)
-            done_cells.append(row)
-            writer.update(summary=summarize(done_cells, synthetic))
-        if bar is not None:
-            bar.close()
+            bar = tqdm(total=sum(len(prompts[c[2]]) * config.repeats for c in todo), desc="measure",
+                       unit="prompt×repeat", file=sys.stderr, dynamic_ncols=True)
+        ctx = CellContext(writer, engine, target, config, timer, prompts, enc, bar)
+        try:
+            for i, (d, temp, dom, g) in enumerate(todo):
+                if bar is not None:
+                    bar.set_description(f"cell {i + 1}/{len(todo)} {d.name} {g} {dom}")
+                row = run_cell(ctx, d, g, float(temp), dom, on_attempt=say)
+                done_cells.append(row)
+                writer.update(summary=summarize(done_cells, synthetic))
+                if on_cell:
+                    if bar is not None:
+                        bar.clear()
+                    on_cell(row)
+                    if bar is not None:
+                        bar.refresh()
+        finally:
+            if bar is not None:
+                bar.close()
         writer.update(summary=summarize(done_cells, synthetic))
     return records.load_run(writer.path)
-
-
-def _run_cell(writer: records.RunWriter, target: LoadedModel, draft: Any, gamma_spec: str, temp: float,
-              domain: str, prompts: list, enc: dict, config: SweepConfig, timer: Timer,
-              bar: Any = None) -> dict:
-    policy = make_policy(gamma_spec)
-    cid = records.cell_id(draft.name, policy.spec(), temp, domain)
-    eos = target.eos_token_ids
-    dev = target.device
-    for w in range(config.warmup):  # not recorded
-        ids = enc[prompts[0].prompt_id]
-        autoregressive_generate(target, ids, temp, min(8, config.max_new_tokens), _gen(config.seed, -1, dev), eos,
-                                timer)
-        speculative_generate(target, draft, ids, policy, temp, min(8, config.max_new_tokens),
-                             _gen(config.seed, -1, dev), eos, timer)
-    totals = {"base": [0, 0.0], "spec": [0, 0.0], "peer": [0, 0.0]}
-    n_rounds = drafted = accepted = 0
-    identical: list[bool] = []
-    peer_ok = config.peer
-    for pi, p in enumerate(prompts):
-        ids = enc[p.prompt_id]  # [1, S]
-        seed_i = config.seed * 7919 + pi
-        res: dict[str, Any] = {}
-        order = ["base", "spec", "peer"] if pi % 2 == 0 else ["spec", "base", "peer"]
-        for mode in order:
-            timer.reset_peak_memory()
-            if mode == "base":
-                r = autoregressive_generate(target, ids, temp, config.max_new_tokens, _gen(seed_i, 0, dev), eos, timer)
-                res[mode] = (r.tokens, r.wall_s, r.ttft_ms, r.token_latency_ms, timer.peak_memory_bytes(), r)
-            elif mode == "spec":
-                r = speculative_generate(target, draft, ids, policy, temp, config.max_new_tokens,
-                                         _gen(seed_i, 0, dev), eos, timer)
-                res[mode] = (r.tokens, r.wall_s, r.ttft_ms, r.token_latency_ms, timer.peak_memory_bytes(), r)
-            elif peer_ok:
-                try:
-                    toks, wall = peer_generate(target, draft, ids, gamma_spec, temp, config.max_new_tokens,
-                                               seed_i, timer)
-                    res[mode] = (toks, wall, None, (), timer.peak_memory_bytes(), None)
-                except Exception as e:  # a peer that cannot run this pair is recorded, not fatal
-                    errs = dict(writer.meta.get("peer_errors", {}))
-                    errs[draft.name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-                    writer.update(peer_errors=errs)
-                    peer_ok = False
-        base, spec = res["base"][5], res["spec"][5]
-        same = base.tokens == spec.tokens if temp == 0 else None
-        if same is not None:
-            identical.append(same)
-        n_rounds += len(spec.rounds)
-        drafted += spec.drafted
-        accepted += spec.accepted
-        gen_rows, lat_rows = [], []
-        for mode, label in (("base", "baseline"), ("spec", "speculative"), ("peer", "peer")):
-            if mode not in res:
-                continue
-            toks, wall, ttft, lat, peak, _ = res[mode]
-            totals[mode][0] += len(toks)
-            totals[mode][1] += wall
-            m_same = same if mode == "spec" else (tuple(toks) == base.tokens if mode == "peer" and temp == 0 else None)
-            gen_rows.append({"cell_id": cid, "prompt_id": p.prompt_id, "domain": domain, "mode": label,
-                             "prompt_tokens": int(ids.shape[1]), "new_tokens": len(toks), "wall_s": wall,
-                             "tokens_per_s": len(toks) / wall if wall > 0 else None, "ttft_ms": ttft,
-                             "peak_mem_bytes": peak, "outputs_identical": m_same})
-            lat_rows += [{"cell_id": cid, "prompt_id": p.prompt_id, "mode": label, "token_index": i,
-                          "latency_ms": v} for i, v in enumerate(lat)]
-        writer.append("generations", gen_rows)
-        writer.append("token_latency", lat_rows)
-        writer.append("rounds", [{"cell_id": cid, "prompt_id": p.prompt_id, **asdict(rr)} for rr in spec.rounds])
-        # every cell records the (γ-independent) trace of its prompts, so a calibration that holds
-        # a cell out still has the trace from the cells it trains on
-        if config.traces:
-            full = torch.cat([ids, torch.tensor([list(base.tokens)], device=ids.device)], dim=1)  # [1, S+n]
-            vals = acceptance_trace(target, draft, full, int(ids.shape[1]), temp)
-            if temp == 0:
-                proposed, runs = proposal_runs(draft, full, int(ids.shape[1]), vals)
-            else:  # sampled outputs depend on γ: no γ-free proposal runs
-                proposed = runs = [None] * len(vals)
-            writer.append("traces", [{"cell_id": cid, "draft": draft.name, "temperature": temp, "domain": domain,
-                                      "prompt_id": p.prompt_id, "position": i, "value": v,
-                                      "proposed": proposed[i], "accept_run": runs[i]}
-                                     for i, v in enumerate(vals)])
-        if bar is not None:
-            bar.update(1)
-    tps = {m: _rate(totals[m][0], totals[m][1]) for m in totals}
-    row = {"cell_id": cid, "draft": draft.name, "gamma_policy": policy.spec(), "gamma": policy.initial_gamma,
-           "temperature": temp, "domain": domain, "head_k": None, "n_prompts": len(prompts),
-           "new_tokens": totals["spec"][0], "tokens_per_s_baseline": tps["base"],
-           "tokens_per_s_speculative": tps["spec"], "tokens_per_s_peer": tps["peer"],
-           "speedup": _rate(tps["spec"] or 0.0, tps["base"] or 0.0), "acceptance_rate": _rate(accepted, drafted),
-           "mean_accepted_per_round": _rate(accepted, n_rounds), "n_rounds": n_rounds,
-           "outputs_identical": all(identical) if identical else None,
-           "synthetic": bool(target.synthetic or draft.synthetic)}
-    writer.finish_cell(row)
-    return row

@@ -95,6 +95,11 @@ def speedup_vs_gamma_chart(df: pd.DataFrame, title: str = "Speedup against γ") 
     if len(pred):
         layers.append(alt.Chart(pred).mark_line(point=True).encode(x=x, y=y, color=color, tooltip=tooltip))
     if len(meas):
+        if {"speedup_lo", "speedup_hi"} <= set(meas.columns):  # measured 95% CIs as error bars
+            bars = meas.dropna(subset=["speedup_lo", "speedup_hi"])
+            if len(bars):
+                layers.append(alt.Chart(bars).mark_rule(strokeWidth=1.5).encode(
+                    x=x, y=alt.Y("speedup_lo:Q", title="speedup (×)"), y2="speedup_hi:Q", color=color))
         layers.append(
             alt.Chart(meas).mark_point(shape="diamond", size=90, filled=True).encode(
                 x=x, y=y, color=color, tooltip=tooltip
@@ -120,7 +125,8 @@ def predicted_vs_measured_chart(
     """Scatter of ``predicted`` against ``measured`` with y = x and a ±``band`` relative band.
 
     Columns ``measured, predicted``; optional ``label`` (tooltip), ``method``
-    (colour, e.g. closed_form / event_sim / trace) and ``held_out`` (bool, shape).
+    (colour, e.g. closed_form / event_sim / trace), ``held_out`` (bool, shape) and
+    ``measured_lo``/``measured_hi`` (the measured 95% CI, drawn as horizontal error bars).
     """
     _require(df, ("measured", "predicted"), "predicted_vs_measured_chart")
     if not 0 < band < 1:
@@ -128,8 +134,11 @@ def predicted_vs_measured_chart(
     data = df.copy()
     if "held_out" in data.columns:
         data["held_out"] = data["held_out"].map(lambda v: "held out" if bool(v) else "fitted")
-    lo = float(min(data["measured"].min(), data["predicted"].min())) * 0.9
-    hi = float(max(data["measured"].max(), data["predicted"].max())) * 1.1
+    has_ci = {"measured_lo", "measured_hi"} <= set(data.columns)
+    lo_vals = [data["measured"].min(), data["predicted"].min()] + ([data["measured_lo"].min()] if has_ci else [])
+    hi_vals = [data["measured"].max(), data["predicted"].max()] + ([data["measured_hi"].max()] if has_ci else [])
+    lo = float(np.nanmin(lo_vals)) * 0.9
+    hi = float(np.nanmax(hi_vals)) * 1.1
     grid = np.linspace(lo, hi, 50)
     diag = pd.DataFrame({"measured": grid, "predicted": grid, "lo": grid * (1 - band), "hi": grid * (1 + band)})
     scale = alt.Scale(domain=[lo, hi], zero=False)
@@ -150,8 +159,18 @@ def predicted_vs_measured_chart(
     if "held_out" in data.columns:
         enc["shape"] = alt.Shape("held_out:N", title="configuration")
     pts = alt.Chart(data).mark_point(size=70, filled=True).encode(**enc)
-    return (band_layer + line + pts).properties(
-        title=f"{title} (band ±{band:.0%})", width=_WIDTH, height=_HEIGHT
+    layers = band_layer + line
+    if has_ci:
+        bars = data.dropna(subset=["measured_lo", "measured_hi"])
+        if len(bars):
+            bar_enc: dict = {"x": alt.X("measured_lo:Q", scale=scale, title="measured speedup (×)"),
+                             "x2": "measured_hi:Q", "y": alt.Y("predicted:Q", scale=scale)}
+            if "method" in data.columns:
+                bar_enc["color"] = alt.Color("method:N", title="prediction")
+            layers = layers + alt.Chart(bars).mark_rule(strokeWidth=1.5, opacity=0.7).encode(**bar_enc)
+    return (layers + pts).properties(
+        title=f"{title} (band ±{band:.0%}{'; bars: measured 95% CI' if has_ci else ''})", width=_WIDTH,
+        height=_HEIGHT
     )
 
 

@@ -47,6 +47,9 @@ def pred_vs_meas_frame(predictions: pd.DataFrame) -> pd.DataFrame:
         "method": use["method"].to_numpy(),
         "label": use.apply(_short, axis=1).to_numpy() if len(use) else [],
         "held_out": (use["split"] == "held_out").to_numpy(),
+        **({"measured_lo": use["measured_speedup_lo"].to_numpy(float),
+            "measured_hi": use["measured_speedup_hi"].to_numpy(float)}
+           if {"measured_speedup_lo", "measured_speedup_hi"} <= set(use.columns) else {}),
     })
 
 
@@ -66,6 +69,9 @@ def speedup_gamma_frame(curves: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFra
         if len(fixed) else [],
         "gamma": fixed["gamma"].astype(int), "speedup": fixed["speedup"].astype(float), "source": "measured",
         "optimal": False,
+        **({"speedup_lo": pd.to_numeric(fixed["speedup_lo"], errors="coerce"),
+            "speedup_hi": pd.to_numeric(fixed["speedup_hi"], errors="coerce")}
+           if {"speedup_lo", "speedup_hi"} <= set(fixed.columns) else {}),
     })
     return pd.concat([pred, meas], ignore_index=True)
 
@@ -173,7 +179,7 @@ class ReportResult:
     calibration_dir: Path
 
 
-def _load_calibration(src: Path, out: Path) -> Path:
+def _load_calibration(src: Path) -> Path:
     if (src / CAL_JSON).exists():
         return src
     if (src / "run.json").exists():
@@ -201,14 +207,18 @@ def _read_csv_or_empty(path: Path) -> pd.DataFrame:
 
 
 def build_report(src: str | Path, out: str | Path | None = None, png: bool = True) -> ReportResult:
-    """Write ``report.html`` (+ PNGs) for a calibration or run directory into ``out``."""
+    """Write ``report.html`` (+ PNGs) for a calibration directory (or a run directory holding one) into ``out``.
+
+    Incomplete runs are refused by ``python -m calibrate`` (unless ``--allow-incomplete`` there), which
+    wrote the calibration this page reads.
+    """
     src = Path(src)
     out = Path(out) if out else (src / "report")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ValueError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}") from None
-    cal_dir = _load_calibration(src, out)
+    cal_dir = _load_calibration(src)
     doc = json.loads((cal_dir / CAL_JSON).read_text())
     pred = pd.read_csv(cal_dir / "predictions.csv")
     curves = _read_csv_or_empty(cal_dir / "speedup_curves.csv")
@@ -254,11 +264,15 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
     mape_rows = []
     for split, table in doc["mape"].items():
         for method, v in table.items():
+            share = v.get("share_inside_ci")
             mape_rows.append({"split": split, "method": method, "speedup MAPE %": v["speedup_mape_pct"],
-                              "tokens/s MAPE %": v["tokens_per_s_mape_pct"], "cells": v["n_cells"]})
+                              "tokens/s MAPE %": v["tokens_per_s_mape_pct"], "cells": v["n_cells"],
+                              "inside measured 95% CI": (f"{v['n_inside_ci']}/{v['n_with_ci']} ({100 * share:.0f}%)"
+                                                         if share is not None else "n/a")})
     per_cfg = pred[pred["split"] == ("held_out" if (pred["split"] == "held_out").any() else "in_sample")]
-    per_cfg = per_cfg[["cell_id", "method", "measured_speedup", "predicted_speedup", "ape_speedup_pct",
-                       "measured_tokens_per_s", "predicted_tokens_per_s", "ape_tokens_per_s_pct"]]
+    ci_cols = [c for c in ("measured_speedup_lo", "measured_speedup_hi", "inside_ci", "unstable") if c in per_cfg]
+    per_cfg = per_cfg[["cell_id", "method", "measured_speedup", *ci_cols[:2], "predicted_speedup", *ci_cols[2:],
+                       "ape_speedup_pct", "measured_tokens_per_s", "predicted_tokens_per_s", "ape_tokens_per_s_pct"]]
     cost_params = _read_csv_or_empty(cal_dir / "cost_params.csv")
     claims = claims_html(published_table())
     hw = "; ".join(f"{l}: {html.escape(str((i.get('hardware') or {}).get('device_name') or (i.get('hardware') or {}).get('device')))}"

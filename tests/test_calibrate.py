@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -275,3 +276,70 @@ def test_lookup_draft_held_out_gamma_predicted_from_proposal_runs(tmp_path):
     r = subprocess.run([sys.executable, "-m", "sim", "--cost-model", str(cost_file), "--acceptance",
                         str(trace_files[0]), "--gamma-max", "20"], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "gamma=17" in r.stderr and "Traceback" not in r.stderr
+
+
+# -- against the noise floor (schema-2 runs from the toy engine) ------------------------------------
+def _toy_run(path, **kw):
+    import sys as _sys
+
+    _sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fake_engine import ToyEngine
+    from measure.sweep import SweepConfig, run_sweep
+
+    cfg = SweepConfig(target="toy", drafts=("ngram:2",), gammas=("fixed:2", "fixed:3"), domains=("code", "docs"),
+                      prompts_per_domain=2, max_new_tokens=12, repeats=2, cost_contexts=(8, 32), cost_max_tokens=4,
+                      cost_repeats=2, device="cpu", **kw)
+    return run_sweep(cfg, path, engine=ToyEngine(), show_bar=False)
+
+
+def test_predictions_are_judged_against_the_measured_ci(tmp_path):
+    from calibrate.calibration import calibrate as run_calibration
+
+    _toy_run(tmp_path / "r")
+    res = run_calibration([tmp_path / "r"], holdout="gamma")
+    held = res.held_out
+    assert {"measured_speedup_lo", "measured_speedup_hi", "inside_ci"} <= set(held.columns)
+    for method, v in res.mape_held_out.items():
+        assert v["n_with_ci"] == v["n_cells"] and 0 <= v["n_inside_ci"] <= v["n_with_ci"]
+        known = held[(held["method"] == method) & held["inside_ci"].notna()]
+        assert v["n_inside_ci"] == int(known["inside_ci"].astype(bool).sum())
+
+
+def test_unstable_cells_are_left_out_of_fits_and_reported_apart(tmp_path):
+    import csv
+
+    from calibrate.calibration import calibrate as run_calibration
+
+    _toy_run(tmp_path / "r")
+    f = tmp_path / "r" / "cells.csv"
+    rows = list(csv.DictReader(f.open()))
+    rows[0]["unstable"], rows[0]["unstable_reason"] = "true", "baseline varied 40% (threshold 10%)"
+    with f.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+    res = run_calibration([tmp_path / "r"], holdout="gamma")
+    bad = f"r/{rows[0]['cell_id']}"
+    assert res.unstable_cells == (bad,)
+    assert all(bad not in fold["train_cells"] for fold in res.folds)
+    assert res.unstable_held_out and all(v["n_cells"] <= 1 for v in res.unstable_held_out.values())
+    assert all(v["n_cells"] <= 3 for v in res.mape_held_out.values())  # 4 cells, the unstable one left out
+
+
+def test_incomplete_runs_are_refused_and_duplicates_counted_once(tmp_path):
+    import json
+
+    from calibrate.calibration import load_runs
+
+    _toy_run(tmp_path / "r")
+    data = load_runs([tmp_path / "r", tmp_path / "r"])
+    assert len(data.runs) == 1 and "given twice" in data.notes[0]
+    meta = tmp_path / "r" / "run.json"
+    doc = json.loads(meta.read_text())
+    meta.write_text(json.dumps({**doc, "status": "running", "pid": 2**22 + 12345}))
+    with pytest.raises(ValueError, match=r"run is interrupted \(its process \(pid \d+\) is gone\), not complete"):
+        load_runs([tmp_path / "r"])
+    assert "--allow-incomplete" in load_runs([tmp_path / "r"], allow_incomplete=True).notes[0]
+    p = subprocess.run([sys.executable, "-m", "calibrate", str(tmp_path / "r"), "--out", str(tmp_path / "c")],
+                       capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "--allow-incomplete" in p.stderr

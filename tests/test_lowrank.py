@@ -187,12 +187,13 @@ def test_head_recall_cli_rejects_unknown_domain_in_one_line(capsys):
 
     assert main(["head-recall", "--domains", "poetry", "--out", "unused"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "error: unknown domain 'poetry'; valid: code, conversation, docs"
+    assert err == ("python -m measure head-recall: error: --domains 'poetry': unknown domain; "
+                   "valid: code, conversation, docs")
 
 
 def test_head_recall_cli_rejects_non_integer_k_in_one_line(capsys):
     from measure.cli import main
 
     assert main(["head-recall", "--ks", "3k", "--out", "unused"]) == 2
-    assert capsys.readouterr().err.strip() == ("error: --ks value '3k' is not an integer "
-                                               "(comma-separated integers expected)")
+    assert capsys.readouterr().err.strip() == ("python -m measure head-recall: error: --ks value '3k' is not an "
+                                               "integer (comma-separated integers expected)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -54,7 +55,7 @@ def test_bad_rows_and_tables_are_rejected(tmp_path):
         w.append("rounds", [{"cell_id": "x"}])
     with pytest.raises(ValueError, match="unknown status"):
         w.update(status="weird")
-    with pytest.raises(ValueError, match="not a run directory"):
+    with pytest.raises(ValueError, match="run directory not found"):
         records.load_run(tmp_path / "empty")
 
 
@@ -110,3 +111,106 @@ def test_recording_closes_with_status(tmp_path, exc, status):
     run = records.load_run(tmp_path / "r")
     assert run.status == status
     assert ("error" in run.meta) == (status == "failed")
+
+
+# -- schema 2: crash safety, validation, identity ----------------------------------------------
+def _cell_row(cid: str, **kw) -> dict:
+    row = {c: None for c in records.TABLE_COLUMNS["cells"]}
+    row.update(cell_id=cid, draft="ngram:3", gamma_policy="fixed:2", gamma=2, temperature=0.0, domain="code",
+               n_prompts=1, new_tokens=8, tokens_per_s_baseline=10.0, tokens_per_s_speculative=12.0, speedup=1.2,
+               speedup_lo=1.1, speedup_hi=1.3, unstable=False, outputs_identical=True, synthetic=False)
+    row.update(kw)
+    return row
+
+
+def _two_cell_run(path) -> None:
+    w = records.RunWriter(path, meta={"config": {}})
+    for cid in ("a", "b"):
+        w.append("rounds", [{"cell_id": cid, "prompt_id": "p", "round": 0, "gamma": 2, "context_tokens": 5,
+                             "drafted": 2, "accepted": 1, "draft_ms": 1.0, "verify_ms": 2.0, "overhead_ms": 0.1,
+                             "repeat": 0}])
+        w.finish_cell(_cell_row(cid))
+    w.close("complete")
+
+
+def test_torn_last_cells_line_drops_that_cell_on_resume(tmp_path):
+    """A kill mid-write leaves a torn last line: resume drops it and its cell's rows; the rest stays."""
+    _two_cell_run(tmp_path / "r")
+    f = tmp_path / "r" / "cells.csv"
+    data = f.read_bytes()
+    f.write_bytes(data[:-25])  # tear the last row (cell "b")
+    with pytest.raises(ValueError, match=r"cells.csv: line 3 has \d+ fields"):
+        records.load_run(tmp_path / "r").table("cells")
+    w = records.RunWriter(tmp_path / "r")
+    assert w.finished_cells == {"a"}
+    w.close("interrupted")
+    run = records.load_run(tmp_path / "r")
+    assert list(run.table("cells")["cell_id"]) == ["a"]
+    assert list(run.table("rounds")["cell_id"]) == ["a"]  # cell b's rows went with it
+    w = records.RunWriter(tmp_path / "r")
+    w.finish_cell(_cell_row("b"))  # the redone cell appends onto a clean line
+    w.close("complete")
+    assert list(records.load_run(tmp_path / "r").table("cells")["cell_id"]) == ["a", "b"]
+
+
+def test_bad_files_name_file_line_and_column(tmp_path):
+    _two_cell_run(tmp_path / "r")
+    f = tmp_path / "r" / "cells.csv"
+    lines = f.read_text().splitlines()
+    header = lines[0].split(",")
+    fields = lines[1].split(",")
+    fields[header.index("speedup")] = "abc"
+    f.write_text("\n".join([lines[0], ",".join(fields), *lines[2:]]) + "\n")
+    with pytest.raises(ValueError, match=r"cells.csv: line 2, column speedup: 'abc' is not a number"):
+        records.load_run(tmp_path / "r").table("cells")
+    f.write_text(lines[0].replace("speedup,", "") + "\n")
+    with pytest.raises(ValueError, match="missing column"):
+        records.load_run(tmp_path / "r").table("cells")
+    meta = tmp_path / "r" / "run.json"
+    doc = json.loads(meta.read_text())
+    meta.write_text(json.dumps({**doc, "schema_version": 99}))
+    with pytest.raises(ValueError, match="schema_version 99 is newer than this specscope reads"):
+        records.load_run(tmp_path / "r")
+    meta.write_text(json.dumps({"schema_version": 2}))
+    with pytest.raises(ValueError, match="missing key 'status'"):
+        records.load_run(tmp_path / "r")
+    meta.write_text('{"schema_version": 2, "status": ')
+    with pytest.raises(ValueError, match="run.json: not valid JSON"):
+        records.load_run(tmp_path / "r")
+
+
+def test_schema1_runs_still_load():
+    run = records.load_run(Path(__file__).resolve().parents[1] / "results" / "cpu-smollm2-ngram-gammas")
+    assert run.schema_version == 1 and run.status == "complete"
+    cells = run.table("cells")
+    assert len(cells) == 18 and "speedup_lo" in cells and cells["speedup_lo"].isna().all()
+
+
+def test_strict_json_never_nan(tmp_path):
+    w = records.RunWriter(tmp_path / "r", meta={"config": {}})
+    w.update(summary={"x": float("nan"), "y": [float("inf"), 1.0]})
+    text = (tmp_path / "r" / "run.json").read_text()
+    assert "NaN" not in text and "Infinity" not in text
+    assert json.loads(text)["summary"] == {"x": None, "y": [None, 1.0]}
+
+
+def test_dead_writer_reads_as_interrupted(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; from measure import records; "
+            "records.RunWriter(sys.argv[1], meta={'config': {}})")  # exits without closing: a killed writer
+    subprocess.run([sys.executable, "-c", code, str(tmp_path / "r")], check=True,
+                   env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    run = records.load_run(tmp_path / "r")
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["status"] == "running"
+    assert run.status == "interrupted" and "is gone" in run.status_note
+
+
+def test_resume_with_a_different_fingerprint_is_refused_and_writes_nothing(tmp_path):
+    w = records.RunWriter(tmp_path / "r", meta={"config": {}}, fingerprint={"max_new_tokens": 64, "seed": 0})
+    w.close("complete")
+    before = (tmp_path / "r" / "run.json").read_text()
+    with pytest.raises(records.FingerprintMismatch, match="max_new_tokens 64 -> 32"):
+        records.RunWriter(tmp_path / "r", fingerprint={"max_new_tokens": 32, "seed": 0})
+    assert (tmp_path / "r" / "run.json").read_text() == before

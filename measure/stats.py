@@ -1,0 +1,195 @@
+"""The statistics of a measured cell: one speedup estimator, bootstrap CIs, noise flags, honest summaries.
+
+Torch-free (numpy + scipy), so ``calibrate`` and ``reports`` can reuse it on files.
+
+**The speedup estimator** (Spec-Bench's, used everywhere in this project):
+the ratio of the mean tokens/s of the method to the mean tokens/s of the
+baseline, each mean taken over the cell's (prompt, repeat) generations::
+
+    speedup = mean_{p,r}(tps_method[p, r]) / mean_{p,r}(tps_base[p, r])
+
+**Its 95% CI:** a paired bootstrap over (prompt, repeat) pairs — the
+baseline and the method of one prompt in one repeat are resampled together —
+with :func:`scipy.stats.bootstrap` (BCa, falling back to percentile when BCa
+is degenerate), seeded. A tokens/s mean gets the same bootstrap over its
+generations.
+
+**Noise:** a cell is ``unstable`` when its baseline tokens/s (in the order
+the generations ran) has a coefficient of variation above ``cv_threshold``
+or drifts from its first third to its last third by more than
+``drift_threshold`` (relative to the mean). The reason is said in words.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+#: Confidence level of every interval in the project.
+CONFIDENCE = 0.95
+#: Bootstrap resamples (enough for a stable 95% percentile at this project's sample sizes).
+N_RESAMPLES = 2000
+#: Default noise thresholds (relative): baseline CV and start-to-end drift of a cell.
+CV_THRESHOLD = 0.10
+DRIFT_THRESHOLD = 0.10
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point value with its 95% confidence interval (``lo``/``hi`` None when not computable)."""
+
+    value: float | None
+    lo: float | None
+    hi: float | None
+
+    def contains(self, x: float) -> bool | None:
+        """Whether ``x`` lies inside the interval (None without one)."""
+        if self.lo is None or self.hi is None:
+            return None
+        return self.lo <= x <= self.hi
+
+    def as_text(self, nd: int = 2) -> str:
+        """``1.12 [1.05, 1.20]`` (``-`` when no value)."""
+        if self.value is None:
+            return "-"
+        if self.lo is None or self.hi is None:
+            return f"{self.value:.{nd}f}"
+        return f"{self.value:.{nd}f} [{self.lo:.{nd}f}, {self.hi:.{nd}f}]"
+
+
+@dataclass(frozen=True)
+class Stability:
+    """Whether a cell's baseline was steady enough to trust its timings."""
+
+    unstable: bool
+    cv: float | None
+    drift: float | None
+    reason: str
+
+
+def _finite(xs: Sequence[float]) -> np.ndarray:
+    a = np.asarray([float(x) for x in xs], dtype=float)
+    return a
+
+
+def ratio_of_means(base: np.ndarray, method: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The speedup estimator: ``mean(method) / mean(base)`` along ``axis``."""
+    return np.mean(method, axis=axis) / np.mean(base, axis=axis)
+
+
+def _bootstrap(data: tuple[np.ndarray, ...], statistic, seed: int, paired: bool) -> tuple[float, float] | None:
+    from scipy import stats
+
+    if len(data[0]) < 2:
+        return None
+    if all(np.allclose(d, d[0]) for d in data):
+        v = float(statistic(*data, axis=-1))
+        return v, v
+    rng = np.random.default_rng(seed)
+    for method in ("BCa", "percentile"):
+        try:
+            with np.errstate(all="ignore"):
+                res = stats.bootstrap(data, statistic, paired=paired, vectorized=True, n_resamples=N_RESAMPLES,
+                                      confidence_level=CONFIDENCE, method=method, random_state=rng)
+        except (ValueError, FloatingPointError):
+            continue
+        lo, hi = float(res.confidence_interval.low), float(res.confidence_interval.high)
+        if math.isfinite(lo) and math.isfinite(hi):
+            return lo, hi
+    return None
+
+
+def speedup_ci(base_tps: Sequence[float], method_tps: Sequence[float], seed: int = 0) -> Estimate:
+    """Speedup (ratio of mean tokens/s) with a paired-bootstrap 95% CI.
+
+    ``base_tps[i]`` and ``method_tps[i]`` belong to the same (prompt, repeat);
+    pairs where either is missing (NaN) are dropped.
+    """
+    b, m = _finite(base_tps), _finite(method_tps)
+    if b.shape != m.shape:
+        raise ValueError(f"paired samples differ in length: {b.shape[0]} baseline vs {m.shape[0]} method")
+    ok = np.isfinite(b) & np.isfinite(m) & (b > 0)
+    b, m = b[ok], m[ok]
+    if not len(b):
+        return Estimate(None, None, None)
+    value = float(ratio_of_means(b, m))
+    ci = _bootstrap((b, m), ratio_of_means, seed, paired=True)
+    return Estimate(value, *(ci or (None, None)))
+
+
+def mean_ci(values: Sequence[float], seed: int = 0) -> Estimate:
+    """Mean with a bootstrap 95% CI (NaNs dropped)."""
+    a = _finite(values)
+    a = a[np.isfinite(a)]
+    if not len(a):
+        return Estimate(None, None, None)
+    ci = _bootstrap((a,), lambda x, axis=-1: np.mean(x, axis=axis), seed, paired=False)
+    return Estimate(float(a.mean()), *(ci or (None, None)))
+
+
+def stability(base_tps_in_order: Sequence[float], cv_threshold: float = CV_THRESHOLD,
+              drift_threshold: float = DRIFT_THRESHOLD) -> Stability:
+    """Flag a baseline series (in the order it was measured) that varies or drifts too much.
+
+    Prompts differ in length and content, so the series should be one value
+    per (prompt, repeat) *normalised per prompt* (see :func:`normalise_per_prompt`);
+    raw values work for a single prompt.
+    """
+    a = _finite(base_tps_in_order)
+    a = a[np.isfinite(a)]
+    if len(a) < 2 or a.mean() <= 0:
+        return Stability(False, None, None, "")
+    mean = float(a.mean())
+    cv = float(a.std(ddof=1) / mean)
+    third = max(1, len(a) // 3)
+    drift = float(abs(a[-third:].mean() - a[:third].mean()) / mean) if len(a) >= 3 else 0.0
+    reasons = []
+    if cv > cv_threshold:
+        reasons.append(f"baseline varied {100 * cv:.0f}% (threshold {100 * cv_threshold:.0f}%)")
+    if drift > drift_threshold:
+        reasons.append(f"baseline drifted {100 * drift:.0f}% from start to end (threshold "
+                       f"{100 * drift_threshold:.0f}%)")
+    return Stability(bool(reasons), cv, drift, "; ".join(reasons))
+
+
+def normalise_per_prompt(prompt_ids: Sequence[str], values: Sequence[float]) -> list[float]:
+    """Each value divided by the mean of its prompt's values (so prompts of different speed compare)."""
+    v = _finite(values)
+    ids = list(prompt_ids)
+    means: dict[str, float] = {}
+    for p in set(ids):
+        sel = np.array([i == p for i in ids])
+        vals = v[sel & np.isfinite(v)]
+        means[p] = float(vals.mean()) if len(vals) else float("nan")
+    return [float(x) / means[p] if means[p] and math.isfinite(means[p]) else float("nan")
+            for p, x in zip(ids, v)]
+
+
+def geomean_ci(estimates: Sequence[Estimate]) -> Estimate:
+    """Geometric mean of cell speedups with a 95% CI from the cells' own CIs.
+
+    Each cell's log-speedup standard error is taken from its CI
+    (``(log hi − log lo) / (2 · 1.96)``); the geometric mean's is
+    ``sqrt(Σ se²) / n`` (cells measured independently). Cells without a CI
+    count in the value but make the interval unknown.
+    """
+    vals = [e for e in estimates if e.value is not None and e.value > 0]
+    if not vals:
+        return Estimate(None, None, None)
+    logs = np.log([e.value for e in vals])
+    g = float(np.exp(logs.mean()))
+    if any(e.lo is None or e.hi is None or e.lo <= 0 for e in vals):
+        return Estimate(g, None, None)
+    se = np.array([(math.log(e.hi) - math.log(e.lo)) / (2 * 1.959964) for e in vals])
+    half = 1.959964 * float(np.sqrt((se ** 2).sum())) / len(vals)
+    return Estimate(g, float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half)))
+
+
+def overlaps(a: Estimate, b: Estimate) -> bool | None:
+    """Whether two CIs overlap (None when either is missing)."""
+    if None in (a.lo, a.hi, b.lo, b.hi):
+        return None
+    return not (a.hi < b.lo or b.hi < a.lo)  # type: ignore[operator]

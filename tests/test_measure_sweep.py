@@ -1,0 +1,204 @@
+"""The sweep's one pipeline on a toy engine: repeats in rotating order, CIs, resume identity, tokens on disk,
+crash safety (SIGTERM, SIGKILL) and the head sweep through the same cell code."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from measure import records, sweep
+from measure.sweep import SweepConfig, parse_tokens, rotation, run_sweep
+
+from fake_engine import ToyEngine
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _cfg(**kw) -> SweepConfig:
+    base = dict(target="toy", drafts=("ngram:2",), gammas=("fixed:2", "fixed:3"), domains=("code", "docs"),
+                prompts_per_domain=2, max_new_tokens=10, repeats=2, warmup=1, cost_contexts=(8, 16),
+                cost_max_tokens=2, cost_repeats=2, device="cpu")
+    base.update(kw)
+    return SweepConfig(**base)
+
+
+def test_rotation_cycles_through_every_order():
+    modes = ("baseline", "speculative", "peer")
+    orders = [rotation(i, modes) for i in range(4)]
+    assert orders[0] == modes and orders[1] == ("speculative", "peer", "baseline")
+    assert orders[2] == ("peer", "baseline", "speculative") and orders[3] == modes
+
+
+def test_sweep_records_repeats_cis_and_tokens(tmp_path):
+    run = run_sweep(_cfg(), tmp_path / "r", engine=ToyEngine(), show_bar=False)
+    assert run.status == "complete" and run.schema_version == 2
+    cells = run.table("cells")
+    assert len(cells) == 4 and (cells["repeats"] == 2).all()
+    assert (cells["speedup_lo"] <= cells["speedup"]).all() and (cells["speedup"] <= cells["speedup_hi"]).all()
+    gens = run.table("generations")
+    # 2 prompts x 2 repeats x 3 modes per cell, every mode in every position of the order
+    assert len(gens) == 4 * 2 * 2 * 3
+    assert set(gens["order"]) == {0, 1, 2}
+    for mode in ("baseline", "speculative", "peer"):
+        assert set(gens[gens["mode"] == mode]["order"]) == {0, 1, 2}
+    assert set(gens["repeat"]) == {0, 1}
+    assert run.summary["drafts"]["ngram:2"]["geomean_speedup"] > 0
+    assert "estimator" in run.summary
+    assert len(run.table("cost_target")) == 2 * 2 * 2  # contexts x n x repeats, interleaved
+
+
+def test_tokens_on_disk_reproduce_the_lossless_check(tmp_path):
+    run = run_sweep(_cfg(gammas=("fixed:3",), domains=("code",)), tmp_path / "r", engine=ToyEngine(),
+                    show_bar=False)
+    gens = run.table("generations")
+    key = ["cell_id", "prompt_id", "repeat"]
+    base = gens[gens["mode"] == "baseline"].set_index(key)["tokens"].map(parse_tokens)
+    spec = gens[gens["mode"] == "speculative"].set_index(key)["tokens"].map(parse_tokens)
+    assert len(base) == 4 and all(len(t) == 10 for t in base)
+    recomputed = (base == spec.loc[base.index])
+    assert recomputed.all() and bool(run.table("cells")["outputs_identical"].all())
+    # acceptance recomputes from the rounds on disk
+    rounds = run.table("rounds")
+    cell = run.table("cells").iloc[0]
+    assert rounds["accepted"].sum() / rounds["drafted"].sum() == pytest.approx(cell["acceptance_rate"])
+
+
+def test_resume_with_changed_max_new_tokens_is_refused(tmp_path):
+    run_sweep(_cfg(domains=("code",), gammas=("fixed:2",)), tmp_path / "r", engine=ToyEngine(), show_bar=False)
+    before = (tmp_path / "r" / "run.json").read_text()
+    eng = ToyEngine()
+    with pytest.raises(records.FingerprintMismatch, match="max_new_tokens 10 -> 12"):
+        run_sweep(_cfg(domains=("code",), gammas=("fixed:2",), max_new_tokens=12), tmp_path / "r", engine=eng,
+                  show_bar=False)
+    assert eng.loads == []  # refused before any model load
+    assert (tmp_path / "r" / "run.json").read_text() == before
+    # --force-new keeps the old run aside and starts afresh
+    run = run_sweep(_cfg(domains=("code",), gammas=("fixed:2",), max_new_tokens=12), tmp_path / "r",
+                    engine=ToyEngine(), show_bar=False, force_new=True)
+    assert run.status == "complete" and len(list(tmp_path.glob("r.replaced-*"))) == 1
+
+
+def test_resume_adds_cells_without_redoing_finished_ones(tmp_path):
+    run_sweep(_cfg(gammas=("fixed:2",), domains=("code",)), tmp_path / "r", engine=ToyEngine(), show_bar=False)
+    first = records.load_run(tmp_path / "r").table("generations")
+    run = run_sweep(_cfg(gammas=("fixed:2", "fixed:3"), domains=("code",)), tmp_path / "r", engine=ToyEngine(),
+                    show_bar=False)
+    gens = run.table("generations")
+    old = gens[gens["cell_id"] == first["cell_id"].iloc[0]]
+    assert old["wall_s"].tolist() == first["wall_s"].tolist() and len(run.table("cells")) == 2
+
+
+def test_until_stable_remeasures_an_unstable_cell(tmp_path, monkeypatch):
+    calls = []
+    real = sweep.stats.stability
+
+    def flaky(values, cv, drift):
+        calls.append(1)
+        st = real(values, cv, drift)
+        if len(calls) == 1:  # the first attempt looks noisy
+            return sweep.stats.Stability(True, 0.5, 0.0, "baseline varied 50% (threshold 10%)")
+        return st
+
+    monkeypatch.setattr(sweep.stats, "stability", flaky)
+    run = run_sweep(_cfg(gammas=("fixed:2",), domains=("code",), until_stable=2, cv_threshold=5.0,
+                         drift_threshold=5.0), tmp_path / "r", engine=ToyEngine(), show_bar=False)
+    cell = run.table("cells").iloc[0]
+    assert cell["attempts"] == 2 and not cell["unstable"]
+    assert len(run.table("generations")) == 2 * 2 * 3  # only the last attempt's rows are kept
+
+
+_KILL_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+from fake_engine import ToyEngine
+from measure.sweep import SweepConfig, run_sweep
+cfg = SweepConfig(target="toy", drafts=("ngram:2",), gammas=("fixed:2", "fixed:3", "fixed:4"),
+                  domains=("code", "docs"), prompts_per_domain=2, max_new_tokens=12, repeats=2,
+                  cost_curves=False, device="cpu")
+try:
+    run_sweep(cfg, sys.argv[1], engine=ToyEngine(step_s=0.02), show_bar=False)
+except KeyboardInterrupt:
+    sys.exit(143)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_kill_during_a_run_then_resume(tmp_path, sig):
+    out = tmp_path / "r"
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.Popen([sys.executable, "-c", _KILL_SCRIPT.format(tests=str(ROOT / "tests")), str(out)], env=env)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline:  # wait for the first finished cell
+            f = out / "cells.csv"
+            if f.exists() and len(f.read_text().splitlines()) >= 2:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("no cell finished")
+        p.send_signal(sig)
+        p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+    run = records.load_run(out)
+    assert run.status == "interrupted"  # SIGTERM: closed by the handler; SIGKILL: the dead pid is noticed
+    done = set(run.table("cells")["cell_id"])
+    assert len(done) >= 1
+    if sig == signal.SIGTERM:
+        assert p.returncode == 143
+    cfg = SweepConfig(target="toy", drafts=("ngram:2",), gammas=("fixed:2", "fixed:3", "fixed:4"),
+                      domains=("code", "docs"), prompts_per_domain=2, max_new_tokens=12, repeats=2,
+                      cost_curves=False, device="cpu")
+    again = run_sweep(cfg, out, engine=ToyEngine(step_s=0.0), show_bar=False)
+    cells = again.table("cells")
+    assert again.status == "complete" and len(cells) == 6 and cells["cell_id"].is_unique
+    gens = again.table("generations")
+    assert (gens.groupby("cell_id").size() == 2 * 2 * 3).all()  # no half cell left behind
+
+
+def test_head_sweep_and_main_sweep_cells_share_one_code_path(tmp_path, monkeypatch):
+    """Both front ends call measure.sweep.run_cell; the head sweep's cells carry the same columns."""
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    from measure import head_sweep
+
+    tiny = tmp_path / "tiny"
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        AutoModelForCausalLM.from_config(LlamaConfig(
+            vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=8, max_position_embeddings=512)).save_pretrained(tiny)
+    seen = []
+    real = sweep.run_cell
+
+    def spy(*a, **kw):
+        seen.append(kw.get("head_k"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(sweep, "run_cell", spy)
+    monkeypatch.setattr(head_sweep, "run_cell", spy)
+    cfg = head_sweep.HeadSweepConfig(target=str(tiny), draft="bf16", head_ks=("50", "full"),
+                                     variants=("clustered",), domains=("code",), prompts_per_domain=1,
+                                     max_new_tokens=6, n_clusters=8, context_tokens=8, head_repeats=2,
+                                     step_repeats=2, profile=False, cache_dir=str(tmp_path / "cache"),
+                                     device="cpu")
+    hs = head_sweep.run_head_sweep(cfg, tmp_path / "hs")
+    assert sorted(k for k in seen if k is not None) == [50, 300]
+    main = run_sweep(_cfg(gammas=("fixed:2",), domains=("code",)), tmp_path / "main", engine=ToyEngine(),
+                     show_bar=False)
+    assert None in seen  # the main sweep's cell went through the same function
+    hc, mc = hs.table("cells"), main.table("cells")
+    assert list(hc.columns) == list(mc.columns)
+    for col in ("speedup_lo", "speedup_hi", "repeats", "unstable", "attempts"):
+        assert hc[col].notna().all() and mc[col].notna().all(), col
+    hg = hs.table("generations")
+    assert set(hg["mode"]) == {"baseline", "speculative"} and hg["tokens"].notna().all()
+    assert len(hs.table("head_sweep")) == 2
