@@ -272,13 +272,8 @@ class LlamaCppDecoder:
         if self._n_cached + n > self.n_ctx:
             raise ValueError(f"llama.cpp context full: {self._n_cached} cached + {n} fed > {self.n_ctx} "
                              f"(raise max_len_tokens)")
-        if n > self.n_batch:  # only a prefill can be this long; feed it in batch-sized pieces
-            k = n - (n - 1) % self.n_batch - 1  # all but the last piece (which holds the last token)
-            for s in range(0, k, self.n_batch):
-                self._decode(ids[s:s + self.n_batch], out_rows=0)
-            if last_only:
-                return self._decode(ids[k:], out_rows=1)
-            raise ValueError(f"forward of {n} tokens with all logits exceeds the batch of {self.n_batch}")
+        if n > self.n_batch:
+            raise ValueError(f"forward of {n} tokens exceeds the llama.cpp batch of {self.n_batch} (max_len_tokens)")
         return self._decode(ids, out_rows=1 if last_only else n)
 
     def _decode(self, ids: list[int], out_rows: int) -> torch.Tensor:
@@ -286,15 +281,12 @@ class LlamaCppDecoder:
         self._tok[:n] = ids
         self._pos[:n] = np.arange(self._n_cached, self._n_cached + n)
         self._logit_flags[:n] = 0
-        if out_rows:
-            self._logit_flags[n - out_rows:n] = 1
+        self._logit_flags[n - out_rows:n] = 1
         self._batch.n_tokens = n
         rc = self._ll.llama_decode(self.ctx, self._batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode of {n} tokens at position {self._n_cached} failed (return code {rc})")
         self._n_cached += n
-        if not out_rows:
-            return torch.empty(0, self.vocab_size)
         ptr = self._ll.llama_get_logits(self.ctx)
         view = np.ctypeslib.as_array(ptr, shape=(out_rows, self.vocab_size))
         return torch.from_numpy(view.copy())  # [rows, V]
