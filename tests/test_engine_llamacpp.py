@@ -204,6 +204,20 @@ def test_engine_target_and_decoder_follow_the_seam(engine, smollm2, prompt):
     assert ids[0] == 1 and ids[-4:] == engine.tokenize(smollm2, "<|im_start|>assistant\n", False, True)
 
 
+def test_cuda_on_a_cpu_build_is_refused_in_one_line(engine):
+    import llama_cpp
+
+    if llama_cpp.llama_supports_gpu_offload():
+        assert engine.gpu_layers("cuda") == -1
+        return
+    with pytest.raises(ValueError) as e:
+        engine.gpu_layers("cuda")
+    assert "no GPU offload" in str(e.value) and "-DGGML_CUDA=on" in str(e.value) and "\n" not in str(e.value)
+    assert engine.gpu_layers("auto") == 0 and engine.gpu_layers("cpu") == 0
+    with pytest.raises(ValueError, match="valid: auto, cpu, cuda"):
+        engine.gpu_layers("tpu")
+
+
 @pytest.mark.slow
 def test_forward_and_rollback_match_recomputation(smollm2, prompt):
     dec = smollm2.new_decoder()

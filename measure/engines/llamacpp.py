@@ -57,7 +57,7 @@ import torch
 from measure.engines.base import EngineOptions, PeerResult
 from measure.engines.gguf_files import check_gguf, check_quant_type, file_sha256, quantized_copy
 
-EXTRA_HINT = "pip install 'specscope[llamacpp]' (llama-cpp-python; compiles llama.cpp, ~10 min on 2 cores)"
+EXTRA_HINT = "pip install 'specscope[llamacpp]' (llama-cpp-python; compiles llama.cpp from source: about 5.5 min on 2 cores)"
 #: Draft kinds this engine builds (``ngram`` rules come from :mod:`measure.drafts`).
 DRAFT_FORMS = ("ngram", "ngram:N", "ngram:N:first", "model:gguf:FILE", "model:<packaged name>", "quant:TYPE")
 #: Tokens whose texts are compared between a draft's and the target's vocabulary.
