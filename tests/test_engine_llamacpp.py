@@ -314,6 +314,25 @@ def test_greedy_speculative_through_the_decoder_is_lossless(engine, smollm2, spe
 
 
 @pytest.mark.slow
+def test_model_draft_samples_with_its_probabilities_and_rolls_back(engine, smollm2, prompt):
+    draft = engine.make_draft("model:smollm2-135m", smollm2, seed=0)
+    draft.start(prompt)
+    P = prompt.shape[1]
+    tokens = torch.cat([prompt, torch.tensor([[28]])], dim=1)
+    runs = []
+    for _ in range(2):
+        draft.rollback(P)
+        d_tok, q = draft.propose(tokens, 3, 0.7, torch.Generator().manual_seed(5))
+        runs.append(d_tok.tolist())
+        assert q.shape == (3, 49152) and torch.allclose(q.sum(-1), torch.ones(3), atol=1e-4)
+        assert all(float(q[i, t]) > 0 for i, t in enumerate(d_tok.tolist()))
+        assert draft.decoder.n_cached == P + 3  # prompt + the uncached token + 2 fed drafts
+    assert runs[0] == runs[1]  # same seed, same cache state → same draft
+    probs = draft.position_probs(tokens, P, 0.0)  # teacher-forced, one-hot greedy
+    assert probs.shape == (1, 49152) and float(probs.sum()) == 1.0
+
+
+@pytest.mark.slow
 def test_quantised_copy_is_cached_by_the_source_hash(smollm2, tmp_path):
     root = tmp_path / "gguf"
     path, made = quantized_copy(smollm2.path, "q8_0", threads=1, root=root)
@@ -355,6 +374,8 @@ def test_peer_is_llama_cpp_prompt_lookup_for_the_earliest_match_rule(engine, smo
     assert 0 <= res.accepted <= res.drafted
     c = check_greedy_lossless(base, list(res.tokens), baseline_logits_at(smollm2.new_decoder(), prompt, base))
     assert c.ok, c
+    hot = [engine.peer_generate(smollm2, first, prompt, 4, 0.8, 12, seed).tokens for seed in (3, 3, 4)]
+    assert hot[0] == hot[1] and len(hot[0]) == 12  # seeded sampling reproduces
 
 
 def test_module_imports_without_llama_cpp():
