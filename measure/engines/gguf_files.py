@@ -1,0 +1,168 @@
+"""GGUF files for the llama.cpp engine: validation, a cached content hash, quantised copies cached by that hash.
+
+* :func:`check_gguf` — a path that exists and starts with the GGUF magic
+  bytes, else one ``ValueError`` line naming the flag and the file.
+* :func:`file_sha256` — the file's SHA-256, computed once per
+  (path, size, mtime) and remembered in memory and in
+  ``$SPECSCOPE_CACHE/gguf/hashes.json`` (``~/.cache/specscope`` by default),
+  so ``run.json`` can name the exact weights without re-reading 100s of MiB
+  on every run.
+* :func:`quantized_copy` — llama.cpp's own quantiser
+  (``llama_model_quantize``) applied to a GGUF, cached as
+  ``<cache>/gguf/<sha256 of the source>-<type>.gguf``: the same source and
+  type are quantised once, a changed source file gets a new copy.
+
+Only :func:`quantized_copy` needs ``llama_cpp``; it is imported there, so
+this module loads (and validates) without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+GGUF_MAGIC = b"GGUF"
+
+#: ``quant:<type>`` → the ``llama_cpp.LLAMA_FTYPE_MOSTLY_*`` constant it quantises to. Types needing an
+#: importance matrix (the IQ family) are left out: ``llama_model_quantize`` refuses them without one.
+QUANT_TYPES: dict[str, str] = {
+    "f16": "LLAMA_FTYPE_MOSTLY_F16", "bf16": "LLAMA_FTYPE_MOSTLY_BF16",
+    "q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0", "q6_k": "LLAMA_FTYPE_MOSTLY_Q6_K",
+    "q5_k_m": "LLAMA_FTYPE_MOSTLY_Q5_K_M", "q5_k_s": "LLAMA_FTYPE_MOSTLY_Q5_K_S",
+    "q5_1": "LLAMA_FTYPE_MOSTLY_Q5_1", "q5_0": "LLAMA_FTYPE_MOSTLY_Q5_0",
+    "q4_k_m": "LLAMA_FTYPE_MOSTLY_Q4_K_M", "q4_k_s": "LLAMA_FTYPE_MOSTLY_Q4_K_S",
+    "q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1", "q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
+    "q3_k_l": "LLAMA_FTYPE_MOSTLY_Q3_K_L", "q3_k_m": "LLAMA_FTYPE_MOSTLY_Q3_K_M",
+    "q3_k_s": "LLAMA_FTYPE_MOSTLY_Q3_K_S", "q2_k": "LLAMA_FTYPE_MOSTLY_Q2_K",
+}
+
+_HASHES: dict[tuple[str, int, int], str] = {}
+
+
+def cache_root() -> Path:
+    """``$SPECSCOPE_CACHE/gguf`` or ``~/.cache/specscope/gguf`` (created on demand)."""
+    root = os.environ.get("SPECSCOPE_CACHE") or os.path.join(Path.home(), ".cache", "specscope")
+    return Path(root) / "gguf"
+
+
+def check_gguf(path: str | os.PathLike, flag: str) -> Path:
+    """``path`` as a resolved :class:`Path` if it is a readable GGUF file; else ``ValueError`` (one line).
+
+    ``flag`` names where the path came from in the message (``--target gguf:``, ``--draft model:gguf:`` …).
+    """
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ValueError(f"{flag}{path}: no such file")
+    if not p.is_file():
+        raise ValueError(f"{flag}{path}: not a file")
+    try:
+        with p.open("rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ValueError(f"{flag}{path}: cannot read it ({e.strerror})") from None
+    if magic != GGUF_MAGIC:
+        raise ValueError(f"{flag}{path}: not a GGUF file (starts with {magic!r}, a GGUF file with {GGUF_MAGIC!r})")
+    return p.resolve()
+
+
+def _hash_key(p: Path) -> tuple[str, int, int]:
+    st = p.stat()
+    return str(p.resolve()), int(st.st_size), int(st.st_mtime_ns)
+
+
+def _hash_file_path(root: Path) -> Path:
+    return root / "hashes.json"
+
+
+def _read_disk_hashes(root: Path) -> dict[str, str]:
+    try:
+        data = json.loads(_hash_file_path(root).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def file_sha256(path: str | os.PathLike, root: Path | None = None) -> str:
+    """SHA-256 (hex) of the file, cached by (resolved path, size, mtime) in memory and on disk under ``root``."""
+    p = Path(path)
+    key = _hash_key(p)
+    if key in _HASHES:
+        return _HASHES[key]
+    root = root or cache_root()
+    disk_key = f"{key[0]}|{key[1]}|{key[2]}"
+    disk = _read_disk_hashes(root)
+    digest = disk.get(disk_key)
+    if not (isinstance(digest, str) and len(digest) == 64):
+        h = hashlib.sha256()
+        with p.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        digest = h.hexdigest()
+        disk = _read_disk_hashes(root)  # re-read: another process may have added entries meanwhile
+        disk[disk_key] = digest
+        try:
+            _write_atomic(_hash_file_path(root), json.dumps(disk, indent=0, sort_keys=True))
+        except OSError:
+            pass  # a read-only cache only costs a re-hash next time
+    _HASHES[key] = digest
+    return digest
+
+
+def check_quant_type(qtype: str) -> str:
+    """``qtype`` lower-cased if it is one of :data:`QUANT_TYPES`; else ``ValueError`` listing them."""
+    q = str(qtype).strip().lower()
+    if q not in QUANT_TYPES:
+        raise ValueError(f"--draft quant:{qtype}: unknown quantisation type; valid: {', '.join(QUANT_TYPES)}")
+    return q
+
+
+def quantized_path(source: Path, qtype: str, root: Path | None = None) -> Path:
+    """Where the ``qtype`` copy of ``source`` is cached (``<root>/<sha256>-<qtype>.gguf``)."""
+    root = root or cache_root()
+    return root / f"{file_sha256(source, root)}-{check_quant_type(qtype)}.gguf"
+
+
+def quantized_copy(source: str | os.PathLike, qtype: str, threads: int | None = None,
+                   root: Path | None = None) -> tuple[Path, bool]:
+    """``(path, made)``: the cached ``qtype`` copy of GGUF ``source``, quantising it first if absent (``made``).
+
+    Quantised with ``llama_model_quantize`` (requantising an already quantised
+    file is allowed: llama.cpp dequantises, then quantises). Written to a
+    temporary name and renamed, so a crash never leaves a half file under the
+    cached name.
+    """
+    import llama_cpp
+
+    src = check_gguf(source, "quantisation source ")
+    q = check_quant_type(qtype)
+    root = root or cache_root()
+    dst = quantized_path(src, q, root)
+    if dst.is_file():
+        try:
+            check_gguf(dst, "cached quantised copy ")
+            return dst, False
+        except ValueError:
+            dst.unlink()
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f"{dst.stem}.{os.getpid()}.tmp")
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = int(getattr(llama_cpp, QUANT_TYPES[q]))
+    params.nthread = int(threads or 0)
+    params.allow_requantize = True
+    rc = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), params)
+    if rc != 0 or not tmp.is_file():
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"llama_model_quantize of {src} to {q} failed (return code {rc})")
+    os.replace(tmp, dst)
+    return dst, True
