@@ -61,8 +61,8 @@ from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
 from measure.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
 from measure.cli import OneLineParser, csv_items, fail, int_in, quiet_third_party
 from measure.sweep import (CellContext, SweepConfig, cell_estimate, check_draft_spec, environment, fingerprint,
-                           model_fingerprint, parse_tokens, run_cell, select_prompts, silenced, summarize,
-                           summary_lines)
+                           parse_tokens, run_cell, select_prompts, silenced, summarize, summary_lines,
+                           target_fingerprint)
 from measure.timing import Timer
 
 __all__ = [
@@ -290,7 +290,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
         say(f"loading {config.target}")
         with silenced(quiet):
             target = engine.load_target(config.target, device=device, dtype=config.dtype, seed=config.seed)
-        writer.check_fingerprint(model_fingerprint(target, engine))
+        writer.check_fingerprint(target_fingerprint(target, engine))
         with silenced(quiet):
             draft = engine.make_draft(config.draft, target, seed=config.seed + 1)
         if not isinstance(draft, ModelDraft) or not isinstance(getattr(draft.model, "lm_head", None), nn.Linear):

@@ -616,7 +616,7 @@ def fingerprint(config: SweepConfig, device: str, selection: dict, hardware: dic
             "hardware": {k: hardware.get(k) for k in ("device", "cpu", "cores", "gpu")}}
 
 
-def model_fingerprint(target: Any, engine: Any) -> dict:
+def target_fingerprint(target: Any, engine: Any) -> dict:
     """The loaded target's identity (part 2 of the fingerprint, known after loading)."""
     d = target.describe()
     return {"model": {"name": d.get("name"), "source": d.get("source"), "params": d.get("params"),
@@ -679,7 +679,7 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         say(f"loading {config.target} ({config.engine})")
         with silenced(quiet):
             target = engine.load_target(config.target, device=device, dtype=config.dtype, seed=config.seed)
-        writer.check_fingerprint(model_fingerprint(target, engine))
+        writer.check_fingerprint(target_fingerprint(target, engine))
         with silenced(quiet):
             drafts = [engine.make_draft(d, target, seed=config.seed + 1) for d in config.drafts]
         writer.update(models={"target": target.describe(), "drafts": {d.name: d.describe() for d in drafts}},
