@@ -314,7 +314,7 @@ def _connect(ray: Any, executor: ExecutorConfig) -> bool:
         return False
     kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
     if executor.ray_address is None:  # a fresh instance on this machine only (RAY_ADDRESS still wins, as in Ray)
-        ray.init(address="local", _node_ip_address="127.0.0.1", **kw)
+        ray.init(address="local", **kw)
     else:
         try:
             ray.init(address=executor.ray_address, **kw)

@@ -102,8 +102,8 @@ _SCHEMA1_EXTRA: dict[str, tuple[str, ...]] = {
 #: Columns that must parse as numbers (empty allowed) — checked on read, named on failure.
 #: Columns added within schema 2 (runs written before them still load; the column reads as empty).
 _LATER_COLUMNS: dict[str, tuple[str, ...]] = {"cells": ("hardware",)}
-_TEXT_COLUMNS = {"hardware", "cell_id", "draft", "gamma_policy", "domain", "prompt_id", "mode", "unstable_reason", "tokens",
-                 "variant", "model", "outputs_identical", "synthetic", "unstable", "role", "component"}
+_TEXT_COLUMNS = {"cell_id", "draft", "gamma_policy", "domain", "prompt_id", "mode", "unstable_reason", "tokens",
+                 "variant", "model", "outputs_identical", "synthetic", "unstable", "role", "component", "hardware"}
 _BOOL_COLUMNS = {"outputs_identical", "synthetic", "unstable"}
 
 

@@ -1,7 +1,8 @@
 """measure.executors: the same sweep through the local executor and a local Ray cluster.
 
-The Ray cluster is started here (``ray.init(num_cpus=2)``, dashboard off, this
-machine only) and shared by the tests of this module; the models are a tiny
+The Ray cluster is started here (``ray.init(num_cpus=2)``, dashboard off, one
+node: this machine) and shared by the tests of this module (the CLI test joins
+it by its address); the models are a tiny
 random-weight Llama saved to a temporary directory, so every cell takes well
 under a second and the module stays within about a minute.
 """
@@ -48,8 +49,7 @@ def faults(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def cluster(faults):
     os.environ[executors.FAULTS_ENV] = str(faults)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             _node_ip_address="127.0.0.1")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
     ray.shutdown()
     os.environ.pop(executors.FAULTS_ENV, None)
@@ -155,15 +155,19 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           env=e, timeout=240)
 
 
-def test_cli_runs_on_its_own_local_ray(tiny_dir, tmp_path):
+def test_cli_joins_a_cluster_by_address(cluster, tiny_dir, tmp_path):
+    address = ray.get_runtime_context().gcs_address  # the module's own cluster, as HOST:PORT
+    assert address.split(":")[0] == ray.nodes()[0]["NodeManagerAddress"]  # this machine (its one node)
     out = tmp_path / "run"
     p = _cli("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "1,2", "--domains", "code", "--prompts", "1",
              "--max-new-tokens", "8", "--warmup", "0", "--repeats", "1", "--no-cost", "--no-peer", "--quiet",
-             "--no-system-check", "--no-progress", "--executor", "ray", "--out", str(out))
+             "--no-system-check", "--no-progress", "--executor", "ray", "--ray-address", address,
+             "--out", str(out))
     assert p.returncode == 0, p.stderr[-3000:]
     summary = json.loads(p.stdout.strip().splitlines()[-1])
     assert summary["status"] == "complete" and summary["n_cells"] == 2
     assert summary["all_greedy_outputs_identical"] is True
+    assert records.load_run(out).meta["executor"]["ray_address"] == address
 
 
 @pytest.mark.parametrize("args, msg", [
