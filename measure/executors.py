@@ -318,7 +318,7 @@ def _connect(ray: Any, executor: ExecutorConfig) -> bool:
     else:
         try:
             ray.init(address=executor.ray_address, **kw)
-        except (ConnectionError, RuntimeError, ValueError) as e:
+        except Exception as e:  # noqa: BLE001 — Ray raises several kinds here; all mean "cannot join"
             raise ValueError(f"--ray-address {executor.ray_address}: cannot join the Ray cluster "
                              f"({' '.join(str(e).split())[:200]})") from None
     return True
@@ -353,13 +353,14 @@ def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWr
 
     say = progress or (lambda _m: None)
     ray = import_ray()
-    started = _connect(ray, executor)
+    started = False
     refs: dict[Any, CellTask | None] = {}
     try:
-        with writer.recording():
+        with writer.recording():  # a cluster that cannot be joined closes the run "failed", saying why
             writer.update(**meta, executor={"kind": executor.kind, "ray_address": executor.ray_address,
                                             "cpus_per_cell": executor.cpus_per_cell,
                                             "max_retries": executor.max_retries}, failed_cells={})
+            started = _connect(ray, executor)
             opts = cell_resources(ray, config, executor)
             cpus = opts["num_cpus"] if "num_gpus" not in opts else None
             say(f"Ray: {ray.cluster_resources().get('CPU', 0):g} CPUs, {ray.cluster_resources().get('GPU', 0):g} "

@@ -22,7 +22,6 @@ from measure import executors, records
 from measure.executors import CellsFailed, ExecutorConfig
 from measure.sweep import SweepConfig, run_sweep
 
-ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'specscope[ray]')")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -48,6 +47,7 @@ def faults(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def cluster(faults):
+    ray = pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'specscope[ray]')")
     os.environ[executors.FAULTS_ENV] = str(faults)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield ray
@@ -138,14 +138,23 @@ def test_interrupted_driver_resumes_without_rerunning(cluster, tiny_dir, tmp_pat
     assert first.status == "interrupted" and list(first.table("cells")["cell_id"]) == seen
     before = first.table("generations")
     deadline = time.time() + 30  # the cancelled tasks give their CPUs back
-    while ray.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
+    while cluster.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
         time.sleep(0.2)
-    assert ray.available_resources().get("CPU", 0) == 2
+    assert cluster.available_resources().get("CPU", 0) == 2
     run = run_sweep(cfg, out, show_bar=False, quiet=True, executor=RAY)
     assert run.status == "complete" and len(run.table("cells")) == 4
     again = run.table("generations").query("cell_id == @seen[0]")
     assert again["wall_s"].tolist() == before["wall_s"].tolist()  # the finished cell was not re-run
     assert len(run.meta["resumed_utc"]) == 1
+
+
+def test_hardware_label_names_the_machine():
+    gpu = {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "gpu": "NVIDIA H100 80GB HBM3", "cores": 32}
+    cpu = {"device": "cpu", "device_name": "AMD EPYC 7B13", "cpu": "AMD EPYC 7B13", "cores": 2, "torch_threads": 1}
+    assert records.hardware_label(gpu) == "NVIDIA H100 80GB HBM3"
+    assert records.hardware_label(cpu) == "AMD EPYC 7B13, 2 cores, 1 thread"
+    assert records.hardware_label({**cpu, "torch_threads": 2}) == "AMD EPYC 7B13, 2 cores, 2 threads"
+    assert records.hardware_label(None) == records.hardware_label({}) == "unknown"
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -156,8 +165,8 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def test_cli_joins_a_cluster_by_address(cluster, tiny_dir, tmp_path):
-    address = ray.get_runtime_context().gcs_address  # the module's own cluster, as HOST:PORT
-    assert address.split(":")[0] == ray.nodes()[0]["NodeManagerAddress"]  # this machine (its one node)
+    address = cluster.get_runtime_context().gcs_address  # the module's own cluster, as HOST:PORT
+    assert address.split(":")[0] == cluster.nodes()[0]["NodeManagerAddress"]  # this machine (its one node)
     out = tmp_path / "run"
     p = _cli("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "1,2", "--domains", "code", "--prompts", "1",
              "--max-new-tokens", "8", "--warmup", "0", "--repeats", "1", "--no-cost", "--no-peer", "--quiet",
