@@ -147,9 +147,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-address", default=None, metavar="auto|HOST:PORT",
                    help="--executor ray: join this cluster (auto: the one started on this machine with ray start); "
                         "default: start a local Ray instance")
-    p.add_argument("--cpus-per-cell", type=int_in(1, 1024), default=1, metavar="N",
+    p.add_argument("--cpus-per-cell", type=int_in(1, 1024), default=None, metavar="N",
                    help="--executor ray on CPU: cores each cell reserves (and torch threads it uses; default 1)")
-    p.add_argument("--max-retries", type=int_in(0, 100), default=2, metavar="N",
+    p.add_argument("--max-retries", type=int_in(0, 100), default=None, metavar="N",
                    help="--executor ray: re-runs of a cell whose worker died (default 2)")
     p.add_argument("--quiet", action="store_true", help="silence third-party loading output (weights, GGUF "
                    "conversion); the sweep's own progress bar and table stay")
@@ -294,9 +294,15 @@ def _executor(args: argparse.Namespace):
     """The ``--executor`` settings; with ``ray``, Ray must import (one line naming the extra otherwise)."""
     from measure.executors import ExecutorConfig, import_ray
 
+    if args.executor == "local":
+        for flag, v in (("--ray-address", args.ray_address), ("--cpus-per-cell", args.cpus_per_cell),
+                        ("--max-retries", args.max_retries)):
+            if v is not None:
+                fail("python -m measure", f"{flag} needs --executor ray (the local executor runs the cells here, "
+                                          "one at a time)")
     try:
-        ex = ExecutorConfig(kind=args.executor, ray_address=args.ray_address, cpus_per_cell=args.cpus_per_cell,
-                            max_retries=args.max_retries)
+        ex = ExecutorConfig(kind=args.executor, ray_address=args.ray_address, cpus_per_cell=args.cpus_per_cell or 1,
+                            max_retries=2 if args.max_retries is None else args.max_retries)
         if ex.kind == "ray":
             import_ray()
     except ValueError as e:

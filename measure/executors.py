@@ -85,7 +85,7 @@ class ExecutorConfig:
             raise ValueError(f"--cpus-per-cell {self.cpus_per_cell}: must be an integer in 1..1024")
         if not 0 <= self.max_retries <= 100:
             raise ValueError(f"--max-retries {self.max_retries}: must be an integer in 0..100")
-        if self.kind == "local" and (self.ray_address is not None):
+        if self.kind == "local" and self.ray_address is not None:
             raise ValueError("--ray-address needs --executor ray")
 
 

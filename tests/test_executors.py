@@ -183,6 +183,7 @@ def test_cli_joins_a_cluster_by_address(cluster, tiny_dir, tmp_path):
     (("--executor", "ray", "--cpus-per-cell", "0"), "--cpus-per-cell: invalid integer value: '0'"),
     (("--executor", "ray", "--ray-address", "http://x"), "--ray-address 'http://x': expected auto or HOST:PORT"),
     (("--ray-address", "auto"), "--ray-address needs --executor ray"),
+    (("--cpus-per-cell", "2"), "--cpus-per-cell needs --executor ray"),
     (("--executor", "dask"), "invalid choice: 'dask'"),
 ])
 def test_cli_bad_executor_flags_are_one_line(tiny_dir, tmp_path, args, msg):
