@@ -143,7 +143,7 @@ class Preparation:
     """What the driver records before the cells: models, prompts, versions and (optionally) the cost curves."""
 
     worker: WorkerInfo
-    model_fingerprint: Mapping[str, Any]
+    target_fingerprint: Mapping[str, Any]
     models: Mapping[str, Any]
     draft_names: tuple[str, ...]
     prompts: Mapping[str, Any]
@@ -160,7 +160,7 @@ class CellOutcome:
     row: Mapping[str, Any]
     tables: Mapping[str, tuple[Mapping[str, Any], ...]]
     worker: WorkerInfo
-    model_fingerprint: Mapping[str, Any]
+    target_fingerprint: Mapping[str, Any]
     peer_errors: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -215,7 +215,7 @@ class CellWorker:
         versions = {**versions, **{f"engine_{k}": v for k, v in dict(self.engine.versions()).items()}}
         self.info = WorkerInfo(host=socket.gethostname(), pid=os.getpid(), device=device, hardware=hardware,
                                versions=versions)
-        self.model_fingerprint = sweep.model_fingerprint(self.target, self.engine)
+        self.target_fingerprint = sweep.target_fingerprint(self.target, self.engine)
         self.enc = {p.prompt_id: self.engine.encode(self.target, p.message, config.max_prompt_tokens)
                     for ps in self.prompts.values() for p in ps}
         self.ctx = sweep.CellContext(RowCollector(), self.engine, self.target, config, Timer(device), self.prompts,
@@ -233,7 +233,7 @@ class CellWorker:
                                                        self.config.cost_max_tokens, self.config.cost_repeats,
                                                        self.config.seed)
         return Preparation(
-            worker=self.info, model_fingerprint=self.model_fingerprint,
+            worker=self.info, target_fingerprint=self.target_fingerprint,
             models={"target": self.target.describe(), "drafts": {d.name: d.describe() for d in drafts}},
             draft_names=tuple(d.name for d in drafts), prompts=sweep.prompts_meta(self.prompts, self.enc),
             synthetic=bool(self.target.synthetic or any(d.synthetic for d in drafts)),
@@ -254,7 +254,7 @@ class CellWorker:
             raise AssertionError(f"cell id {row['cell_id']!r} != {task.cell_id!r}")
         return CellOutcome(cell_id=task.cell_id, row=row,
                            tables={t: tuple(collector.tables.get(t, ())) for t in CELL_TABLES},
-                           worker=self.info, model_fingerprint=self.model_fingerprint,
+                           worker=self.info, target_fingerprint=self.target_fingerprint,
                            peer_errors=dict(collector.meta.get("peer_errors", {})))
 
 
@@ -376,7 +376,7 @@ def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWr
             except ray.exceptions.RayError as e:
                 raise ValueError(f"loading the models on a Ray worker failed: {_one_line(e)}") from None
             del refs[pref]
-            writer.check_fingerprint(prep.model_fingerprint)
+            writer.check_fingerprint(prep.target_fingerprint)
             writer.update(models=dict(prep.models), versions={**meta["versions"], **prep.worker.versions},
                           prompts=dict(prep.prompts), hardware=dict(prep.worker.hardware),
                           workers={**writer.meta.get("workers", {}), prep.worker.label: dict(prep.worker.hardware)})
@@ -417,7 +417,7 @@ def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWr
                             f"{failed[task.cell_id]}")
                         writer.update(failed_cells=failed)
                         continue
-                    diff = records.fingerprint_diff(dict(prep.model_fingerprint), dict(out.model_fingerprint))
+                    diff = records.fingerprint_diff(dict(prep.target_fingerprint), dict(out.target_fingerprint))
                     if diff:
                         failed[task.cell_id] = (f"worker {out.worker.host} loaded a different model "
                                                 f"({'; '.join(diff)})")
