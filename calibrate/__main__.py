@@ -55,6 +55,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, type=nonempty_arg("directory"),
                     help="output directory (default: <first RUN_DIR>/calibration)")
     ap.add_argument("--seed", type=int_arg(0, 2**63 - 1), default=0, help="event-simulator seed (default 0)")
+    ap.add_argument("--pool-hardware", action="store_true",
+                    help="fit cells measured on different machines together (refused otherwise; noted when pooled)")
     ap.add_argument("--allow-incomplete", action="store_true",
                     help="use runs that are not complete (interrupted, failed, still running)")
     args = ap.parse_args(argv)
@@ -67,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         from measure.records import strict_dumps
 
         res = calibrate(args.runs, holdout=args.holdout, seed=args.seed,
-                        allow_incomplete=args.allow_incomplete)
+                        allow_incomplete=args.allow_incomplete,
+                        pool_hardware=args.pool_hardware)
         summary = write_outputs(res, out)
     except ValueError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)

@@ -42,7 +42,7 @@ import pandas as pd
 
 from calibrate.fit_acceptance import AcceptanceFit, fit_acceptance, interpolate_models, trace_model
 from calibrate.fit_cost import CostFit, LinearFit, fit_cost, ols
-from measure.records import Run, load_run
+from measure.records import Run, hardware_label, load_run
 from sim.acceptance import AcceptanceModel
 from sim.analytic import predict_row
 from sim.events import simulate_request
@@ -81,7 +81,7 @@ class Dataset:
     notes: tuple[str, ...] = ()
 
 
-def load_runs(paths: list[str | Path], allow_incomplete: bool = False) -> Dataset:
+def load_runs(paths: list[str | Path], allow_incomplete: bool = False, pool_hardware: bool = False) -> Dataset:
     """Load run directories (validated by :func:`measure.records.load_run`).
 
     One-line ``ValueError`` for a missing directory, a bad file, or a run
@@ -129,7 +129,28 @@ def load_runs(paths: list[str | Path], allow_incomplete: bool = False) -> Datase
     cells["temperature"] = cells["temperature"].astype(float)
     cells["unstable"] = cells["unstable"].map(lambda v: v is True) if "unstable" in cells else False
     cells["key"] = cells["run"] + "/" + cells["cell_id"].astype(str)
+    notes += _check_hardware(cells, runs, pool_hardware)
     return Dataset(runs, cells, stack("rounds"), stack("generations"), stack("traces"), tuple(notes))
+
+
+def _check_hardware(cells: pd.DataFrame, runs: dict[str, Run], pool: bool) -> list[str]:
+    """Fill ``cells["hardware"]`` (a cell's own, else its run's) and refuse cells from several machines.
+
+    Timings from different hardware do not belong in one fit (a Ray sweep's
+    cells may come from different nodes): one-line ``ValueError`` listing the
+    machines, unless ``pool`` (``--pool-hardware``), which is noted instead.
+    """
+    run_hw = {label: hardware_label(r.meta.get("hardware")) for label, r in runs.items()}
+    own = cells["hardware"] if "hardware" in cells else pd.Series([None] * len(cells), index=cells.index)
+    cells["hardware"] = [h if isinstance(h, str) and h else run_hw[r] for h, r in zip(own, cells["run"])]
+    counts = cells["hardware"].value_counts()
+    if len(counts) < 2:
+        return []
+    listing = "; ".join(f"{hw} ({n} cells)" for hw, n in counts.items())
+    if not pool:
+        raise ValueError(f"cells measured on {len(counts)} different machines ({listing}): calibrate the cells of one "
+                         "machine at a time, or pass --pool-hardware to fit them together anyway")
+    return [f"cells of {len(counts)} different machines pooled in one fit (--pool-hardware): {listing}"]
 
 
 def holdout_folds(cells: pd.DataFrame, mode: str) -> list[tuple[str, pd.Series]]:
@@ -449,7 +470,7 @@ class CalibrationResult:
 
 
 def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
-              allow_incomplete: bool = False) -> CalibrationResult:
+              allow_incomplete: bool = False, pool_hardware: bool = False) -> CalibrationResult:
     """Fit on the run directories and validate on held-out cells (see module docstring).
 
     Unstable cells (``cells.csv`` ``unstable``) are left out of every fit and
@@ -458,7 +479,7 @@ def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
     """
     if holdout not in HOLDOUT_MODES:
         raise ValueError(f"unknown --holdout {holdout!r}; valid: {', '.join(HOLDOUT_MODES)}")
-    data = load_runs(paths, allow_incomplete=allow_incomplete)
+    data = load_runs(paths, allow_incomplete=allow_incomplete, pool_hardware=pool_hardware)
     folds = holdout_folds(data.cells, holdout)
     cal = Calibrator(data, seed=seed)
     stable = ~data.cells["unstable"].astype(bool)

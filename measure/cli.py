@@ -142,6 +142,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-system-check", action="store_true", help="skip the pre-run check of the machine")
     p.add_argument("--cost-contexts", default="64,160,256", help="context lengths of the cost curves")
     p.add_argument("--cost-max-tokens", type=int_in(1, 1024), default=16)
+    p.add_argument("--executor", default="local", choices=("local", "ray"),
+                   help="where the cells run: here, or one Ray task per cell on a Ray cluster (the ray extra)")
+    p.add_argument("--ray-address", default=None, metavar="auto|HOST:PORT",
+                   help="--executor ray: join this cluster (auto: the one started on this machine with ray start); "
+                        "default: start a local Ray instance")
+    p.add_argument("--cpus-per-cell", type=int_in(1, 1024), default=None, metavar="N",
+                   help="--executor ray on CPU: cores each cell reserves (and torch threads it uses; default 1)")
+    p.add_argument("--max-retries", type=int_in(0, 100), default=None, metavar="N",
+                   help="--executor ray: re-runs of a cell whose worker died (default 2)")
     p.add_argument("--quiet", action="store_true", help="silence third-party loading output (weights, GGUF "
                    "conversion); the sweep's own progress bar and table stay")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -281,7 +290,28 @@ def quiet_third_party() -> None:
     warnings.filterwarnings("ignore")
 
 
+def _executor(args: argparse.Namespace):
+    """The ``--executor`` settings; with ``ray``, Ray must import (one line naming the extra otherwise)."""
+    from measure.executors import ExecutorConfig, import_ray
+
+    if args.executor == "local":
+        for flag, v in (("--ray-address", args.ray_address), ("--cpus-per-cell", args.cpus_per_cell),
+                        ("--max-retries", args.max_retries)):
+            if v is not None:
+                fail("python -m measure", f"{flag} needs --executor ray (the local executor runs the cells here, "
+                                          "one at a time)")
+    try:
+        ex = ExecutorConfig(kind=args.executor, ray_address=args.ray_address, cpus_per_cell=args.cpus_per_cell or 1,
+                            max_retries=2 if args.max_retries is None else args.max_retries)
+        if ex.kind == "ray":
+            import_ray()
+    except ValueError as e:
+        fail("python -m measure", str(e))
+    return ex
+
+
 def _one(args, target: str, drafts: list[str], out: Path, command: str, check: dict | None) -> dict:
+    from measure.executors import CellsFailed
     from measure.records import FingerprintMismatch
     from measure.sweep import run_sweep, summary_lines
 
@@ -291,7 +321,10 @@ def _one(args, target: str, drafts: list[str], out: Path, command: str, check: d
     try:
         run = run_sweep(cfg, out, command=command, progress=lambda m: print(m, file=sys.stderr, flush=True),
                         show_bar=not args.no_progress, on_cell=printer.row, force_new=args.force_new,
-                        system_check=check, quiet=args.quiet)
+                        system_check=check, quiet=args.quiet, executor=_executor(args))
+    except CellsFailed as e:
+        print(f"python -m measure: error: {e}", file=sys.stderr)
+        raise SystemExit(1)
     except FingerprintMismatch as e:
         fail("python -m measure", str(e))
     except ValueError as e:
@@ -355,6 +388,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python -m measure " + " ".join(shlex.quote(a) for a in argv)
     out = Path(args.out) if args.out else Path("runs") / time.strftime("measure-%Y%m%d-%H%M%S")
     _early_checks(args, out)
+    _executor(args)  # before any model loads: a bad --ray-address, or Ray missing
     drafts = _split_drafts(args.draft) if args.draft else list(DEFAULT_DRAFTS)
     target = args.target or DEFAULT_TARGET
     if not args.pair:

@@ -68,6 +68,8 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "tokens_per_s_speculative_lo", "tokens_per_s_speculative_hi", "tokens_per_s_peer_lo",
         "tokens_per_s_peer_hi", "speedup_peer", "speedup_peer_lo", "speedup_peer_hi",
         "peer_acceptance_rate", "baseline_cv", "baseline_drift", "unstable", "unstable_reason", "attempts",
+        # the machine that measured the cell (:func:`hardware_label`); a Ray sweep's cells may differ
+        "hardware",
     ),
     "generations": (
         "cell_id", "prompt_id", "domain", "mode", "prompt_tokens", "new_tokens", "wall_s",
@@ -98,8 +100,10 @@ _SCHEMA1_EXTRA: dict[str, tuple[str, ...]] = {
     "token_latency": ("repeat",),
 }
 #: Columns that must parse as numbers (empty allowed) — checked on read, named on failure.
+#: Columns added within schema 2 (runs written before them still load; the column reads as empty).
+_LATER_COLUMNS: dict[str, tuple[str, ...]] = {"cells": ("hardware",)}
 _TEXT_COLUMNS = {"cell_id", "draft", "gamma_policy", "domain", "prompt_id", "mode", "unstable_reason", "tokens",
-                 "variant", "model", "outputs_identical", "synthetic", "unstable", "role", "component"}
+                 "variant", "model", "outputs_identical", "synthetic", "unstable", "role", "component", "hardware"}
 _BOOL_COLUMNS = {"outputs_identical", "synthetic", "unstable"}
 
 
@@ -111,6 +115,30 @@ def cell_id(draft: str, gamma_policy: str, temperature: float, domain: str,
     if head_k is not None:
         cid += f"|head_k={int(head_k)}"
     return cid
+
+
+def hardware_label(hardware: Mapping[str, Any] | None) -> str:
+    """A short name of the machine that measured a cell, from a ``run.json``-style hardware dict.
+
+    GPU: its name (``NVIDIA H100 80GB HBM3``); CPU: the CPU model, its cores and
+    the torch threads used (``AMD EPYC 7B13, 2 cores, 1 thread``), since the
+    thread count changes CPU timings as much as the chip does. ``unknown`` if
+    nothing is recorded. Calibration refuses to pool cells of different labels
+    unless told to.
+    """
+    hw = dict(hardware or {})
+    if hw.get("gpu"):
+        return str(hw["gpu"])
+    name = hw.get("device_name") or hw.get("cpu")
+    if not name:
+        return "unknown"
+    parts = [str(name)]
+    if hw.get("cores"):
+        parts.append(f"{int(hw['cores'])} cores")
+    if hw.get("torch_threads"):
+        n = int(hw["torch_threads"])
+        parts.append(f"{n} thread{'s' if n != 1 else ''}")
+    return ", ".join(parts)
 
 
 def utc_now() -> str:
@@ -337,6 +365,13 @@ class RunWriter:
             return 0
         f_path = self.path / f"{table}.csv"
         new = not f_path.exists() or f_path.stat().st_size == 0
+        if not new and table in _LATER_COLUMNS:  # a resumed run written before a later column
+            with f_path.open(newline="", encoding="utf-8") as f:
+                header = next(csv.reader([f.readline()]), [])
+            if tuple(header) != cols:
+                raise ValueError(f"{f_path}: written without column(s) "
+                                 f"{', '.join(c for c in cols if c not in header)}; resume it with the specscope "
+                                 "that wrote it, or use --force-new or a new --out")
         buf = io.StringIO()
         w = csv.writer(buf, lineterminator="\n")
         if new:
@@ -527,7 +562,8 @@ def _read_table(f_path: Path, name: str, schema: int):
     if not rows:
         return pd.DataFrame({c: [] for c in cols})
     header = rows[0]
-    required = [c for c in cols if schema >= 2 or c not in _SCHEMA1_EXTRA.get(name, ())]
+    required = [c for c in cols if (schema >= 2 or c not in _SCHEMA1_EXTRA.get(name, ()))
+                and c not in _LATER_COLUMNS.get(name, ())]
     missing = [c for c in required if c not in header]
     if missing:
         raise ValueError(f"{f_path}: missing column(s) {', '.join(missing)}")

@@ -315,6 +315,7 @@ class CellContext:
     enc: dict[str, torch.Tensor]
     bar: Any = None
     peer_ok: dict = field(default_factory=dict)
+    hardware: str | None = None  # records.hardware_label of the machine measuring the cells
 
 
 def _gen(seed: int, index: int, device: str) -> torch.Generator:
@@ -481,7 +482,7 @@ def run_cell(ctx: CellContext, draft: Any, policy_spec: str, temp: float, domain
            "speedup_peer": pe.value, "speedup_peer_lo": pe.lo, "speedup_peer_hi": pe.hi,
            "peer_acceptance_rate": pc[1] / pc[0] if pc[0] else None,
            "baseline_cv": stab.cv, "baseline_drift": stab.drift, "unstable": stab.unstable,
-           "unstable_reason": stab.reason or None, "attempts": attempt}
+           "unstable_reason": stab.reason or None, "attempts": attempt, "hardware": ctx.hardware}
     trace_rows: list[dict] = []
     # every cell records the (γ-independent) trace of its prompts, so a calibration that holds
     # a cell out still has the trace from the cells it trains on
@@ -645,36 +646,69 @@ def silenced(quiet: bool) -> Iterator[None]:
         yield
 
 
+def prompts_meta(prompts: dict[str, list[Prompt]], enc: dict[str, torch.Tensor]) -> dict:
+    """``run.json`` ``prompts``: per prompt id its source, domain and encoded token ids."""
+    return {p.prompt_id: {"source": p.source, "domain": p.domain, "prompt_tokens": int(enc[p.prompt_id].shape[1]),
+                          "tokens": _ids_text(enc[p.prompt_id][0].tolist())}
+            for ps in prompts.values() for p in ps}
+
+
+def pending_cells(config: SweepConfig, draft_names: list[str], domains: list[str],
+                  writer: records.RunWriter) -> list[tuple[int, float, str, str]]:
+    """The unfinished cells, in sweep order: (draft index, temperature, domain, γ policy spec)."""
+    plan = [(i, t, dom, g) for i in range(len(draft_names)) for t in config.temperatures for dom in domains
+            for g in config.gammas]
+    return [c for c in plan if not writer.is_finished(
+        records.cell_id(draft_names[c[0]], make_policy(c[3]).spec(), c[1], c[2]))]
+
+
+def engine_options(config: SweepConfig, device: str, threads: int | None, quiet: bool) -> EngineOptions:
+    """The engine settings of a sweep (its static cache sized for the longest sequence it will see)."""
+    return EngineOptions(device=device, threads=threads, cache=config.cache, compile=config.compile,
+                         max_len_tokens=max(config.max_prompt_tokens + config.max_new_tokens + config.gamma_max,
+                                            max(config.cost_contexts) + config.cost_max_tokens) + 1,
+                         quiet=quiet)
+
+
 def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
               progress: Callable[[str], None] | None = None, show_bar: bool = True,
               on_cell: Callable[[dict], None] | None = None, force_new: bool = False,
-              system_check: dict | None = None, quiet: bool = False, engine: Any = None) -> records.Run:
+              system_check: dict | None = None, quiet: bool = False, engine: Any = None,
+              executor: Any = None) -> records.Run:
     """Run (or resume) the sweep into ``out_dir``; returns the run read back.
 
     ``on_cell`` sees each finished cell's row (the CLI prints the table as
     cells finish). A resume with a different fingerprint raises
     :class:`measure.records.FingerprintMismatch` (nothing written).
     ``engine``: an engine object to use instead of ``make_engine(config.engine, ...)`` (tests).
+    ``executor`` (:class:`measure.executors.ExecutorConfig`; None: local) may
+    send the cells to a Ray cluster (:func:`measure.executors.run_distributed`);
+    this process stays the only writer of the run directory either way.
     """
     say = progress or (lambda _m: None)
-    device = resolve_device(config.device)
+    distributed = executor is not None and executor.kind != "local"
+    device = config.device if distributed else resolve_device(config.device)  # a cluster's workers resolve it
     prompts, selection = select_prompts(config)
     out = Path(out_dir)
     if force_new:
         moved = set_aside(out)
         if moved is not None:
             say(f"--force-new: the previous run is kept in {moved}")
-    hardware, versions, commit = environment(device)
+    hardware, versions, commit = environment("cpu" if distributed else device)
+    if distributed:  # each cell records its worker's hardware (cells.csv hardware), not the driver's
+        from measure.executors import CLUSTER_HARDWARE, run_distributed
+
+        hardware = CLUSTER_HARDWARE
     fp = fingerprint(config, device, selection, hardware, versions)
     writer = records.RunWriter(out, fingerprint=fp)  # refuses a different fingerprint before writing
+    meta = dict(command=command, git_commit=commit, hardware=hardware, versions=versions, config=config.as_dict(),
+                prompt_selection=selection, **({"system_check": system_check} if system_check is not None else {}))
+    if distributed:
+        return run_distributed(config, executor, writer, meta, prompts, selection, progress=say, show_bar=show_bar,
+                               on_cell=on_cell, quiet=quiet)
     with writer.recording():
-        writer.update(command=command, git_commit=commit, hardware=hardware, versions=versions,
-                      config=config.as_dict(), prompt_selection=selection,
-                      **({"system_check": system_check} if system_check is not None else {}))
-        opts = EngineOptions(device=device, threads=config.threads, cache=config.cache, compile=config.compile,
-                             max_len_tokens=max(config.max_prompt_tokens + config.max_new_tokens + config.gamma_max,
-                                                max(config.cost_contexts) + config.cost_max_tokens) + 1,
-                             quiet=quiet)
+        writer.update(**meta)
+        opts = engine_options(config, device, config.threads, quiet)
         engine = engine if engine is not None else make_engine(config.engine, opts)
         say(f"loading {config.target} ({config.engine})")
         with silenced(quiet):
@@ -688,10 +722,7 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         timer = Timer(device)
         enc = {p.prompt_id: engine.encode(target, p.message, config.max_prompt_tokens)
                for ps in prompts.values() for p in ps}
-        writer.update(prompts={p.prompt_id: {"source": p.source, "domain": p.domain,
-                                             "prompt_tokens": int(enc[p.prompt_id].shape[1]),
-                                             "tokens": _ids_text(enc[p.prompt_id][0].tolist())}
-                               for ps in prompts.values() for p in ps})
+        writer.update(prompts=prompts_meta(prompts, enc))
         if config.cost_curves and not writer.has_rows("cost_target"):
             say("timing cost curves (repeats interleaved across token counts and contexts)")
             t_rows, d_rows = measure_cost_curves(target, drafts, timer, config.cost_contexts,
@@ -702,17 +733,16 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         for c in done_cells:
             if on_cell:
                 on_cell(c)
-        plan = [(d, t, dom, g) for d in drafts for t in config.temperatures for dom in prompts
-                for g in config.gammas]
-        todo = [c for c in plan if not writer.is_finished(
-            records.cell_id(c[0].name, make_policy(c[3]).spec(), c[1], c[2]))]
+        todo = [(drafts[i], t, dom, g) for i, t, dom, g in pending_cells(config, [d.name for d in drafts],
+                                                                           list(prompts), writer)]
         bar = None
         if show_bar:
             from tqdm import tqdm
 
             bar = tqdm(total=sum(len(prompts[c[2]]) * config.repeats for c in todo), desc="measure",
                        unit="prompt×repeat", file=sys.stderr, dynamic_ncols=True)
-        ctx = CellContext(writer, engine, target, config, timer, prompts, enc, bar)
+        ctx = CellContext(writer, engine, target, config, timer, prompts, enc, bar,
+                          hardware=records.hardware_label({**hardware, "torch_threads": torch.get_num_threads()}))
         try:
             for i, (d, temp, dom, g) in enumerate(todo):
                 if bar is not None:

@@ -1,0 +1,458 @@
+"""Where a sweep's cells run: here (``--executor local``) or on a Ray cluster (``--executor ray``).
+
+The local executor is :func:`measure.sweep.run_sweep` itself. The Ray executor
+(:func:`run_distributed`) sends every unfinished cell to the cluster as one Ray
+task and writes what comes back:
+
+* **Workers load the models themselves** from the same specs
+  (:class:`CellWorker`: the engine from :func:`measure.engines.make_engine`,
+  the target, the drafts and the prompts rebuilt from the
+  :class:`~measure.sweep.SweepConfig`), so model paths and ``--prompts-file``
+  must be visible on every node. A worker process keeps its loaded models for
+  the next cell of the same sweep (GPU tasks too: ``max_calls=0``), so a
+  node measures a group of cells per model load.
+* **The same cell code**: a worker calls :func:`measure.sweep.run_cell` with a
+  :class:`RowCollector` in place of the run writer and returns the cell's rows
+  as a :class:`CellOutcome` (frozen, picklable).
+* **The driver is the only writer** of the run directory: it appends each
+  cell's rows as the cell arrives, in any order, its ``cells.csv`` row last,
+  exactly as the local executor writes them, so resume, the fingerprint and
+  the statistics are those of a local run. Each row names the worker's
+  hardware (``cells.csv`` ``hardware``, :func:`measure.records.hardware_label`;
+  ``run.json`` ``workers``); the cost curves are timed on one worker
+  (``run.json`` ``cost_hardware``).
+* **Resources**: one GPU per cell on CUDA, else ``cpus_per_cell`` CPUs (and as
+  many torch threads), so CPU cells never share cores.
+* **Failures**: a worker that dies loses only its cell, which Ray re-runs up to
+  ``max_retries`` times; after that, or on an error raised by the cell, the
+  cell is reported failed with the worker's error (``run.json``
+  ``failed_cells``, then :class:`CellsFailed`) and a resume runs it again.
+  Ctrl-C cancels every outstanding task (their workers are stopped) and the
+  run closes ``interrupted`` with its finished cells kept.
+
+Tests inject a worker death through :data:`FAULTS_ENV` (see :func:`_inject_fault`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from measure import records
+from sim.policies import make_policy
+
+#: ``--executor`` choices.
+EXECUTORS = ("local", "ray")
+#: What installs Ray (the ``ray`` extra of pyproject.toml).
+RAY_EXTRA = "pip install 'specscope[ray]'"
+#: The fingerprint's hardware for a cluster run: the hardware is per cell (cells.csv ``hardware``).
+CLUSTER_HARDWARE = {"device": "ray cluster", "device_name": None, "cpu": None, "cores": None, "gpu": None}
+#: Tables a cell writes before its ``cells.csv`` row, in the local executor's order.
+CELL_TABLES = ("generations", "token_latency", "rounds", "traces")
+#: Fault injection for tests: a JSON file ``{cell_id: "once" | "always"}``; the worker exits (``os._exit``)
+#: when it starts that cell (``once``: the first time only).
+FAULTS_ENV = "SPECSCOPE_TEST_FAULTS"
+_ADDRESS = re.compile(r"^(auto|(ray://)?[A-Za-z0-9._-]+:\d{1,5})$")
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """Where the cells run (``--executor``, ``--ray-address``, ``--cpus-per-cell``, ``--max-retries``).
+
+    ``ray_address``: None starts a local Ray instance for this sweep;
+    ``auto`` joins the cluster running on this machine (``ray start``);
+    ``HOST:PORT`` (or ``ray://HOST:PORT``) joins that cluster's head.
+    """
+
+    kind: str = "local"
+    ray_address: str | None = None
+    cpus_per_cell: int = 1
+    max_retries: int = 2
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXECUTORS:
+            raise ValueError(f"--executor {self.kind!r}: unknown; valid: {', '.join(EXECUTORS)}")
+        if self.ray_address is not None and not _ADDRESS.match(str(self.ray_address)):
+            raise ValueError(f"--ray-address {self.ray_address!r}: expected auto or HOST:PORT (e.g. 10.0.0.1:6379)")
+        if not 1 <= self.cpus_per_cell <= 1024:
+            raise ValueError(f"--cpus-per-cell {self.cpus_per_cell}: must be an integer in 1..1024")
+        if not 0 <= self.max_retries <= 100:
+            raise ValueError(f"--max-retries {self.max_retries}: must be an integer in 0..100")
+        if self.kind == "local" and self.ray_address is not None:
+            raise ValueError("--ray-address needs --executor ray")
+
+
+class RayMissing(ValueError):
+    """``--executor ray`` without Ray installed."""
+
+
+class CellsFailed(RuntimeError):
+    """Cells that failed on their workers after the retries (their errors are in ``run.json`` ``failed_cells``)."""
+
+    def __init__(self, failed: Mapping[str, str]) -> None:
+        self.failed = dict(failed)
+        first = next(iter(self.failed.items()))
+        super().__init__(f"{len(self.failed)} cell(s) failed on their Ray workers (first: {first[0]}: {first[1]}); "
+                         "the finished cells are kept, re-run with the same --out to retry the failed ones")
+
+
+def import_ray() -> Any:
+    """The ``ray`` module, or :class:`RayMissing` naming the extra that installs it."""
+    try:
+        import ray
+    except ImportError:
+        raise RayMissing(f"--executor ray: Ray is not installed; install the extra: {RAY_EXTRA}") from None
+    return ray
+
+
+@dataclass(frozen=True)
+class CellTask:
+    """One cell to measure: the draft spec, γ policy spec, temperature and domain (and its id)."""
+
+    cell_id: str
+    draft: str
+    gamma_policy: str
+    temperature: float
+    domain: str
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """The worker that measured something: host, pid, resolved device and hardware (``run.json`` style)."""
+
+    host: str
+    pid: int
+    device: str
+    hardware: Mapping[str, Any]
+    versions: Mapping[str, Any]
+
+    @property
+    def label(self) -> str:
+        return records.hardware_label(self.hardware)
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """What the driver records before the cells: models, prompts, versions and (optionally) the cost curves."""
+
+    worker: WorkerInfo
+    target_fingerprint: Mapping[str, Any]
+    models: Mapping[str, Any]
+    draft_names: tuple[str, ...]
+    prompts: Mapping[str, Any]
+    synthetic: bool
+    cost_target: tuple[Mapping[str, Any], ...] = ()
+    cost_draft: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class CellOutcome:
+    """A measured cell as it travels back to the driver: its rows per table and its ``cells.csv`` row."""
+
+    cell_id: str
+    row: Mapping[str, Any]
+    tables: Mapping[str, tuple[Mapping[str, Any], ...]]
+    worker: WorkerInfo
+    target_fingerprint: Mapping[str, Any]
+    peer_errors: Mapping[str, str] = field(default_factory=dict)
+
+
+class RowCollector:
+    """Stands in for :class:`measure.records.RunWriter` inside a worker: keeps a cell's rows in memory.
+
+    :func:`measure.sweep.run_cell` writes through ``append`` / ``finish_cell``
+    and records a failing peer with ``update(peer_errors=...)``; the driver
+    writes what was collected.
+    """
+
+    def __init__(self) -> None:
+        self.meta: dict[str, Any] = {}
+        self.tables: dict[str, list[dict]] = {t: [] for t in CELL_TABLES}
+        self.row: dict | None = None
+
+    def append(self, table: str, rows: list[dict]) -> int:
+        self.tables.setdefault(table, []).extend(dict(r) for r in rows)
+        return len(rows)
+
+    def finish_cell(self, row: Mapping[str, Any]) -> None:
+        self.row = dict(row)
+
+    def update(self, **fields: Any) -> None:
+        self.meta.update(fields)
+
+
+class CellWorker:
+    """A sweep's models on one worker process, rebuilt from the config alone (the driver sends nothing else)."""
+
+    def __init__(self, config: Any, cpus: int | None, quiet: bool = True) -> None:
+        import torch
+
+        from measure import sweep
+        from measure.engines import make_engine
+        from measure.models import resolve_device
+        from measure.timing import Timer
+
+        self.config = config
+        device = resolve_device(config.device)
+        threads = config.threads or (cpus if not device.startswith("cuda") else None)
+        if threads:
+            torch.set_num_threads(int(threads))
+        self.prompts, self.selection = sweep.select_prompts(config)
+        opts = sweep.engine_options(config, device, threads, quiet)
+        self.engine = make_engine(config.engine, opts)
+        with sweep.silenced(quiet):
+            self.target = self.engine.load_target(config.target, device=device, dtype=config.dtype, seed=config.seed)
+            self.drafts = {spec: self.engine.make_draft(spec, self.target, seed=config.seed + 1)
+                           for spec in config.drafts}
+        hardware, versions, _ = sweep.environment(device)
+        versions = {**versions, **{f"engine_{k}": v for k, v in dict(self.engine.versions()).items()}}
+        self.info = WorkerInfo(host=socket.gethostname(), pid=os.getpid(), device=device, hardware=hardware,
+                               versions=versions)
+        self.target_fingerprint = sweep.target_fingerprint(self.target, self.engine)
+        self.enc = {p.prompt_id: self.engine.encode(self.target, p.message, config.max_prompt_tokens)
+                    for ps in self.prompts.values() for p in ps}
+        self.ctx = sweep.CellContext(RowCollector(), self.engine, self.target, config, Timer(device), self.prompts,
+                                     self.enc, hardware=self.info.label)
+
+    def prepare(self, cost_curves: bool) -> Preparation:
+        """Models, prompts and versions for ``run.json``; the cost curves when ``cost_curves``."""
+        from measure import sweep
+
+        drafts = list(self.drafts.values())
+        t_rows: list[dict] = []
+        d_rows: list[dict] = []
+        if cost_curves:
+            t_rows, d_rows = sweep.measure_cost_curves(self.target, drafts, self.ctx.timer, self.config.cost_contexts,
+                                                       self.config.cost_max_tokens, self.config.cost_repeats,
+                                                       self.config.seed)
+        return Preparation(
+            worker=self.info, target_fingerprint=self.target_fingerprint,
+            models={"target": self.target.describe(), "drafts": {d.name: d.describe() for d in drafts}},
+            draft_names=tuple(d.name for d in drafts), prompts=sweep.prompts_meta(self.prompts, self.enc),
+            synthetic=bool(self.target.synthetic or any(d.synthetic for d in drafts)),
+            cost_target=tuple(t_rows), cost_draft=tuple(d_rows))
+
+    def run(self, task: CellTask, selection_sha256: str) -> CellOutcome:
+        """Measure one cell with :func:`measure.sweep.run_cell` and return its rows."""
+        from measure import sweep
+
+        if self.selection.get("texts_sha256") != selection_sha256:
+            raise ValueError(f"worker {self.info.host}: its prompts differ from the driver's (is --prompts-file the "
+                             "same file on every node?)")
+        _inject_fault(task.cell_id)
+        collector = RowCollector()
+        self.ctx.writer = collector
+        row = sweep.run_cell(self.ctx, self.drafts[task.draft], task.gamma_policy, task.temperature, task.domain)
+        if row["cell_id"] != task.cell_id:
+            raise AssertionError(f"cell id {row['cell_id']!r} != {task.cell_id!r}")
+        return CellOutcome(cell_id=task.cell_id, row=row,
+                           tables={t: tuple(collector.tables.get(t, ())) for t in CELL_TABLES},
+                           worker=self.info, target_fingerprint=self.target_fingerprint,
+                           peer_errors=dict(collector.meta.get("peer_errors", {})))
+
+
+def _inject_fault(cell_id: str) -> None:
+    """Tests only: exit this worker process abruptly at the start of a cell named in :data:`FAULTS_ENV`."""
+    path = os.environ.get(FAULTS_ENV)
+    if not path or not os.path.exists(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        mode = json.load(f).get(cell_id)
+    if mode is None:
+        return
+    if mode == "once":
+        marker = Path(f"{path}.{hashlib.sha256(cell_id.encode()).hexdigest()[:16]}.done")
+        try:
+            marker.touch(exist_ok=False)
+        except FileExistsError:
+            return
+    os._exit(3)
+
+
+#: One per worker process: the models of the sweep it last measured, reused by its next cell.
+_WORKERS: dict[str, CellWorker] = {}
+
+
+def _worker(config: Any, cpus: int | None, quiet: bool) -> CellWorker:
+    key = json.dumps(config.as_dict(), sort_keys=True, default=str) + f"|{cpus}"
+    if key not in _WORKERS:
+        _WORKERS.clear()  # another sweep's models: free them first
+        _WORKERS[key] = CellWorker(config, cpus, quiet)
+    return _WORKERS[key]
+
+
+def prepare_task(config: Any, cpus: int | None, quiet: bool, cost_curves: bool) -> Preparation:
+    """Ray task: load the sweep's models on this worker and describe them (plus the cost curves)."""
+    return _worker(config, cpus, quiet).prepare(cost_curves)
+
+
+def cell_task(config: Any, cpus: int | None, quiet: bool, task: CellTask, selection_sha256: str) -> CellOutcome:
+    """Ray task: measure one cell on this worker (its models loaded once per worker process)."""
+    return _worker(config, cpus, quiet).run(task, selection_sha256)
+
+
+def _one_line(err: BaseException) -> str:
+    cause = getattr(err, "cause", None)  # ray.exceptions.RayTaskError: the exception the cell raised
+    if isinstance(cause, BaseException):
+        text = f"{type(cause).__name__}: {cause}"
+    else:
+        text = f"{type(err).__name__}: {err}"
+    text = " ".join(text.split())
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+def _connect(ray: Any, executor: ExecutorConfig) -> bool:
+    """Join or start Ray; True when this call started it (and must shut it down)."""
+    if ray.is_initialized():
+        return False
+    kw: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, configure_logging=False)
+    if executor.ray_address is None:  # a fresh instance on this machine only (RAY_ADDRESS still wins, as in Ray)
+        ray.init(address="local", **kw)
+    else:
+        try:
+            ray.init(address=executor.ray_address, **kw)
+        except Exception as e:  # noqa: BLE001 — Ray raises several kinds here; all mean "cannot join"
+            raise ValueError(f"--ray-address {executor.ray_address}: cannot join the Ray cluster "
+                             f"({' '.join(str(e).split())[:200]})") from None
+    return True
+
+
+def cell_resources(ray: Any, config: Any, executor: ExecutorConfig) -> dict[str, Any]:
+    """Ray options of every task: one GPU per cell on CUDA, else ``cpus_per_cell`` CPUs (checked to fit a node)."""
+    nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    gpus = max((n.get("GPU", 0) for n in nodes), default=0)
+    cuda = str(config.device).startswith("cuda") or (config.device == "auto" and gpus > 0)
+    if cuda:
+        if gpus < 1:
+            raise ValueError(f"--device {config.device}: the Ray cluster has no GPU")
+        return {"num_gpus": 1, "num_cpus": 1}
+    cpus = max((n.get("CPU", 0) for n in nodes), default=0)
+    if executor.cpus_per_cell > cpus:
+        raise ValueError(f"--cpus-per-cell {executor.cpus_per_cell}: no node of the Ray cluster has that many "
+                         f"CPUs (largest: {cpus:g}); valid: 1..{int(cpus)}")
+    return {"num_cpus": executor.cpus_per_cell}
+
+
+def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWriter, meta: Mapping[str, Any],
+                    prompts: Mapping[str, Any], selection: Mapping[str, Any],
+                    progress: Callable[[str], None] | None = None, show_bar: bool = True,
+                    on_cell: Callable[[dict], None] | None = None, quiet: bool = True) -> records.Run:
+    """Measure the unfinished cells of ``writer``'s run on Ray and write them as they arrive (module docstring).
+
+    Raises :class:`CellsFailed` after writing every cell that succeeded when
+    some cells failed on their workers.
+    """
+    from measure import sweep
+
+    say = progress or (lambda _m: None)
+    ray = import_ray()
+    started = False
+    refs: dict[Any, CellTask | None] = {}
+    try:
+        with writer.recording():  # a cluster that cannot be joined closes the run "failed", saying why
+            writer.update(**meta, executor={"kind": executor.kind, "ray_address": executor.ray_address,
+                                            "cpus_per_cell": executor.cpus_per_cell,
+                                            "max_retries": executor.max_retries}, failed_cells={})
+            started = _connect(ray, executor)
+            opts = cell_resources(ray, config, executor)
+            cpus = opts["num_cpus"] if "num_gpus" not in opts else None
+            say(f"Ray: {ray.cluster_resources().get('CPU', 0):g} CPUs, {ray.cluster_resources().get('GPU', 0):g} "
+                f"GPUs; each cell asks for {', '.join(f'{k}={v}' for k, v in opts.items())}")
+            # max_calls=0: a worker process keeps its models for the next cell (Ray's default for GPU tasks is 1)
+            prepare = ray.remote(**opts, max_calls=0, max_retries=executor.max_retries)(prepare_task)
+            cost = bool(config.cost_curves and not writer.has_rows("cost_target"))
+            say(f"loading {config.target} ({config.engine}) on a worker" + (" and timing cost curves" if cost else ""))
+            pref = prepare.remote(config, cpus, quiet, cost)
+            refs[pref] = None
+            try:
+                prep: Preparation = ray.get(pref)
+            except ray.exceptions.RayError as e:
+                raise ValueError(f"loading the models on a Ray worker failed: {_one_line(e)}") from None
+            del refs[pref]
+            writer.check_fingerprint(prep.target_fingerprint)
+            writer.update(models=dict(prep.models), versions={**meta["versions"], **prep.worker.versions},
+                          prompts=dict(prep.prompts), hardware=dict(prep.worker.hardware),
+                          workers={**writer.meta.get("workers", {}), prep.worker.label: dict(prep.worker.hardware)})
+            if cost:
+                writer.append("cost_draft", prep.cost_draft)
+                writer.append("cost_target", prep.cost_target)
+                writer.update(cost_hardware=prep.worker.label)
+            done_cells = records.load_run(writer.path).table("cells").to_dict("records")
+            for c in done_cells:
+                if on_cell:
+                    on_cell(c)
+            todo = []
+            for i, t, dom, g in sweep.pending_cells(config, list(prep.draft_names), list(prompts), writer):
+                name = prep.draft_names[i]
+                todo.append(CellTask(records.cell_id(name, make_policy(g).spec(), t, dom), config.drafts[i],
+                                     g, float(t), dom))
+            run_cell_remote = ray.remote(**opts, max_calls=0, max_retries=executor.max_retries,
+                                         retry_exceptions=False)(cell_task)
+            sha = str(selection.get("texts_sha256"))
+            refs = {run_cell_remote.remote(config, cpus, quiet, task, sha): task for task in todo}
+            bar = None
+            if show_bar and todo:
+                from tqdm import tqdm
+
+                bar = tqdm(total=len(todo), desc="measure (ray)", unit="cell", file=sys.stderr, dynamic_ncols=True)
+            failed: dict[str, str] = {}
+            try:
+                while refs:
+                    ready, _ = ray.wait(list(refs), num_returns=1, timeout=1.0)  # wakes for Ctrl-C
+                    if not ready:
+                        continue
+                    task = refs.pop(ready[0])
+                    try:
+                        out: CellOutcome = ray.get(ready[0])
+                    except ray.exceptions.RayError as e:
+                        failed[task.cell_id] = _one_line(e)
+                        say(f"cell {task.cell_id} failed after up to {executor.max_retries} retries: "
+                            f"{failed[task.cell_id]}")
+                        writer.update(failed_cells=failed)
+                        continue
+                    diff = records.fingerprint_diff(dict(prep.target_fingerprint), dict(out.target_fingerprint))
+                    if diff:
+                        failed[task.cell_id] = (f"worker {out.worker.host} loaded a different model "
+                                                f"({'; '.join(diff)})")
+                        writer.update(failed_cells=failed)
+                        continue
+                    _write_outcome(writer, out)
+                    done_cells.append(dict(out.row))
+                    writer.update(summary=sweep.summarize(done_cells, prep.synthetic))
+                    if bar is not None:
+                        bar.update(1)
+                        bar.clear()
+                    if on_cell:
+                        on_cell(dict(out.row))
+                    if bar is not None:
+                        bar.refresh()
+            finally:
+                if bar is not None:
+                    bar.close()
+            writer.update(summary=sweep.summarize(done_cells, prep.synthetic), failed_cells=failed)
+            if failed:
+                raise CellsFailed(failed)
+    finally:
+        for ref in refs:  # Ctrl-C or an error: stop what is still queued or running
+            ray.cancel(ref, force=True)
+        if started:
+            ray.shutdown()
+    return records.load_run(writer.path)
+
+
+def _write_outcome(writer: records.RunWriter, out: CellOutcome) -> None:
+    """Append a cell's rows as the local executor does (its ``cells.csv`` row last) and note its worker."""
+    for table in CELL_TABLES:
+        writer.append(table, out.tables.get(table, ()))
+    if out.peer_errors:
+        writer.meta["peer_errors"] = {**writer.meta.get("peer_errors", {}), **out.peer_errors}
+    workers = writer.meta.setdefault("workers", {})
+    workers.setdefault(out.worker.label, dict(out.worker.hardware))
+    writer.finish_cell(out.row)
