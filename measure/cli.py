@@ -249,12 +249,25 @@ class TablePrinter:
         if not self.started:
             print("  ".join(h.ljust(w) for h, w in zip(self.HEADS, self.WIDTHS)).rstrip(), file=self.out)
             self.started = True
-        note = f"UNSTABLE: {r.get('unstable_reason')}" if _is_true(r.get("unstable")) else ""
+        notes = [f"UNSTABLE: {r.get('unstable_reason')}"] if _is_true(r.get("unstable")) else []
+        near, bad = _num_or_0(r.get("n_near_tie")), _num_or_0(r.get("n_lossless_failures"))
+        if bad:
+            notes.append(f"NOT LOSSLESS: {bad:g} greedy output(s) diverged beyond the near-tie tolerance")
+        elif near:
+            notes.append(f"{near:g} near tie(s): diverged where the target's top two logits were within the "
+                         "engine's batch noise")
+        note = "; ".join(notes)
         vals = (str(r["draft"]), str(r["gamma_policy"]), _fmt(float(r["temperature"]), 1), str(r["domain"]),
                 self._ci(r, "tokens_per_s_baseline"), self._ci(r, "tokens_per_s_speculative"),
                 _fmt(r.get("tokens_per_s_peer")), self._ci(r, "speedup", 3), _fmt(r.get("acceptance_rate")),
                 _fmt(r.get("mean_accepted_per_round")), _fmt(r.get("outputs_identical")), note)
         print("  ".join(v.ljust(w) for v, w in zip(vals, self.WIDTHS)).rstrip(), file=self.out, flush=True)
+
+
+def _num_or_0(v: object) -> float:
+    from measure.sweep import _num
+
+    return _num(v) or 0.0
 
 
 def print_table(run) -> None:

@@ -70,11 +70,15 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "peer_acceptance_rate", "baseline_cv", "baseline_drift", "unstable", "unstable_reason", "attempts",
         # the machine that measured the cell (:func:`hardware_label`); a Ray sweep's cells may differ
         "hardware",
+        # greedy generations of the cell that diverged within the engine's near-tie tolerance, or beyond it
+        "n_near_tie", "n_lossless_failures",
     ),
     "generations": (
         "cell_id", "prompt_id", "domain", "mode", "prompt_tokens", "new_tokens", "wall_s",
         "tokens_per_s", "ttft_ms", "peak_mem_bytes", "outputs_identical",
         "repeat", "order", "drafted", "accepted", "n_rounds", "tokens",
+        # greedy: identical | near_tie | failure against the baseline (measure.engines.lossless)
+        "lossless", "divergence_position", "divergence_margin",
     ),
     "rounds": (
         "cell_id", "prompt_id", "round", "gamma", "context_tokens", "drafted", "accepted",
@@ -101,9 +105,13 @@ _SCHEMA1_EXTRA: dict[str, tuple[str, ...]] = {
 }
 #: Columns that must parse as numbers (empty allowed) — checked on read, named on failure.
 #: Columns added within schema 2 (runs written before them still load; the column reads as empty).
-_LATER_COLUMNS: dict[str, tuple[str, ...]] = {"cells": ("hardware",)}
+_LATER_COLUMNS: dict[str, tuple[str, ...]] = {
+    "cells": ("hardware", "n_near_tie", "n_lossless_failures"),
+    "generations": ("lossless", "divergence_position", "divergence_margin"),
+}
 _TEXT_COLUMNS = {"cell_id", "draft", "gamma_policy", "domain", "prompt_id", "mode", "unstable_reason", "tokens",
-                 "variant", "model", "outputs_identical", "synthetic", "unstable", "role", "component", "hardware"}
+                 "variant", "model", "outputs_identical", "synthetic", "unstable", "role", "component", "hardware",
+                 "lossless"}
 _BOOL_COLUMNS = {"outputs_identical", "synthetic", "unstable"}
 
 

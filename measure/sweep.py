@@ -40,7 +40,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -48,6 +48,7 @@ from measure import records, stats
 from measure.decoding import acceptance_trace, autoregressive_generate, proposal_runs, speculative_generate
 from measure.engines import make_engine
 from measure.engines.base import CACHES, ENGINES, EngineOptions
+from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_greedy_lossless
 from measure.models import resolve_device, resolve_dtype
 from measure.prompts import DOMAINS, Prompt, file_sha256, load_prompts, load_prompts_file
 from measure.timing import Timer
@@ -354,6 +355,18 @@ def _warm(ctx: CellContext, draft: Any, policy_spec: str, temp: float, modes: tu
                 ctx.engine.peer_generate(t, draft, ids, make_policy(policy_spec).initial_gamma, temp, n, cfg.seed)
 
 
+def _lossless(ctx: CellContext, ids: torch.Tensor, baseline: Sequence[int], other: Sequence[int]) -> LosslessCheck:
+    """A greedy generation judged against the baseline, with the engine's near-tie tolerance.
+
+    Identical outputs cost nothing; at a divergence the target's logits along the
+    baseline's token-by-token path are recomputed once (a fresh decoder) for the margin.
+    """
+    if tuple(other) == tuple(baseline):
+        return LosslessCheck("identical", tolerance=ctx.engine.near_tie_tolerance)
+    logits_at = baseline_logits_at(ctx.target.new_decoder(), ids, baseline)
+    return check_greedy_lossless(baseline, other, logits_at, ctx.engine.near_tie_tolerance)
+
+
 def _measure_once(ctx: CellContext, cid: str, draft: Any, policy_spec: str, temp: float, domain: str,
                   modes: tuple[str, ...]) -> tuple[list[dict], list[dict], list[dict], dict]:
     """The counted generations of a cell: (generation rows, round rows, latency rows, per-pair series)."""
@@ -398,13 +411,17 @@ def _measure_once(ctx: CellContext, cid: str, draft: Any, policy_spec: str, temp
             base_toks = res["baseline"]["tokens"]
             for mode, r in res.items():
                 same = None if temp != 0 or mode == "baseline" else tuple(r["tokens"]) == tuple(base_toks)
+                check = _lossless(ctx, ids, base_toks, r["tokens"]) if same is not None else None
                 n = len(r["tokens"])
                 gen_rows.append({"cell_id": cid, "prompt_id": p.prompt_id, "domain": domain, "mode": mode,
                                  "prompt_tokens": int(ids.shape[1]), "new_tokens": n, "wall_s": r["wall"],
                                  "tokens_per_s": n / r["wall"] if r["wall"] > 0 else None, "ttft_ms": r["ttft"],
                                  "peak_mem_bytes": r["peak"], "outputs_identical": same, "repeat": rep,
                                  "order": r["pos"], "drafted": r["drafted"], "accepted": r["accepted"],
-                                 "n_rounds": r["n_rounds"], "tokens": _ids_text(r["tokens"])})
+                                 "n_rounds": r["n_rounds"], "tokens": _ids_text(r["tokens"]),
+                                 "lossless": check.status if check else None,
+                                 "divergence_position": check.position if check else None,
+                                 "divergence_margin": check.margin if check else None})
                 lat_rows += [{"cell_id": cid, "prompt_id": p.prompt_id, "mode": mode, "token_index": i,
                               "latency_ms": v, "repeat": rep} for i, v in enumerate(r["lat"])]
             round_rows += [{"cell_id": cid, "prompt_id": p.prompt_id, **asdict(rr), "repeat": rep}
@@ -466,6 +483,7 @@ def run_cell(ctx: CellContext, draft: Any, policy_spec: str, temp: float, domain
     accepted = sum(r["accepted"] or 0 for r in spec_rows)
     n_rounds = sum(r["n_rounds"] or 0 for r in spec_rows)
     same = [r["outputs_identical"] for r in gen_rows if r["mode"] == "speculative" and r["outputs_identical"] is not None]
+    verdicts = [r["lossless"] for r in spec_rows if r["lossless"] is not None]
     pc = series["peer_counts"]
     row = {"cell_id": cid, "draft": name, "gamma_policy": policy.spec(), "gamma": policy.initial_gamma,
            "temperature": temp, "domain": domain, "head_k": head_k, "n_prompts": len(ctx.prompts[domain]),
@@ -474,6 +492,8 @@ def run_cell(ctx: CellContext, draft: Any, policy_spec: str, temp: float, domain
            "speedup": sp.value, "acceptance_rate": accepted / drafted if drafted else None,
            "mean_accepted_per_round": accepted / n_rounds if n_rounds else None, "n_rounds": n_rounds,
            "outputs_identical": all(same) if same else None,
+           "n_near_tie": verdicts.count("near_tie") if verdicts else None,
+           "n_lossless_failures": verdicts.count("failure") if verdicts else None,
            "synthetic": bool(t.synthetic or getattr(draft, "synthetic", False)),
            "repeats": cfg.repeats, "speedup_lo": sp.lo, "speedup_hi": sp.hi,
            "tokens_per_s_baseline_lo": tb.lo, "tokens_per_s_baseline_hi": tb.hi,

@@ -87,6 +87,7 @@ class ToyTarget:
 class ToyEngine:
     step_s: float = 0.002
     name: str = "toy"
+    near_tie_tolerance: float = 0.0
     loads: list = field(default_factory=list)
 
     def load_target(self, spec: str, *, device: str, dtype: str, seed: int) -> ToyTarget:

@@ -19,7 +19,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from measure.decoding import speculative_generate
 from measure.engines.base import Decoder, Engine, EngineOptions, TargetModel
+from sim.policies import FixedGamma
 from measure.engines.gguf_files import GGUF_MAGIC, QUANT_TYPES, check_gguf, file_sha256, quantized_copy
 from measure.engines.lossless import (NEAR_TIE_TOLERANCE, baseline_logits_at, check_greedy_lossless,
                                       count_statuses, first_divergence)
@@ -265,38 +267,9 @@ def test_batched_logits_close_to_sequential(smollm2, prompt):
     assert (batched.argmax(-1) == seq.argmax(-1)).float().mean() >= 0.75
 
 
-def _oracle_speculative(target, draft, ids: torch.Tensor, gamma: int, n_new: int) -> tuple[list[int], int, int]:
-    """The TEST's greedy speculative loop (oracle only; the product loop is measure.decoding's).
-
-    → (tokens, drafted, accepted).
-    """
-    dec = target.new_decoder()
-    out = [int(dec.forward(ids, last_only=True)[-1].argmax())]
-    draft.start(ids)
-    tokens = torch.cat([ids, torch.tensor([out])], dim=1)
-    drafted = accepted = 0
-    while len(out) < n_new:
-        L = tokens.shape[1]
-        d_tok, _ = draft.propose(tokens, gamma, 0.0, None)
-        k = int(d_tok.shape[0])
-        p = dec.forward(torch.cat([tokens[:, -1:], d_tok[None]], dim=1))  # [k+1, V], one batched decode
-        t = p.argmax(-1)
-        n = 0
-        while n < k and int(t[n]) == int(d_tok[n]):
-            n += 1
-        new = d_tok[:n].tolist() + [int(t[n])]
-        dec.rollback(L + n)  # the cache keeps every token but the newest (fed next round)
-        assert dec.n_cached == L + n
-        draft.rollback(L + n)
-        drafted, accepted = drafted + k, accepted + n
-        out += new
-        tokens = torch.cat([tokens, torch.tensor([new])], dim=1)
-    return out[:n_new], drafted, accepted
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ["ngram:3", "model:smollm2-135m", "quant:q8_0"])
-def test_greedy_speculative_through_the_decoder_is_lossless(engine, smollm2, spec, tmp_path_factory,
+def test_greedy_speculative_loop_on_llama_cpp_is_lossless(engine, smollm2, spec, tmp_path_factory,
                                                             monkeypatch):
     monkeypatch.setenv("SPECSCOPE_CACHE", str(tmp_path_factory.getbasetemp() / "spec-cache"))
     draft = engine.make_draft(spec, smollm2, seed=0)
@@ -305,7 +278,8 @@ def test_greedy_speculative_through_the_decoder_is_lossless(engine, smollm2, spe
     for msg in MESSAGES:
         ids = engine.encode(smollm2, msg, 200)
         base = _greedy(smollm2.new_decoder(), ids, 24)
-        spec_out, drafted, accepted = _oracle_speculative(smollm2, draft, ids, 4, 24)
+        r = speculative_generate(smollm2, draft, ids, FixedGamma(4), 0.0, 24, None, smollm2.eos_token_ids)
+        spec_out, drafted, accepted = list(r.tokens), r.drafted, r.accepted
         assert accepted <= drafted
         if spec != "ngram:3":
             assert drafted > 0 and accepted > 0  # a copy of the target agrees with it most of the time
@@ -385,3 +359,29 @@ def test_module_imports_without_llama_cpp():
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 1 and r.stderr.strip().splitlines()[-1] == \
         "ValueError: --target gguf:/no.gguf: no such file"
+
+
+@pytest.mark.slow
+@needs_llama
+def test_measure_calibrate_report_end_to_end_on_llama_cpp(tmp_path):
+    """``python -m measure --engine llamacpp`` → calibrate → reports on the packaged SmolLM2, lossless on every cell."""
+    run, cal = tmp_path / "run", tmp_path / "cal"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    cmd = [sys.executable, "-m", "measure", "--engine", "llamacpp", "--draft", "ngram:3:first", "--gamma", "2,4",
+           "--domains", "code", "--prompts", "1", "--max-new-tokens", "24", "--repeats", "1", "--threads", "2",
+           "--cost-contexts", "32,64", "--cost-max-tokens", "5", "--quiet", "--out", str(run)]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    import pandas as pd
+
+    cells = pd.read_csv(run / "cells.csv")
+    gens = pd.read_csv(run / "generations.csv")
+    assert len(cells) == 2 and (cells["n_lossless_failures"] == 0).all()
+    greedy = gens[gens["mode"] != "baseline"]
+    assert set(greedy["lossless"]) <= {"identical", "near_tie"} and len(greedy) >= 2
+    assert (gens["mode"] == "peer").any()  # llama-cpp-python's own prompt lookup ran beside our loop
+    for args in (["calibrate", str(run), "--out", str(cal)], ["reports", str(cal), "--out", str(tmp_path / "rep"),
+                                                                 "--no-png"]):
+        q = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env, timeout=600)
+        assert q.returncode == 0, q.stderr[-2000:]
+    assert (tmp_path / "rep" / "report.html").exists()

@@ -125,9 +125,16 @@ class PeerResult:
 
 @runtime_checkable
 class Engine(Protocol):
-    """An inference engine behind the seam (see module docstring)."""
+    """An inference engine behind the seam (see module docstring).
+
+    ``near_tie_tolerance``: the logit margin under which a greedy divergence of
+    the speculative output from the baseline is the engine's batch-vs-single
+    numerical noise, not a bug (:mod:`measure.engines.lossless`); 0 demands
+    identical outputs.
+    """
 
     name: str
+    near_tie_tolerance: float
 
     def load_target(self, spec: str, *, device: str, dtype: str, seed: int) -> TargetModel:
         """Load the target from a model spec (hub id, local path, ``gguf:FILE``, packaged name …)."""

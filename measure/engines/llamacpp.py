@@ -55,6 +55,7 @@ import numpy as np
 import torch
 
 from measure.engines.base import EngineOptions, PeerResult
+from measure.engines.lossless import NEAR_TIE_TOLERANCE
 from measure.engines.gguf_files import check_gguf, check_quant_type, file_sha256, quantized_copy
 
 EXTRA_HINT = "pip install 'specscope[llamacpp]' (llama-cpp-python; compiles llama.cpp from source: about 5.5 min on 2 cores)"
@@ -424,6 +425,7 @@ class LlamaCppEngine:
     """The llama.cpp :class:`~measure.engines.base.Engine` (see module docstring)."""
 
     name = "llamacpp"
+    near_tie_tolerance = NEAR_TIE_TOLERANCE
 
     def __init__(self, options: EngineOptions) -> None:
         self._ll = import_llama_cpp()
