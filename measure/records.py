@@ -99,7 +99,8 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
 #: Columns a schema-1 table has (the schema-2 additions are filled with empty values on read).
 _SCHEMA1_EXTRA: dict[str, tuple[str, ...]] = {
     "cells": TABLE_COLUMNS["cells"][18:],
-    "generations": ("repeat", "order", "drafted", "accepted", "n_rounds", "tokens"),
+    "generations": ("repeat", "order", "drafted", "accepted", "n_rounds", "tokens",
+                    "lossless", "divergence_position", "divergence_margin"),
     "rounds": ("repeat",),
     "token_latency": ("repeat",),
 }

@@ -174,12 +174,13 @@ def answer(ing: Ingested, cost: CostChoice, gamma_max: int, serve: ServeSettings
                                        arrival_rate_per_s=rate, n_tokens=serve.new_tokens, context_tokens=ctx,
                                        max_batch=serve.max_batch, seed=serve.seed)
                 per_k.append((g, res))
-            lat = max(per_k, key=lambda x: (x[1].latency_speedup_p50, -x[0]))
+            # an overloaded side has no latency ratio (sim reports None: its queue grows without bound)
+            lat = max(per_k, key=lambda x: (x[1].latency_speedup_p50 or 0.0, -x[0]))
             thr = max(per_k, key=lambda x: (x[1].throughput_speedup, -x[0]))
             serve_rows.append({
                 "arrival_rate_per_s": rate,
                 "mean_batch_baseline": per_k[0][1].baseline.mean_batch,
-                "optimal_k_latency": lat[0] if lat[1].latency_speedup_p50 >= 1.0 else 0,
+                "optimal_k_latency": lat[0] if (lat[1].latency_speedup_p50 or 0.0) >= 1.0 else 0,
                 "latency_speedup_p50": lat[1].latency_speedup_p50,
                 "optimal_k_throughput": thr[0] if thr[1].throughput_speedup >= 1.0 else 0,
                 "throughput_speedup": thr[1].throughput_speedup,

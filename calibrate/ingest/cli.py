@@ -148,8 +148,10 @@ def format_answer(ans: Answer, gamma_max: int) -> list[str]:
         out.append("by arrival rate (SimPy serving simulation, same arrivals with and without speculation):")
         out.append("  req/s  mean batch  best k (p50 latency)  latency x  best k (throughput)  throughput x")
         for r in ans.serve_rows:
+            lat = r["latency_speedup_p50"]
+            lat_text = f"{lat:8.3f}x" if lat is not None else "overload"  # a queue without bound: no latency ratio
             out.append(f"  {r['arrival_rate_per_s']:5g}  {r['mean_batch_baseline']:10.1f}  {r['optimal_k_latency']:19d}  "
-                       f"{r['latency_speedup_p50']:8.3f}x  {r['optimal_k_throughput']:19d}  {r['throughput_speedup']:11.3f}x")
+                       f"{lat_text:>9}  {r['optimal_k_throughput']:19d}  {r['throughput_speedup']:11.3f}x")
     return out
 
 
