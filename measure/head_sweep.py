@@ -52,7 +52,7 @@ from measure import records
 from measure.clusters import ClusterConfig, load_or_build_clusters
 from measure import stats
 from measure.decoding import crop_cache, forward_logits, new_cache
-from measure.drafts import ModelDraft
+from measure.drafts import ModelDraft, parse_draft_spec
 from measure.lowrank import HiddenMoment, LowRankScorer, accumulate_moment, fit_lowrank, load_or_collect_moment, \
     model_fingerprint
 from measure.models import resolve_device, resolve_dtype
@@ -60,7 +60,7 @@ from measure.profiling import profile_rows_to_records, profile_step
 from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
 from measure.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
 from measure.cli import OneLineParser, csv_items, fail, int_in, quiet_third_party
-from measure.sweep import (CellContext, SweepConfig, cell_estimate, check_draft_spec, environment, fingerprint,
+from measure.sweep import (CellContext, SweepConfig, cell_estimate, environment, fingerprint,
                            parse_tokens, run_cell, select_prompts, silenced, summarize, summary_lines,
                            target_fingerprint)
 from measure.timing import Timer
@@ -467,7 +467,7 @@ def check_head_k_text(text: str) -> str:
 
 def check_model_draft(spec: str) -> str:
     """A draft spec with a model head to prune (``ngram:N`` has none); checked before loading."""
-    check_draft_spec(spec)
+    parse_draft_spec(spec)
     kind = str(spec).partition(":")[0]
     if kind not in MODEL_DRAFT_KINDS:
         raise ValueError(f"--draft {spec!r}: has no lm_head to prune; use a model-backed draft "

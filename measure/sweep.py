@@ -46,7 +46,7 @@ import torch
 
 from measure import records, stats
 from measure.decoding import acceptance_trace, autoregressive_generate, proposal_runs, speculative_generate
-from measure.engines import make_engine
+from measure.engines import check_specs, make_engine
 from measure.engines.base import CACHES, ENGINES, EngineOptions
 from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_greedy_lossless
 from measure.models import resolve_device, resolve_dtype
@@ -60,47 +60,6 @@ MAX_NEW_TOKENS = 100_000
 MAX_PROMPT_TOKENS = 1_000_000
 MAX_GAMMA = 64
 MODES = ("baseline", "speculative", "peer")
-
-
-def check_draft_spec(spec: str) -> str:
-    """Validate a draft spec without loading anything → the spec; one-line ``ValueError`` naming it.
-
-    Uses :func:`measure.drafts.parse_draft_spec` where that exists (branch
-    ``fast``); otherwise checks the forms here: ``ngram[:N]`` (N 1..64),
-    ``early:N`` (N >= 1), ``layers:a-b,c`` (a <= b), ``model:<spec>`` (not
-    empty), ``int8``, ``bf16``, ``fp16``.
-    """
-    from measure import drafts
-
-    parser = getattr(drafts, "parse_draft_spec", None)
-    if parser is not None:
-        parser(spec)
-        return spec
-    forms = "ngram[:N] (N 1..64), early:N, layers:a-b[;c], model:<spec>, int8, bf16, fp16"
-    text = str(spec).strip()
-    kind, _, arg = text.partition(":")
-    if not text:
-        raise ValueError(f"--draft {spec!r}: empty draft spec; valid: {forms}")
-    if kind not in drafts.DRAFT_KINDS:
-        raise ValueError(f"--draft {spec!r}: unknown draft kind {kind!r}; valid: {forms}")
-    if kind == "ngram" and arg:
-        n = arg.split(":")[0]
-        if not n.isdigit() or not 1 <= int(n) <= 64:
-            raise ValueError(f"--draft {spec!r}: ngram size must be an integer in 1..64; valid: {forms}")
-    elif kind == "early" and (not arg.isdigit() or int(arg) < 1):
-        raise ValueError(f"--draft {spec!r}: early:N needs an integer N >= 1; valid: {forms}")
-    elif kind == "layers":
-        parts = [x.strip() for x in arg.split(",")]
-        for part in parts:
-            a, dash, b = part.partition("-")
-            if not a.isdigit() or (dash and not b.isdigit()) or (dash and int(a) > int(b)):
-                raise ValueError(f"--draft {spec!r}: layers:a-b needs integer ranges with a <= b, e.g. "
-                                 f"layers:0-5,10; valid: {forms}")
-    elif kind == "model" and not arg.strip():
-        raise ValueError(f"--draft {spec!r}: model: needs a model spec after the colon; valid: {forms}")
-    elif kind in ("int8", "bf16", "fp16") and arg:
-        raise ValueError(f"--draft {spec!r}: {kind} takes no argument; valid: {forms}")
-    return spec
 
 
 @dataclass(frozen=True)
@@ -138,8 +97,9 @@ class SweepConfig:
     def __post_init__(self) -> None:
         if not self.drafts:
             raise ValueError("--draft: need at least one draft")
-        for d in self.drafts:
-            check_draft_spec(d)
+        if self.engine not in ENGINES:
+            raise ValueError(f"--engine {self.engine!r}: unknown; valid: {', '.join(ENGINES)}")
+        check_specs(self.engine, self.target, self.drafts)  # the engine's own draft forms, no weights loaded
         if not self.gammas:
             raise ValueError("--gamma: need at least one γ")
         for g in self.gammas:

@@ -121,6 +121,20 @@ def test_unknown_quant_type_and_draft_kind_list_the_valid_ones(tmp_path):
     check_specs(target, ["ngram:3", "quant:Q8_0"])  # valid specs pass (case-insensitive type)
 
 
+def test_sweep_config_checks_drafts_by_the_engines_own_forms(tmp_path):
+    """quant:TYPE is a llama.cpp draft and int8 a transformers one: the sweep's config asks the engine."""
+    from measure.sweep import SweepConfig
+
+    target = "gguf:" + str(_fake_gguf(tmp_path))
+    SweepConfig(target=target, drafts=("ngram:3:first", "quant:q8_0"), engine="llamacpp")
+    with pytest.raises(ValueError, match="not a draft of --engine llamacpp"):
+        SweepConfig(target=target, drafts=("int8",), engine="llamacpp")
+    with pytest.raises(ValueError, match="unknown draft kind 'quant:q8_0'"):
+        SweepConfig(target="smollm2-135m", drafts=("quant:q8_0",), engine="transformers")
+    with pytest.raises(ValueError, match="no.gguf"):  # the target file, before any weights load
+        SweepConfig(target="gguf:" + str(tmp_path / "no.gguf"), drafts=("ngram:3",), engine="llamacpp")
+
+
 def test_file_hash_is_cached_by_path_size_and_mtime(tmp_path):
     p = tmp_path / "w.gguf"
     p.write_bytes(GGUF_MAGIC + b"abc")

@@ -25,3 +25,15 @@ def make_engine(name: str, options: EngineOptions) -> Engine:
         raise ValueError(f"--engine {name!r}: unknown; valid: {', '.join(ENGINES)}")
     module = importlib.import_module(f"measure.engines.{name}")
     return module.make_engine(options)
+
+
+def check_specs(name: str, target_spec: str, draft_specs: tuple[str, ...] | list[str]) -> None:
+    """Check a target and drafts for engine ``name`` without loading weights (one-line ``ValueError``).
+
+    Each engine module's own ``check_specs`` knows its draft forms (``quant:TYPE``
+    is a llama.cpp draft, ``int8`` a transformers one) and what of a target can
+    be checked from its spec alone (a GGUF file's path and magic).
+    """
+    if name not in ENGINES:
+        raise ValueError(f"--engine {name!r}: unknown; valid: {', '.join(ENGINES)}")
+    importlib.import_module(f"measure.engines.{name}").check_specs(target_spec, draft_specs)

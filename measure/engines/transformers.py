@@ -399,6 +399,15 @@ def peer_generate(target: Any, draft: Any, input_ids: torch.Tensor, gamma: int, 
     return PeerResult(tokens=tuple(int(t) for t in out[0, input_ids.shape[1]:].tolist()), wall_s=wall_s)
 
 
+def check_specs(target_spec: str, draft_specs: tuple[str, ...] | list[str]) -> None:
+    """Draft specs by :func:`measure.drafts.parse_draft_spec` (syntax; layer bounds need the loaded target)."""
+    from measure.drafts import parse_draft_spec
+
+    del target_spec  # a hub id or path is resolved by transformers at load
+    for d in draft_specs:
+        parse_draft_spec(d)
+
+
 def make_engine(options: EngineOptions) -> TransformersEngine:
     """The transformers engine configured by ``options`` (see :mod:`measure.engines`)."""
     return TransformersEngine(options)
