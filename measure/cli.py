@@ -380,11 +380,11 @@ def dispatch_subcommand(argv: list[str]) -> int | None:
     if not argv or argv[0].startswith("-"):
         return None
     if argv[0] == "head-sweep":  # the pruned draft head's K sweep, cells of the same sweep
-        from measure.head_sweep import main as head_sweep_main
+        from measure.head.head_sweep import main as head_sweep_main
 
         return head_sweep_main(argv[1:])
     if argv[0] == "head-recall":  # offline recall of the pruned-head selectors
-        from measure.head_recall import main as head_recall_main
+        from measure.head.head_recall import main as head_recall_main
 
         return head_recall_main(argv[1:])
     fail("python -m measure", f"unknown subcommand {argv[0]!r}; valid: {', '.join(SUBCOMMANDS)} "

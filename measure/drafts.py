@@ -19,7 +19,7 @@ Model-backed drafts (:class:`ModelDraft`) run over a
 :class:`~measure.engines.base.Decoder` (a transformers model's own, or any
 engine's), so the same draft code serves every engine; ``draft.model.lm_head``
 of a transformers draft may be swapped for a
-:class:`~measure.pruned_head.PrunedLMHead` (its fast path is used greedily) or
+:class:`~measure.head.pruned_head.PrunedLMHead` (its fast path is used greedily) or
 any module returning full-vocab logits. Other kinds can be added with
 :func:`register_draft`. Specs are validated without loading a model by
 :func:`parse_draft_spec` and, for layer bounds, :func:`check_draft_spec`.

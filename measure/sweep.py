@@ -23,7 +23,7 @@ One pipeline for every cell, whatever the draft or engine (:func:`run_cell`):
   (:class:`measure.records.RunWriter`).
 
 The sweep reaches models only through an engine (:func:`measure.engines.make_engine`).
-The pruned-head K sweep (:mod:`measure.head_sweep`) calls :func:`run_cell` too,
+The pruned-head K sweep (:mod:`measure.head.head_sweep`) calls :func:`run_cell` too,
 with a pruned draft and its ``head_k``.
 """
 

@@ -1,9 +1,9 @@
 """The pruned-head K sweep: head latency, draft-step latency, acceptance and end-to-end speedup.
 
 For one target and one model-backed draft (default: a bf16 copy of the target),
-every ``(variant, K)`` — variants ``clustered`` (dynamic, :mod:`measure.clusters`
-+ :class:`measure.pruned_head.PrunedLMHead`), ``lowrank`` (dynamic, the
-data-aware low-rank scorer of :mod:`measure.lowrank`), ``frequency`` (static
+every ``(variant, K)`` — variants ``clustered`` (dynamic, :mod:`measure.head.clusters`
++ :class:`measure.head.pruned_head.PrunedLMHead`), ``lowrank`` (dynamic, the
+data-aware low-rank scorer of :mod:`measure.head.lowrank`), ``frequency`` (static
 FR-Spec / VocabTrim subset), ``hybrid`` (clustered with the most frequent
 ``K/4`` tokens forced in) and the ``dense`` head once — is measured on held-out
 text:
@@ -32,7 +32,7 @@ directory (``cells.csv``, ``rounds.csv``, ``traces.csv``, ``cost_draft.csv``,
 ``head_sweep.csv``), so an interrupted sweep resumes; ``profile.csv`` holds the
 profiler split of a target step, a dense draft step and a pruned draft step.
 
-    python -m measure.head_sweep --target gemma3-270m --draft bf16 --out runs/head_sweep
+    python -m measure.head.head_sweep --target gemma3-270m --draft bf16 --out runs/head_sweep
 """
 
 from __future__ import annotations
@@ -49,16 +49,16 @@ import torch
 from torch import nn
 
 from measure import records
-from measure.clusters import ClusterConfig, load_or_build_clusters
+from measure.head.clusters import ClusterConfig, load_or_build_clusters
 from measure import stats
 from measure.decoding import crop_cache, forward_logits, new_cache
 from measure.drafts import ModelDraft
-from measure.lowrank import HiddenMoment, LowRankScorer, accumulate_moment, fit_lowrank, load_or_collect_moment, \
+from measure.head.lowrank import HiddenMoment, LowRankScorer, accumulate_moment, fit_lowrank, load_or_collect_moment, \
     model_fingerprint
 from measure.models import resolve_device, resolve_dtype
-from measure.profiling import profile_rows_to_records, profile_step
+from measure.head.profiling import profile_rows_to_records, profile_step
 from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
-from measure.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
+from measure.head.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
 from measure.cli import OneLineParser, csv_items, fail, int_in, quiet_third_party
 from measure.sweep import (CellContext, SweepConfig, cell_estimate, check_draft_spec, environment, fingerprint,
                            parse_tokens, run_cell, select_prompts, silenced, summarize, summary_lines,
@@ -476,7 +476,7 @@ def check_model_draft(spec: str) -> str:
 
 
 def add_head_sweep_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Options of the head sweep (for ``python -m measure.head_sweep`` or a ``measure`` subcommand)."""
+    """Options of the head sweep (for ``python -m measure.head.head_sweep`` or a ``measure`` subcommand)."""
     d = HeadSweepConfig()
     p.add_argument("--target", default=d.target, help="target model spec (default %(default)s)")
     p.add_argument("--draft", default=d.draft, help="model-backed draft kind whose lm_head is pruned (default %(default)s)")
