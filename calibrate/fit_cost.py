@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 from scipy import linalg
 
-from measure.records import drafted_counts
+from measure.analysis import drafted_counts
 from sim.cost import TabulatedCost
 
 
@@ -334,9 +334,4 @@ def fit_cost(
     return CostFit(draft, head_k, model, tfit, dfit, overhead, tuple(scales), tuple(notes))
 
 
-def cost_ratio(model: TabulatedCost, context_tokens: float) -> float:
-    """c = draft step / target step at ``context_tokens``."""
-    return model.draft_step_ms(context_tokens) / model.target_step_ms(context_tokens)
-
-
-__all__ = ["CostFit", "LinearFit", "Param", "cost_ratio", "fit_cost", "fit_draft", "fit_target", "ols"]
+__all__ = ["CostFit", "LinearFit", "Param", "fit_cost", "fit_draft", "fit_target", "ols"]

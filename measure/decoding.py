@@ -39,7 +39,7 @@ from typing import Any, Protocol, Sequence
 
 import torch
 
-from measure.records import TRACE_GAMMA_MAX
+from measure.analysis import TRACE_GAMMA_MAX
 from measure.timing import Timer
 
 

@@ -83,16 +83,6 @@ def test_unwritable_directory_is_a_value_error(tmp_path):
         records.RunWriter(f / "sub")
 
 
-def test_per_position_acceptance():
-    import pandas as pd
-
-    rounds = pd.DataFrame({"gamma": [2, 2, 2, 1], "accepted": [0, 1, 2, 1]})
-    alpha = records.per_position_acceptance(rounds)
-    # position 1: 4 rounds reach it, 3 accept; position 2: rounds with gamma>=2 and accepted>=1 -> 2, 1 accepts
-    assert alpha["n"].tolist() == [4, 2] and alpha["accepted"].tolist() == [3, 1]
-    assert alpha["alpha"].tolist() == [0.75, 0.5]
-
-
 def test_records_imports_no_torch():
     code = "import sys, measure, measure.records; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
