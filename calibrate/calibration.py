@@ -46,7 +46,7 @@ from measure.records import Run, hardware_label, load_run
 from sim.acceptance import AcceptanceModel
 from sim.analytic import predict_row
 from sim.events import simulate_request
-from sim.policies import make_policy
+from sim.policies import GammaSpec
 
 HOLDOUT_MODES: tuple[str, ...] = ("gamma", "domain", "k", "none")
 METHODS: tuple[str, ...] = ("closed_form", "trace", "event_sim")
@@ -128,9 +128,21 @@ def load_runs(paths: list[str | Path], allow_incomplete: bool = False, pool_hard
     cells["head_k"] = cells["head_k"].map(_k_key)
     cells["temperature"] = cells["temperature"].astype(float)
     cells["unstable"] = cells["unstable"].map(lambda v: v is True) if "unstable" in cells else False
-    cells["key"] = cells["run"] + "/" + cells["cell_id"].astype(str)
     notes += _check_hardware(cells, runs, pool_hardware)
-    return Dataset(runs, cells, stack("rounds"), stack("generations"), stack("traces"), tuple(notes))
+    return Dataset(runs, with_key(cells), with_key(stack("rounds")), with_key(stack("generations")),
+                   with_key(stack("traces")), tuple(notes))
+
+
+def with_key(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its rows' cell ``key`` (``<run>/<cell_id>``, unique across runs), computed once on load."""
+    if table.empty:
+        return table
+    return table.assign(key=table["run"] + "/" + table["cell_id"].astype(str))
+
+
+def rows_of(table: pd.DataFrame, keys) -> pd.DataFrame:
+    """The rows of a keyed table (:func:`with_key`) that belong to the cells ``keys``, in table order."""
+    return table if table.empty else table[table["key"].isin(set(keys))]
 
 
 def _check_hardware(cells: pd.DataFrame, runs: dict[str, Run], pool: bool) -> list[str]:
@@ -169,9 +181,43 @@ def holdout_folds(cells: pd.DataFrame, mode: str) -> list[tuple[str, pd.Series]]
     return [(f"{col}={v}", cells[col] == v) for v in sorted(values, key=lambda v: (str(type(v)), v))]
 
 
-def _acc_group(row: pd.Series) -> str:
-    k = "" if row["head_k"] is None or pd.isna(row["head_k"]) else f"|head_k={int(row['head_k'])}"
-    return f"draft={row['draft']}|temp={row['temperature']:g}|domain={row['domain']}{k}"
+@dataclass(frozen=True)
+class AcceptanceGroup:
+    """Cells whose rounds share one acceptance fit: ``draft=..|temp=..|domain=..[|head_k=..]`` on disk."""
+
+    draft: str
+    temperature: float
+    domain: str
+    head_k: int | None = None
+
+    @classmethod
+    def of_cell(cls, row: pd.Series) -> "AcceptanceGroup":
+        k = row["head_k"]
+        return cls(str(row["draft"]), float(row["temperature"]), str(row["domain"]),
+                   None if k is None or pd.isna(k) else int(k))
+
+    def to_str(self) -> str:
+        k = "" if self.head_k is None else f"|head_k={self.head_k}"
+        return f"draft={self.draft}|temp={self.temperature:g}|domain={self.domain}{k}"
+
+    @classmethod
+    def parse(cls, text: str) -> "AcceptanceGroup":
+        parts = dict(p.partition("=")[::2] for p in str(text).split("|"))
+        if not {"draft", "temp", "domain"} <= set(parts) or set(parts) - {"draft", "temp", "domain", "head_k"}:
+            raise ValueError(f"acceptance group {text!r}: expected draft=..|temp=..|domain=..[|head_k=..]")
+        hk = parts.get("head_k")
+        return cls(parts["draft"], float(parts["temp"]), parts["domain"], None if hk is None else int(hk))
+
+    def file_name(self, suffix: str = "") -> str:
+        """``acceptance-<draft>-<domain>-t<temp>[-k<K>]<suffix>.json``."""
+        k = "" if self.head_k is None else f"-k{self.head_k}"
+        return f"acceptance-{slug(self.draft)}-{slug(self.domain)}-t{slug(f'{self.temperature:g}')}{k}{suffix}.json"
+
+
+def acceptance_groups(cells: pd.DataFrame) -> list[tuple[AcceptanceGroup, pd.DataFrame]]:
+    """``cells`` split by acceptance group, in the order of the groups' strings."""
+    labels = cells.apply(lambda r: AcceptanceGroup.of_cell(r).to_str(), axis=1)
+    return [(AcceptanceGroup.parse(str(label)), sub) for label, sub in cells.groupby(labels)]
 
 
 @dataclass(frozen=True)
@@ -180,7 +226,7 @@ class FoldModels:
 
     label: str
     cost: dict[tuple, CostFit]
-    acceptance: dict[str, AcceptanceFit]
+    acceptance: dict[AcceptanceGroup, AcceptanceFit]
     prefill: dict[str, LinearFit]
     notes: tuple[str, ...] = field(default_factory=tuple)
 
@@ -194,20 +240,12 @@ class Calibrator:
         self.sim_prompts = sim_prompts
 
     # -- fitting ------------------------------------------------------------------
-    def _rounds_of(self, keys: pd.Series) -> pd.DataFrame:
-        r = self.data.rounds
-        if r.empty:
-            return r
-        rk = r["run"] + "/" + r["cell_id"].astype(str)
-        return r[rk.isin(set(keys))]
+    def _rounds_of(self, keys) -> pd.DataFrame:
+        return rows_of(self.data.rounds, keys)
 
-    def _gens_of(self, keys: pd.Series, mode: str | None = None) -> pd.DataFrame:
-        g = self.data.generations
-        if g.empty:
-            return g
-        gk = g["run"] + "/" + g["cell_id"].astype(str)
-        out = g[gk.isin(set(keys))]
-        return out if mode is None else out[out["mode"] == mode]
+    def _gens_of(self, keys, mode: str | None = None) -> pd.DataFrame:
+        out = rows_of(self.data.generations, keys)
+        return out if mode is None or out.empty else out[out["mode"] == mode]
 
     def fit(self, train: pd.DataFrame, label: str, drop_k: float | None = None) -> FoldModels:
         cells = self.data.cells
@@ -246,18 +284,18 @@ class Calibrator:
                         self._gens_of(tr["key"], "baseline"), head_k=hk)
                 except ValueError as exc:
                     notes.append(f"{run_label}/{draft}: {exc}")
-        acceptance: dict[str, AcceptanceFit] = {}
-        for grp, sub in train.groupby(train.apply(_acc_group, axis=1)):
+        acceptance: dict[AcceptanceGroup, AcceptanceFit] = {}
+        for grp, sub in acceptance_groups(train):
             rounds = self._rounds_of(sub["key"])
             if len(rounds):
-                acceptance[grp] = fit_acceptance(rounds, grp)
+                acceptance[grp] = fit_acceptance(rounds, grp.to_str())
         return FoldModels(label, cost, acceptance, prefill, tuple(notes))
 
     # -- predicting ---------------------------------------------------------------
     def _acceptance_for(self, cell: pd.Series, models: FoldModels, train: pd.DataFrame) -> tuple[AcceptanceModel | None, str]:
-        grp = _acc_group(cell)
+        grp = AcceptanceGroup.of_cell(cell)
         if grp in models.acceptance:
-            return models.acceptance[grp].model(), f"fitted on {grp}"
+            return models.acceptance[grp].model(), f"fitted on {grp.to_str()}"
         same = train[(train["draft"] == cell["draft"]) & (train["temperature"] == cell["temperature"])]
         if cell["head_k"] is not None and not pd.isna(cell["head_k"]):
             pts = []
@@ -280,9 +318,7 @@ class Calibrator:
                      & (train["domain"] == cell["domain"])]
         if cell["head_k"] is not None and not pd.isna(cell["head_k"]):
             same = same[same["head_k"] == cell["head_k"]]
-        tk = t["run"] + "/" + t["cell_id"].astype(str)
-        rows = t[tk.isin(set(same["key"]))]
-        return trace_model(rows)
+        return trace_model(rows_of(t, same["key"]))
 
     def predict_cell(self, cell: pd.Series, models: FoldModels, train: pd.DataFrame,
                      prompts: np.ndarray | None = None, methods: tuple[str, ...] = METHODS) -> list[dict]:
@@ -315,12 +351,11 @@ class Calibrator:
             if pf is None:
                 return 0.0
             v = pf.value("ttft_ms_0") + (pf.value("ttft_ms_per_prompt_token") * p
-                                         if any(q.name == "ttft_ms_per_prompt_token" for q in pf.params) else 0.0)
+                                         if pf.has("ttft_ms_per_prompt_token") else 0.0)
             return max(v, 0.0)
 
-        policy = make_policy(str(cell["gamma_policy"]))
-        fixed = type(policy).__name__ == "FixedGamma"
-        gamma = int(policy.gamma)
+        spec = GammaSpec.parse(str(cell["gamma_policy"]))
+        fixed, gamma = spec.is_fixed, spec.gamma
         trace = self._trace_for(cell, train) if fixed else None
 
         def aggregate(per_prompt_ms: list[tuple[float, float, float]]) -> tuple[float, float]:
@@ -342,7 +377,7 @@ class Calibrator:
                         # average SIM_REPEATS seeded requests; normalise to the n - 1 decoded tokens
                         spec_ms = base_ms = 0.0
                         for rep in range(SIM_REPEATS):
-                            r = simulate_request(acc, cost, policy.spec(), int(max(n - 1, 1)), p + 1,
+                            r = simulate_request(acc, cost, spec, int(max(n - 1, 1)), p + 1,
                                                  seed=self.seed + 1000 * i + rep)
                             spec_ms += r.time_ms * max(n - 1, 1) / r.n_tokens / SIM_REPEATS
                             base_ms += r.baseline_time_ms * max(n - 1, 1) / r.n_tokens / SIM_REPEATS
@@ -366,7 +401,7 @@ class Calibrator:
                 out.append({**base, "method": method, "predicted_speedup": float("nan"),
                             "predicted_tokens_per_s": float("nan"), "predicted_tokens_per_s_baseline": float("nan"),
                             "note": str(exc)})
-        rounds = self._rounds_of(pd.Series([cell["key"]]))
+        rounds = self._rounds_of([cell["key"]])
         meas_parts = ({"measured_draft_ms": float(rounds["draft_ms"].mean()),
                        "measured_verify_ms": float(rounds["verify_ms"].mean()),
                        "measured_overhead_ms": float(rounds["overhead_ms"].mean())} if len(rounds) else {})
@@ -374,16 +409,16 @@ class Calibrator:
 
     def prompts_of(self, key: str) -> np.ndarray:
         """``[[prompt_tokens, new_tokens], ...]`` of a cell's prompts (speculative generations)."""
-        gens = self._gens_of(pd.Series([key]), "speculative")
+        gens = self._gens_of([key], "speculative")
         if gens.empty:
-            gens = self._gens_of(pd.Series([key]))
+            gens = self._gens_of([key])
         return gens.drop_duplicates("prompt_id")[["prompt_tokens", "new_tokens"]].to_numpy(float)
 
     def curves(self, cells: pd.DataFrame, models: FoldModels, gammas: range) -> pd.DataFrame:
         """Predicted speedup at every γ in ``gammas`` for each (run, draft, domain, temperature, K) series,
         with the prompts of that series' first cell (closed form and trace replay)."""
         rows = []
-        fixed = cells[cells["gamma_policy"].astype(str).str.startswith("fixed")]
+        fixed = cells[cells["gamma_policy"].map(lambda g: GammaSpec.parse(str(g)).is_fixed)]
         keys = ["run", "draft", "domain", "temperature"]
         for _, sub in fixed.groupby(keys + [fixed["head_k"].fillna(-1.0)]):
             tmpl = sub.iloc[0]
@@ -392,7 +427,7 @@ class Calibrator:
             series = f"{tmpl['draft']}/{tmpl['domain']}" + ("" if k is None or pd.isna(k) else f"/K={int(k)}")
             for g in gammas:
                 cell = tmpl.copy()
-                cell["gamma_policy"], cell["gamma"] = f"fixed:{g}", g
+                cell["gamma_policy"], cell["gamma"] = GammaSpec("fixed", g).to_str(), g
                 for r in self.predict_cell(cell, models, cells, prompts, ("closed_form", "trace")):
                     rows.append({"series": series, "run": r["run"], "draft": r["draft"], "domain": r["domain"],
                                  "head_k": k, "gamma": g, "method": r["method"],

@@ -42,6 +42,7 @@ what is fitted).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
@@ -49,6 +50,26 @@ from scipy import linalg
 
 from measure.analysis import drafted_counts
 from sim.cost import TabulatedCost
+
+
+@dataclass(frozen=True)
+class ParamName:
+    """The identity of a fitted parameter: a base name and, for per-token-count ones, ``n`` (``verify_ms_n4``)."""
+
+    base: str
+    n_tokens: int | None = None
+
+    def to_str(self) -> str:
+        return self.base if self.n_tokens is None else f"{self.base}_n{self.n_tokens}"
+
+    @classmethod
+    def parse(cls, text: str) -> "ParamName":
+        m = re.fullmatch(r"(.+)_n(\d+)", text)
+        return cls(m.group(1), int(m.group(2))) if m else cls(text)
+
+
+#: Per-n intercepts and context slopes of the target fit.
+VERIFY_MS, TARGET_SLOPE = "verify_ms", "target_ms_per_context_token"
 
 
 @dataclass(frozen=True)
@@ -73,11 +94,24 @@ class LinearFit:
     n_points: int
     formula: str
 
-    def value(self, name: str) -> float:
+    def value(self, name: str | ParamName) -> float:
+        name = name.to_str() if isinstance(name, ParamName) else name
         for p in self.params:
             if p.name == name:
                 return p.value
         raise KeyError(name)
+
+    def has(self, name: str) -> bool:
+        return any(p.name == name for p in self.params)
+
+    def by_tokens(self, base: str) -> dict[int, float]:
+        """``{n: value}`` of the per-token-count parameters ``<base>_n<n>``."""
+        out = {}
+        for p in self.params:
+            pn = ParamName.parse(p.name)
+            if pn.base == base and pn.n_tokens is not None:
+                out[pn.n_tokens] = p.value
+        return out
 
     def as_dict(self) -> dict:
         return {"formula": self.formula, "n_points": self.n_points, "residual_rms_ms": self.residual_rms_ms,
@@ -124,14 +158,14 @@ def fit_target(cost_target: pd.DataFrame, per_n_slopes: bool = True) -> tuple[Li
     ctx_ref = float(med["context_tokens"].mean())
     varies = med["context_tokens"].nunique() > 1
     per_n = per_n_slopes and varies and bool((med.groupby("n_tokens")["context_tokens"].nunique() > 1).all())
-    names = [f"verify_ms_n{n}" for n in ns]
+    names = [ParamName(VERIFY_MS, n).to_str() for n in ns]
     units = ["ms"] * len(ns)
     if per_n:
-        names += [f"target_ms_per_context_token_n{n}" for n in ns]
+        names += [ParamName(TARGET_SLOPE, n).to_str() for n in ns]
         units += ["ms/token"] * len(ns)
         formula = "ms = b_n + s_n * (context_tokens - ctx_ref)"
     elif varies:
-        names.append("target_ms_per_context_token")
+        names.append(TARGET_SLOPE)
         units.append("ms/token")
         formula = "ms = b_n + s_target * (context_tokens - ctx_ref)"
     else:
@@ -244,11 +278,9 @@ def fit_cost(
     """
     notes: list[str] = []
     tfit, ctx_ref = fit_target(cost_target)
-    slope_t = (tfit.value("target_ms_per_context_token")
-               if any(p.name == "target_ms_per_context_token" for p in tfit.params) else 0.0)
-    slopes = {int(p.name.removeprefix("target_ms_per_context_token_n")): p.value for p in tfit.params
-              if p.name.startswith("target_ms_per_context_token_n")} or None
-    table = {int(p.name.removeprefix("verify_ms_n")): p.value for p in tfit.params if p.name.startswith("verify_ms_n")}
+    slope_t = tfit.value(TARGET_SLOPE) if tfit.has(TARGET_SLOPE) else 0.0
+    slopes = tfit.by_tokens(TARGET_SLOPE) or None
+    table = tfit.by_tokens(VERIFY_MS)
     if any(v <= 0 for v in table.values()):
         raise ValueError(f"fitted target forward times are not positive: {table}")
 
@@ -334,4 +366,4 @@ def fit_cost(
     return CostFit(draft, head_k, model, tfit, dfit, overhead, tuple(scales), tuple(notes))
 
 
-__all__ = ["CostFit", "LinearFit", "Param", "fit_cost", "fit_draft", "fit_target", "ols"]
+__all__ = ["CostFit", "LinearFit", "Param", "ParamName", "fit_cost", "fit_draft", "fit_target", "ols"]

@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 from calibrate.calibration import (CALIBRATION_SCHEMA_VERSION, HOLDOUT_EXPLANATION, CalibrationResult,
-                                   _acc_group, fit_acceptance, slug)
+                                   acceptance_groups, fit_acceptance, rows_of, slug)
 from calibrate.fit_acceptance import trace_model
 from sim.acceptance import RunTraceAcceptance
 from measure.records import utc_now
@@ -65,15 +65,6 @@ def _cost_file_name(run: str, draft: str, head_k: float | None, several_runs: bo
     if head_k is not None:
         parts.append(f"k{int(head_k)}")
     return "-".join(parts) + ".json"
-
-
-def _group_file_name(key: str, suffix: str = "") -> str:
-    """``acceptance-<draft>-<domain>-t<temp>[-k<K>]<suffix>.json`` of an acceptance group key."""
-    draft = key.split("|")[0].removeprefix("draft=")
-    dom = key.split("domain=")[1].split("|")[0]
-    temp = key.split("temp=")[1].split("|")[0]
-    hk = key.split("head_k=")[1] if "head_k=" in key else None
-    return f"acceptance-{slug(draft)}-{slug(dom)}-t{slug(temp)}" + (f"-k{hk}" if hk else "") + suffix + ".json"
 
 
 def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
@@ -103,37 +94,35 @@ def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
     # acceptance: per group (already fitted) and pooled per draft
     pp_rows, fam_rows, acc_section = [], [], {}
     cells = data.cells
-    groups = dict(res.models.acceptance)
+    # (label, fit, group or None for a draft's pooled fit)
+    groups = [(grp.to_str(), fit, grp) for grp, fit in res.models.acceptance.items()]
     for draft, sub in cells.groupby("draft"):
-        keys = set(sub["key"])
-        rk = data.rounds["run"] + "/" + data.rounds["cell_id"].astype(str)
-        rounds = data.rounds[rk.isin(keys)]
+        rounds = rows_of(data.rounds, sub["key"])
         if len(rounds):
             fit = fit_acceptance(rounds, f"draft={draft} (all cells)")
             name = f"acceptance-{slug(draft)}.json"
             (out / name).write_text(json.dumps(_clean(fit.describe_model()), indent=2) + "\n")
             files["acceptance"][f"draft={draft}"] = name
-            groups[f"draft={draft} (all cells)"] = fit
-    for key, fit in groups.items():
+            groups.append((f"draft={draft} (all cells)", fit, None))
+    for key, fit, grp in groups:
         acc_section[key] = fit.as_dict()
         pp_rows.append(fit.per_position.assign(group=key, chosen=fit.chosen))
         for f in fit.families:
             fam_rows.append({"group": key, "family": f.name, "n_params": f.n_params, "loglik": f.loglik,
                              "aic": f.aic, "bic": f.bic, "chosen": f.name == fit.chosen, "params": json.dumps(_clean(f.params))})
-        if "(all cells)" not in key:
-            name = _group_file_name(key)
+        if grp is not None:
+            name = grp.file_name()
             (out / name).write_text(json.dumps(_clean(fit.describe_model()), indent=2) + "\n")
             files["acceptance"][key] = name
     # greedy proposal-run traces per group: exact replay at any γ up to gamma_max in `python -m sim`
     tr = data.traces
     if not tr.empty and {"proposed", "accept_run"} <= set(tr.columns):
-        tk = tr["run"] + "/" + tr["cell_id"].astype(str)
-        for key, sub in cells.groupby(cells.apply(_acc_group, axis=1)):
-            model = trace_model(tr[tk.isin(set(sub["key"]))])
+        for grp, sub in acceptance_groups(cells):
+            model = trace_model(rows_of(tr, sub["key"]))
             if isinstance(model, RunTraceAcceptance):
-                name = _group_file_name(key, "-trace")
+                name = grp.file_name("-trace")
                 (out / name).write_text(json.dumps(_clean(model.to_dict())) + "\n")
-                files["acceptance"][key + "|trace"] = name
+                files["acceptance"][grp.to_str() + "|trace"] = name
     if pp_rows:
         pd.concat(pp_rows, ignore_index=True).to_csv(out / "acceptance_per_position.csv", index=False)
     pd.DataFrame(fam_rows).to_csv(out / "acceptance_families.csv", index=False)

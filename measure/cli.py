@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
+from sim.policies import GammaSpec
+
 DEFAULT_TARGET = "smollm2-135m"
 #: Chosen by measurement on the 2-core CPU (README, "Measured on this CPU"):
 #: ``python -m measure --draft ngram:3,int8,bf16 --gamma 4 --prompts 2 --max-new-tokens 64
@@ -191,7 +193,7 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
         if g.lstrip("-").isdigit():
             if not 1 <= int(g) <= 64:
                 fail(prog, f"--gamma {g}: must be an integer in 1..64 (or fixed:G, heuristic:G, threshold:G)")
-            g = f"fixed:{int(g)}"
+            g = GammaSpec("fixed", int(g)).to_str()
         gammas.append(g)
     contexts = []
     for c in csv_items("--cost-contexts", args.cost_contexts):

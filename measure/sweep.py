@@ -30,6 +30,7 @@ with a pruned draft and its ``head_k``.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -40,7 +41,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import torch
 
@@ -52,7 +53,7 @@ from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_gr
 from measure.models import resolve_device, resolve_dtype
 from measure.prompts import DOMAINS, Prompt, file_sha256, load_prompts, load_prompts_file
 from measure.timing import Timer
-from sim.policies import make_policy
+from sim.policies import GammaSpec
 
 #: Upper bounds (a larger value is a typo, not an experiment on this tool's scale).
 MAX_REPEATS = 1000
@@ -142,9 +143,8 @@ class SweepConfig:
             check_draft_spec(d)
         if not self.gammas:
             raise ValueError("--gamma: need at least one γ")
-        for g in self.gammas:
-            pol = make_policy(g)
-            if not 1 <= pol.initial_gamma <= MAX_GAMMA:
+        for g, spec in zip(self.gammas, self.gamma_specs):
+            if not 1 <= spec.gamma <= MAX_GAMMA:
                 raise ValueError(f"--gamma {g!r}: γ must be in 1..{MAX_GAMMA}")
         for t in self.temperatures:
             if not (math.isfinite(float(t)) and float(t) >= 0):
@@ -183,9 +183,14 @@ class SweepConfig:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @functools.cached_property
+    def gamma_specs(self) -> tuple[GammaSpec, ...]:
+        """``gammas`` (the strings ``run.json`` records) parsed once."""
+        return tuple(GammaSpec.parse(g) for g in self.gammas)
+
     @property
     def gamma_max(self) -> int:
-        return max(make_policy(g).initial_gamma for g in self.gammas)
+        return max(spec.gamma for spec in self.gamma_specs)
 
 
 def select_prompts(config: SweepConfig) -> tuple[dict[str, list[Prompt]], dict]:
@@ -340,7 +345,7 @@ def parse_tokens(text: Any) -> tuple[int, ...]:
     return tuple(int(t) for t in str(text).split())
 
 
-def _warm(ctx: CellContext, draft: Any, policy_spec: str, temp: float, modes: tuple[str, ...]) -> None:
+def _warm(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, modes: tuple[str, ...]) -> None:
     cfg, t = ctx.config, ctx.target
     ids = ctx.enc[next(iter(ctx.enc))]
     n = min(8, cfg.max_new_tokens)
@@ -350,9 +355,9 @@ def _warm(ctx: CellContext, draft: Any, policy_spec: str, temp: float, modes: tu
             if mode == "baseline":
                 autoregressive_generate(t, ids, temp, n, g, t.eos_token_ids, ctx.timer)
             elif mode == "speculative":
-                speculative_generate(t, draft, ids, make_policy(policy_spec), temp, n, g, t.eos_token_ids, ctx.timer)
+                speculative_generate(t, draft, ids, spec.policy(), temp, n, g, t.eos_token_ids, ctx.timer)
             else:
-                ctx.engine.peer_generate(t, draft, ids, make_policy(policy_spec).initial_gamma, temp, n, cfg.seed)
+                ctx.engine.peer_generate(t, draft, ids, spec.gamma, temp, n, cfg.seed)
 
 
 def _lossless(ctx: CellContext, ids: torch.Tensor, baseline: Sequence[int], other: Sequence[int]) -> LosslessCheck:
@@ -367,7 +372,7 @@ def _lossless(ctx: CellContext, ids: torch.Tensor, baseline: Sequence[int], othe
     return check_greedy_lossless(baseline, other, logits_at, ctx.engine.near_tie_tolerance)
 
 
-def _measure_once(ctx: CellContext, cid: str, draft: Any, policy_spec: str, temp: float, domain: str,
+def _measure_once(ctx: CellContext, cid: str, draft: Any, spec: GammaSpec, temp: float, domain: str,
                   modes: tuple[str, ...]) -> tuple[list[dict], list[dict], list[dict], dict]:
     """The counted generations of a cell: (generation rows, round rows, latency rows, per-pair series)."""
     cfg, t, timer = ctx.config, ctx.target, ctx.timer
@@ -391,13 +396,14 @@ def _measure_once(ctx: CellContext, cid: str, draft: Any, policy_spec: str, temp
                     res[mode] = dict(tokens=r.tokens, wall=r.wall_s, ttft=r.ttft_ms, lat=r.token_latency_ms,
                                      rounds=(), drafted=None, accepted=None, n_rounds=None, pos=pos)
                 elif mode == "speculative":
-                    r = speculative_generate(t, draft, ids, make_policy(policy_spec), temp, cfg.max_new_tokens,
+                    r = speculative_generate(t, draft, ids, spec.policy(), temp, cfg.max_new_tokens,
                                              _gen(seed_i, rep, t.device), t.eos_token_ids, timer)
                     res[mode] = dict(tokens=r.tokens, wall=r.wall_s, ttft=r.ttft_ms, lat=r.token_latency_ms,
                                      rounds=r.rounds, drafted=r.drafted, accepted=r.accepted,
                                      n_rounds=len(r.rounds), pos=pos)
                 else:
-                    pr = ctx.engine.peer_generate(t, draft, ids, make_policy(policy_spec).initial_gamma, temp,
+                    # the peer gets the initial γ only: it runs its engine's constant schedule whatever the policy
+                    pr = ctx.engine.peer_generate(t, draft, ids, spec.gamma, temp,
                                                   cfg.max_new_tokens, seed_i + rep)
                     if pr is None:
                         continue
@@ -437,7 +443,7 @@ def _measure_once(ctx: CellContext, cid: str, draft: Any, policy_spec: str, temp
     return gen_rows, round_rows, lat_rows, series
 
 
-def run_cell(ctx: CellContext, draft: Any, policy_spec: str, temp: float, domain: str,
+def run_cell(ctx: CellContext, draft: Any, spec: GammaSpec | str, temp: float, domain: str,
              head_k: int | None = None, draft_label: str | None = None,
              on_attempt: Callable[[str], None] | None = None) -> dict:
     """Measure one cell (module docstring) and write it; returns its ``cells.csv`` row.
@@ -446,13 +452,13 @@ def run_cell(ctx: CellContext, draft: Any, policy_spec: str, temp: float, domain
     ``<draft>+<variant>``); ``head_k`` the kept vocabulary of a pruned head.
     """
     cfg, t = ctx.config, ctx.target
-    policy = make_policy(policy_spec)
+    spec = GammaSpec.parse(spec)
     name = draft_label or draft.name
-    cid = records.cell_id(name, policy.spec(), temp, domain, head_k)
+    cid = records.CellId(name, spec, temp, domain, head_k).to_str()
     peer = cfg.peer and ctx.peer_ok.get(name, True)
     modes = MODES if peer else MODES[:2]
     try:
-        _warm(ctx, draft, policy_spec, temp, modes)
+        _warm(ctx, draft, spec, temp, modes)
     except Exception as e:  # a peer that cannot run this pair is recorded, not fatal
         if not peer:
             raise
@@ -461,11 +467,11 @@ def run_cell(ctx: CellContext, draft: Any, policy_spec: str, temp: float, domain
         ctx.writer.update(peer_errors=errs)
         ctx.peer_ok[name] = False
         modes = MODES[:2]
-        _warm(ctx, draft, policy_spec, temp, modes)
+        _warm(ctx, draft, spec, temp, modes)
     attempt = 0
     while True:
         attempt += 1
-        gen_rows, round_rows, lat_rows, series = _measure_once(ctx, cid, draft, policy_spec, temp, domain, modes)
+        gen_rows, round_rows, lat_rows, series = _measure_once(ctx, cid, draft, spec, temp, domain, modes)
         stab = stats.stability(stats.normalise_per_prompt(series["prompt"], series["base"]), cfg.cv_threshold,
                                cfg.drift_threshold)
         if not stab.unstable or attempt > cfg.until_stable:
@@ -485,7 +491,7 @@ def run_cell(ctx: CellContext, draft: Any, policy_spec: str, temp: float, domain
     same = [r["outputs_identical"] for r in gen_rows if r["mode"] == "speculative" and r["outputs_identical"] is not None]
     verdicts = [r["lossless"] for r in spec_rows if r["lossless"] is not None]
     pc = series["peer_counts"]
-    row = {"cell_id": cid, "draft": name, "gamma_policy": policy.spec(), "gamma": policy.initial_gamma,
+    row = {"cell_id": cid, "draft": name, "gamma_policy": spec.to_str(), "gamma": spec.gamma,
            "temperature": temp, "domain": domain, "head_k": head_k, "n_prompts": len(ctx.prompts[domain]),
            "new_tokens": sum(r["new_tokens"] for r in spec_rows),
            "tokens_per_s_baseline": tb.value, "tokens_per_s_speculative": ts.value, "tokens_per_s_peer": tp.value,
@@ -673,13 +679,24 @@ def prompts_meta(prompts: dict[str, list[Prompt]], enc: dict[str, torch.Tensor])
             for ps in prompts.values() for p in ps}
 
 
+class PendingCell(NamedTuple):
+    """A cell of the sweep not finished yet."""
+
+    draft_index: int
+    temperature: float
+    domain: str
+    gamma: GammaSpec
+
+    def cell_id(self, draft_names: Sequence[str]) -> str:
+        return records.CellId(draft_names[self.draft_index], self.gamma, self.temperature, self.domain).to_str()
+
+
 def pending_cells(config: SweepConfig, draft_names: list[str], domains: list[str],
-                  writer: records.RunWriter) -> list[tuple[int, float, str, str]]:
-    """The unfinished cells, in sweep order: (draft index, temperature, domain, γ policy spec)."""
-    plan = [(i, t, dom, g) for i in range(len(draft_names)) for t in config.temperatures for dom in domains
-            for g in config.gammas]
-    return [c for c in plan if not writer.is_finished(
-        records.cell_id(draft_names[c[0]], make_policy(c[3]).spec(), c[1], c[2]))]
+                  writer: records.RunWriter) -> list[PendingCell]:
+    """The unfinished cells, in sweep order."""
+    plan = [PendingCell(i, t, dom, g) for i in range(len(draft_names)) for t in config.temperatures
+            for dom in domains for g in config.gamma_specs]
+    return [c for c in plan if not writer.is_finished(c.cell_id(draft_names))]
 
 
 def engine_options(config: SweepConfig, device: str, threads: int | None, quiet: bool) -> EngineOptions:
@@ -766,7 +783,7 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         try:
             for i, (d, temp, dom, g) in enumerate(todo):
                 if bar is not None:
-                    bar.set_description(f"cell {i + 1}/{len(todo)} {d.name} {g} {dom}")
+                    bar.set_description(f"cell {i + 1}/{len(todo)} {d.name} {g.to_str()} {dom}")
                 row = run_cell(ctx, d, g, float(temp), dom, on_attempt=say)
                 done_cells.append(row)
                 writer.update(summary=summarize(done_cells, synthetic))

@@ -59,7 +59,7 @@ from sim.cliargs import (
     nonempty_arg,
 )
 from sim.cost import CostModel, LeviathanCost, RooflineCost, load_cost_model
-from sim.policies import POLICY_KINDS, make_policy
+from sim.policies import POLICY_KINDS, GammaSpec
 
 PROG = "python -m sim"
 MODES = ("analytic", "event", "serve")
@@ -219,7 +219,7 @@ def _resolve_acceptance(args: argparse.Namespace, pair: Pair | None, gammas: lis
             raise CliError(f"--acceptance {args.acceptance!r} was recorded up to gamma={recorded}; cannot replay "
                            f"gamma={asked} (--gamma/--gamma-max {max(gammas)}); valid: 1..{recorded}")
         if recorded is not None and args.policy not in (None, "fixed"):
-            reach = make_policy(f"{args.policy}:1").gamma_max
+            reach = GammaSpec(args.policy, 1).policy().gamma_max
             if reach > recorded:
                 raise CliError(f"--policy {args.policy} can raise gamma to {reach}, but --acceptance "
                                f"{args.acceptance!r} was recorded up to gamma={recorded}; use --policy fixed")

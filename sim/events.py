@@ -30,7 +30,7 @@ import simpy
 
 from sim.acceptance import AcceptanceModel, _check_gamma, drafted_distribution, sample_round
 from sim.cost import CostModel
-from sim.policies import FixedGamma, GammaPolicy, make_policy
+from sim.policies import FixedGamma, GammaPolicy, GammaSpec, make_policy
 
 
 def _check_count(name: str, n: int) -> int:
@@ -76,14 +76,14 @@ def baseline_time_ms(cost: CostModel, n_tokens: int, context_tokens: float, batc
 def simulate_request(
     acceptance: AcceptanceModel,
     cost: CostModel,
-    policy: GammaPolicy | str | int,
+    policy: GammaPolicy | GammaSpec | str | int,
     n_tokens: int,
     context_tokens: float = 0.0,
     seed: int = 0,
 ) -> RequestResult:
     """Simulate one request generating ``n_tokens`` tokens (the last round may overshoot)."""
     n_tokens = _check_count("n_tokens", n_tokens)
-    pol = make_policy(policy) if isinstance(policy, (str, int)) else policy
+    pol = make_policy(policy) if isinstance(policy, (str, int, GammaSpec)) else policy
     pol.reset()
     rng = np.random.default_rng(seed)
     env = simpy.Environment()

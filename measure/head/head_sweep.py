@@ -64,6 +64,7 @@ from measure.sweep import (CellContext, SweepConfig, cell_estimate, check_draft_
                            parse_tokens, run_cell, select_prompts, silenced, summarize, summary_lines,
                            target_fingerprint)
 from measure.timing import Timer
+from sim.policies import GammaSpec
 
 __all__ = [
     "SWEEP_VARIANTS",
@@ -250,7 +251,7 @@ def _fill(row: dict, columns: tuple[str, ...]) -> dict:
 # -- the sweep --------------------------------------------------------------------------------
 def _sweep_config(config: HeadSweepConfig) -> SweepConfig:
     """The main sweep's config for the head sweep's cells (greedy, fixed γ, no peer, no cost curves)."""
-    return SweepConfig(target=config.target, drafts=(config.draft,), gammas=(f"fixed:{config.gamma}",),
+    return SweepConfig(target=config.target, drafts=(config.draft,), gammas=(GammaSpec("fixed", config.gamma).to_str(),),
                        temperatures=(0.0,), domains=config.domains, prompts_per_domain=config.prompts_per_domain,
                        max_new_tokens=config.max_new_tokens, max_prompt_tokens=config.max_prompt_tokens,
                        device=config.device, dtype=config.dtype, seed=config.seed, warmup=1, peer=False,
@@ -345,7 +346,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
         ctx_ids = torch.cat([ctx_ids] * (config.context_tokens // ctx_ids.shape[1] + 1), 1)[:, :config.context_tokens]
         step_tok = ctx_ids[:, -1:]  # [1, 1]
         ctx = CellContext(writer, engine, target, scfg, timer, prompts_by, enc)
-        policy = f"fixed:{config.gamma}"
+        policy = GammaSpec("fixed", config.gamma)
 
         plan = [("dense", vocab)] + [(v, k) for v in config.variants for k in ks if k < vocab]
         for variant, k in plan:
@@ -357,7 +358,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
             head = _build_head(variant, k, dense, clusters, counts, eos, config.scoring, scorer)
             with swapped_lm_head(dmodel, head):
                 for dom in prompts_by:  # the main sweep's cell code, one cell per domain
-                    if not writer.is_finished(records.cell_id(label, policy, 0.0, dom, k)):
+                    if not writer.is_finished(records.CellId(label, policy, 0.0, dom, k).to_str()):
                         run_cell(ctx, draft, policy, 0.0, dom, head_k=k, draft_label=label, on_attempt=say)
                 run = records.load_run(writer.path)
                 cells = run.table("cells")
