@@ -90,6 +90,7 @@ def csv_items(flag: str, text: str, prog: str = "python -m measure") -> list[str
     return items
 
 
+# long: the argparse declarations of every option: a list, not logic
 def build_parser() -> argparse.ArgumentParser:
     from measure import stats
     from measure.engines.base import CACHES, ENGINES

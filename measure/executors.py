@@ -340,6 +340,8 @@ def cell_resources(ray: Any, config: Any, executor: ExecutorConfig) -> dict[str,
     return {"num_cpus": executor.cpus_per_cell}
 
 
+# long: the driver's side of a Ray sweep in order (join, prepare, submit, collect with retries, record); the parts
+#   share the ray handle, the writer and the cleanup in one try/finally
 def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWriter, meta: Mapping[str, Any],
                     prompts: Mapping[str, Any], selection: Mapping[str, Any],
                     progress: Callable[[str], None] | None = None, show_bar: bool = True,

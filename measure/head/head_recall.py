@@ -105,6 +105,7 @@ def _ints(text: str, option: str) -> list[int]:
     return out
 
 
+# long: a CLI entry: argument checks (one-line errors before any model loads), then the recall table
 def main(argv: list[str] | None = None) -> int:
     """``python -m measure head-recall``: one-line errors (exit 2) before any model loads."""
     from measure.cli import OneLineParser, csv_items, int_in

@@ -260,6 +260,8 @@ def _sweep_config(config: HeadSweepConfig) -> SweepConfig:
                        until_stable=config.until_stable)
 
 
+# long: the sweep's phases (load, cluster, fit the scorer, cells per (variant, K), profile) in order, one writer
+#   recording all of them; each phase is a call
 @torch.inference_mode()
 def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = "",
                    progress: Callable[[str], None] | None = None, quiet: bool = False) -> records.Run:

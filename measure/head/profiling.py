@@ -137,6 +137,8 @@ def _range_totals_ms(prof: Any, use_device: bool) -> dict[str, float]:
     return totals
 
 
+# long: a twelve-line signature and docstring; the body (warm-up, profiled steps, split of the trace by component)
+#   runs in that order
 @torch.inference_mode()
 def profile_step(
     model: nn.Module,

@@ -50,6 +50,8 @@ def triton_available() -> bool:
     return torch.cuda.is_available() and _triton_importable()
 
 
+# long: the Triton kernels are defined inside one lazily-imported factory so that importing the module never needs
+#   Triton
 @functools.lru_cache(maxsize=1)
 def _kernels() -> dict[str, Any]:
     # The helper and the kernels are bound as module globals (``global``): a
