@@ -213,7 +213,7 @@ def _resolve_acceptance(args: argparse.Namespace, pair: Pair | None, gammas: lis
             raise CliError(f"--tau {args.tau:g}: {exc}") from None
     if args.acceptance is not None:
         model = load_acceptance(args.acceptance)
-        recorded = getattr(model, "gamma_max", None)
+        recorded = model.gamma_max
         if recorded is not None and max(gammas) > recorded:
             asked = f"{recorded + 1}..{max(gammas)}" if max(gammas) > recorded + 1 else str(max(gammas))
             raise CliError(f"--acceptance {args.acceptance!r} was recorded up to gamma={recorded}; cannot replay "
@@ -408,7 +408,7 @@ def run(s: Setup) -> dict:
     if isinstance(s.acceptance, PerPositionAcceptance):
         doc["alpha_per_position"] = list(s.acceptance.alphas)
     else:
-        doc["alpha"] = getattr(s.acceptance, "alpha", None)
+        doc["alpha"] = s.acceptance.alpha if isinstance(s.acceptance, IIDAcceptance) else None
     if s.alpha_source is not None:
         doc["alpha_source"] = s.alpha_source
     if s.tau is not None:
