@@ -145,7 +145,6 @@ def check_draft_spec(spec: str | DraftSpec, n_layers: int | None) -> DraftSpec:
     return ds
 
 
-
 # -- drafts --------------------------------------------------------------------------------
 class ModelDraft:
     """A draft backed by a model with its own KV-cached :class:`~measure.engines.base.Decoder`.
@@ -504,11 +503,6 @@ DRAFT_KINDS: dict[str, Builder] = {
 def register_draft(kind: str, builder: Builder) -> None:
     """Add a draft kind: ``builder(arg, target, *, kind, device, dtype, seed, options, **kw)``."""
     DRAFT_KINDS[kind] = builder
-
-
-def draft_kind(kind_spec: str) -> str:
-    """The kind part of ``kind_spec`` (``"early:8"`` → ``"early"``), the whole spec validated."""
-    return parse_draft_spec(kind_spec).kind
 
 
 def _n_layers(target: Any) -> int | None:

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import simpy
 
-from sim.acceptance import AcceptanceModel, _check_gamma, drafted_distribution, sample_round
+from sim.acceptance import AcceptanceModel, drafted_distribution, sample_round
 from sim.cost import CostModel
 from sim.policies import FixedGamma, GammaPolicy, GammaSpec, make_policy
 
@@ -424,15 +424,3 @@ def simulate_serving(
                                               seed=int(capacity_rng.integers(2**63))),
         baseline_capacity=serving_capacity(acceptance, cost, None, n_tokens, context_tokens, max_batch),
     )
-
-
-def simulate_mean_speedup(
-    acceptance: AcceptanceModel,
-    cost: CostModel,
-    gamma: int,
-    n_tokens: int = 10_000,
-    context_tokens: float = 0.0,
-    seed: int = 0,
-) -> RequestResult:
-    """A long fixed-γ request: its speedup estimates the closed form's expectation."""
-    return simulate_request(acceptance, cost, f"fixed:{_check_gamma(gamma)}", n_tokens, context_tokens, seed)
