@@ -61,7 +61,7 @@ from measure.engines.base import EngineOptions  # noqa: E402
 from measure.engines.transformers import peer_generate  # noqa: E402
 from measure.models import load_model  # noqa: E402
 from measure.prompts import encode_prompt, load_prompts  # noqa: E402
-from measure.pruned_head import PrunedLMHead  # noqa: E402
+from measure.head.pruned_head import PrunedLMHead  # noqa: E402
 from sim.policies import FixedGamma  # noqa: E402
 
 SECTIONS = ("baseline", "lookup", "selfdraft", "pruned")
@@ -82,6 +82,10 @@ def load_before(commit: str) -> types.SimpleNamespace:
                              "run inside the repository's git checkout") from None
         for other in mods:
             src = src.replace(f"from measure.{other} import", f"from _before_{other} import")
+        # the pruned head's helpers moved into measure/head/ after that commit
+        src = src.replace("from measure import triton_head", "from measure.head import triton_head")
+        for moved in ("clusters", "lowrank", "triton_head"):
+            src = src.replace(f"from measure.{moved} import", f"from measure.head.{moved} import")
         mod = types.ModuleType(f"_before_{name}")
         mod.__file__ = f"<git {commit}:measure/{name}.py>"
         sys.modules[mod.__name__] = mod
@@ -296,8 +300,8 @@ def section_selfdraft(target: Any, prompts: list, args: argparse.Namespace, befo
 
 def _lowrank_scorer(draft_model: Any, tokenizer: Any, args: argparse.Namespace) -> Any:
     """The head sweep's low-rank scorer for ``draft_model`` (moment cached under ~/.cache/specscope)."""
-    from measure.head_sweep import draft_moment
-    from measure.lowrank import fit_lowrank
+    from measure.head.head_sweep import draft_moment
+    from measure.head.lowrank import fit_lowrank
 
     dense = draft_model.lm_head
     moment, _, _ = draft_moment(draft_model, tokenizer, args.moment_texts, 256)

@@ -11,7 +11,7 @@ of counted repeats):
 * ``dropin``       — ``fast`` + scatter into full-vocabulary logits with ``-inf``
   (what the common decoding loop sees when the head is swapped in);
 * ``frequency``    — the static FR-Spec subset (rows sliced once), fast path;
-* ``lowrank_*``    — the low-rank selector (:mod:`measure.lowrank`, rank ``--rank``):
+* ``lowrank_*``    — the low-rank selector (:mod:`measure.head.lowrank`, rank ``--rank``):
   approximate logits ``(h P) F^T`` + ``topk`` → K ids, then the same gather +
   projection (+ argmax / scatter). Its latency depends on shapes only, so the
   benchmark fits the scorer to an identity second moment (no model forward).
@@ -38,11 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from measure.clusters import ClusterConfig, load_or_build_clusters  # noqa: E402
-from measure.lowrank import HiddenMoment, fit_lowrank  # noqa: E402
-from measure.pruned_head import PrunedLMHead, torch_gather_project  # noqa: E402
+from measure.head.clusters import ClusterConfig, load_or_build_clusters  # noqa: E402
+from measure.head.lowrank import HiddenMoment, fit_lowrank  # noqa: E402
+from measure.head.pruned_head import PrunedLMHead, torch_gather_project  # noqa: E402
 from measure.timing import Timer  # noqa: E402
-from measure.triton_head import triton_available  # noqa: E402
+from measure.head.triton_head import triton_available  # noqa: E402
 
 KS = (500, 1000, 3000, 10000, 30000)
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -173,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                         timer.bench_cuda_events(replay, warmup=10, repeats=repeats)))
                     if be == "triton":
                         ids = p.select(hidden)
-                        from measure.triton_head import triton_gather_project
+                        from measure.head.triton_head import triton_gather_project
 
                         row["kernel_only_ms_triton"] = med(lambda: triton_gather_project(head.weight, ids, hidden))
             for be in backends:

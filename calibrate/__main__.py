@@ -41,6 +41,32 @@ def check_run_dirs(runs: list[str]) -> None:
             fail(PROG, f"{run!r} is not a run directory (no run.json); write one with python -m measure")
 
 
+def print_report(res) -> None:
+    """The per-configuration error table and the MAPE lines of a :class:`calibrate.calibration.CalibrationResult`."""
+    table = res.held_out if len(res.held_out) else res.in_sample
+    split = "held-out" if len(res.held_out) else "in-sample"
+    print(f"per-configuration error ({split}, speedup; predicted vs measured):")
+    print(f"  {'configuration':58s} {'method':11s} {'meas':>6s} {'95% CI':>13s} {'pred':>6s} {'err%':>6s} in CI")
+    for _, r in table.iterrows():
+        ci = (f"[{r['measured_speedup_lo']:.2f},{r['measured_speedup_hi']:.2f}]"
+              if r.get("measured_speedup_lo") == r.get("measured_speedup_lo") and r.get("measured_speedup_lo")
+              is not None else "-")
+        inside = {True: "yes", False: "no"}.get(r.get("inside_ci"), "-")
+        flag = "  (unstable: not in MAPE)" if r.get("unstable") else ""
+        print(f"  {r['run'] + '/' + r['cell_id']:58.58s} {r['method']:11s} {_fmt(r['measured_speedup'])} "
+              f"{ci:>13s} {_fmt(r['predicted_speedup'])} {_fmt(r['ape_speedup_pct'])} {inside:>5s}{flag}")
+    for name, m in (("in-sample", res.mape_in_sample), ("held-out", res.mape_held_out)):
+        for method, v in m.items():
+            share = (f"{v['n_inside_ci']}/{v['n_with_ci']} ({100 * v['share_inside_ci']:.0f}%)"
+                     if v.get("share_inside_ci") is not None else "n/a")
+            print(f"MAPE {name:9s} {method:11s} speedup {_fmt(v['speedup_mape_pct'])}%  "
+                  f"tokens/s {_fmt(v['tokens_per_s_mape_pct'])}%  ({v['n_cells']} stable cells); "
+                  f"inside the measured 95% CI: {share}")
+    if res.unstable_cells:
+        print(f"{len(res.unstable_cells)} unstable cell(s) left out of the fits and the MAPE: "
+              + ", ".join(res.unstable_cells))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["ingest"]:  # subcommand: an engine's spec-decode metrics and llama-bench costs -> sim
@@ -75,28 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    table = res.held_out if len(res.held_out) else res.in_sample
-    split = "held-out" if len(res.held_out) else "in-sample"
-    print(f"per-configuration error ({split}, speedup; predicted vs measured):")
-    print(f"  {'configuration':58s} {'method':11s} {'meas':>6s} {'95% CI':>13s} {'pred':>6s} {'err%':>6s} in CI")
-    for _, r in table.iterrows():
-        ci = (f"[{r['measured_speedup_lo']:.2f},{r['measured_speedup_hi']:.2f}]"
-              if r.get("measured_speedup_lo") == r.get("measured_speedup_lo") and r.get("measured_speedup_lo")
-              is not None else "-")
-        inside = {True: "yes", False: "no"}.get(r.get("inside_ci"), "-")
-        flag = "  (unstable: not in MAPE)" if r.get("unstable") else ""
-        print(f"  {r['run'] + '/' + r['cell_id']:58.58s} {r['method']:11s} {_fmt(r['measured_speedup'])} "
-              f"{ci:>13s} {_fmt(r['predicted_speedup'])} {_fmt(r['ape_speedup_pct'])} {inside:>5s}{flag}")
-    for name, m in (("in-sample", res.mape_in_sample), ("held-out", res.mape_held_out)):
-        for method, v in m.items():
-            share = (f"{v['n_inside_ci']}/{v['n_with_ci']} ({100 * v['share_inside_ci']:.0f}%)"
-                     if v.get("share_inside_ci") is not None else "n/a")
-            print(f"MAPE {name:9s} {method:11s} speedup {_fmt(v['speedup_mape_pct'])}%  "
-                  f"tokens/s {_fmt(v['tokens_per_s_mape_pct'])}%  ({v['n_cells']} stable cells); "
-                  f"inside the measured 95% CI: {share}")
-    if res.unstable_cells:
-        print(f"{len(res.unstable_cells)} unstable cell(s) left out of the fits and the MAPE: "
-              + ", ".join(res.unstable_cells))
+    print_report(res)
     for note in res.data.notes:
         print(f"note: {note}", file=sys.stderr)
     print(f"calibration written to {out / 'calibration.json'}")

@@ -41,12 +41,13 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fit_acceptance import AcceptanceFit, fit_acceptance, interpolate_models, trace_model
-from calibrate.fit_cost import CostFit, LinearFit, fit_cost, ols
+from calibrate.fit_cost import CostFit, LinearFit, TargetCurve, fit_cost, ols, target_curve
 from measure.records import Run, hardware_label, load_run
-from sim.acceptance import AcceptanceModel
+from sim.acceptance import AcceptanceModel, RunTraceAcceptance
 from sim.analytic import predict_row
+from sim.cost import CostModel
 from sim.events import simulate_request
-from sim.policies import make_policy
+from sim.policies import GammaSpec
 
 HOLDOUT_MODES: tuple[str, ...] = ("gamma", "domain", "k", "none")
 METHODS: tuple[str, ...] = ("closed_form", "trace", "event_sim")
@@ -128,9 +129,21 @@ def load_runs(paths: list[str | Path], allow_incomplete: bool = False, pool_hard
     cells["head_k"] = cells["head_k"].map(_k_key)
     cells["temperature"] = cells["temperature"].astype(float)
     cells["unstable"] = cells["unstable"].map(lambda v: v is True) if "unstable" in cells else False
-    cells["key"] = cells["run"] + "/" + cells["cell_id"].astype(str)
     notes += _check_hardware(cells, runs, pool_hardware)
-    return Dataset(runs, cells, stack("rounds"), stack("generations"), stack("traces"), tuple(notes))
+    return Dataset(runs, with_key(cells), with_key(stack("rounds")), with_key(stack("generations")),
+                   with_key(stack("traces")), tuple(notes))
+
+
+def with_key(table: pd.DataFrame) -> pd.DataFrame:
+    """``table`` with its rows' cell ``key`` (``<run>/<cell_id>``, unique across runs), computed once on load."""
+    if table.empty:
+        return table
+    return table.assign(key=table["run"] + "/" + table["cell_id"].astype(str))
+
+
+def rows_of(table: pd.DataFrame, keys) -> pd.DataFrame:
+    """The rows of a keyed table (:func:`with_key`) that belong to the cells ``keys``, in table order."""
+    return table if table.empty else table[table["key"].isin(set(keys))]
 
 
 def _check_hardware(cells: pd.DataFrame, runs: dict[str, Run], pool: bool) -> list[str]:
@@ -169,9 +182,43 @@ def holdout_folds(cells: pd.DataFrame, mode: str) -> list[tuple[str, pd.Series]]
     return [(f"{col}={v}", cells[col] == v) for v in sorted(values, key=lambda v: (str(type(v)), v))]
 
 
-def _acc_group(row: pd.Series) -> str:
-    k = "" if row["head_k"] is None or pd.isna(row["head_k"]) else f"|head_k={int(row['head_k'])}"
-    return f"draft={row['draft']}|temp={row['temperature']:g}|domain={row['domain']}{k}"
+@dataclass(frozen=True)
+class AcceptanceGroup:
+    """Cells whose rounds share one acceptance fit: ``draft=..|temp=..|domain=..[|head_k=..]`` on disk."""
+
+    draft: str
+    temperature: float
+    domain: str
+    head_k: int | None = None
+
+    @classmethod
+    def of_cell(cls, row: pd.Series) -> "AcceptanceGroup":
+        k = row["head_k"]
+        return cls(str(row["draft"]), float(row["temperature"]), str(row["domain"]),
+                   None if k is None or pd.isna(k) else int(k))
+
+    def to_str(self) -> str:
+        k = "" if self.head_k is None else f"|head_k={self.head_k}"
+        return f"draft={self.draft}|temp={self.temperature:g}|domain={self.domain}{k}"
+
+    @classmethod
+    def parse(cls, text: str) -> "AcceptanceGroup":
+        parts = dict(p.partition("=")[::2] for p in str(text).split("|"))
+        if not {"draft", "temp", "domain"} <= set(parts) or set(parts) - {"draft", "temp", "domain", "head_k"}:
+            raise ValueError(f"acceptance group {text!r}: expected draft=..|temp=..|domain=..[|head_k=..]")
+        hk = parts.get("head_k")
+        return cls(parts["draft"], float(parts["temp"]), parts["domain"], None if hk is None else int(hk))
+
+    def file_name(self, suffix: str = "") -> str:
+        """``acceptance-<draft>-<domain>-t<temp>[-k<K>]<suffix>.json``."""
+        k = "" if self.head_k is None else f"-k{self.head_k}"
+        return f"acceptance-{slug(self.draft)}-{slug(self.domain)}-t{slug(f'{self.temperature:g}')}{k}{suffix}.json"
+
+
+def acceptance_groups(cells: pd.DataFrame) -> list[tuple[AcceptanceGroup, pd.DataFrame]]:
+    """``cells`` split by acceptance group, in the order of the groups' strings."""
+    labels = cells.apply(lambda r: AcceptanceGroup.of_cell(r).to_str(), axis=1)
+    return [(AcceptanceGroup.parse(str(label)), sub) for label, sub in cells.groupby(labels)]
 
 
 @dataclass(frozen=True)
@@ -180,9 +227,91 @@ class FoldModels:
 
     label: str
     cost: dict[tuple, CostFit]
-    acceptance: dict[str, AcceptanceFit]
+    acceptance: dict[AcceptanceGroup, AcceptanceFit]
     prefill: dict[str, LinearFit]
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+_NO_PREDICTION = {"predicted_speedup": float("nan"), "predicted_tokens_per_s": float("nan"),
+                  "predicted_tokens_per_s_baseline": float("nan")}
+
+
+def _measured(cell: pd.Series, fold: str) -> dict:
+    """The columns of a prediction row that describe the cell and what was measured."""
+    return {
+        "run": cell["run"], "cell_id": cell["cell_id"], "draft": cell["draft"],
+        "gamma_policy": cell["gamma_policy"], "gamma": cell["gamma"], "domain": cell["domain"],
+        "temperature": cell["temperature"], "head_k": cell["head_k"], "fold": fold,
+        "measured_speedup": float(cell["speedup"]),
+        "measured_speedup_lo": _f(cell.get("speedup_lo")), "measured_speedup_hi": _f(cell.get("speedup_hi")),
+        "unstable": bool(cell.get("unstable", False)),
+        "measured_tokens_per_s": float(cell["tokens_per_s_speculative"]),
+        "measured_tokens_per_s_baseline": float(cell["tokens_per_s_baseline"]),
+    }
+
+
+def _mean_tokens_per_s(walls: list[tuple[float, float, float]]) -> tuple[float, float]:
+    """The measurement's estimator (measure.stats): mean per-prompt tokens/s of each side.
+
+    ``walls``: per prompt ``(new_tokens, speculative wall ms, baseline wall ms)``.
+    """
+    tps_s = [n / (s / 1e3) for n, s, _ in walls]
+    tps_b = [n / (b / 1e3) for n, _, b in walls]
+    return float(np.mean(tps_s)), float(np.mean(tps_b))
+
+
+@dataclass(frozen=True)
+class CellInputs:
+    """What predicting one cell needs: its fitted models, γ policy and prompts."""
+
+    cost: CostModel
+    acceptance: AcceptanceModel
+    trace: AcceptanceModel | None  # the training cells' traces (fixed γ only)
+    spec: GammaSpec
+    prompts: np.ndarray  # [[prompt_tokens, new_tokens], ...]
+    prefill: LinearFit | None
+
+    def ttft_ms(self, prompt_tokens: float) -> float:
+        pf = self.prefill
+        if pf is None:
+            return 0.0
+        v = pf.value("ttft_ms_0") + (pf.value("ttft_ms_per_prompt_token") * prompt_tokens
+                                     if pf.has("ttft_ms_per_prompt_token") else 0.0)
+        return max(v, 0.0)
+
+    def event_sim_walls(self, seed: int) -> list[tuple[float, float, float]]:
+        """Per prompt: SIM_REPEATS seeded simulated requests averaged, normalised to the n - 1 decoded tokens."""
+        walls = []
+        for i, (p, n) in enumerate(self.prompts):
+            t0 = self.ttft_ms(p)
+            spec_ms = base_ms = 0.0
+            for rep in range(SIM_REPEATS):
+                r = simulate_request(self.acceptance, self.cost, self.spec, int(max(n - 1, 1)), p + 1,
+                                     seed=seed + 1000 * i + rep)
+                spec_ms += r.time_ms * max(n - 1, 1) / r.n_tokens / SIM_REPEATS
+                base_ms += r.baseline_time_ms * max(n - 1, 1) / r.n_tokens / SIM_REPEATS
+            walls.append((n, t0 + spec_ms, t0 + base_ms))
+        return walls
+
+    def closed_form_walls(self, method: str, round_parts: dict) -> list[tuple[float, float, float]]:
+        """Per prompt, the closed form at the prompt's mid-generation context (``closed_form`` or ``trace``).
+
+        ``closed_form`` also fills ``round_parts`` with the first prompt's predicted round components.
+        """
+        walls = []
+        for i, (p, n) in enumerate(self.prompts):
+            if not self.spec.is_fixed:
+                raise ValueError(f"closed form needs a fixed γ, cell has {self.spec.to_str()}")
+            model = self.acceptance if method == "closed_form" else self.trace
+            if model is None:
+                raise ValueError("no training traces for this draft/domain")
+            t0 = self.ttft_ms(p)
+            row = predict_row(model, self.cost, self.spec.gamma, p + n / 2)
+            if method == "closed_form" and i == 0:
+                round_parts.update({"predicted_draft_ms": row.draft_ms, "predicted_verify_ms": row.verify_ms,
+                                    "predicted_overhead_ms": row.overhead_ms})
+            walls.append((n, t0 + (n - 1) * row.speculative_ms_per_token, t0 + (n - 1) * row.baseline_ms_per_token))
+        return walls
 
 
 class Calibrator:
@@ -192,22 +321,27 @@ class Calibrator:
         self.data = data
         self.seed = seed
         self.sim_prompts = sim_prompts
+        self._targets: dict[str, TargetCurve | ValueError] = {}
+
+    def _target_curve(self, run_label: str) -> TargetCurve:
+        """The run's target forward fit: ``cost_target.csv`` is shared by every fold, so it is fitted once."""
+        if run_label not in self._targets:
+            try:
+                self._targets[run_label] = target_curve(self.data.runs[run_label].table("cost_target"))
+            except ValueError as exc:
+                self._targets[run_label] = exc
+        found = self._targets[run_label]
+        if isinstance(found, ValueError):
+            raise found
+        return found
 
     # -- fitting ------------------------------------------------------------------
-    def _rounds_of(self, keys: pd.Series) -> pd.DataFrame:
-        r = self.data.rounds
-        if r.empty:
-            return r
-        rk = r["run"] + "/" + r["cell_id"].astype(str)
-        return r[rk.isin(set(keys))]
+    def _rounds_of(self, keys) -> pd.DataFrame:
+        return rows_of(self.data.rounds, keys)
 
-    def _gens_of(self, keys: pd.Series, mode: str | None = None) -> pd.DataFrame:
-        g = self.data.generations
-        if g.empty:
-            return g
-        gk = g["run"] + "/" + g["cell_id"].astype(str)
-        out = g[gk.isin(set(keys))]
-        return out if mode is None else out[out["mode"] == mode]
+    def _gens_of(self, keys, mode: str | None = None) -> pd.DataFrame:
+        out = rows_of(self.data.generations, keys)
+        return out if mode is None or out.empty else out[out["mode"] == mode]
 
     def fit(self, train: pd.DataFrame, label: str, drop_k: float | None = None) -> FoldModels:
         cells = self.data.cells
@@ -243,21 +377,21 @@ class Calibrator:
                 try:
                     cost[(run_label, draft, hk)] = fit_cost(
                         str(draft), run.table("cost_target"), cd_k, self._rounds_of(tr["key"]),
-                        self._gens_of(tr["key"], "baseline"), head_k=hk)
+                        self._gens_of(tr["key"], "baseline"), head_k=hk, target=self._target_curve(run_label))
                 except ValueError as exc:
                     notes.append(f"{run_label}/{draft}: {exc}")
-        acceptance: dict[str, AcceptanceFit] = {}
-        for grp, sub in train.groupby(train.apply(_acc_group, axis=1)):
+        acceptance: dict[AcceptanceGroup, AcceptanceFit] = {}
+        for grp, sub in acceptance_groups(train):
             rounds = self._rounds_of(sub["key"])
             if len(rounds):
-                acceptance[grp] = fit_acceptance(rounds, grp)
+                acceptance[grp] = fit_acceptance(rounds, grp.to_str())
         return FoldModels(label, cost, acceptance, prefill, tuple(notes))
 
     # -- predicting ---------------------------------------------------------------
     def _acceptance_for(self, cell: pd.Series, models: FoldModels, train: pd.DataFrame) -> tuple[AcceptanceModel | None, str]:
-        grp = _acc_group(cell)
+        grp = AcceptanceGroup.of_cell(cell)
         if grp in models.acceptance:
-            return models.acceptance[grp].model(), f"fitted on {grp}"
+            return models.acceptance[grp].model(), f"fitted on {grp.to_str()}"
         same = train[(train["draft"] == cell["draft"]) & (train["temperature"] == cell["temperature"])]
         if cell["head_k"] is not None and not pd.isna(cell["head_k"]):
             pts = []
@@ -280,9 +414,7 @@ class Calibrator:
                      & (train["domain"] == cell["domain"])]
         if cell["head_k"] is not None and not pd.isna(cell["head_k"]):
             same = same[same["head_k"] == cell["head_k"]]
-        tk = t["run"] + "/" + t["cell_id"].astype(str)
-        rows = t[tk.isin(set(same["key"]))]
-        return trace_model(rows)
+        return trace_model(rows_of(t, same["key"]))
 
     def predict_cell(self, cell: pd.Series, models: FoldModels, train: pd.DataFrame,
                      prompts: np.ndarray | None = None, methods: tuple[str, ...] = METHODS) -> list[dict]:
@@ -290,83 +422,32 @@ class Calibrator:
 
         ``prompts`` (``[[prompt_tokens, new_tokens], ...]``) defaults to the cell's own generations.
         """
-        base = {
-            "run": cell["run"], "cell_id": cell["cell_id"], "draft": cell["draft"],
-            "gamma_policy": cell["gamma_policy"], "gamma": cell["gamma"], "domain": cell["domain"],
-            "temperature": cell["temperature"], "head_k": cell["head_k"], "fold": models.label,
-            "measured_speedup": float(cell["speedup"]),
-            "measured_speedup_lo": _f(cell.get("speedup_lo")), "measured_speedup_hi": _f(cell.get("speedup_hi")),
-            "unstable": bool(cell.get("unstable", False)),
-            "measured_tokens_per_s": float(cell["tokens_per_s_speculative"]),
-            "measured_tokens_per_s_baseline": float(cell["tokens_per_s_baseline"]),
-        }
+        base = _measured(cell, models.label)
         cost_fit = models.cost.get((cell["run"], cell["draft"], cell["head_k"]))
         acc, acc_note = self._acceptance_for(cell, models, train)
         if prompts is None:
             prompts = self.prompts_of(cell["key"])
         if cost_fit is None or acc is None or prompts.size == 0:
             why = "no cost model" if cost_fit is None else acc_note if acc is None else "no generations"
-            return [{**base, "method": m, "predicted_speedup": float("nan"), "predicted_tokens_per_s": float("nan"),
-                     "predicted_tokens_per_s_baseline": float("nan"), "note": why} for m in methods]
-        cost = cost_fit.model
-        pf = models.prefill.get(cell["run"])
-
-        def ttft(p: float) -> float:
-            if pf is None:
-                return 0.0
-            v = pf.value("ttft_ms_0") + (pf.value("ttft_ms_per_prompt_token") * p
-                                         if any(q.name == "ttft_ms_per_prompt_token" for q in pf.params) else 0.0)
-            return max(v, 0.0)
-
-        policy = make_policy(str(cell["gamma_policy"]))
-        fixed = type(policy).__name__ == "FixedGamma"
-        gamma = int(policy.gamma)
-        trace = self._trace_for(cell, train) if fixed else None
-
-        def aggregate(per_prompt_ms: list[tuple[float, float, float]]) -> tuple[float, float]:
-            # the measurement's estimator (measure.stats): mean per-prompt tokens/s of each side
-            tps_s = [n / (s / 1e3) for n, s, _ in per_prompt_ms]
-            tps_b = [n / (b / 1e3) for n, _, b in per_prompt_ms]
-            return float(np.mean(tps_s)), float(np.mean(tps_b))
-
+            return [{**base, "method": m, **_NO_PREDICTION, "note": why} for m in methods]
+        spec = GammaSpec.parse(str(cell["gamma_policy"]))
+        inputs = CellInputs(cost_fit.model, acc, self._trace_for(cell, train) if spec.is_fixed else None, spec,
+                            prompts, models.prefill.get(cell["run"]))
         out = []
-        round_parts = {}
+        round_parts: dict = {}
         for method in methods:
-            note = acc_note
-            walls: list[tuple[float, float, float]] = []
             try:
-                for i, (p, n) in enumerate(prompts):
-                    ctx = p + n / 2
-                    t0 = ttft(p)
-                    if method == "event_sim":
-                        # average SIM_REPEATS seeded requests; normalise to the n - 1 decoded tokens
-                        spec_ms = base_ms = 0.0
-                        for rep in range(SIM_REPEATS):
-                            r = simulate_request(acc, cost, policy.spec(), int(max(n - 1, 1)), p + 1,
-                                                 seed=self.seed + 1000 * i + rep)
-                            spec_ms += r.time_ms * max(n - 1, 1) / r.n_tokens / SIM_REPEATS
-                            base_ms += r.baseline_time_ms * max(n - 1, 1) / r.n_tokens / SIM_REPEATS
-                        walls.append((n, t0 + spec_ms, t0 + base_ms))
-                        continue
-                    if not fixed:
-                        raise ValueError(f"closed form needs a fixed γ, cell has {cell['gamma_policy']}")
-                    model = acc if method == "closed_form" else trace
-                    if model is None:
-                        raise ValueError("no training traces for this draft/domain")
-                    row = predict_row(model, cost, gamma, ctx)
-                    if method == "closed_form" and i == 0:
-                        round_parts = {"predicted_draft_ms": row.draft_ms, "predicted_verify_ms": row.verify_ms,
-                                       "predicted_overhead_ms": row.overhead_ms}
-                    walls.append((n, t0 + (n - 1) * row.speculative_ms_per_token,
-                                  t0 + (n - 1) * row.baseline_ms_per_token))
-                tps_s, tps_b = aggregate(walls)
+                if method == "event_sim":
+                    walls = inputs.event_sim_walls(self.seed)
+                else:
+                    walls = inputs.closed_form_walls(method, round_parts)
+                tps_s, tps_b = _mean_tokens_per_s(walls)
                 out.append({**base, "method": method, "predicted_speedup": tps_s / tps_b,
-                            "predicted_tokens_per_s": tps_s, "predicted_tokens_per_s_baseline": tps_b, "note": note})
+                            "predicted_tokens_per_s": tps_s, "predicted_tokens_per_s_baseline": tps_b,
+                            "note": acc_note})
             except ValueError as exc:
-                out.append({**base, "method": method, "predicted_speedup": float("nan"),
-                            "predicted_tokens_per_s": float("nan"), "predicted_tokens_per_s_baseline": float("nan"),
-                            "note": str(exc)})
-        rounds = self._rounds_of(pd.Series([cell["key"]]))
+                out.append({**base, "method": method, **_NO_PREDICTION, "note": str(exc)})
+        rounds = self._rounds_of([cell["key"]])
         meas_parts = ({"measured_draft_ms": float(rounds["draft_ms"].mean()),
                        "measured_verify_ms": float(rounds["verify_ms"].mean()),
                        "measured_overhead_ms": float(rounds["overhead_ms"].mean())} if len(rounds) else {})
@@ -374,16 +455,16 @@ class Calibrator:
 
     def prompts_of(self, key: str) -> np.ndarray:
         """``[[prompt_tokens, new_tokens], ...]`` of a cell's prompts (speculative generations)."""
-        gens = self._gens_of(pd.Series([key]), "speculative")
+        gens = self._gens_of([key], "speculative")
         if gens.empty:
-            gens = self._gens_of(pd.Series([key]))
+            gens = self._gens_of([key])
         return gens.drop_duplicates("prompt_id")[["prompt_tokens", "new_tokens"]].to_numpy(float)
 
     def curves(self, cells: pd.DataFrame, models: FoldModels, gammas: range) -> pd.DataFrame:
         """Predicted speedup at every γ in ``gammas`` for each (run, draft, domain, temperature, K) series,
         with the prompts of that series' first cell (closed form and trace replay)."""
         rows = []
-        fixed = cells[cells["gamma_policy"].astype(str).str.startswith("fixed")]
+        fixed = cells[cells["gamma_policy"].map(lambda g: GammaSpec.parse(str(g)).is_fixed)]
         keys = ["run", "draft", "domain", "temperature"]
         for _, sub in fixed.groupby(keys + [fixed["head_k"].fillna(-1.0)]):
             tmpl = sub.iloc[0]
@@ -392,7 +473,7 @@ class Calibrator:
             series = f"{tmpl['draft']}/{tmpl['domain']}" + ("" if k is None or pd.isna(k) else f"/K={int(k)}")
             for g in gammas:
                 cell = tmpl.copy()
-                cell["gamma_policy"], cell["gamma"] = f"fixed:{g}", g
+                cell["gamma_policy"], cell["gamma"] = GammaSpec("fixed", g).to_str(), g
                 for r in self.predict_cell(cell, models, cells, prompts, ("closed_form", "trace")):
                     rows.append({"series": series, "run": r["run"], "draft": r["draft"], "domain": r["domain"],
                                  "head_k": k, "gamma": g, "method": r["method"],
@@ -467,6 +548,33 @@ class CalibrationResult:
     curves: pd.DataFrame  # predicted speedup against γ per series (all-cell models)
     unstable_held_out: dict = field(default_factory=dict)  # mape_table of the unstable cells, reported apart
     unstable_cells: tuple[str, ...] = ()
+    #: per draft, the acceptance fit on all of its cells' rounds (what ``acceptance-<draft>.json`` holds)
+    pooled_acceptance: dict[str, AcceptanceFit] = field(default_factory=dict)
+    #: per acceptance group, its greedy proposal-run trace (exact replay in ``python -m sim``), where recorded
+    group_traces: dict[AcceptanceGroup, RunTraceAcceptance] = field(default_factory=dict)
+
+
+def pooled_acceptance(data: Dataset) -> dict[str, AcceptanceFit]:
+    """Per draft, the acceptance fit on every one of its cells' rounds."""
+    out = {}
+    for draft, sub in data.cells.groupby("draft"):
+        rounds = rows_of(data.rounds, sub["key"])
+        if len(rounds):
+            out[str(draft)] = fit_acceptance(rounds, f"draft={draft} (all cells)")
+    return out
+
+
+def group_traces(data: Dataset) -> dict[AcceptanceGroup, RunTraceAcceptance]:
+    """Per acceptance group, the proposal-run trace of its cells (greedy runs that recorded one)."""
+    tr = data.traces
+    if tr.empty or not {"proposed", "accept_run"} <= set(tr.columns):
+        return {}
+    out = {}
+    for grp, sub in acceptance_groups(data.cells):
+        model = trace_model(rows_of(tr, sub["key"]))
+        if isinstance(model, RunTraceAcceptance):
+            out[grp] = model
+    return out
 
 
 def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
@@ -502,7 +610,7 @@ def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
     return CalibrationResult(data, holdout, all_models, in_sample, held_out, mape_table(in_sample),
                              mape_table(held_out) if len(held_out) else {}, tuple(fold_info), curves,
                              unstable_table(held_out) if len(held_out) else unstable_table(in_sample),
-                             tuple(data.cells.loc[~stable, "key"]))
+                             tuple(data.cells.loc[~stable, "key"]), pooled_acceptance(data), group_traces(data))
 
 
 def slug(text: str) -> str:

@@ -4,7 +4,7 @@ Every round at draft length γ that accepted ``a`` tokens is a run of
 Bernoulli trials: positions 1..a accepted and, if ``a < γ``, position a+1
 rejected; positions past a+1 were never judged. Hence, by position i,
 ``n_i = #(rounds with accepted ≥ i−1 and γ ≥ i)`` trials and
-``k_i = #(accepted ≥ i)`` successes (``measure.records.per_position_acceptance``).
+``k_i = #(accepted ≥ i)`` successes (``measure.analysis.per_position_acceptance``).
 
 Models fitted by maximum likelihood on those counts:
 
@@ -51,7 +51,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from measure.records import TRACE_GAMMA_MAX, drafted_counts, per_position_acceptance
+from measure.analysis import TRACE_GAMMA_MAX, drafted_counts, per_position_acceptance
 from sim.acceptance import (AcceptanceModel, IIDAcceptance, PerPositionAcceptance, ProposalAcceptance,
                             RunTraceAcceptance, TraceAcceptance)
 

@@ -42,13 +42,34 @@ what is fitted).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 from scipy import linalg
 
-from measure.records import drafted_counts
+from measure.analysis import drafted_counts
 from sim.cost import TabulatedCost
+
+
+@dataclass(frozen=True)
+class ParamName:
+    """The identity of a fitted parameter: a base name and, for per-token-count ones, ``n`` (``verify_ms_n4``)."""
+
+    base: str
+    n_tokens: int | None = None
+
+    def to_str(self) -> str:
+        return self.base if self.n_tokens is None else f"{self.base}_n{self.n_tokens}"
+
+    @classmethod
+    def parse(cls, text: str) -> "ParamName":
+        m = re.fullmatch(r"(.+)_n(\d+)", text)
+        return cls(m.group(1), int(m.group(2))) if m else cls(text)
+
+
+#: Per-n intercepts and context slopes of the target fit.
+VERIFY_MS, TARGET_SLOPE = "verify_ms", "target_ms_per_context_token"
 
 
 @dataclass(frozen=True)
@@ -73,11 +94,24 @@ class LinearFit:
     n_points: int
     formula: str
 
-    def value(self, name: str) -> float:
+    def value(self, name: str | ParamName) -> float:
+        name = name.to_str() if isinstance(name, ParamName) else name
         for p in self.params:
             if p.name == name:
                 return p.value
         raise KeyError(name)
+
+    def has(self, name: str) -> bool:
+        return any(p.name == name for p in self.params)
+
+    def by_tokens(self, base: str) -> dict[int, float]:
+        """``{n: value}`` of the per-token-count parameters ``<base>_n<n>``."""
+        out = {}
+        for p in self.params:
+            pn = ParamName.parse(p.name)
+            if pn.base == base and pn.n_tokens is not None:
+                out[pn.n_tokens] = p.value
+        return out
 
     def as_dict(self) -> dict:
         return {"formula": self.formula, "n_points": self.n_points, "residual_rms_ms": self.residual_rms_ms,
@@ -124,14 +158,14 @@ def fit_target(cost_target: pd.DataFrame, per_n_slopes: bool = True) -> tuple[Li
     ctx_ref = float(med["context_tokens"].mean())
     varies = med["context_tokens"].nunique() > 1
     per_n = per_n_slopes and varies and bool((med.groupby("n_tokens")["context_tokens"].nunique() > 1).all())
-    names = [f"verify_ms_n{n}" for n in ns]
+    names = [ParamName(VERIFY_MS, n).to_str() for n in ns]
     units = ["ms"] * len(ns)
     if per_n:
-        names += [f"target_ms_per_context_token_n{n}" for n in ns]
+        names += [ParamName(TARGET_SLOPE, n).to_str() for n in ns]
         units += ["ms/token"] * len(ns)
         formula = "ms = b_n + s_n * (context_tokens - ctx_ref)"
     elif varies:
-        names.append("target_ms_per_context_token")
+        names.append(TARGET_SLOPE)
         units.append("ms/token")
         formula = "ms = b_n + s_target * (context_tokens - ctx_ref)"
     else:
@@ -227,40 +261,46 @@ class CostFit:
         }
 
 
-def fit_cost(
-    draft: str,
-    cost_target: pd.DataFrame,
-    cost_draft: pd.DataFrame,
-    train_rounds: pd.DataFrame,
-    train_baseline: pd.DataFrame,
-    head_k: float | None = None,
-    use_in_loop_scales: bool = True,
-) -> CostFit:
-    """Fit the cost model of ``draft`` (at kept vocabulary ``head_k`` for pruned heads).
+@dataclass(frozen=True)
+class TargetCurve:
+    """The fitted target forward: per-n intercepts (and context slopes) at the reference context."""
 
-    ``train_rounds``: the ``rounds.csv`` rows of the training cells of this
-    draft; ``train_baseline``: ``generations.csv`` baseline rows of training
-    cells (columns ``prompt_tokens, new_tokens, wall_s, ttft_ms``).
-    """
-    notes: list[str] = []
+    fit: LinearFit
+    ctx_ref: float
+    slope_ms_per_token: float  # shared context slope (0 when per-n slopes or none)
+    slopes_by_tokens: dict[int, float] | None  # per-n context slopes
+    verify_ms_by_tokens: dict[int, float]
+
+
+def target_curve(cost_target: pd.DataFrame) -> TargetCurve:
+    """Fit ``cost_target.csv`` once (it is shared by every draft, K and fold of a run)."""
     tfit, ctx_ref = fit_target(cost_target)
-    slope_t = (tfit.value("target_ms_per_context_token")
-               if any(p.name == "target_ms_per_context_token" for p in tfit.params) else 0.0)
-    slopes = {int(p.name.removeprefix("target_ms_per_context_token_n")): p.value for p in tfit.params
-              if p.name.startswith("target_ms_per_context_token_n")} or None
-    table = {int(p.name.removeprefix("verify_ms_n")): p.value for p in tfit.params if p.name.startswith("verify_ms_n")}
+    table = tfit.by_tokens(VERIFY_MS)
     if any(v <= 0 for v in table.values()):
         raise ValueError(f"fitted target forward times are not positive: {table}")
+    return TargetCurve(tfit, ctx_ref, tfit.value(TARGET_SLOPE) if tfit.has(TARGET_SLOPE) else 0.0,
+                       tfit.by_tokens(TARGET_SLOPE) or None, table)
 
+
+@dataclass(frozen=True)
+class DraftStep:
+    """The draft's step time at the reference context, and its context slope."""
+
+    fit: LinearFit
+    ms_ref: float
+    ms_per_context_token: float
+
+
+def _draft_step(draft: str, cost_draft: pd.DataFrame, train_rounds: pd.DataFrame, ctx_ref: float,
+                head_k: float | None, notes: list[str]) -> DraftStep:
+    """From the ``cost_draft.csv`` micro-benchmark, else from the rounds' ``draft_ms / drafted``."""
     dd = cost_draft[cost_draft["draft"].astype(str) == str(draft)] if not cost_draft.empty else cost_draft
-    dfit = None
     if len(dd):
         dfit, k_ref = fit_draft(dd, ctx_ref)
         d_ref = dfit.value("draft_step_ms")
         if k_ref is not None and head_k is not None:
             d_ref += dfit.value("draft_ms_per_head_k") * (float(head_k) - k_ref)
-        slope_d = (dfit.value("draft_ms_per_context_token")
-                   if any(p.name == "draft_ms_per_context_token" for p in dfit.params) else 0.0)
+        slope_d = dfit.value("draft_ms_per_context_token") if dfit.has("draft_ms_per_context_token") else 0.0
     elif len(train_rounds):
         notes.append(f"no cost_draft.csv rows for draft {draft!r}: draft step from rounds.csv draft_ms / drafted")
         dr = train_rounds[drafted_counts(train_rounds) > 0]
@@ -273,24 +313,25 @@ def fit_cost(
         d_ref, slope_d = dfit.value("draft_step_ms"), dfit.value("draft_ms_per_context_token")
     else:
         raise ValueError(f"no timing for draft {draft!r}: neither cost_draft.csv rows nor training rounds")
-    d_ref = max(d_ref, 1e-6)
+    return DraftStep(dfit, max(d_ref, 1e-6), slope_d)
 
-    if len(train_rounds):
-        ov = train_rounds["overhead_ms"].to_numpy(float)
-        ov = ov[np.isfinite(ov)]
-        overhead = Param("round_overhead_ms", float(ov.mean()) if ov.size else 0.0,
-                         float(ov.std(ddof=1) / math.sqrt(ov.size)) if ov.size > 1 else float("nan"), "ms")
-    else:
-        overhead = Param("round_overhead_ms", 0.0, float("nan"), "ms")
+
+def _round_overhead(train_rounds: pd.DataFrame, notes: list[str]) -> Param:
+    """Mean per-round overhead of the training rounds, with its standard error."""
+    if not len(train_rounds):
         notes.append("no training rounds: round overhead set to 0")
+        return Param("round_overhead_ms", 0.0, float("nan"), "ms")
+    ov = train_rounds["overhead_ms"].to_numpy(float)
+    ov = ov[np.isfinite(ov)]
+    return Param("round_overhead_ms", float(ov.mean()) if ov.size else 0.0,
+                 float(ov.std(ddof=1) / math.sqrt(ov.size)) if ov.size > 1 else float("nan"), "ms")
 
-    base_model = TabulatedCost(verify_ms_by_tokens=table, draft_step_ms_ref=d_ref,
-                               reference_context_tokens=ctx_ref, target_context_ms_per_token=slope_t,
-                               draft_context_ms_per_token=slope_d,
-                               round_overhead_ms_base=max(overhead.value, 0.0),
-                               context_ms_per_token_by_tokens=slopes)
+
+def _in_loop_scales(base_model: TabulatedCost, train_rounds: pd.DataFrame,
+                    train_baseline: pd.DataFrame) -> list[Param]:
+    """``draft_scale``, ``verify_scale`` (rounds) and ``baseline_scale`` (baseline generations)."""
     scales: list[Param] = []
-    if use_in_loop_scales and len(train_rounds):
+    if len(train_rounds):
         # only rounds that drafted something: a round that drafts nothing is one 1-token target
         # step, the entry the baseline scale (below) already covers
         r = train_rounds[drafted_counts(train_rounds) > 0]
@@ -300,43 +341,69 @@ def fit_cost(
         mod_verify = np.array([base_model.verify_ms(gi + 1, c) for gi, c in zip(g, ctx)])
         scales.append(_ratio_param("draft_scale", r["draft_ms"].to_numpy(float), mod_draft))
         scales.append(_ratio_param("verify_scale", r["verify_ms"].to_numpy(float), mod_verify))
-    if use_in_loop_scales and len(train_baseline):
+    if len(train_baseline):
         b = train_baseline
         steps = (b["new_tokens"].to_numpy(float) - 1).clip(min=1)
         decode_ms = b["wall_s"].to_numpy(float) * 1e3 - b["ttft_ms"].to_numpy(float)
         mean_ctx = b["prompt_tokens"].to_numpy(float) + b["new_tokens"].to_numpy(float) / 2
         modelled = np.array([base_model.target_step_ms(c) for c in mean_ctx]) * steps
         scales.append(_ratio_param("baseline_scale", decode_ms, modelled))
+    return scales
+
+
+def fit_cost(
+    draft: str,
+    cost_target: pd.DataFrame,
+    cost_draft: pd.DataFrame,
+    train_rounds: pd.DataFrame,
+    train_baseline: pd.DataFrame,
+    head_k: float | None = None,
+    use_in_loop_scales: bool = True,
+    target: TargetCurve | None = None,
+) -> CostFit:
+    """Fit the cost model of ``draft`` (at kept vocabulary ``head_k`` for pruned heads).
+
+    ``train_rounds``: the ``rounds.csv`` rows of the training cells of this
+    draft; ``train_baseline``: ``generations.csv`` baseline rows of training
+    cells (columns ``prompt_tokens, new_tokens, wall_s, ttft_ms``). ``target``:
+    the run's :func:`target_curve` if already fitted (else fitted from ``cost_target``).
+    """
+    notes: list[str] = []
+    tc = target if target is not None else target_curve(cost_target)
+    ctx_ref, table, slopes = tc.ctx_ref, tc.verify_ms_by_tokens, tc.slopes_by_tokens
+    step = _draft_step(draft, cost_draft, train_rounds, ctx_ref, head_k, notes)
+    overhead = _round_overhead(train_rounds, notes)
+    base_model = TabulatedCost(verify_ms_by_tokens=table, draft_step_ms_ref=step.ms_ref,
+                               reference_context_tokens=ctx_ref, target_context_ms_per_token=tc.slope_ms_per_token,
+                               draft_context_ms_per_token=step.ms_per_context_token,
+                               round_overhead_ms_base=max(overhead.value, 0.0),
+                               context_ms_per_token_by_tokens=slopes)
+    scales = _in_loop_scales(base_model, train_rounds, train_baseline) if use_in_loop_scales else []
     s = {p.name: p.value for p in scales}
     ds, vs, bs = s.get("draft_scale", 1.0), s.get("verify_scale", 1.0), s.get("baseline_scale", 1.0)
-    scaled_table = {n: v * (bs if n == 1 else vs) for n, v in table.items()}
     meta = {
         "source": "calibrate",
         "draft": draft,
         "head_k": head_k,
         "in_loop_scales": s,
-        "stderr": {p.name: p.stderr for p in (*tfit.params, *(dfit.params if dfit else ()), overhead, *scales)},
-        "target_residual_rms_ms": tfit.residual_rms_ms,
-        "draft_residual_rms_ms": dfit.residual_rms_ms if dfit else None,
+        "stderr": {p.name: p.stderr for p in (*tc.fit.params, *step.fit.params, overhead, *scales)},
+        "target_residual_rms_ms": tc.fit.residual_rms_ms,
+        "draft_residual_rms_ms": step.fit.residual_rms_ms,
         "note": "n=1 entry scaled by baseline_scale, n>=2 by verify_scale, draft times by draft_scale",
     }
     model = TabulatedCost(
-        verify_ms_by_tokens=scaled_table,
-        draft_step_ms_ref=d_ref * ds,
+        verify_ms_by_tokens={n: v * (bs if n == 1 else vs) for n, v in table.items()},
+        draft_step_ms_ref=step.ms_ref * ds,
         reference_context_tokens=ctx_ref,
-        target_context_ms_per_token=slope_t * vs,
-        draft_context_ms_per_token=slope_d * ds,
+        target_context_ms_per_token=tc.slope_ms_per_token * vs,
+        draft_context_ms_per_token=step.ms_per_context_token * ds,
         round_overhead_ms_base=max(overhead.value, 0.0),
         metadata=meta,
         context_ms_per_token_by_tokens=(None if slopes is None else
                                         {n: v * (bs if n == 1 else vs) for n, v in slopes.items()}),
     )
-    return CostFit(draft, head_k, model, tfit, dfit, overhead, tuple(scales), tuple(notes))
+    return CostFit(draft, head_k, model, tc.fit, step.fit, overhead, tuple(scales), tuple(notes))
 
 
-def cost_ratio(model: TabulatedCost, context_tokens: float) -> float:
-    """c = draft step / target step at ``context_tokens``."""
-    return model.draft_step_ms(context_tokens) / model.target_step_ms(context_tokens)
-
-
-__all__ = ["CostFit", "LinearFit", "Param", "cost_ratio", "fit_cost", "fit_draft", "fit_target", "ols"]
+__all__ = ["CostFit", "DraftStep", "LinearFit", "Param", "ParamName", "TargetCurve", "fit_cost", "fit_draft",
+           "fit_target", "ols", "target_curve"]

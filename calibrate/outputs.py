@@ -1,5 +1,7 @@
 """Write a calibration to disk: ``calibration.json``, CSV tables and per-draft model files.
 
+Writes only: every model here was fitted by :func:`calibrate.calibration.calibrate`.
+
 Files written into the output directory:
 
 * ``calibration.json`` — everything: runs, hold-out folds and what was held
@@ -33,14 +35,12 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from calibrate.calibration import (CALIBRATION_SCHEMA_VERSION, HOLDOUT_EXPLANATION, CalibrationResult,
-                                   _acc_group, fit_acceptance, slug)
-from calibrate.fit_acceptance import trace_model
-from sim.acceptance import RunTraceAcceptance
+from calibrate.calibration import CALIBRATION_SCHEMA_VERSION, HOLDOUT_EXPLANATION, CalibrationResult, slug
 from measure.records import utc_now
 
 
@@ -67,26 +67,13 @@ def _cost_file_name(run: str, draft: str, head_k: float | None, several_runs: bo
     return "-".join(parts) + ".json"
 
 
-def _group_file_name(key: str, suffix: str = "") -> str:
-    """``acceptance-<draft>-<domain>-t<temp>[-k<K>]<suffix>.json`` of an acceptance group key."""
-    draft = key.split("|")[0].removeprefix("draft=")
-    dom = key.split("domain=")[1].split("|")[0]
-    temp = key.split("temp=")[1].split("|")[0]
-    hk = key.split("head_k=")[1] if "head_k=" in key else None
-    return f"acceptance-{slug(draft)}-{slug(dom)}-t{slug(temp)}" + (f"-k{hk}" if hk else "") + suffix + ".json"
+def _write_json(path: Path, obj: Any, indent: int | None = 2) -> None:
+    path.write_text(json.dumps(_clean(obj), indent=indent) + "\n")
 
 
-def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
-    """Write every file; returns the JSON summary (also the CLI's last line)."""
-    out = Path(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}") from None
-    data = res.data
-    several = len(data.runs) > 1
-    files: dict[str, dict] = {"cost_models": {}, "acceptance": {}}
-
+def _write_cost(res: CalibrationResult, out: Path, files: dict) -> dict:
+    """``cost_model-*.json`` and ``cost_params.csv``; returns the ``cost_models`` section of calibration.json."""
+    several = len(res.data.runs) > 1
     cost_rows = []
     cost_section = {}
     for (run, draft, hk), fit in res.models.cost.items():
@@ -99,97 +86,112 @@ def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
             for p in params:
                 cost_rows.append({"run": run, "draft": draft, "head_k": hk, "fit": src, **p.as_dict()})
     pd.DataFrame(cost_rows).to_csv(out / "cost_params.csv", index=False)
+    return cost_section
 
-    # acceptance: per group (already fitted) and pooled per draft
+
+def _write_acceptance(res: CalibrationResult, out: Path, files: dict) -> dict:
+    """``acceptance-*.json`` (per draft, per group, traces) and the two acceptance CSVs; returns the section."""
     pp_rows, fam_rows, acc_section = [], [], {}
-    cells = data.cells
-    groups = dict(res.models.acceptance)
-    for draft, sub in cells.groupby("draft"):
-        keys = set(sub["key"])
-        rk = data.rounds["run"] + "/" + data.rounds["cell_id"].astype(str)
-        rounds = data.rounds[rk.isin(keys)]
-        if len(rounds):
-            fit = fit_acceptance(rounds, f"draft={draft} (all cells)")
-            name = f"acceptance-{slug(draft)}.json"
-            (out / name).write_text(json.dumps(_clean(fit.describe_model()), indent=2) + "\n")
-            files["acceptance"][f"draft={draft}"] = name
-            groups[f"draft={draft} (all cells)"] = fit
-    for key, fit in groups.items():
+    # (label, fit, group or None for a draft's pooled fit)
+    groups = [(grp.to_str(), fit, grp) for grp, fit in res.models.acceptance.items()]
+    for draft, fit in res.pooled_acceptance.items():
+        name = f"acceptance-{slug(draft)}.json"
+        _write_json(out / name, fit.describe_model())
+        files["acceptance"][f"draft={draft}"] = name
+        groups.append((f"draft={draft} (all cells)", fit, None))
+    for key, fit, grp in groups:
         acc_section[key] = fit.as_dict()
         pp_rows.append(fit.per_position.assign(group=key, chosen=fit.chosen))
         for f in fit.families:
             fam_rows.append({"group": key, "family": f.name, "n_params": f.n_params, "loglik": f.loglik,
                              "aic": f.aic, "bic": f.bic, "chosen": f.name == fit.chosen, "params": json.dumps(_clean(f.params))})
-        if "(all cells)" not in key:
-            name = _group_file_name(key)
-            (out / name).write_text(json.dumps(_clean(fit.describe_model()), indent=2) + "\n")
+        if grp is not None:
+            name = grp.file_name()
+            _write_json(out / name, fit.describe_model())
             files["acceptance"][key] = name
     # greedy proposal-run traces per group: exact replay at any γ up to gamma_max in `python -m sim`
-    tr = data.traces
-    if not tr.empty and {"proposed", "accept_run"} <= set(tr.columns):
-        tk = tr["run"] + "/" + tr["cell_id"].astype(str)
-        for key, sub in cells.groupby(cells.apply(_acc_group, axis=1)):
-            model = trace_model(tr[tk.isin(set(sub["key"]))])
-            if isinstance(model, RunTraceAcceptance):
-                name = _group_file_name(key, "-trace")
-                (out / name).write_text(json.dumps(_clean(model.to_dict())) + "\n")
-                files["acceptance"][key + "|trace"] = name
+    for grp, model in res.group_traces.items():
+        name = grp.file_name("-trace")
+        _write_json(out / name, model.to_dict(), indent=None)
+        files["acceptance"][grp.to_str() + "|trace"] = name
     if pp_rows:
         pd.concat(pp_rows, ignore_index=True).to_csv(out / "acceptance_per_position.csv", index=False)
     pd.DataFrame(fam_rows).to_csv(out / "acceptance_families.csv", index=False)
+    return acc_section
 
+
+def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
+    """Write every file; returns the JSON summary (also the CLI's last line)."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}") from None
+    files: dict[str, dict] = {"cost_models": {}, "acceptance": {}}
+    cost_section = _write_cost(res, out, files)
+    acc_section = _write_acceptance(res, out, files)
     preds = [res.in_sample.assign(split="in_sample")]
     if len(res.held_out):
         preds.append(res.held_out.assign(split="held_out"))
     pred = pd.concat(preds, ignore_index=True)
     pred.to_csv(out / "predictions.csv", index=False)
     res.curves.to_csv(out / "speedup_curves.csv", index=False)
-
-    prefill = {run: f.as_dict() for run, f in res.models.prefill.items()}
-    first_cost = next(iter(res.models.cost.values()), None)
-    summary = {
+    doc = _calibration_doc(res, files, cost_section, acc_section, pred)
+    _write_json(out / "calibration.json", doc)
+    return {
         "calibration": str(out / "calibration.json"),
         "holdout": res.holdout,
-        "n_cells": int(len(cells)),
+        "n_cells": int(len(res.data.cells)),
         "mape_held_out": res.mape_held_out,
         "mape_in_sample": res.mape_in_sample,
         "n_unstable_cells": len(res.unstable_cells),
         "unstable_held_out": res.unstable_held_out,
-        "notes": list(data.notes),
+        "notes": list(res.data.notes),
         "cost_model_files": files["cost_models"],
         "acceptance_files": {k: v for k, v in files["acceptance"].items() if k.startswith("draft=") and "|" not in k},
     }
+
+
+#: How each prediction method of ``predictions.csv`` predicts (calibration.json ``prediction_methods``).
+PREDICTION_METHODS = {
+    "closed_form": "sim.analytic.predict_row with the fitted cost and the BIC-chosen acceptance model",
+    "trace": "sim.analytic.predict_row replaying the training cells' traces: per-position proposal runs "
+             "(sim.acceptance.RunTraceAcceptance, exact for greedy) when recorded, else match flags "
+             "(sim.acceptance.TraceAcceptance)",
+    "event_sim": "sim.events.simulate_request with the chosen acceptance model, seeded per prompt",
+    "tokens_per_s": "per prompt new_tokens / (predicted TTFT + (new_tokens - 1) * predicted ms per token), "
+                    "averaged over the cell's prompts (the measurement's estimator: ratio of mean "
+                    "per-prompt tokens/s); TTFT from a linear fit on training generations",
+}
+NOISE_FLOOR = ("a prediction is judged against the measured 95% CI of the cell's speedup (paired bootstrap "
+               "over prompts x repeats): inside_ci per prediction, share_inside_ci per method. Unstable "
+               "cells (noisy baseline) are left out of every fit and out of the MAPE, and reported apart "
+               "(unstable_held_out)")
+
+
+def _calibration_doc(res: CalibrationResult, files: dict, cost_section: dict, acc_section: dict,
+                     pred: pd.DataFrame) -> dict:
+    """The content of ``calibration.json``."""
+    data = res.data
     doc = {
         "schema_version": CALIBRATION_SCHEMA_VERSION,
         "created_utc": utc_now(),
         "runs": {label: {"path": str(Path(r.path).resolve()), "status": r.status, "hardware": r.meta.get("hardware"),
                          "models": r.meta.get("models")} for label, r in data.runs.items()},
         "holdout": {"mode": res.holdout, "explanation": HOLDOUT_EXPLANATION[res.holdout], "folds": list(res.folds)},
-        "prediction_methods": {
-            "closed_form": "sim.analytic.predict_row with the fitted cost and the BIC-chosen acceptance model",
-            "trace": "sim.analytic.predict_row replaying the training cells' traces: per-position proposal runs "
-                     "(sim.acceptance.RunTraceAcceptance, exact for greedy) when recorded, else match flags "
-                     "(sim.acceptance.TraceAcceptance)",
-            "event_sim": "sim.events.simulate_request with the chosen acceptance model, seeded per prompt",
-            "tokens_per_s": "per prompt new_tokens / (predicted TTFT + (new_tokens - 1) * predicted ms per token), "
-                            "averaged over the cell's prompts (the measurement's estimator: ratio of mean "
-                            "per-prompt tokens/s); TTFT from a linear fit on training generations",
-        },
-        "noise_floor": "a prediction is judged against the measured 95% CI of the cell's speedup (paired bootstrap "
-                       "over prompts x repeats): inside_ci per prediction, share_inside_ci per method. Unstable "
-                       "cells (noisy baseline) are left out of every fit and out of the MAPE, and reported apart "
-                       "(unstable_held_out)",
+        "prediction_methods": PREDICTION_METHODS,
+        "noise_floor": NOISE_FLOOR,
         "mape": {"in_sample": res.mape_in_sample, "held_out": res.mape_held_out},
         "unstable_cells": list(res.unstable_cells),
         "unstable_held_out": res.unstable_held_out,
         "notes": list(data.notes),
-        "prefill_fit": prefill,
+        "prefill_fit": {run: f.as_dict() for run, f in res.models.prefill.items()},
         "cost_models": cost_section,
         "acceptance": acc_section,
         "files": files,
         "predictions": pred.to_dict(orient="records"),
     }
+    first_cost = next(iter(res.models.cost.values()), None)
     if first_cost is not None and len(res.models.cost) == 1:
         doc["cost_model"] = first_cost.model.describe()  # load_cost_model(calibration.json) works for one draft
-    (out / "calibration.json").write_text(json.dumps(_clean(doc), indent=2) + "\n")
-    return summary
+    return doc

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
+from sim.policies import GammaSpec
+
 DEFAULT_TARGET = "smollm2-135m"
 #: Chosen by measurement on the 2-core CPU (README, "Measured on this CPU"):
 #: ``python -m measure --draft ngram:3,int8,bf16 --gamma 4 --prompts 2 --max-new-tokens 64
@@ -88,6 +90,7 @@ def csv_items(flag: str, text: str, prog: str = "python -m measure") -> list[str
     return items
 
 
+# long: the argparse declarations of every option: a list, not logic
 def build_parser() -> argparse.ArgumentParser:
     from measure import stats
     from measure.engines.base import CACHES, ENGINES
@@ -191,7 +194,7 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
         if g.lstrip("-").isdigit():
             if not 1 <= int(g) <= 64:
                 fail(prog, f"--gamma {g}: must be an integer in 1..64 (or fixed:G, heuristic:G, threshold:G)")
-            g = f"fixed:{int(g)}"
+            g = GammaSpec("fixed", int(g)).to_str()
         gammas.append(g)
     contexts = []
     for c in csv_items("--cost-contexts", args.cost_contexts):
@@ -380,11 +383,11 @@ def dispatch_subcommand(argv: list[str]) -> int | None:
     if not argv or argv[0].startswith("-"):
         return None
     if argv[0] == "head-sweep":  # the pruned draft head's K sweep, cells of the same sweep
-        from measure.head_sweep import main as head_sweep_main
+        from measure.head.head_sweep import main as head_sweep_main
 
         return head_sweep_main(argv[1:])
     if argv[0] == "head-recall":  # offline recall of the pruned-head selectors
-        from measure.head_recall import main as head_recall_main
+        from measure.head.head_recall import main as head_recall_main
 
         return head_recall_main(argv[1:])
     fail("python -m measure", f"unknown subcommand {argv[0]!r}; valid: {', '.join(SUBCOMMANDS)} "

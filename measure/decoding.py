@@ -39,7 +39,7 @@ from typing import Any, Protocol, Sequence
 
 import torch
 
-from measure.records import TRACE_GAMMA_MAX
+from measure.analysis import TRACE_GAMMA_MAX
 from measure.timing import Timer
 
 
@@ -329,6 +329,8 @@ def accept_tokens(p_logits: torch.Tensor, draft_tokens: torch.Tensor, q_probs: A
     return n, int(sample(residual[None], generator)[0])
 
 
+# long: the speculative loop kept as one straight piece of tensor code (draft, verify, accept, roll back) as in
+#   gpt-fast
 def speculative_generate(target: Any, draft: Draft, input_ids: torch.Tensor, policy: Any,
                          temperature: float = 0.0, max_new_tokens: int = 64,
                          generator: torch.Generator | None = None, eos_token_ids: Sequence[int] = (),

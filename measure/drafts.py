@@ -19,7 +19,7 @@ Model-backed drafts (:class:`ModelDraft`) run over a
 :class:`~measure.engines.base.Decoder` (a transformers model's own, or any
 engine's), so the same draft code serves every engine; ``draft.model.lm_head``
 of a transformers draft may be swapped for a
-:class:`~measure.pruned_head.PrunedLMHead` (its fast path is used greedily) or
+:class:`~measure.head.pruned_head.PrunedLMHead` (its fast path is used greedily) or
 any module returning full-vocab logits. Other kinds can be added with
 :func:`register_draft`. Specs are validated without loading a model by
 :func:`parse_draft_spec` and, for layer bounds, :func:`check_draft_spec`.
@@ -143,7 +143,6 @@ def check_draft_spec(spec: str | DraftSpec, n_layers: int | None) -> DraftSpec:
         if hi >= n_layers:
             raise _bad(text, f"layer {hi} out of range: the target has layers 0..{n_layers - 1}", "layers")
     return ds
-
 
 
 # -- drafts --------------------------------------------------------------------------------
@@ -504,11 +503,6 @@ DRAFT_KINDS: dict[str, Builder] = {
 def register_draft(kind: str, builder: Builder) -> None:
     """Add a draft kind: ``builder(arg, target, *, kind, device, dtype, seed, options, **kw)``."""
     DRAFT_KINDS[kind] = builder
-
-
-def draft_kind(kind_spec: str) -> str:
-    """The kind part of ``kind_spec`` (``"early:8"`` → ``"early"``), the whole spec validated."""
-    return parse_draft_spec(kind_spec).kind
 
 
 def _n_layers(target: Any) -> int | None:

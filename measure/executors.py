@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from measure import records
-from sim.policies import make_policy
+from sim.policies import GammaSpec
 
 #: ``--executor`` choices.
 EXECUTORS = ("local", "ray")
@@ -118,7 +118,7 @@ class CellTask:
 
     cell_id: str
     draft: str
-    gamma_policy: str
+    gamma_policy: GammaSpec
     temperature: float
     domain: str
 
@@ -340,6 +340,8 @@ def cell_resources(ray: Any, config: Any, executor: ExecutorConfig) -> dict[str,
     return {"num_cpus": executor.cpus_per_cell}
 
 
+# long: the driver's side of a Ray sweep in order (join, prepare, submit, collect with retries, record); the parts
+#   share the ray handle, the writer and the cleanup in one try/finally
 def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWriter, meta: Mapping[str, Any],
                     prompts: Mapping[str, Any], selection: Mapping[str, Any],
                     progress: Callable[[str], None] | None = None, show_bar: bool = True,
@@ -389,10 +391,10 @@ def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWr
                 if on_cell:
                     on_cell(c)
             todo = []
-            for i, t, dom, g in sweep.pending_cells(config, list(prep.draft_names), list(prompts), writer):
-                name = prep.draft_names[i]
-                todo.append(CellTask(records.cell_id(name, make_policy(g).spec(), t, dom), config.drafts[i],
-                                     g, float(t), dom))
+            names = list(prep.draft_names)
+            for c in sweep.pending_cells(config, names, list(prompts), writer):
+                todo.append(CellTask(c.cell_id(names), config.drafts[c.draft_index], c.gamma, float(c.temperature),
+                                     c.domain))
             run_cell_remote = ray.remote(**opts, max_calls=0, max_retries=executor.max_retries,
                                          retry_exceptions=False)(cell_task)
             sha = str(selection.get("texts_sha256"))

@@ -232,6 +232,8 @@ def _clean_domain(d: Any) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)[:40]
 
 
+# long: a long docstring naming the four file formats; the body detects the format and parses it with one-line
+#   errors
 def load_prompts_file(path: str | Path) -> tuple[list[Prompt], str]:
     """Prompts from a user file → ``(prompts, format)``; one-line ``ValueError`` naming the file (and line).
 

@@ -48,6 +48,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
+from sim.policies import GammaSpec
+
 #: Schema this code writes; :data:`READABLE_SCHEMAS` it reads (docs/RUN_FORMAT.md, "Version history").
 SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)
@@ -116,14 +118,50 @@ _TEXT_COLUMNS = {"cell_id", "draft", "gamma_policy", "domain", "prompt_id", "mod
 _BOOL_COLUMNS = {"outputs_identical", "synthetic", "unstable"}
 
 
-def cell_id(draft: str, gamma_policy: str, temperature: float, domain: str,
+@dataclass(frozen=True)
+class CellId:
+    """The identity of a cell: ``draft=int8|gamma=fixed:4|temp=0|domain=code[|head_k=512]`` on disk."""
+
+    draft: str
+    gamma: GammaSpec
+    temperature: float
+    domain: str
+    head_k: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.gamma, GammaSpec):
+            raise ValueError(f"cell {self.draft!r}: gamma must be a GammaSpec (GammaSpec.parse), got {self.gamma!r}")
+
+    def to_str(self) -> str:
+        cid = f"draft={self.draft}|gamma={self.gamma.to_str()}|temp={float(self.temperature):g}|domain={self.domain}"
+        if self.head_k is not None:
+            cid += f"|head_k={int(self.head_k)}"
+        return cid
+
+    @classmethod
+    def parse(cls, text: str) -> "CellId":
+        """The inverse of :meth:`to_str`; one-line ``ValueError`` for anything else."""
+        fields = {}
+        for part in str(text).split("|"):
+            key, sep, value = part.partition("=")
+            if not sep or key in fields:
+                raise ValueError(f"cell id {text!r}: bad part {part!r}")
+            fields[key] = value
+        need = ["draft", "gamma", "temp", "domain"]
+        if list(fields)[:4] != need or set(fields) - {*need, "head_k"}:
+            raise ValueError(f"cell id {text!r}: expected draft=..|gamma=..|temp=..|domain=..[|head_k=..]")
+        try:
+            head_k = int(fields["head_k"]) if "head_k" in fields else None
+            return cls(fields["draft"], GammaSpec.parse(fields["gamma"]), float(fields["temp"]), fields["domain"],
+                       head_k)
+        except ValueError as e:
+            raise ValueError(f"cell id {text!r}: {e}") from None
+
+
+def cell_id(draft: str, gamma_policy: "str | GammaSpec", temperature: float, domain: str,
             head_k: int | None = None) -> str:
-    """Stable id of a cell, e.g. ``draft=int8|gamma=fixed:4|temp=0|domain=code``."""
-    temp = f"{float(temperature):g}"
-    cid = f"draft={draft}|gamma={gamma_policy}|temp={temp}|domain={domain}"
-    if head_k is not None:
-        cid += f"|head_k={int(head_k)}"
-    return cid
+    """Stable id of a cell, e.g. ``draft=int8|gamma=fixed:4|temp=0|domain=code`` (:meth:`CellId.to_str`)."""
+    return CellId(draft, GammaSpec.parse(gamma_policy), temperature, domain, head_k).to_str()
 
 
 def hardware_label(hardware: Mapping[str, Any] | None) -> str:
@@ -666,39 +704,3 @@ def load_run(path: str | os.PathLike) -> Run:
         raise ValueError(f"{str(p)!r} is not a run directory (no {RUN_JSON})")
     return Run(path=p, meta=read_meta(f_path))
 
-
-RunReader = load_run
-
-
-#: How far ahead ``traces.csv`` ``proposed``/``accept_run`` look: replay is exact for any γ up to this.
-TRACE_GAMMA_MAX = 16
-
-
-def drafted_counts(rounds) -> "Any":
-    """Tokens each ``rounds`` row drafted: ``drafted``, or ``gamma`` for records that lack it (int array)."""
-    col = "drafted" if "drafted" in rounds.columns else "gamma"
-    return rounds[col].to_numpy(int)
-
-
-def per_position_acceptance(rounds) -> "Any":
-    """α_i with counts from a ``rounds`` DataFrame (columns ``drafted`` or ``gamma``, ``accepted``).
-
-    α_i = #(accepted ≥ i) / #(accepted ≥ i−1 and drafted ≥ i): a position the
-    draft did not propose (a lookup draft may propose fewer than γ tokens, or
-    none) was never judged. Records without ``drafted`` use ``gamma``. Returns a
-    DataFrame with columns ``position`` (1-based), ``n`` (rounds that reached
-    position i), ``accepted`` and ``alpha``.
-    """
-    import pandas as pd
-
-    out = []
-    if len(rounds):
-        gam = drafted_counts(rounds)
-        g_max = int(gam.max())
-        acc = rounds["accepted"].to_numpy(int)
-        for i in range(1, g_max + 1):
-            reached = (acc >= i - 1) & (gam >= i)
-            n = int(reached.sum())
-            a = int((reached & (acc >= i)).sum())
-            out.append({"position": i, "n": n, "accepted": a, "alpha": a / n if n else float("nan")})
-    return pd.DataFrame(out, columns=["position", "n", "accepted", "alpha"])

@@ -23,13 +23,14 @@ One pipeline for every cell, whatever the draft or engine (:func:`run_cell`):
   (:class:`measure.records.RunWriter`).
 
 The sweep reaches models only through an engine (:func:`measure.engines.make_engine`).
-The pruned-head K sweep (:mod:`measure.head_sweep`) calls :func:`run_cell` too,
+The pruned-head K sweep (:mod:`measure.head.head_sweep`) calls :func:`run_cell` too,
 with a pruned draft and its ``head_k``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -40,7 +41,7 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import torch
 
@@ -52,7 +53,7 @@ from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_gr
 from measure.models import resolve_device, resolve_dtype
 from measure.prompts import DOMAINS, Prompt, file_sha256, load_prompts, load_prompts_file
 from measure.timing import Timer
-from sim.policies import make_policy
+from sim.policies import GammaSpec
 
 #: Upper bounds (a larger value is a typo, not an experiment on this tool's scale).
 MAX_REPEATS = 1000
@@ -102,9 +103,8 @@ class SweepConfig:
         check_specs(self.engine, self.target, self.drafts)  # the engine's own draft forms, no weights loaded
         if not self.gammas:
             raise ValueError("--gamma: need at least one γ")
-        for g in self.gammas:
-            pol = make_policy(g)
-            if not 1 <= pol.initial_gamma <= MAX_GAMMA:
+        for g, spec in zip(self.gammas, self.gamma_specs):
+            if not 1 <= spec.gamma <= MAX_GAMMA:
                 raise ValueError(f"--gamma {g!r}: γ must be in 1..{MAX_GAMMA}")
         for t in self.temperatures:
             if not (math.isfinite(float(t)) and float(t) >= 0):
@@ -143,9 +143,14 @@ class SweepConfig:
     def as_dict(self) -> dict:
         return asdict(self)
 
+    @functools.cached_property
+    def gamma_specs(self) -> tuple[GammaSpec, ...]:
+        """``gammas`` (the strings ``run.json`` records) parsed once."""
+        return tuple(GammaSpec.parse(g) for g in self.gammas)
+
     @property
     def gamma_max(self) -> int:
-        return max(make_policy(g).initial_gamma for g in self.gammas)
+        return max(spec.gamma for spec in self.gamma_specs)
 
 
 def select_prompts(config: SweepConfig) -> tuple[dict[str, list[Prompt]], dict]:
@@ -300,7 +305,7 @@ def parse_tokens(text: Any) -> tuple[int, ...]:
     return tuple(int(t) for t in str(text).split())
 
 
-def _warm(ctx: CellContext, draft: Any, policy_spec: str, temp: float, modes: tuple[str, ...]) -> None:
+def _warm(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, modes: tuple[str, ...]) -> None:
     cfg, t = ctx.config, ctx.target
     ids = ctx.enc[next(iter(ctx.enc))]
     n = min(8, cfg.max_new_tokens)
@@ -310,9 +315,9 @@ def _warm(ctx: CellContext, draft: Any, policy_spec: str, temp: float, modes: tu
             if mode == "baseline":
                 autoregressive_generate(t, ids, temp, n, g, t.eos_token_ids, ctx.timer)
             elif mode == "speculative":
-                speculative_generate(t, draft, ids, make_policy(policy_spec), temp, n, g, t.eos_token_ids, ctx.timer)
+                speculative_generate(t, draft, ids, spec.policy(), temp, n, g, t.eos_token_ids, ctx.timer)
             else:
-                ctx.engine.peer_generate(t, draft, ids, make_policy(policy_spec).initial_gamma, temp, n, cfg.seed)
+                ctx.engine.peer_generate(t, draft, ids, spec.gamma, temp, n, cfg.seed)
 
 
 def _lossless(ctx: CellContext, ids: torch.Tensor, baseline: Sequence[int], other: Sequence[int]) -> LosslessCheck:
@@ -327,92 +332,136 @@ def _lossless(ctx: CellContext, ids: torch.Tensor, baseline: Sequence[int], othe
     return check_greedy_lossless(baseline, other, logits_at, ctx.engine.near_tie_tolerance)
 
 
-def _measure_once(ctx: CellContext, cid: str, draft: Any, policy_spec: str, temp: float, domain: str,
-                  modes: tuple[str, ...]) -> tuple[list[dict], list[dict], list[dict], dict]:
-    """The counted generations of a cell: (generation rows, round rows, latency rows, per-pair series)."""
+@dataclass(frozen=True)
+class Generation:
+    """One counted generation of a cell: one mode, one prompt, one repeat."""
+
+    tokens: Sequence[int]
+    wall_s: float
+    ttft_ms: float | None
+    latency_ms: Sequence[float]
+    rounds: Sequence[Any]
+    drafted: int | None
+    accepted: int | None
+    n_rounds: int | None
+    order: int  # position of this mode in the visit's rotation
+    peak_mem_bytes: int | None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.wall_s if self.wall_s > 0 else float("nan")
+
+
+@dataclass
+class CellSeries:
+    """Per (prompt, repeat) visit of a cell: tokens/s of each mode, and the peer's own counts."""
+
+    prompt: list[str] = field(default_factory=list)
+    base: list[float] = field(default_factory=list)
+    spec: list[float] = field(default_factory=list)
+    peer: list[float] = field(default_factory=list)
+    peer_drafted: int = 0
+    peer_accepted: int = 0
+
+
+@dataclass(frozen=True)
+class CellMeasurement:
+    """The counted generations of a cell: the rows of its tables, and the series its statistics use."""
+
+    gen_rows: list[dict]
+    round_rows: list[dict]
+    lat_rows: list[dict]
+    series: CellSeries
+
+
+def _generate(ctx: CellContext, mode: str, draft: Any, spec: GammaSpec, temp: float, ids: torch.Tensor,
+              seed_i: int, rep: int, order: int) -> Generation | None:
+    """One generation of ``mode``; None when the peer cannot run this pair."""
     cfg, t, timer = ctx.config, ctx.target, ctx.timer
-    prompts = ctx.prompts[domain]
+    timer.reset_peak_memory()
+    if mode == "baseline":
+        r = autoregressive_generate(t, ids, temp, cfg.max_new_tokens, _gen(seed_i, rep, t.device),
+                                    t.eos_token_ids, timer)
+        return Generation(r.tokens, r.wall_s, r.ttft_ms, r.token_latency_ms, (), None, None, None, order,
+                          timer.peak_memory_bytes())
+    if mode == "speculative":
+        r = speculative_generate(t, draft, ids, spec.policy(), temp, cfg.max_new_tokens,
+                                 _gen(seed_i, rep, t.device), t.eos_token_ids, timer)
+        return Generation(r.tokens, r.wall_s, r.ttft_ms, r.token_latency_ms, r.rounds, r.drafted, r.accepted,
+                          len(r.rounds), order, timer.peak_memory_bytes())
+    # the peer gets the initial γ only: it runs its engine's constant schedule whatever the policy
+    pr = ctx.engine.peer_generate(t, draft, ids, spec.gamma, temp, cfg.max_new_tokens, seed_i + rep)
+    if pr is None:
+        return None
+    return Generation(pr.tokens, pr.wall_s, None, (), (), pr.drafted, pr.accepted, pr.rounds, order,
+                      timer.peak_memory_bytes())
+
+
+def _generation_rows(ctx: CellContext, cid: str, prompt: Prompt, domain: str, ids: torch.Tensor, rep: int,
+                     temp: float, res: dict[str, Generation]) -> tuple[list[dict], list[dict]]:
+    """``generations.csv`` and ``token_latency.csv`` rows of one visit (greedy outputs judged against the baseline)."""
     gen_rows: list[dict] = []
-    round_rows: list[dict] = []
     lat_rows: list[dict] = []
-    series: dict[str, list] = {"prompt": [], "base": [], "spec": [], "peer": [], "base_order": []}
-    peer_counts = [0, 0]
+    base_toks = res["baseline"].tokens
+    for mode, r in res.items():
+        same = None if temp != 0 or mode == "baseline" else tuple(r.tokens) == tuple(base_toks)
+        check = _lossless(ctx, ids, base_toks, r.tokens) if same is not None else None
+        n = len(r.tokens)
+        gen_rows.append({"cell_id": cid, "prompt_id": prompt.prompt_id, "domain": domain, "mode": mode,
+                         "prompt_tokens": int(ids.shape[1]), "new_tokens": n, "wall_s": r.wall_s,
+                         "tokens_per_s": n / r.wall_s if r.wall_s > 0 else None, "ttft_ms": r.ttft_ms,
+                         "peak_mem_bytes": r.peak_mem_bytes, "outputs_identical": same, "repeat": rep,
+                         "order": r.order, "drafted": r.drafted, "accepted": r.accepted,
+                         "n_rounds": r.n_rounds, "tokens": _ids_text(r.tokens),
+                         "lossless": check.status if check else None,
+                         "divergence_position": check.position if check else None,
+                         "divergence_margin": check.margin if check else None})
+        lat_rows += [{"cell_id": cid, "prompt_id": prompt.prompt_id, "mode": mode, "token_index": i,
+                      "latency_ms": v, "repeat": rep} for i, v in enumerate(r.latency_ms)]
+    return gen_rows, lat_rows
+
+
+def _measure_once(ctx: CellContext, cid: str, draft: Any, spec: GammaSpec, temp: float, domain: str,
+                  modes: tuple[str, ...]) -> CellMeasurement:
+    """The counted generations of a cell, every (prompt, repeat) visiting the modes in rotated order."""
+    cfg = ctx.config
+    out = CellMeasurement([], [], [], CellSeries())
+    series = out.series
     visit = 0
     for rep in range(cfg.repeats):
-        for pi, p in enumerate(prompts):
+        for pi, p in enumerate(ctx.prompts[domain]):
             ids = ctx.enc[p.prompt_id]  # [1, S]
             seed_i = cfg.seed * 7919 + pi
-            res: dict[str, dict] = {}
+            res: dict[str, Generation] = {}
             for pos, mode in enumerate(rotation(visit, modes)):
-                timer.reset_peak_memory()
-                if mode == "baseline":
-                    r = autoregressive_generate(t, ids, temp, cfg.max_new_tokens, _gen(seed_i, rep, t.device),
-                                                t.eos_token_ids, timer)
-                    res[mode] = dict(tokens=r.tokens, wall=r.wall_s, ttft=r.ttft_ms, lat=r.token_latency_ms,
-                                     rounds=(), drafted=None, accepted=None, n_rounds=None, pos=pos)
-                elif mode == "speculative":
-                    r = speculative_generate(t, draft, ids, make_policy(policy_spec), temp, cfg.max_new_tokens,
-                                             _gen(seed_i, rep, t.device), t.eos_token_ids, timer)
-                    res[mode] = dict(tokens=r.tokens, wall=r.wall_s, ttft=r.ttft_ms, lat=r.token_latency_ms,
-                                     rounds=r.rounds, drafted=r.drafted, accepted=r.accepted,
-                                     n_rounds=len(r.rounds), pos=pos)
-                else:
-                    pr = ctx.engine.peer_generate(t, draft, ids, make_policy(policy_spec).initial_gamma, temp,
-                                                  cfg.max_new_tokens, seed_i + rep)
-                    if pr is None:
-                        continue
-                    res[mode] = dict(tokens=pr.tokens, wall=pr.wall_s, ttft=None, lat=(), rounds=(),
-                                     drafted=pr.drafted, accepted=pr.accepted, n_rounds=pr.rounds, pos=pos)
-                    if pr.drafted is not None and pr.accepted is not None:
-                        peer_counts[0] += pr.drafted
-                        peer_counts[1] += pr.accepted
-                res[mode]["peak"] = timer.peak_memory_bytes()
+                g = _generate(ctx, mode, draft, spec, temp, ids, seed_i, rep, pos)
+                if g is None:
+                    continue
+                res[mode] = g
+                if mode == "peer" and g.drafted is not None and g.accepted is not None:
+                    series.peer_drafted += g.drafted
+                    series.peer_accepted += g.accepted
             visit += 1
-            base_toks = res["baseline"]["tokens"]
-            for mode, r in res.items():
-                same = None if temp != 0 or mode == "baseline" else tuple(r["tokens"]) == tuple(base_toks)
-                check = _lossless(ctx, ids, base_toks, r["tokens"]) if same is not None else None
-                n = len(r["tokens"])
-                gen_rows.append({"cell_id": cid, "prompt_id": p.prompt_id, "domain": domain, "mode": mode,
-                                 "prompt_tokens": int(ids.shape[1]), "new_tokens": n, "wall_s": r["wall"],
-                                 "tokens_per_s": n / r["wall"] if r["wall"] > 0 else None, "ttft_ms": r["ttft"],
-                                 "peak_mem_bytes": r["peak"], "outputs_identical": same, "repeat": rep,
-                                 "order": r["pos"], "drafted": r["drafted"], "accepted": r["accepted"],
-                                 "n_rounds": r["n_rounds"], "tokens": _ids_text(r["tokens"]),
-                                 "lossless": check.status if check else None,
-                                 "divergence_position": check.position if check else None,
-                                 "divergence_margin": check.margin if check else None})
-                lat_rows += [{"cell_id": cid, "prompt_id": p.prompt_id, "mode": mode, "token_index": i,
-                              "latency_ms": v, "repeat": rep} for i, v in enumerate(r["lat"])]
-            round_rows += [{"cell_id": cid, "prompt_id": p.prompt_id, **asdict(rr), "repeat": rep}
-                           for rr in res["speculative"]["rounds"]]
-            tps = {m: (len(r["tokens"]) / r["wall"] if r["wall"] > 0 else float("nan")) for m, r in res.items()}
-            series["prompt"].append(p.prompt_id)
-            series["base"].append(tps["baseline"])
-            series["spec"].append(tps["speculative"])
-            series["peer"].append(tps.get("peer", float("nan")))
+            gen_rows, lat_rows = _generation_rows(ctx, cid, p, domain, ids, rep, temp, res)
+            out.gen_rows.extend(gen_rows)
+            out.lat_rows.extend(lat_rows)
+            out.round_rows.extend({"cell_id": cid, "prompt_id": p.prompt_id, **asdict(rr), "repeat": rep}
+                                  for rr in res["speculative"].rounds)
+            series.prompt.append(p.prompt_id)
+            series.base.append(res["baseline"].tokens_per_s)
+            series.spec.append(res["speculative"].tokens_per_s)
+            series.peer.append(res["peer"].tokens_per_s if "peer" in res else float("nan"))
             if ctx.bar is not None:
                 ctx.bar.update(1)
-    series["peer_counts"] = peer_counts
-    return gen_rows, round_rows, lat_rows, series
+    return out
 
 
-def run_cell(ctx: CellContext, draft: Any, policy_spec: str, temp: float, domain: str,
-             head_k: int | None = None, draft_label: str | None = None,
-             on_attempt: Callable[[str], None] | None = None) -> dict:
-    """Measure one cell (module docstring) and write it; returns its ``cells.csv`` row.
-
-    ``draft_label`` names the draft in the records (the head sweep's
-    ``<draft>+<variant>``); ``head_k`` the kept vocabulary of a pruned head.
-    """
-    cfg, t = ctx.config, ctx.target
-    policy = make_policy(policy_spec)
-    name = draft_label or draft.name
-    cid = records.cell_id(name, policy.spec(), temp, domain, head_k)
-    peer = cfg.peer and ctx.peer_ok.get(name, True)
+def _warm_modes(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, name: str) -> tuple[str, ...]:
+    """Warm every mode up; a peer that cannot run this pair is recorded (``peer_errors``) and dropped."""
+    peer = ctx.config.peer and ctx.peer_ok.get(name, True)
     modes = MODES if peer else MODES[:2]
     try:
-        _warm(ctx, draft, policy_spec, temp, modes)
+        _warm(ctx, draft, spec, temp, modes)
     except Exception as e:  # a peer that cannot run this pair is recorded, not fatal
         if not peer:
             raise
@@ -421,69 +470,100 @@ def run_cell(ctx: CellContext, draft: Any, policy_spec: str, temp: float, domain
         ctx.writer.update(peer_errors=errs)
         ctx.peer_ok[name] = False
         modes = MODES[:2]
-        _warm(ctx, draft, policy_spec, temp, modes)
+        _warm(ctx, draft, spec, temp, modes)
+    return modes
+
+
+def _cell_row(ctx: CellContext, draft: Any, cell: records.CellId, m: CellMeasurement, modes: tuple[str, ...],
+              stab: stats.Stability, attempt: int) -> dict:
+    """The ``cells.csv`` row of a measured cell: means and 95% CIs, acceptance, lossless verdicts, noise flags."""
+    cfg, t, series = ctx.config, ctx.target, m.series
+    seed = cfg.seed
+    sp = stats.speedup_ci(series.base, series.spec, seed)
+    pe = stats.speedup_ci(series.base, series.peer, seed) if "peer" in modes else stats.Estimate(None, None, None)
+    tb, ts = stats.mean_ci(series.base, seed), stats.mean_ci(series.spec, seed)
+    tp = stats.mean_ci(series.peer, seed) if "peer" in modes else stats.Estimate(None, None, None)
+    spec_rows = [r for r in m.gen_rows if r["mode"] == "speculative"]
+    drafted = sum(r["drafted"] or 0 for r in spec_rows)
+    accepted = sum(r["accepted"] or 0 for r in spec_rows)
+    n_rounds = sum(r["n_rounds"] or 0 for r in spec_rows)
+    same = [r["outputs_identical"] for r in spec_rows if r["outputs_identical"] is not None]
+    verdicts = [r["lossless"] for r in spec_rows if r["lossless"] is not None]
+    peer_d, peer_a = series.peer_drafted, series.peer_accepted
+    return {"cell_id": cell.to_str(), "draft": cell.draft, "gamma_policy": cell.gamma.to_str(),
+            "gamma": cell.gamma.gamma, "temperature": cell.temperature, "domain": cell.domain,
+            "head_k": cell.head_k, "n_prompts": len(ctx.prompts[cell.domain]),
+            "new_tokens": sum(r["new_tokens"] for r in spec_rows),
+            "tokens_per_s_baseline": tb.value, "tokens_per_s_speculative": ts.value, "tokens_per_s_peer": tp.value,
+            "speedup": sp.value, "acceptance_rate": accepted / drafted if drafted else None,
+            "mean_accepted_per_round": accepted / n_rounds if n_rounds else None, "n_rounds": n_rounds,
+            "outputs_identical": all(same) if same else None,
+            "n_near_tie": verdicts.count("near_tie") if verdicts else None,
+            "n_lossless_failures": verdicts.count("failure") if verdicts else None,
+            "synthetic": bool(t.synthetic or getattr(draft, "synthetic", False)),
+            "repeats": cfg.repeats, "speedup_lo": sp.lo, "speedup_hi": sp.hi,
+            "tokens_per_s_baseline_lo": tb.lo, "tokens_per_s_baseline_hi": tb.hi,
+            "tokens_per_s_speculative_lo": ts.lo, "tokens_per_s_speculative_hi": ts.hi,
+            "tokens_per_s_peer_lo": tp.lo, "tokens_per_s_peer_hi": tp.hi,
+            "speedup_peer": pe.value, "speedup_peer_lo": pe.lo, "speedup_peer_hi": pe.hi,
+            "peer_acceptance_rate": peer_a / peer_d if peer_d else None,
+            "baseline_cv": stab.cv, "baseline_drift": stab.drift, "unstable": stab.unstable,
+            "unstable_reason": stab.reason or None, "attempts": attempt, "hardware": ctx.hardware}
+
+
+def _trace_rows(ctx: CellContext, draft: Any, cell: records.CellId, gen_rows: list[dict]) -> list[dict]:
+    """``traces.csv`` rows: per prompt, the (γ-independent) acceptance trace along the baseline's output.
+
+    Every cell records the trace of its prompts, so a calibration that holds a
+    cell out still has the trace from the cells it trains on.
+    """
+    t, temp, cid = ctx.target, cell.temperature, cell.to_str()
+    rows: list[dict] = []
+    for p in ctx.prompts[cell.domain]:
+        ids = ctx.enc[p.prompt_id]
+        base = next(parse_tokens(r["tokens"]) for r in gen_rows
+                    if r["mode"] == "baseline" and r["prompt_id"] == p.prompt_id and r["repeat"] == 0)
+        full = torch.cat([ids, torch.tensor([list(base)], device=ids.device)], dim=1)  # [1, S+n]
+        vals = acceptance_trace(t, draft, full, int(ids.shape[1]), temp)
+        if temp == 0:
+            proposed, runs = proposal_runs(draft, full, int(ids.shape[1]), vals)
+        else:  # sampled outputs depend on γ: no γ-free proposal runs
+            proposed = runs = [None] * len(vals)
+        rows += [{"cell_id": cid, "draft": cell.draft, "temperature": temp, "domain": cell.domain,
+                  "prompt_id": p.prompt_id, "position": i, "value": v, "proposed": proposed[i],
+                  "accept_run": runs[i]} for i, v in enumerate(vals)]
+    return rows
+
+
+def run_cell(ctx: CellContext, draft: Any, spec: GammaSpec | str, temp: float, domain: str,
+             head_k: int | None = None, draft_label: str | None = None,
+             on_attempt: Callable[[str], None] | None = None) -> dict:
+    """Measure one cell (module docstring) and write it; returns its ``cells.csv`` row.
+
+    ``draft_label`` names the draft in the records (the head sweep's
+    ``<draft>+<variant>``); ``head_k`` the kept vocabulary of a pruned head.
+    """
+    cfg = ctx.config
+    cell = records.CellId(draft_label or draft.name, GammaSpec.parse(spec), temp, domain, head_k)
+    cid = cell.to_str()
+    modes = _warm_modes(ctx, draft, cell.gamma, temp, cell.draft)
     attempt = 0
     while True:
         attempt += 1
-        gen_rows, round_rows, lat_rows, series = _measure_once(ctx, cid, draft, policy_spec, temp, domain, modes)
-        stab = stats.stability(stats.normalise_per_prompt(series["prompt"], series["base"]), cfg.cv_threshold,
+        m = _measure_once(ctx, cid, draft, cell.gamma, temp, domain, modes)
+        stab = stats.stability(stats.normalise_per_prompt(m.series.prompt, m.series.base), cfg.cv_threshold,
                                cfg.drift_threshold)
         if not stab.unstable or attempt > cfg.until_stable:
             break
         if on_attempt:
             on_attempt(f"cell {cid} unstable ({stab.reason}); re-measuring (attempt {attempt + 1} of "
                        f"{cfg.until_stable + 1})")
-    seed = cfg.seed
-    sp = stats.speedup_ci(series["base"], series["spec"], seed)
-    pe = stats.speedup_ci(series["base"], series["peer"], seed) if "peer" in modes else stats.Estimate(None, None, None)
-    tb, ts = stats.mean_ci(series["base"], seed), stats.mean_ci(series["spec"], seed)
-    tp = stats.mean_ci(series["peer"], seed) if "peer" in modes else stats.Estimate(None, None, None)
-    spec_rows = [r for r in gen_rows if r["mode"] == "speculative"]
-    drafted = sum(r["drafted"] or 0 for r in spec_rows)
-    accepted = sum(r["accepted"] or 0 for r in spec_rows)
-    n_rounds = sum(r["n_rounds"] or 0 for r in spec_rows)
-    same = [r["outputs_identical"] for r in gen_rows if r["mode"] == "speculative" and r["outputs_identical"] is not None]
-    verdicts = [r["lossless"] for r in spec_rows if r["lossless"] is not None]
-    pc = series["peer_counts"]
-    row = {"cell_id": cid, "draft": name, "gamma_policy": policy.spec(), "gamma": policy.initial_gamma,
-           "temperature": temp, "domain": domain, "head_k": head_k, "n_prompts": len(ctx.prompts[domain]),
-           "new_tokens": sum(r["new_tokens"] for r in spec_rows),
-           "tokens_per_s_baseline": tb.value, "tokens_per_s_speculative": ts.value, "tokens_per_s_peer": tp.value,
-           "speedup": sp.value, "acceptance_rate": accepted / drafted if drafted else None,
-           "mean_accepted_per_round": accepted / n_rounds if n_rounds else None, "n_rounds": n_rounds,
-           "outputs_identical": all(same) if same else None,
-           "n_near_tie": verdicts.count("near_tie") if verdicts else None,
-           "n_lossless_failures": verdicts.count("failure") if verdicts else None,
-           "synthetic": bool(t.synthetic or getattr(draft, "synthetic", False)),
-           "repeats": cfg.repeats, "speedup_lo": sp.lo, "speedup_hi": sp.hi,
-           "tokens_per_s_baseline_lo": tb.lo, "tokens_per_s_baseline_hi": tb.hi,
-           "tokens_per_s_speculative_lo": ts.lo, "tokens_per_s_speculative_hi": ts.hi,
-           "tokens_per_s_peer_lo": tp.lo, "tokens_per_s_peer_hi": tp.hi,
-           "speedup_peer": pe.value, "speedup_peer_lo": pe.lo, "speedup_peer_hi": pe.hi,
-           "peer_acceptance_rate": pc[1] / pc[0] if pc[0] else None,
-           "baseline_cv": stab.cv, "baseline_drift": stab.drift, "unstable": stab.unstable,
-           "unstable_reason": stab.reason or None, "attempts": attempt, "hardware": ctx.hardware}
-    trace_rows: list[dict] = []
-    # every cell records the (γ-independent) trace of its prompts, so a calibration that holds
-    # a cell out still has the trace from the cells it trains on
-    if cfg.traces:
-        for p in ctx.prompts[domain]:
-            ids = ctx.enc[p.prompt_id]
-            base = next(parse_tokens(r["tokens"]) for r in gen_rows
-                        if r["mode"] == "baseline" and r["prompt_id"] == p.prompt_id and r["repeat"] == 0)
-            full = torch.cat([ids, torch.tensor([list(base)], device=ids.device)], dim=1)  # [1, S+n]
-            vals = acceptance_trace(t, draft, full, int(ids.shape[1]), temp)
-            if temp == 0:
-                proposed, runs = proposal_runs(draft, full, int(ids.shape[1]), vals)
-            else:  # sampled outputs depend on γ: no γ-free proposal runs
-                proposed = runs = [None] * len(vals)
-            trace_rows += [{"cell_id": cid, "draft": name, "temperature": temp, "domain": domain,
-                            "prompt_id": p.prompt_id, "position": i, "value": v, "proposed": proposed[i],
-                            "accept_run": runs[i]} for i, v in enumerate(vals)]
+    row = _cell_row(ctx, draft, cell, m, modes, stab, attempt)
+    trace_rows = _trace_rows(ctx, draft, cell, m.gen_rows) if cfg.traces else []
     w = ctx.writer
-    w.append("generations", gen_rows)
-    w.append("token_latency", lat_rows)
-    w.append("rounds", round_rows)
+    w.append("generations", m.gen_rows)
+    w.append("token_latency", m.lat_rows)
+    w.append("rounds", m.round_rows)
     w.append("traces", trace_rows)
     w.finish_cell(row)
     return row
@@ -633,13 +713,24 @@ def prompts_meta(prompts: dict[str, list[Prompt]], enc: dict[str, torch.Tensor])
             for ps in prompts.values() for p in ps}
 
 
+class PendingCell(NamedTuple):
+    """A cell of the sweep not finished yet."""
+
+    draft_index: int
+    temperature: float
+    domain: str
+    gamma: GammaSpec
+
+    def cell_id(self, draft_names: Sequence[str]) -> str:
+        return records.CellId(draft_names[self.draft_index], self.gamma, self.temperature, self.domain).to_str()
+
+
 def pending_cells(config: SweepConfig, draft_names: list[str], domains: list[str],
-                  writer: records.RunWriter) -> list[tuple[int, float, str, str]]:
-    """The unfinished cells, in sweep order: (draft index, temperature, domain, γ policy spec)."""
-    plan = [(i, t, dom, g) for i in range(len(draft_names)) for t in config.temperatures for dom in domains
-            for g in config.gammas]
-    return [c for c in plan if not writer.is_finished(
-        records.cell_id(draft_names[c[0]], make_policy(c[3]).spec(), c[1], c[2]))]
+                  writer: records.RunWriter) -> list[PendingCell]:
+    """The unfinished cells, in sweep order."""
+    plan = [PendingCell(i, t, dom, g) for i in range(len(draft_names)) for t in config.temperatures
+            for dom in domains for g in config.gamma_specs]
+    return [c for c in plan if not writer.is_finished(c.cell_id(draft_names))]
 
 
 def engine_options(config: SweepConfig, device: str, threads: int | None, quiet: bool) -> EngineOptions:
@@ -650,6 +741,7 @@ def engine_options(config: SweepConfig, device: str, threads: int | None, quiet:
                          quiet=quiet)
 
 
+# long: a long docstring; the body (set up, record, load, measure the pending cells) reads top to bottom
 def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
               progress: Callable[[str], None] | None = None, show_bar: bool = True,
               on_cell: Callable[[dict], None] | None = None, force_new: bool = False,
@@ -688,16 +780,9 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
                                on_cell=on_cell, quiet=quiet)
     with writer.recording():
         writer.update(**meta)
-        opts = engine_options(config, device, config.threads, quiet)
-        engine = engine if engine is not None else make_engine(config.engine, opts)
-        say(f"loading {config.target} ({config.engine})")
-        with silenced(quiet):
-            target = engine.load_target(config.target, device=device, dtype=config.dtype, seed=config.seed)
-        writer.check_fingerprint(target_fingerprint(target, engine))
-        with silenced(quiet):
-            drafts = [engine.make_draft(d, target, seed=config.seed + 1) for d in config.drafts]
-        writer.update(models={"target": target.describe(), "drafts": {d.name: d.describe() for d in drafts}},
-                      versions={**versions, **{f"engine_{k}": v for k, v in dict(engine.versions()).items()}})
+        engine = engine if engine is not None else make_engine(config.engine,
+                                                               engine_options(config, device, config.threads, quiet))
+        target, drafts = _load_models(engine, config, device, writer, versions, quiet, say)
         synthetic = bool(target.synthetic or any(d.synthetic for d in drafts))
         timer = Timer(device)
         enc = {p.prompt_id: engine.encode(target, p.message, config.max_prompt_tokens)
@@ -713,31 +798,52 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         for c in done_cells:
             if on_cell:
                 on_cell(c)
-        todo = [(drafts[i], t, dom, g) for i, t, dom, g in pending_cells(config, [d.name for d in drafts],
-                                                                           list(prompts), writer)]
+        todo = pending_cells(config, [d.name for d in drafts], list(prompts), writer)
         bar = None
         if show_bar:
             from tqdm import tqdm
 
-            bar = tqdm(total=sum(len(prompts[c[2]]) * config.repeats for c in todo), desc="measure",
+            bar = tqdm(total=sum(len(prompts[c.domain]) * config.repeats for c in todo), desc="measure",
                        unit="prompt×repeat", file=sys.stderr, dynamic_ncols=True)
         ctx = CellContext(writer, engine, target, config, timer, prompts, enc, bar,
                           hardware=records.hardware_label({**hardware, "torch_threads": torch.get_num_threads()}))
         try:
-            for i, (d, temp, dom, g) in enumerate(todo):
-                if bar is not None:
-                    bar.set_description(f"cell {i + 1}/{len(todo)} {d.name} {g} {dom}")
-                row = run_cell(ctx, d, g, float(temp), dom, on_attempt=say)
-                done_cells.append(row)
-                writer.update(summary=summarize(done_cells, synthetic))
-                if on_cell:
-                    if bar is not None:
-                        bar.clear()
-                    on_cell(row)
-                    if bar is not None:
-                        bar.refresh()
+            _run_cells(ctx, drafts, todo, done_cells, synthetic, on_cell, say)
         finally:
             if bar is not None:
                 bar.close()
         writer.update(summary=summarize(done_cells, synthetic))
     return records.load_run(writer.path)
+
+
+def _load_models(engine: Any, config: SweepConfig, device: str, writer: records.RunWriter, versions: dict,
+                 quiet: bool, say: Callable[[str], None]) -> tuple[Any, list[Any]]:
+    """Load the target (checked against the run's fingerprint) and the drafts; record them in ``run.json``."""
+    say(f"loading {config.target} ({config.engine})")
+    with silenced(quiet):
+        target = engine.load_target(config.target, device=device, dtype=config.dtype, seed=config.seed)
+    writer.check_fingerprint(target_fingerprint(target, engine))
+    with silenced(quiet):
+        drafts = [engine.make_draft(d, target, seed=config.seed + 1) for d in config.drafts]
+    writer.update(models={"target": target.describe(), "drafts": {d.name: d.describe() for d in drafts}},
+                  versions={**versions, **{f"engine_{k}": v for k, v in dict(engine.versions()).items()}})
+    return target, drafts
+
+
+def _run_cells(ctx: CellContext, drafts: list[Any], todo: list[PendingCell], done_cells: list[dict],
+               synthetic: bool, on_cell: Callable[[dict], None] | None, say: Callable[[str], None]) -> None:
+    """Measure the pending cells in order; the run's summary is rewritten after each."""
+    bar = ctx.bar
+    for i, c in enumerate(todo):
+        d = drafts[c.draft_index]
+        if bar is not None:
+            bar.set_description(f"cell {i + 1}/{len(todo)} {d.name} {c.gamma.to_str()} {c.domain}")
+        row = run_cell(ctx, d, c.gamma, float(c.temperature), c.domain, on_attempt=say)
+        done_cells.append(row)
+        ctx.writer.update(summary=summarize(done_cells, synthetic))
+        if on_cell:
+            if bar is not None:
+                bar.clear()
+            on_cell(row)
+            if bar is not None:
+                bar.refresh()

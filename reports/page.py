@@ -2,9 +2,10 @@
 
 :func:`build_report` reads files only — a calibration directory written by
 ``python -m calibrate`` (``calibration.json`` + CSVs) and the run
-directories it names. Given a run directory instead, it first calibrates it
-into ``<out>/calibration`` (hold-out by γ when the run has two or more γ,
-else none). It writes ``report.html`` (charts inline as SVG, so the page
+directories it names. Given a run directory instead, it reads the
+calibration inside it (``<run>/calibration``, where ``python -m calibrate RUN``
+writes by default); a run directory without one is refused in one line, since
+fitting is calibrate's job. It writes ``report.html`` (charts inline as SVG, so the page
 renders without network or JavaScript), one PNG per chart (vl-convert) and
 one interactive HTML per chart.
 

@@ -1,6 +1,6 @@
 """Acceptance models: how many drafted tokens the target accepts per round.
 
-Three models, one interface (:class:`AcceptanceModel`):
+Five models, one interface (:class:`AcceptanceModel`):
 
 * :class:`IIDAcceptance` — every drafted token is accepted with the same
   probability ``alpha``, independently (Leviathan et al. 2023, Sec. 3).
@@ -19,15 +19,18 @@ Three models, one interface (:class:`AcceptanceModel`):
   the draft proposes anything at all in a round (a lookup draft with no match
   proposes nothing, and its round costs a 1-token verify).
 
-Models that can propose fewer than γ tokens also implement
-``drafted_probs(gamma)`` (P(drafted = 0..γ)) and
-``sample_round(gamma, rng) -> (drafted, accepted)``; the module functions
-:func:`drafted_distribution` and :func:`sample_round` give every model those
-(all mass at γ for the others), and the cost side uses them so a round that
-drafts ``d`` tokens is charged ``d`` draft steps and a ``d + 1``-token verify.
+Every model has every capability of the Protocol: ``drafted_probs(gamma)``
+(P(drafted = 0..γ); all mass at γ except for ``proposal`` and ``run_trace``,
+which may propose fewer tokens or none), ``sample_round(gamma, rng) ->
+(drafted, accepted)``, ``gamma_max`` (the largest γ a recorded trace can
+replay; None for any γ) and ``to_dict()`` (what :func:`acceptance_from_dict`
+reads back). The cost side uses ``drafted_probs``/``sample_round`` so a round
+that drafts ``d`` tokens is charged ``d`` draft steps and a ``d + 1``-token
+verify.
 
-All expectations are closed forms; ``sample_accepted`` draws from the model
-with an explicit ``numpy.random.Generator`` so every simulation is seeded.
+Expectations are closed forms, except the trace models' (exact replays of
+the recorded sequences); ``sample_accepted`` draws from the model with an
+explicit ``numpy.random.Generator`` so every simulation is seeded.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence, runtime_checkable
+from typing import ClassVar, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -57,7 +60,10 @@ def _check_gamma(gamma: int) -> int:
 
 @runtime_checkable
 class AcceptanceModel(Protocol):
-    """What the predictor and the event simulator need from an acceptance model."""
+    """What the predictor and the event simulator need from an acceptance model (every model has all of it)."""
+
+    #: the largest γ the model can replay (a recorded trace), None for any γ
+    gamma_max: int | None
 
     def prefix_accept_probs(self, gamma: int) -> np.ndarray:
         """P(tokens 1..j all accepted) for j = 1..gamma, shape ``[gamma]``."""
@@ -71,9 +77,40 @@ class AcceptanceModel(Protocol):
         """Draw how many of ``gamma`` drafted tokens are accepted (0..gamma)."""
         ...
 
-    def describe(self) -> dict:
-        """JSON-able description (kind and parameters)."""
+    def drafted_probs(self, gamma: int) -> np.ndarray:
+        """P(drafted = d) for d = 0..gamma, shape ``[gamma + 1]``."""
         ...
+
+    def sample_round(self, gamma: int, rng: np.random.Generator) -> tuple[int, int]:
+        """Draw (drafted, accepted) for one round at draft length ``gamma``."""
+        ...
+
+    def describe(self) -> dict:
+        """JSON-able description (kind and parameters; a summary for the trace models)."""
+        ...
+
+    def to_dict(self) -> dict:
+        """Everything :func:`acceptance_from_dict` needs to rebuild the model."""
+        ...
+
+
+class _DraftsGamma:
+    """The capabilities of a model whose draft always proposes γ tokens."""
+
+    gamma_max: ClassVar[int | None] = None
+
+    def drafted_probs(self, gamma: int) -> np.ndarray:
+        gamma = _check_gamma(gamma)
+        out = np.zeros(gamma + 1)
+        out[gamma] = 1.0
+        return out
+
+    def sample_round(self, gamma: int, rng: np.random.Generator) -> tuple[int, int]:
+        gamma = _check_gamma(gamma)
+        return gamma, int(self.sample_accepted(gamma, rng))  # type: ignore[attr-defined]
+
+    def to_dict(self) -> dict:
+        return self.describe()  # type: ignore[attr-defined]
 
 
 def expected_tokens_iid(alpha: np.ndarray | float, gamma: np.ndarray | int) -> np.ndarray:
@@ -96,7 +133,7 @@ def _expected_from_prefix(prefix: np.ndarray) -> float:
 
 
 @dataclass(frozen=True)
-class IIDAcceptance:
+class IIDAcceptance(_DraftsGamma):
     """Each drafted token accepted independently with probability ``alpha``."""
 
     alpha: float
@@ -124,7 +161,7 @@ class IIDAcceptance:
 
 
 @dataclass(frozen=True)
-class PerPositionAcceptance:
+class PerPositionAcceptance(_DraftsGamma):
     """Conditional acceptance per draft position; the last value repeats beyond the list."""
 
     alphas: tuple[float, ...]
@@ -159,7 +196,7 @@ class PerPositionAcceptance:
 
 
 @dataclass(frozen=True)
-class TraceAcceptance:
+class TraceAcceptance(_DraftsGamma):
     """Empirical acceptance from measured traces.
 
     ``sequences`` holds one array per generated sequence. For greedy decoding
@@ -169,11 +206,13 @@ class TraceAcceptance:
     ``flags[t:t+γ]`` and then moves to t + accepted + 1, which is exactly what
     greedy speculative decoding does. For sampling each entry is the
     per-position acceptance probability Σ_v min(p_v, q_v) and replay uses the
-    expectation of the chain of independent acceptances.
+    expectation of the chain of independent acceptances. ``gamma_max``: the
+    largest γ the trace can replay (set when it was rebuilt from one γ's rounds).
     """
 
     sequences: tuple[np.ndarray, ...]
     source: str = "trace"
+    gamma_max: int | None = None  # type: ignore[misc]  # a field here, None on the parametric models
     _cache: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -184,7 +223,9 @@ class TraceAcceptance:
         for s in seqs:
             if s.ndim != 1 or np.any((s < 0) | (s > 1)) or np.any(np.isnan(s)):
                 raise ValueError("trace entries must be match flags or probabilities in [0, 1]")
-        object.__setattr__(self, "sequences", seqs)
+        if self.gamma_max is not None:
+            _check_gamma(self.gamma_max)
+        object.__setattr__(self, "sequences", seqs)  # canonical form of the input (float arrays, none empty)
 
     @classmethod
     def from_accepted_lengths(cls, gamma: int, accepted: Sequence[int]) -> "TraceAcceptance":
@@ -202,18 +243,15 @@ class TraceAcceptance:
                 raise ValueError(f"accepted count {a} outside [0, {gamma}]")
             flags.extend([1.0] * int(a))
             flags.append(0.0 if a < gamma else 1.0)
-        model = cls((np.asarray(flags),), source=f"accepted_lengths@gamma={gamma}")
-        object.__setattr__(model, "_max_gamma", gamma)
-        return model
+        return cls((np.asarray(flags),), source=f"accepted_lengths@gamma={gamma}", gamma_max=gamma)
 
     def _round_starts_and_accepts(self, gamma: int) -> tuple[np.ndarray, np.ndarray]:
         """Replay every sequence at draft length γ; returns expected accepted per round."""
         key = ("replay", gamma)
         if key not in self._cache:
-            max_gamma = getattr(self, "_max_gamma", None)
-            if max_gamma is not None and gamma > max_gamma:
+            if self.gamma_max is not None and gamma > self.gamma_max:
                 raise ValueError(
-                    f"this trace was recorded at gamma={max_gamma}; cannot replay gamma={gamma}"
+                    f"this trace was recorded at gamma={self.gamma_max}; cannot replay gamma={gamma}"
                 )
             accepted: list[float] = []
             produced: list[float] = []
@@ -279,26 +317,21 @@ class TraceAcceptance:
             "mean_alpha": self.mean_alpha(),
         }
 
+    def to_dict(self) -> dict:
+        """:meth:`describe` plus the sequences (and ``gamma_max`` if set): what :func:`acceptance_from_dict` reads."""
+        return {**self.describe(), "values": [s.tolist() for s in self.sequences],
+                **({"gamma_max": self.gamma_max} if self.gamma_max is not None else {})}
+
 
 def drafted_distribution(model: AcceptanceModel, gamma: int) -> np.ndarray:
-    """P(drafted = d) for d = 0..γ, shape ``[γ + 1]`` (all mass at γ unless the model says otherwise)."""
-    gamma = _check_gamma(gamma)
-    fn = getattr(model, "drafted_probs", None)
-    if fn is not None:
-        return np.asarray(fn(gamma), dtype=float)
-    out = np.zeros(gamma + 1)
-    out[gamma] = 1.0
-    return out
+    """P(drafted = d) for d = 0..γ, shape ``[γ + 1]`` (:meth:`AcceptanceModel.drafted_probs`, as floats)."""
+    return np.asarray(model.drafted_probs(_check_gamma(gamma)), dtype=float)
 
 
 def sample_round(model: AcceptanceModel, gamma: int, rng: np.random.Generator) -> tuple[int, int]:
-    """Draw (drafted, accepted) for one round at draft length γ."""
-    gamma = _check_gamma(gamma)
-    fn = getattr(model, "sample_round", None)
-    if fn is not None:
-        d, a = fn(gamma, rng)
-        return int(d), int(a)
-    return gamma, int(model.sample_accepted(gamma, rng))
+    """Draw (drafted, accepted) for one round at draft length γ (:meth:`AcceptanceModel.sample_round`, as ints)."""
+    d, a = model.sample_round(_check_gamma(gamma), rng)
+    return int(d), int(a)
 
 
 @dataclass(frozen=True)
@@ -338,8 +371,15 @@ class ProposalAcceptance:
     def sample_accepted(self, gamma: int, rng: np.random.Generator) -> int:
         return self.sample_round(gamma, rng)[1]
 
+    @property
+    def gamma_max(self) -> int | None:
+        return self.inner.gamma_max
+
     def describe(self) -> dict:
         return {"kind": "proposal", "p_propose": self.p_propose, "inner": self.inner.describe()}
+
+    def to_dict(self) -> dict:
+        return {**self.describe(), "inner": self.inner.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -473,7 +513,7 @@ def implied_alpha_from_tau(tau: float, gamma: int) -> float:
     return float(brentq(lambda a: float(expected_tokens_iid(a, gamma)) - tau, 0.0, 1.0, xtol=1e-12))
 
 
-ACCEPTANCE_KINDS = ("iid", "per_position", "proposal", "run_trace")
+ACCEPTANCE_KINDS = ("iid", "per_position", "proposal", "run_trace", "trace")
 ACCEPTANCE_SCHEMA_VERSION = 1
 
 
@@ -482,6 +522,15 @@ def _prob_field(d: dict, key: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError(f"field {key!r} must be a number in [0, 1], got {v!r}")
     return float(v)
+
+
+def _float_lists(d: dict, key: str) -> list[np.ndarray]:
+    v = d[key]
+    ok = isinstance(v, list) and all(isinstance(seq, list) and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) for x in seq) for seq in v)
+    if not ok:
+        raise ValueError(f"field {key!r} must be a list of lists of numbers in [0, 1]")
+    return [np.asarray(seq, dtype=float) for seq in v]
 
 
 def _int_lists(d: dict, key: str) -> list[np.ndarray]:
@@ -494,7 +543,7 @@ def _int_lists(d: dict, key: str) -> list[np.ndarray]:
 
 
 def acceptance_from_dict(d: object) -> AcceptanceModel:
-    """Rebuild a model from :meth:`describe`-style dicts (``to_dict`` for ``run_trace``).
+    """Rebuild a model from what its ``to_dict`` wrote (``describe`` suffices for the parametric models).
 
     Every problem — not an object, an unknown kind, a missing field, a wrong
     type, a value out of range, a newer ``schema_version`` — is a one-line ``ValueError``.
@@ -521,6 +570,12 @@ def acceptance_from_dict(d: object) -> AcceptanceModel:
             if isinstance(gmax, bool) or not isinstance(gmax, int):
                 raise ValueError(f"field 'gamma_max' must be an integer >= 1, got {gmax!r}")
             return RunTraceAcceptance(tuple(zip(proposed, run)), gmax, source=str(d.get("source", "run_trace")))
+        if kind == "trace":
+            gmax = d.get("gamma_max")
+            if gmax is not None and (isinstance(gmax, bool) or not isinstance(gmax, int)):
+                raise ValueError(f"field 'gamma_max' must be an integer >= 1, got {gmax!r}")
+            return TraceAcceptance(tuple(_float_lists(d, "values")), source=str(d.get("source", "trace")),
+                                   gamma_max=gmax)
     except KeyError as exc:
         raise ValueError(f"acceptance model of kind {kind!r} lacks the field {exc.args[0]!r}") from None
     raise ValueError(f"unknown acceptance model kind {kind!r}; valid: {', '.join(map(repr, ACCEPTANCE_KINDS))}")

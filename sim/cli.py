@@ -59,7 +59,7 @@ from sim.cliargs import (
     nonempty_arg,
 )
 from sim.cost import CostModel, LeviathanCost, RooflineCost, load_cost_model
-from sim.policies import POLICY_KINDS, make_policy
+from sim.policies import POLICY_KINDS, GammaSpec
 
 PROG = "python -m sim"
 MODES = ("analytic", "event", "serve")
@@ -213,13 +213,13 @@ def _resolve_acceptance(args: argparse.Namespace, pair: Pair | None, gammas: lis
             raise CliError(f"--tau {args.tau:g}: {exc}") from None
     if args.acceptance is not None:
         model = load_acceptance(args.acceptance)
-        recorded = getattr(model, "gamma_max", None)
+        recorded = model.gamma_max
         if recorded is not None and max(gammas) > recorded:
             asked = f"{recorded + 1}..{max(gammas)}" if max(gammas) > recorded + 1 else str(max(gammas))
             raise CliError(f"--acceptance {args.acceptance!r} was recorded up to gamma={recorded}; cannot replay "
                            f"gamma={asked} (--gamma/--gamma-max {max(gammas)}); valid: 1..{recorded}")
         if recorded is not None and args.policy not in (None, "fixed"):
-            reach = make_policy(f"{args.policy}:1").gamma_max
+            reach = GammaSpec(args.policy, 1).policy().gamma_max
             if reach > recorded:
                 raise CliError(f"--policy {args.policy} can raise gamma to {reach}, but --acceptance "
                                f"{args.acceptance!r} was recorded up to gamma={recorded}; use --policy fixed")
@@ -408,7 +408,7 @@ def run(s: Setup) -> dict:
     if isinstance(s.acceptance, PerPositionAcceptance):
         doc["alpha_per_position"] = list(s.acceptance.alphas)
     else:
-        doc["alpha"] = getattr(s.acceptance, "alpha", None)
+        doc["alpha"] = s.acceptance.alpha if isinstance(s.acceptance, IIDAcceptance) else None
     if s.alpha_source is not None:
         doc["alpha_source"] = s.alpha_source
     if s.tau is not None:

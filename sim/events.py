@@ -6,8 +6,12 @@ Two modes:
   (one timeout per draft step, from the cost model), verifies γ+1 positions
   (one timeout), samples how many drafts were accepted from the acceptance
   model with an explicit seeded ``numpy.random.Generator``, rolls back and
-  repeats until ``n_tokens`` are produced. The GPU is a ``simpy.Resource``.
-  The context grows as tokens are produced, so context-dependent costs count.
+  repeats until ``n_tokens`` are produced. The context grows as tokens are
+  produced, so context-dependent costs count. One process on a capacity-1
+  ``simpy.Resource`` never waits, so its simulated time *is* the sum of the
+  sampled rounds' costs: this mode is a check of the closed forms (and of the
+  cost and policy plumbing the serving mode shares), not a model of
+  contention — that is :func:`simulate_serving`.
 * :func:`simulate_serving` — Poisson arrivals of many requests sharing one
   GPU with batched drafting and verification (iteration-level batching, as
   vLLM schedules it): each iteration every running request drafts, then one
@@ -23,14 +27,14 @@ Times are in milliseconds of simulated time.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import simpy
 
-from sim.acceptance import AcceptanceModel, _check_gamma, drafted_distribution, sample_round
+from sim.acceptance import AcceptanceModel, drafted_distribution, sample_round
 from sim.cost import CostModel
-from sim.policies import FixedGamma, GammaPolicy, make_policy
+from sim.policies import FixedGamma, GammaPolicy, GammaSpec, make_policy
 
 
 def _check_count(name: str, n: int) -> int:
@@ -76,14 +80,18 @@ def baseline_time_ms(cost: CostModel, n_tokens: int, context_tokens: float, batc
 def simulate_request(
     acceptance: AcceptanceModel,
     cost: CostModel,
-    policy: GammaPolicy | str | int,
+    policy: GammaPolicy | GammaSpec | str | int,
     n_tokens: int,
     context_tokens: float = 0.0,
     seed: int = 0,
 ) -> RequestResult:
-    """Simulate one request generating ``n_tokens`` tokens (the last round may overshoot)."""
+    """Simulate one request generating ``n_tokens`` tokens (the last round may overshoot).
+
+    One process on a capacity-1 GPU never waits: ``time_ms`` equals the sum of
+    the sampled rounds' draft, verify and overhead times (module docstring).
+    """
     n_tokens = _check_count("n_tokens", n_tokens)
-    pol = make_policy(policy) if isinstance(policy, (str, int)) else policy
+    pol = make_policy(policy) if isinstance(policy, (str, int, GammaSpec)) else policy
     pol.reset()
     rng = np.random.default_rng(seed)
     env = simpy.Environment()
@@ -221,56 +229,69 @@ class ServingResult:
         }
 
 
+@dataclass
+class _Request:
+    """A request in the serving simulation (mutable: the iterations advance it)."""
+
+    id: int
+    arrival_ms: float
+    ctx: float  # context tokens so far
+    produced: int = 0
+    policy: GammaPolicy | None = field(default=None, repr=False)  # its own γ policy (speculative side)
+    finish_ms: float | None = None
+
+
 def _serve(
     arrivals_ms: np.ndarray,
     n_tokens: int,
     context_tokens: float,
     max_batch: int,
-    iteration,  # (env, batch states) -> generator; mutates produced counts
+    iteration,  # (env, running requests) -> generator; advances their produced counts
     log: list[tuple[int, float, int]] | None = None,  # receives (batch, duration ms, tokens) per iteration
 ) -> ServingStats:
     env = simpy.Environment()
     gpu = simpy.Resource(env, capacity=1)
-    waiting: list[dict] = []
-    done: list[dict] = []
-    new_work = [env.event()]
+    waiting: list[_Request] = []
+    done: list[_Request] = []
+    new_work = env.event()  # succeeds when a request arrives at an idle scheduler
     batches: list[int] = []
 
     def arrive(i: int, at_ms: float) -> simpy.events.ProcessGenerator:
         yield env.timeout(at_ms)
-        waiting.append({"id": i, "arrival": at_ms, "produced": 0, "ctx": float(context_tokens), "policy": None})
-        if not new_work[0].triggered:
-            new_work[0].succeed()
+        waiting.append(_Request(i, at_ms, float(context_tokens)))
+        if not new_work.triggered:
+            new_work.succeed()
 
     def scheduler() -> simpy.events.ProcessGenerator:
-        running: list[dict] = []
+        nonlocal new_work
+        running: list[_Request] = []
         while len(done) < len(arrivals_ms):
             while waiting and len(running) < max_batch:
                 running.append(waiting.pop(0))
             if not running:
-                new_work[0] = env.event()
-                yield new_work[0]
+                new_work = env.event()
+                yield new_work
                 continue
             batches.append(len(running))
             with gpu.request() as slot:
                 yield slot
-                start, before = env.now, sum(r["produced"] for r in running)
+                start, before = env.now, sum(r.produced for r in running)
                 yield from iteration(env, running)
                 if log is not None:
-                    log.append((len(running), env.now - start, sum(r["produced"] for r in running) - before))
-            finished = [r for r in running if r["produced"] >= n_tokens]
+                    log.append((len(running), env.now - start, sum(r.produced for r in running) - before))
+            finished = [r for r in running if r.produced >= n_tokens]
             for r in finished:
-                r["finish"] = env.now
+                r.finish_ms = env.now
                 done.append(r)
-            running = [r for r in running if r["produced"] < n_tokens]
+            running = [r for r in running if r.produced < n_tokens]
 
     for i, t in enumerate(arrivals_ms):
         env.process(arrive(i, float(t)))
     env.process(scheduler())
     env.run()
-    lat = np.array([r["finish"] - r["arrival"] for r in done])
-    tokens = int(sum(r["produced"] for r in done))
-    makespan = float(max(r["finish"] for r in done) - float(np.min(arrivals_ms)))
+    lat = np.array([r.finish_ms - r.arrival_ms for r in done])
+    tokens = int(sum(r.produced for r in done))
+    makespan = float(max(r.finish_ms for r in done) - float(np.min(arrivals_ms)))
     return ServingStats(
         requests=len(done),
         tokens=tokens,
@@ -279,7 +300,7 @@ def _serve(
         latency_p50_ms=float(np.percentile(lat, 50)),
         latency_p95_ms=float(np.percentile(lat, 95)),
         latency_p99_ms=float(np.percentile(lat, 99)),
-        ms_per_output_token_mean=float(np.mean(lat / np.array([r["produced"] for r in done]))),
+        ms_per_output_token_mean=float(np.mean(lat / np.array([r.produced for r in done]))),
         mean_batch=float(np.mean(batches)) if batches else 0.0,
     )
 
@@ -287,15 +308,15 @@ def _serve(
 def _spec_iteration(acceptance: AcceptanceModel, cost: CostModel, spec: str, rng: np.random.Generator):
     """One batched speculative iteration: every running request drafts, one batched forward verifies."""
 
-    def iteration(env: simpy.Environment, running: list[dict]) -> simpy.events.ProcessGenerator:
+    def iteration(env: simpy.Environment, running: list[_Request]) -> simpy.events.ProcessGenerator:
         for r in running:
-            if r["policy"] is None:
-                r["policy"] = make_policy(spec)
+            if r.policy is None:
+                r.policy = make_policy(spec)
         b = len(running)
-        ctx = float(np.mean([r["ctx"] for r in running]))
+        ctx = float(np.mean([r.ctx for r in running]))
         # each request's round: how many tokens its draft proposes and how many are accepted;
         # the batch drafts and verifies as many positions as its longest proposal
-        rounds = [sample_round(acceptance, r["policy"].gamma, rng) for r in running]
+        rounds = [sample_round(acceptance, r.policy.gamma, rng) for r in running]
         g_max = max(d for d, _ in rounds)
         for i in range(g_max):
             yield env.timeout(cost.draft_step_ms(ctx + i, b))
@@ -304,10 +325,10 @@ def _spec_iteration(acceptance: AcceptanceModel, cost: CostModel, spec: str, rng
         if ov > 0:
             yield env.timeout(ov)
         for r, (d, acc) in zip(running, rounds):
-            r["produced"] += acc + 1
-            r["ctx"] += acc + 1
+            r.produced += acc + 1
+            r.ctx += acc + 1
             if d:
-                r["policy"].update(d, acc)
+                r.policy.update(d, acc)
 
     return iteration
 
@@ -315,12 +336,12 @@ def _spec_iteration(acceptance: AcceptanceModel, cost: CostModel, spec: str, rng
 def _base_iteration(cost: CostModel):
     """One batched autoregressive iteration: one target forward, one token per running request."""
 
-    def iteration(env: simpy.Environment, running: list[dict]) -> simpy.events.ProcessGenerator:
-        ctx = float(np.mean([r["ctx"] for r in running]))
+    def iteration(env: simpy.Environment, running: list[_Request]) -> simpy.events.ProcessGenerator:
+        ctx = float(np.mean([r.ctx for r in running]))
         yield env.timeout(cost.target_step_ms(ctx, len(running)))
         for r in running:
-            r["produced"] += 1
-            r["ctx"] += 1
+            r.produced += 1
+            r.ctx += 1
 
     return iteration
 
@@ -403,15 +424,3 @@ def simulate_serving(
                                               seed=int(capacity_rng.integers(2**63))),
         baseline_capacity=serving_capacity(acceptance, cost, None, n_tokens, context_tokens, max_batch),
     )
-
-
-def simulate_mean_speedup(
-    acceptance: AcceptanceModel,
-    cost: CostModel,
-    gamma: int,
-    n_tokens: int = 10_000,
-    context_tokens: float = 0.0,
-    seed: int = 0,
-) -> RequestResult:
-    """A long fixed-γ request: its speedup estimates the closed form's expectation."""
-    return simulate_request(acceptance, cost, f"fixed:{_check_gamma(gamma)}", n_tokens, context_tokens, seed)

@@ -2,8 +2,10 @@
 
 A policy is a small stateful object: ``gamma`` is the draft length for the next
 round; ``update(drafted, accepted)`` feeds back the outcome of a round;
-``reset()`` starts a new sequence. Build one from a spec string with
-:func:`make_policy`:
+``reset()`` starts a new sequence. A policy's identity is a :class:`GammaSpec`
+(kind + initial γ), written ``fixed:4`` on disk, with one :meth:`GammaSpec.parse` /
+:meth:`GammaSpec.to_str` pair; :meth:`GammaSpec.policy` (or :func:`make_policy`
+from a spec string) builds a fresh policy:
 
 * ``fixed:G`` — always G.
 * ``heuristic:G`` — transformers' assisted-generation "heuristic" schedule:
@@ -43,7 +45,7 @@ class FixedGamma:
         self.gamma = self.initial_gamma
 
     def spec(self) -> str:
-        return f"fixed:{self.initial_gamma}"
+        return GammaSpec("fixed", self.initial_gamma).to_str()
 
 
 @dataclass
@@ -68,7 +70,7 @@ class HeuristicGamma:
         self.gamma = self.initial_gamma
 
     def spec(self) -> str:
-        return f"heuristic:{self.initial_gamma}"
+        return GammaSpec("heuristic", self.initial_gamma).to_str()
 
 
 @dataclass
@@ -105,23 +107,55 @@ class ThresholdGamma:
         self._hist.clear()
 
     def spec(self) -> str:
-        return f"threshold:{self.initial_gamma}"
+        return GammaSpec("threshold", self.initial_gamma).to_str()
 
 
 GammaPolicy = FixedGamma | HeuristicGamma | ThresholdGamma
+_POLICY_TYPES = {"fixed": FixedGamma, "heuristic": HeuristicGamma, "threshold": ThresholdGamma}
 
 
-def make_policy(spec: str | int) -> GammaPolicy:
-    """Build a policy from ``"fixed:4"``, ``"heuristic:4"``, ``"threshold:4"`` or a bare int."""
-    if isinstance(spec, int):
-        return FixedGamma(spec)
-    kind, _, g = str(spec).partition(":")
-    if kind.isdigit() and not g:
-        return FixedGamma(int(kind))
-    if kind not in POLICY_KINDS:
-        raise ValueError(f"unknown gamma policy {kind!r}; valid: {', '.join(POLICY_KINDS)}")
-    try:
-        gamma = int(g) if g else 4
-    except ValueError:
-        raise ValueError(f"gamma policy {spec!r}: {g!r} is not an integer") from None
-    return {"fixed": FixedGamma, "heuristic": HeuristicGamma, "threshold": ThresholdGamma}[kind](gamma)
+@dataclass(frozen=True)
+class GammaSpec:
+    """The identity of a γ policy: its kind and initial γ (``fixed:4`` on disk); validated on construction."""
+
+    kind: str
+    gamma: int
+
+    def __post_init__(self) -> None:
+        if self.kind not in POLICY_KINDS:
+            raise ValueError(f"unknown gamma policy {self.kind!r}; valid: {', '.join(POLICY_KINDS)}")
+        _check_gamma("gamma", self.gamma)
+
+    @classmethod
+    def parse(cls, spec: "str | int | GammaSpec") -> "GammaSpec":
+        """``"fixed:4"``, ``"heuristic:4"``, ``"threshold:4"``, a bare int (fixed) or a kind alone (γ 4)."""
+        if isinstance(spec, GammaSpec):
+            return spec
+        if isinstance(spec, int):
+            return cls("fixed", spec)
+        kind, _, g = str(spec).partition(":")
+        if kind.isdigit() and not g:
+            return cls("fixed", int(kind))
+        if kind not in POLICY_KINDS:
+            raise ValueError(f"unknown gamma policy {kind!r}; valid: {', '.join(POLICY_KINDS)}")
+        try:
+            gamma = int(g) if g else 4
+        except ValueError:
+            raise ValueError(f"gamma policy {spec!r}: {g!r} is not an integer") from None
+        return cls(kind, gamma)
+
+    def to_str(self) -> str:
+        return f"{self.kind}:{self.gamma}"
+
+    @property
+    def is_fixed(self) -> bool:
+        return self.kind == "fixed"
+
+    def policy(self) -> GammaPolicy:
+        """A fresh (stateful) policy of this spec."""
+        return _POLICY_TYPES[self.kind](self.gamma)
+
+
+def make_policy(spec: "str | int | GammaSpec") -> GammaPolicy:
+    """Build a policy from ``"fixed:4"``, ``"heuristic:4"``, ``"threshold:4"``, a bare int or a :class:`GammaSpec`."""
+    return GammaSpec.parse(spec).policy()

@@ -22,7 +22,8 @@ from typing import Mapping
 
 import numpy as np
 
-from measure.records import TRACE_GAMMA_MAX, RunWriter, cell_id
+from measure.analysis import TRACE_GAMMA_MAX
+from measure.records import RunWriter, cell_id
 
 
 @dataclass(frozen=True)

@@ -167,3 +167,23 @@ def test_unknown_acceptance_kind_lists_the_valid_ones():
         acceptance_from_dict({"kind": "bogus"})
     with pytest.raises(ValueError, match="lacks the field 'inner'"):
         acceptance_from_dict({"kind": "proposal", "p_propose": 0.5})
+
+
+def test_every_model_has_every_capability_and_round_trips():
+    from sim.acceptance import AcceptanceModel, ProposalAcceptance, RunTraceAcceptance, acceptance_from_dict
+
+    models = [IIDAcceptance(0.6), PerPositionAcceptance((0.8, 0.5)),
+              TraceAcceptance((np.array([1.0, 0.0, 1.0, 1.0, 0.0, 1.0]),)),
+              TraceAcceptance.from_accepted_lengths(3, [3, 1, 0, 2]),
+              ProposalAcceptance(0.7, IIDAcceptance(0.5)),
+              RunTraceAcceptance(((np.array([0, 2, 2, 1, 0]), np.array([0, 1, 2, 0, 0])),), 2)]
+    for m in models:
+        assert isinstance(m, AcceptanceModel)
+        back = acceptance_from_dict(m.to_dict())
+        assert type(back) is type(m) and back.to_dict() == m.to_dict() and back.gamma_max == m.gamma_max
+        g = min(2, m.gamma_max or 2)
+        assert back.expected_tokens(g) == pytest.approx(m.expected_tokens(g))
+        assert m.drafted_probs(g).sum() == pytest.approx(1.0)
+        d, a = m.sample_round(g, np.random.default_rng(0))
+        assert 0 <= a <= d <= g
+    assert models[3].gamma_max == 3 and models[0].gamma_max is None and models[5].gamma_max == 2

@@ -91,6 +91,20 @@ def _rounds_from(model, gammas, n_per_gamma, seed):
     return pd.DataFrame(rows)
 
 
+def test_identities_round_trip():
+    from calibrate.calibration import AcceptanceGroup
+    from calibrate.fit_cost import ParamName
+
+    for text in ("draft=int8|temp=0|domain=code", "draft=bf16+lowrank|temp=0.7|domain=docs|head_k=1024"):
+        g = AcceptanceGroup.parse(text)
+        assert g.to_str() == text and AcceptanceGroup.parse(g.to_str()) == g
+    assert AcceptanceGroup("ngram:3", 0.0, "code", 64).file_name("-trace") == "acceptance-ngram_3-code-t0-k64-trace.json"
+    for text in ("verify_ms_n4", "target_ms_per_context_token_n12", "target_ms_per_context_token", "ttft_ms_0"):
+        assert ParamName.parse(text).to_str() == text
+    assert ParamName.parse("verify_ms_n4") == ParamName("verify_ms", 4)
+    assert ParamName.parse("ttft_ms_0").n_tokens is None
+
+
 def test_iid_alpha_recovered_within_its_standard_error():
     rounds = _rounds_from(IIDAcceptance(0.7), (1, 2, 4, 8), 1500, seed=5)
     fit = fit_acceptance(rounds)

@@ -1,11 +1,11 @@
-"""Tests of measure.clusters: spherical k-means, CSR layout, seeding, the on-disk cache."""
+"""Tests of measure.head.clusters: spherical k-means, CSR layout, seeding, the on-disk cache."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from measure.clusters import (
+from measure.head.clusters import (
     ClusterConfig,
     build_clusters,
     load_or_build_clusters,

@@ -8,8 +8,13 @@ so the rules hold for code paths no test happens to run:
 * ``presets`` never imports ``sim``, ``measure``, ``calibrate`` or ``reports``;
 * ``sim`` never imports ``measure``, ``calibrate`` or ``reports`` (nor any plotting library);
 * ``measure`` never imports ``calibrate`` or ``reports``;
+* ``calibrate`` never imports ``reports``, and of ``measure`` only the torch-free
+  ``measure.records`` (the run format) and ``measure.analysis`` (analysis of records);
 * ``reports`` reads files and never runs a fit: no ``calibrate``, no fitting library
-  (``scipy.optimize``, ``scipy.stats``, ``sklearn``, ``statsmodels``), no ``numpy.polyfit``/``lstsq``.
+  (``scipy.optimize``, ``scipy.stats``, ``sklearn``, ``statsmodels``), no ``numpy.polyfit``/``lstsq``;
+  of ``measure`` only ``measure.records``;
+* ``measure.records`` reads and writes the run format only: it imports no other ``measure`` module;
+* ``calibrate.outputs`` writes what was fitted and calls no fit.
 
 The scanner itself is checked on a synthetic source and must find imports the
 code is known to have, so the test cannot pass by reading nothing.
@@ -28,8 +33,12 @@ FORBIDDEN = {
     "presets": {"sim", "measure", "calibrate", "reports"},
     "sim": {"measure", "calibrate", "reports", "altair", "matplotlib", "vl_convert", "torch"},
     "measure": {"calibrate", "reports"},
+    "calibrate": {"reports"},
     "reports": {"calibrate", "scipy.optimize", "scipy.stats", "sklearn", "statsmodels"},
 }
+#: the only ``measure`` modules a package above it may import (torch-free, about files)
+MEASURE_ALLOWED = {"calibrate": {"measure", "measure.records", "measure.analysis"},
+                   "reports": {"measure", "measure.records"}}
 FIT_CALLS = {"polyfit", "lstsq", "curve_fit", "least_squares", "minimize"}  # in reports: none of these
 
 
@@ -132,3 +141,30 @@ def test_dependencies_point_one_way(package: str) -> None:
 def test_reports_runs_no_fit() -> None:
     fits = {str(p.relative_to(ROOT)): sorted(calls_of(p.read_text()) & FIT_CALLS) for p in package_files("reports")}
     assert not any(fits.values()), f"reports reads files only; fitting calls found: {fits}"
+
+
+@pytest.mark.parametrize("package", sorted(MEASURE_ALLOWED))
+def test_only_torch_free_measure_modules_above_measure(package: str) -> None:
+    allowed = MEASURE_ALLOWED[package]
+    bad = {}
+    for path in package_files(package):
+        names = imports_of(path.read_text(), module_name(path))
+        # ``from measure.records import load_run`` also yields ``measure.records.load_run``: judge the module
+        found = {n for n in names if _violates(n, {"measure"})}
+        wrong = sorted(n for n in found if not any(n == a or n.startswith(a + ".") for a in allowed - {"measure"})
+                       and n != "measure")
+        if wrong:
+            bad[str(path.relative_to(ROOT))] = wrong
+    assert not bad, f"{package} may import only {sorted(allowed - {'measure'})} of measure: {bad}"
+
+
+def test_records_only_reads_and_writes() -> None:
+    g = graph()
+    other = sorted(n for n in g["measure.records"] if _violates(n, {"measure", "torch"}))
+    assert not other, f"measure.records imports {other}: analysis belongs in measure.analysis"
+
+
+def test_calibrate_outputs_fits_nothing() -> None:
+    fits = {"fit_acceptance", "fit_cost", "fit_target", "fit_draft", "trace_model", "ols", "calibrate"}
+    found = calls_of((ROOT / "calibrate" / "outputs.py").read_text()) & fits
+    assert not found, f"calibrate/outputs.py writes only; it calls {sorted(found)}"

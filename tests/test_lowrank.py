@@ -1,4 +1,4 @@
-"""Tests of measure.lowrank and the ``lowrank`` variant of measure.pruned_head."""
+"""Tests of measure.head.lowrank and the ``lowrank`` variant of measure.head.pruned_head."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from measure.lowrank import (HiddenMoment, accumulate_moment, fit_lowrank, load_or_collect_moment,
+from measure.head.lowrank import (HiddenMoment, accumulate_moment, fit_lowrank, load_or_collect_moment,
                              model_fingerprint)
-from measure.pruned_head import LowRankSelector, PrunedLMHead
+from measure.head.pruned_head import LowRankSelector, PrunedLMHead
 
 V, H = 1500, 24
 
@@ -158,7 +158,7 @@ def test_model_fingerprint_sees_every_parameter():
 
 
 def test_recall_table_counts_kept_argmax_per_domain_with_wilson_interval():
-    from measure.head_recall import recall_table
+    from measure.head.head_recall import recall_table
 
     lin = _head()
     hidden = _anisotropic_hidden(120, 11)

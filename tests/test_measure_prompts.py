@@ -70,7 +70,7 @@ def test_missing_file_and_hash(tmp_path):
 
 def test_one_held_out_boundary():
     """Evaluation prompts come from ShareGPT records before the boundary, calibration text from after it."""
-    from measure import head_sweep
+    from measure.head import head_sweep
 
     assert head_sweep.CALIBRATION_START == P.SHAREGPT_EVAL_RECORDS
     path = P.sharegpt_path()

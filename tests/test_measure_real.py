@@ -75,7 +75,7 @@ def test_smollm2_sampling_runs_and_is_seeded(smollm2):
 
 def test_head_sweep_end_to_end_on_smollm2_with_lowrank_and_resume(smollm2, tmp_path):
     """The pruned-head sweep on a real model: every cell lossless, lowrank fitted on held-out text, resumable."""
-    from measure.head_sweep import HeadSweepConfig, format_table, run_head_sweep
+    from measure.head.head_sweep import HeadSweepConfig, format_table, run_head_sweep
     from measure.records import load_run
 
     cfg = HeadSweepConfig(target="smollm2-135m", draft="bf16", head_ks=("500", "full"),

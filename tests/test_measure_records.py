@@ -30,6 +30,20 @@ def test_cell_id_is_stable():
     assert records.cell_id("int8", "fixed:4", 0.7, "code", head_k=512).endswith("temp=0.7|domain=code|head_k=512")
 
 
+def test_cell_id_round_trips():
+    from sim.policies import GammaSpec
+
+    for text in ("draft=int8|gamma=fixed:4|temp=0|domain=code",
+                 "draft=ngram:3:first|gamma=heuristic:2|temp=0.7|domain=docs|head_k=512"):
+        cid = records.CellId.parse(text)
+        assert cid.to_str() == text and records.CellId.parse(cid.to_str()) == cid
+    assert records.CellId.parse("draft=d|gamma=fixed:2|temp=0|domain=code|head_k=64") == \
+        records.CellId("d", GammaSpec("fixed", 2), 0.0, "code", 64)
+    for bad in ("draft=d|temp=0", "gamma=fixed:2|draft=d|temp=0|domain=code", "draft=d|gamma=x:1|temp=0|domain=c"):
+        with pytest.raises(ValueError, match="cell id"):
+            records.CellId.parse(bad)
+
+
 def test_write_read_roundtrip(tmp_path):
     w = records.RunWriter(tmp_path / "r", meta={"command": "x", "config": {"seed": 0}})
     cid = records.cell_id("ngram:3", "fixed:4", 0, "code")
@@ -81,16 +95,6 @@ def test_unwritable_directory_is_a_value_error(tmp_path):
     f.write_text("x")
     with pytest.raises(ValueError, match="not writable"):
         records.RunWriter(f / "sub")
-
-
-def test_per_position_acceptance():
-    import pandas as pd
-
-    rounds = pd.DataFrame({"gamma": [2, 2, 2, 1], "accepted": [0, 1, 2, 1]})
-    alpha = records.per_position_acceptance(rounds)
-    # position 1: 4 rounds reach it, 3 accept; position 2: rounds with gamma>=2 and accepted>=1 -> 2, 1 accepts
-    assert alpha["n"].tolist() == [4, 2] and alpha["accepted"].tolist() == [3, 1]
-    assert alpha["alpha"].tolist() == [0.75, 0.5]
 
 
 def test_records_imports_no_torch():

@@ -168,7 +168,7 @@ def test_head_sweep_and_main_sweep_cells_share_one_code_path(tmp_path, monkeypat
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    from measure import head_sweep
+    from measure.head import head_sweep
 
     tiny = tmp_path / "tiny"
     with torch.random.fork_rng():

@@ -39,3 +39,19 @@ def test_make_policy_forms_and_errors():
         make_policy("fixed:0")
     with pytest.raises(ValueError, match="not an integer"):
         make_policy("fixed:x")
+
+
+def test_gamma_spec_round_trips_and_builds_fresh_policies():
+    from sim.policies import GammaSpec
+
+    for text in ("fixed:4", "heuristic:2", "threshold:7"):
+        spec = GammaSpec.parse(text)
+        assert spec.to_str() == text and GammaSpec.parse(spec.to_str()) == spec
+        assert make_policy(spec).spec() == text
+    assert GammaSpec.parse("4") == GammaSpec.parse(4) == GammaSpec("fixed", 4)
+    assert GammaSpec.parse("fixed:3").is_fixed and not GammaSpec.parse("heuristic:3").is_fixed
+    a, b = GammaSpec("heuristic", 2).policy(), GammaSpec("heuristic", 2).policy()
+    a.update(2, 2)
+    assert a is not b and b.gamma == 2
+    with pytest.raises(ValueError, match="unknown gamma policy"):
+        GammaSpec("adaptive", 3)

@@ -1,4 +1,4 @@
-"""Tests of measure.profiling: module classification and the profiler split."""
+"""Tests of measure.head.profiling: module classification and the profiler split."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from measure.clusters import ClusterConfig, build_clusters
-from measure.profiling import COMPONENTS, classify_modules, component_ranges, profile_step
-from measure.pruned_head import PrunedLMHead, swapped_lm_head
+from measure.head.clusters import ClusterConfig, build_clusters
+from measure.head.profiling import COMPONENTS, classify_modules, component_ranges, profile_step
+from measure.head.pruned_head import PrunedLMHead, swapped_lm_head
 
 
 def _llama(vocab: int = 512, layers: int = 2):

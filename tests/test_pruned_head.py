@@ -1,4 +1,4 @@
-"""Tests of measure.pruned_head (and the Triton kernel on CUDA, marked gpu)."""
+"""Tests of measure.head.pruned_head (and the Triton kernel on CUDA, marked gpu)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from measure.clusters import ClusterConfig, build_clusters
-from measure.pruned_head import (
+from measure.head.clusters import ClusterConfig, build_clusters
+from measure.head.pruned_head import (
     ClusterSelector,
     PrunedLMHead,
     frequency_ranking,
@@ -238,7 +238,7 @@ def test_speculative_loop_with_pruned_draft_is_exact(temperature, variant):
 
     target = _tiny_llama()
     draft_model = copy.deepcopy(target)
-    from measure.lowrank import accumulate_moment, fit_lowrank
+    from measure.head.lowrank import accumulate_moment, fit_lowrank
 
     w = draft_model.lm_head.weight
     cl = build_clusters(w, ClusterConfig(n_clusters=12, seed=0))
@@ -272,10 +272,10 @@ def test_loop_takes_the_pruned_heads_fast_path(temperature, monkeypatch):
     K-sized distribution (SparseProbs) reaches the acceptance test; head_k is not validated per step."""
     import copy
 
-    import measure.pruned_head as ph
+    import measure.head.pruned_head as ph
     from measure.decoding import SparseProbs, autoregressive_generate, speculative_generate
     from measure.drafts import ModelDraft
-    from measure.lowrank import accumulate_moment, fit_lowrank
+    from measure.head.lowrank import accumulate_moment, fit_lowrank
     from sim.policies import FixedGamma
 
     target = _tiny_llama()
@@ -325,20 +325,20 @@ gpu = pytest.mark.gpu
 
 
 def _needs_triton() -> None:
-    from measure.triton_head import triton_available
+    from measure.head.triton_head import triton_available
 
     if not triton_available():
         pytest.skip("needs CUDA and Triton")
 
 
 def test_triton_unavailable_on_cpu_is_clean():
-    from measure.triton_head import triton_available
+    from measure.head.triton_head import triton_available
 
     if torch.cuda.is_available():
         pytest.skip("CPU-only check")
     assert triton_available() is False
     with pytest.raises(ValueError, match="needs CUDA"):
-        from measure.triton_head import triton_gather_project
+        from measure.head.triton_head import triton_gather_project
 
         triton_gather_project(torch.zeros(4, 2), torch.zeros(1, 2, dtype=torch.int64), torch.zeros(1, 2))
 
@@ -348,7 +348,7 @@ def test_triton_unavailable_on_cpu_is_clean():
 @pytest.mark.parametrize("shape", [(1, 3000, 640), (3, 1000, 576), (2, 77, 100), (1, 1, 64)])
 def test_triton_kernel_matches_torch_reference(dtype, shape):
     _needs_triton()
-    from measure.triton_head import triton_gather_project, triton_gather_project_argmax
+    from measure.head.triton_head import triton_gather_project, triton_gather_project_argmax
 
     n, k, h = shape
     v = 50_000
@@ -383,7 +383,7 @@ def test_pruned_head_on_cuda_triton_equals_torch_backend(head, clusters):
 @gpu
 def test_lowrank_head_on_cuda_triton_equals_torch_backend(head):
     _needs_triton()
-    from measure.lowrank import accumulate_moment, fit_lowrank
+    from measure.head.lowrank import accumulate_moment, fit_lowrank
 
     lin = nn.Linear(H, V, bias=False).cuda().requires_grad_(False)
     lin.weight.copy_(head.weight)
@@ -401,7 +401,7 @@ def test_lowrank_head_on_cuda_triton_equals_torch_backend(head):
 def test_triton_argmax_tie_rule_and_strided_weight_on_cuda():
     # the same cases as the interpreter test (tests/test_triton_interpret.py), on the real GPU code
     _needs_triton()
-    from measure.triton_head import triton_gather_project, triton_gather_project_argmax
+    from measure.head.triton_head import triton_gather_project, triton_gather_project_argmax
 
     g = torch.Generator(device="cuda").manual_seed(1)
     w = torch.randn(500, 200, device="cuda", generator=g)[:, :100]  # row stride 200 != H

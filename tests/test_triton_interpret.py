@@ -1,4 +1,4 @@
-"""The Triton kernels of measure.triton_head run in Triton's interpreter on CPU.
+"""The Triton kernels of measure.head.triton_head run in Triton's interpreter on CPU.
 
 ``TRITON_INTERPRET=1`` makes ``@triton.jit`` build interpreted kernels that run
 on CPU tensors with numpy, so the kernels' semantics (indexing, masking of the
@@ -67,8 +67,8 @@ def _run_cases() -> dict[str, str]:
     """``{case: "ok" | error text}`` for every case."""
     import torch
 
-    from measure import triton_head as th
-    from measure.pruned_head import torch_gather_project
+    from measure.head import triton_head as th
+    from measure.head.pruned_head import torch_gather_project
 
     _patch_numpy24_index()
     kernels = th._kernels()
@@ -175,7 +175,7 @@ def _compile_cases() -> dict[str, str]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from measure import triton_head as th
+    from measure.head import triton_head as th
 
     kernels = th._kernels()
     assert type(kernels["project"]).__name__ == "JITFunction", type(kernels["project"])
@@ -250,7 +250,7 @@ def test_kernels_compile_to_cubin_for_cuda_targets(compiled, case):
 def test_interpreter_is_not_a_cpu_dispatch_path():
     import torch
 
-    from measure.triton_head import triton_available
+    from measure.head.triton_head import triton_available
 
     if torch.cuda.is_available():
         pytest.skip("CPU-only check")

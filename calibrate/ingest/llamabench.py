@@ -165,6 +165,8 @@ def _slope(depths: list[int], ms: list[float]) -> float:
     return float(np.polyfit(np.asarray(depths, float), np.asarray(ms, float), 1)[0]) if len(set(depths)) >= 2 else 0.0
 
 
+# long: the cost table from llama-bench rows in one pass (models, reference depth, verify table, slopes, batch
+#   exponent), each step with its one-line error and report line
 def cost_from_rows(path: str, fmt: str, rows: list[BenchRow], context_tokens: float) -> BenchCost:
     """Target = the larger model, draft = the smaller; reference depth = the measured depth nearest ``context_tokens``."""
     models: dict[str, tuple[float, float]] = {}

@@ -82,6 +82,8 @@ def parse_run(path: str, text: str) -> ParseResult | None:
     return ParseResult(ENGINE, "llamacpp-speculative", (obs,), 0)
 
 
+# long: one pass over the log: the two line kinds (statistics, draft acceptance) parsed where matched, sharing the
+#   seen/skipped counts
 def parse_log(path: str, text: str) -> ParseResult | None:
     """llama-server ``statistics`` / ``draft acceptance`` lines; None when the file has none."""
     stats: list[Observation] = []

@@ -138,6 +138,8 @@ def _sum_all(values: list[int | None]) -> int | None:
     return None if not values or any(v is None for v in values) else int(sum(values))  # type: ignore[arg-type]
 
 
+# long: the record's figures in four commented stages (draft length, per-position counts, totals, i.i.d. alpha),
+#   each adding to one notes list that the record carries
 def normalise(observations: Sequence[Observation], skipped_lines: int = 0,
               spec_tokens: int | None = None) -> AcceptanceRecord:
     """Aggregate observations of one engine into an :class:`AcceptanceRecord`.

@@ -103,8 +103,3 @@ def counter_total(scrape: Scrape, base: str, where: dict[str, str] | None = None
     if not hits:
         return None
     return float(sum(s.value for s in hits))
-
-
-def label_values(scrape: Scrape, prefix: str, key: str) -> set[str]:
-    """Distinct values of label ``key`` over the samples whose name starts with ``prefix``."""
-    return {s.label(key) for s in scrape.samples if s.name.startswith(prefix) and s.label(key)}

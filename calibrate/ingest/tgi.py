@@ -23,6 +23,7 @@ METRIC = "tgi_request_skipped_tokens"
 NO_DRAFTED = "TGI records no drafted-token count: acceptance rate from the bucket counts assumes every step drafted k"
 
 
+# long: the histogram form and the summary form of the same TGI metric, each with its one-line errors and notes
 def scrape_observation(path: str, scrape: Scrape) -> Observation | None:
     """The skipped-tokens histogram (or summary) of one scrape or delta; None when absent."""
     buckets = {s.label("le"): s.value for s in scrape.named(METRIC + "_bucket")}

@@ -33,6 +33,8 @@ def _fmt_alpha(judged: tuple[int, ...], accepted: tuple[int, ...], i: int) -> st
         if judged[i] else f"alpha_{i + 1}: no round reached it"
 
 
+# long: one vLLM V1 line: the checks that refuse a truncated line, the format and draft count, then one figure per
+#   printed field
 def _v1_line(source: str, f: dict[str, str]) -> Observation | None:
     """A V1 line (any version); None when its fields do not add up (truncated)."""
     acc = number(f.get("accepted"))

@@ -25,7 +25,7 @@ Besides the seam's ``forward`` (float32 logits), the decoder has the greedy
 fast path the loops use: :meth:`TransformersDecoder.forward_argmax` returns
 token ids on the device — the argmax is taken in the model's dtype (no
 float32 copy of full-vocabulary logits) and, when the model's ``lm_head`` is
-a :class:`~measure.pruned_head.PrunedLMHead`, through the head's own
+a :class:`~measure.head.pruned_head.PrunedLMHead`, through the head's own
 ``greedy`` (ids-and-logits over ``K`` rows, no ``-inf`` scatter over ``V``);
 :meth:`TransformersDecoder.forward_topk` gives the pruned head's ``K``-sized
 logits for sampling.
@@ -249,10 +249,10 @@ class TransformersDecoder:
         """Greedy fast path: argmax token ids ``[n]`` (``[1]`` if ``last_only``) on the device, no host sync.
 
         Through the pruned head's ``greedy`` when ``model.lm_head`` is a
-        :class:`~measure.pruned_head.PrunedLMHead` (soft-capping is monotone, so
+        :class:`~measure.head.pruned_head.PrunedLMHead` (soft-capping is monotone, so
         the argmax is unchanged by it).
         """
-        from measure.pruned_head import PrunedLMHead
+        from measure.head.pruned_head import PrunedLMHead
 
         what = "pruned_greedy" if isinstance(self.model.lm_head, PrunedLMHead) else "argmax"
         if what == "argmax" and last_only and not self._keep:
@@ -264,7 +264,7 @@ class TransformersDecoder:
 
         None when ``model.lm_head`` is not a pruned head (use :meth:`forward`).
         """
-        from measure.pruned_head import PrunedLMHead
+        from measure.head.pruned_head import PrunedLMHead
 
         head = self.model.lm_head
         if not isinstance(head, PrunedLMHead):

@@ -1,9 +1,9 @@
 """The pruned-head K sweep: head latency, draft-step latency, acceptance and end-to-end speedup.
 
 For one target and one model-backed draft (default: a bf16 copy of the target),
-every ``(variant, K)`` — variants ``clustered`` (dynamic, :mod:`measure.clusters`
-+ :class:`measure.pruned_head.PrunedLMHead`), ``lowrank`` (dynamic, the
-data-aware low-rank scorer of :mod:`measure.lowrank`), ``frequency`` (static
+every ``(variant, K)`` — variants ``clustered`` (dynamic, :mod:`measure.head.clusters`
++ :class:`measure.head.pruned_head.PrunedLMHead`), ``lowrank`` (dynamic, the
+data-aware low-rank scorer of :mod:`measure.head.lowrank`), ``frequency`` (static
 FR-Spec / VocabTrim subset), ``hybrid`` (clustered with the most frequent
 ``K/4`` tokens forced in) and the ``dense`` head once — is measured on held-out
 text:
@@ -32,7 +32,7 @@ directory (``cells.csv``, ``rounds.csv``, ``traces.csv``, ``cost_draft.csv``,
 ``head_sweep.csv``), so an interrupted sweep resumes; ``profile.csv`` holds the
 profiler split of a target step, a dense draft step and a pruned draft step.
 
-    python -m measure.head_sweep --target gemma3-270m --draft bf16 --out runs/head_sweep
+    python -m measure.head.head_sweep --target gemma3-270m --draft bf16 --out runs/head_sweep
 """
 
 from __future__ import annotations
@@ -49,21 +49,22 @@ import torch
 from torch import nn
 
 from measure import records
-from measure.clusters import ClusterConfig, load_or_build_clusters
+from measure.head.clusters import ClusterConfig, load_or_build_clusters
 from measure import stats
 from measure.decoding import crop_cache, forward_logits, new_cache
 from measure.drafts import ModelDraft, parse_draft_spec
-from measure.lowrank import HiddenMoment, LowRankScorer, accumulate_moment, fit_lowrank, load_or_collect_moment, \
+from measure.head.lowrank import HiddenMoment, LowRankScorer, accumulate_moment, fit_lowrank, load_or_collect_moment, \
     model_fingerprint
 from measure.models import resolve_device, resolve_dtype
-from measure.profiling import profile_rows_to_records, profile_step
+from measure.head.profiling import profile_rows_to_records, profile_step
 from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
-from measure.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
+from measure.head.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
 from measure.cli import OneLineParser, csv_items, fail, int_in, quiet_third_party
 from measure.sweep import (CellContext, SweepConfig, cell_estimate, environment, fingerprint,
                            parse_tokens, run_cell, select_prompts, silenced, summarize, summary_lines,
                            target_fingerprint)
 from measure.timing import Timer
+from sim.policies import GammaSpec
 
 __all__ = [
     "SWEEP_VARIANTS",
@@ -250,7 +251,7 @@ def _fill(row: dict, columns: tuple[str, ...]) -> dict:
 # -- the sweep --------------------------------------------------------------------------------
 def _sweep_config(config: HeadSweepConfig) -> SweepConfig:
     """The main sweep's config for the head sweep's cells (greedy, fixed γ, no peer, no cost curves)."""
-    return SweepConfig(target=config.target, drafts=(config.draft,), gammas=(f"fixed:{config.gamma}",),
+    return SweepConfig(target=config.target, drafts=(config.draft,), gammas=(GammaSpec("fixed", config.gamma).to_str(),),
                        temperatures=(0.0,), domains=config.domains, prompts_per_domain=config.prompts_per_domain,
                        max_new_tokens=config.max_new_tokens, max_prompt_tokens=config.max_prompt_tokens,
                        device=config.device, dtype=config.dtype, seed=config.seed, warmup=1, peer=False,
@@ -259,6 +260,8 @@ def _sweep_config(config: HeadSweepConfig) -> SweepConfig:
                        until_stable=config.until_stable)
 
 
+# long: the sweep's phases (load, cluster, fit the scorer, cells per (variant, K), profile) in order, one writer
+#   recording all of them; each phase is a call
 @torch.inference_mode()
 def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = "",
                    progress: Callable[[str], None] | None = None, quiet: bool = False) -> records.Run:
@@ -345,7 +348,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
         ctx_ids = torch.cat([ctx_ids] * (config.context_tokens // ctx_ids.shape[1] + 1), 1)[:, :config.context_tokens]
         step_tok = ctx_ids[:, -1:]  # [1, 1]
         ctx = CellContext(writer, engine, target, scfg, timer, prompts_by, enc)
-        policy = f"fixed:{config.gamma}"
+        policy = GammaSpec("fixed", config.gamma)
 
         plan = [("dense", vocab)] + [(v, k) for v in config.variants for k in ks if k < vocab]
         for variant, k in plan:
@@ -357,7 +360,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
             head = _build_head(variant, k, dense, clusters, counts, eos, config.scoring, scorer)
             with swapped_lm_head(dmodel, head):
                 for dom in prompts_by:  # the main sweep's cell code, one cell per domain
-                    if not writer.is_finished(records.cell_id(label, policy, 0.0, dom, k)):
+                    if not writer.is_finished(records.CellId(label, policy, 0.0, dom, k).to_str()):
                         run_cell(ctx, draft, policy, 0.0, dom, head_k=k, draft_label=label, on_attempt=say)
                 run = records.load_run(writer.path)
                 cells = run.table("cells")
@@ -476,7 +479,7 @@ def check_model_draft(spec: str) -> str:
 
 
 def add_head_sweep_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Options of the head sweep (for ``python -m measure.head_sweep`` or a ``measure`` subcommand)."""
+    """Options of the head sweep (for ``python -m measure.head.head_sweep`` or a ``measure`` subcommand)."""
     d = HeadSweepConfig()
     p.add_argument("--target", default=d.target, help="target model spec (default %(default)s)")
     p.add_argument("--draft", default=d.draft, help="model-backed draft kind whose lm_head is pruned (default %(default)s)")

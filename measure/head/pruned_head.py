@@ -4,12 +4,12 @@ The draft's ``lm_head`` (``[V, H]``) is replaced by :class:`PrunedLMHead`, which
 projects the last hidden state onto ``K`` vocabulary rows only:
 
 * ``variant="clustered"`` — score the hidden state against the offline token
-  clusters (:mod:`measure.clusters`), take the best clusters until ``K`` tokens
+  clusters (:mod:`measure.head.clusters`), take the best clusters until ``K`` tokens
   are covered (the last cluster is cut so exactly ``K`` are kept), gather those
   rows and project onto them. Fully vectorised, fixed shape ``[N, K]``, no host
   synchronisation (``searchsorted`` over the cumulative cluster sizes).
 * ``variant="lowrank"`` — rank every token by approximate logits from the
-  data-aware low-rank scorer of :mod:`measure.lowrank` (``V * r`` multiply-adds)
+  data-aware low-rank scorer of :mod:`measure.head.lowrank` (``V * r`` multiply-adds)
   and keep the ``K`` best (``topk``); always-keep tokens score ``+inf``.
 * ``variant="frequency"`` — a static subset: the ``K`` most frequent tokens of
   a calibration text (FR-Spec / VocabTrim style); its rows are sliced once.
@@ -27,7 +27,7 @@ the kept tokens, and verification against the target stays exact.
 the kept tokens only, and :meth:`PrunedLMHead.greedy` the argmax token ids.
 
 On CUDA the gather + projection (+ argmax) runs the Triton kernel of
-:mod:`measure.triton_head` when Triton is installed; the torch code here is the
+:mod:`measure.head.triton_head` when Triton is installed; the torch code here is the
 CPU implementation and the reference the kernel is tested against.
 """
 
@@ -40,8 +40,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from measure.clusters import TokenClusters
-from measure.lowrank import LowRankScorer
+from measure.head.clusters import TokenClusters
+from measure.head.lowrank import LowRankScorer
 
 __all__ = [
     "VARIANTS",
@@ -397,7 +397,7 @@ class PrunedLMHead(nn.Module):
             if self.backend == "triton" and hidden.device.type != "cuda":
                 raise ValueError("backend='triton' needs CUDA tensors; use backend='auto' or 'torch' on CPU")
             return False
-        from measure import triton_head
+        from measure.head import triton_head
 
         if not triton_head.triton_available():
             if self.backend == "triton":
@@ -428,7 +428,7 @@ class PrunedLMHead(nn.Module):
             return PrunedLogits(self.select(h2), logits)
         ids = self.select(h2)
         if self._use_triton(h2):
-            from measure.triton_head import triton_gather_project
+            from measure.head.triton_head import triton_gather_project
 
             logits = triton_gather_project(self.weight, ids, h2)
             if self.bias is not None:
@@ -451,7 +451,7 @@ class PrunedLMHead(nn.Module):
         if self.variant in DYNAMIC_VARIANTS and h2.shape[0] > 1 and h2.shape[0] * self.head_k >= self.vocab_size:
             return self.forward(h2).argmax(-1)
         if self.variant in DYNAMIC_VARIANTS and self.bias is None and self._use_triton(h2):
-            from measure.triton_head import triton_gather_project_argmax
+            from measure.head.triton_head import triton_gather_project_argmax
 
             ids = self.select(h2)
             return triton_gather_project_argmax(self.weight, ids, h2)

@@ -137,6 +137,8 @@ def _range_totals_ms(prof: Any, use_device: bool) -> dict[str, float]:
     return totals
 
 
+# long: a twelve-line signature and docstring; the body (warm-up, profiled steps, split of the trace by component)
+#   runs in that order
 @torch.inference_mode()
 def profile_step(
     model: nn.Module,
@@ -223,7 +225,7 @@ def profile_rows_to_records(rows: list[ProfileRow], columns: tuple[str, ...]) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m measure.profiling``: profile draft (1 token) and target (γ+1 tokens) steps of models.
+    """``python -m measure.head.profiling``: profile draft (1 token) and target (γ+1 tokens) steps of models.
 
     Prints a table and one JSON line; ``--out FILE.csv`` writes the rows
     (``profile.csv`` columns plus context). Errors are one line, exit 2.
@@ -233,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
     import sys
 
-    ap = argparse.ArgumentParser(prog="python -m measure.profiling", description=main.__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m measure.head.profiling", description=main.__doc__.splitlines()[0])
     ap.add_argument("--models", default="smollm2-135m,gemma3-270m",
                     help="comma-separated model specs (measure.models.load_model), e.g. synthetic:gpt2")
     ap.add_argument("--device", default="auto")

@@ -1,6 +1,6 @@
 """Data-aware low-rank scorer for the pruned draft head (the ``lowrank`` selector).
 
-The clustered selector (:mod:`measure.clusters`) ranks tokens by how well the
+The clustered selector (:mod:`measure.head.clusters`) ranks tokens by how well the
 hidden state matches a cluster centroid, which says little about the largest
 logit inside the cluster. This module ranks the tokens themselves, by cheap
 approximate logits, and the pruned head then computes the exact logits of the
@@ -40,7 +40,7 @@ from typing import Callable
 
 import torch
 
-from measure.clusters import default_cache_dir, weight_fingerprint
+from measure.head.clusters import default_cache_dir, weight_fingerprint
 
 __all__ = [
     "HiddenMoment",

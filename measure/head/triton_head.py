@@ -9,7 +9,7 @@ greedy drafting never writes the ``K`` logits; a tiny torch reduction over the
 
 Triton is imported lazily: importing this module on a machine without Triton
 (or without CUDA) works, :func:`triton_available` returns ``False`` and the
-callers (:class:`measure.pruned_head.PrunedLMHead`) fall back to the torch
+callers (:class:`measure.head.pruned_head.PrunedLMHead`) fall back to the torch
 implementation, which is also the reference these kernels are tested against
 (``tests/test_pruned_head.py``, GPU-only tests). Both kernels share one
 ``@triton.jit`` helper, ``_gather_dot_block`` (row gather + float32 dot for one
@@ -50,6 +50,8 @@ def triton_available() -> bool:
     return torch.cuda.is_available() and _triton_importable()
 
 
+# long: the Triton kernels are defined inside one lazily-imported factory so that importing the module never needs
+#   Triton
 @functools.lru_cache(maxsize=1)
 def _kernels() -> dict[str, Any]:
     # The helper and the kernels are bound as module globals (``global``): a

@@ -5,11 +5,11 @@ dense head's argmax falls outside the kept set, so this recall bounds the
 acceptance a pruned head can keep (the head sweep measures acceptance itself,
 end to end, on far fewer positions). Here every position of held-out text is
 scored by one teacher-forced draft forward, and every selector is run on the
-same hidden states through :meth:`measure.pruned_head.PrunedLMHead.select`:
+same hidden states through :meth:`measure.head.pruned_head.PrunedLMHead.select`:
 
 * ``frequency``         — the static FR-Spec subset (ShareGPT counts, records >= 3,000);
 * ``clustered-<scoring>`` — best token clusters (``cosine``, ``mean``);
-* ``lowrank-<r>``       — the data-aware low-rank scorer (:mod:`measure.lowrank`);
+* ``lowrank-<r>``       — the data-aware low-rank scorer (:mod:`measure.head.lowrank`);
 * ``lowrank-plain-<r>`` — the same rank from the SVD of ``W`` alone (no hidden-state
   statistics): the ablation that shows why the fit uses the draft's hidden states.
 
@@ -35,14 +35,14 @@ import pandas as pd
 import torch
 from torch import nn
 
-from measure.clusters import ClusterConfig, load_or_build_clusters
+from measure.head.clusters import ClusterConfig, load_or_build_clusters
 from measure.drafts import ModelDraft, make_draft
-from measure.head_sweep import _calibration_counts, draft_moment, head_inputs
-from measure.lowrank import HiddenMoment, fit_lowrank
+from measure.head.head_sweep import _calibration_counts, draft_moment, head_inputs
+from measure.head.lowrank import HiddenMoment, fit_lowrank
 from measure.models import load_model
 from measure.prompts import DOMAINS, load_prompts
 from measure.records import strict_dumps
-from measure.pruned_head import PrunedLMHead
+from measure.head.pruned_head import PrunedLMHead
 
 __all__ = ["recall_table", "main"]
 
@@ -105,10 +105,11 @@ def _ints(text: str, option: str) -> list[int]:
     return out
 
 
+# long: a CLI entry: argument checks (one-line errors before any model loads), then the recall table
 def main(argv: list[str] | None = None) -> int:
     """``python -m measure head-recall``: one-line errors (exit 2) before any model loads."""
     from measure.cli import OneLineParser, csv_items, int_in
-    from measure.head_sweep import MAX_HEAD_K, check_model_draft
+    from measure.head.head_sweep import MAX_HEAD_K, check_model_draft
 
     prog = "python -m measure head-recall"
     ap = OneLineParser(prog=prog, description=__doc__.splitlines()[0])

@@ -1,6 +1,6 @@
 """Offline token clusters for the pruned draft head: spherical k-means of lm_head rows.
 
-The dynamic pruned head (:mod:`measure.pruned_head`) scores the draft's last
+The dynamic pruned head (:mod:`measure.head.pruned_head`) scores the draft's last
 hidden state against ``C`` centroids and projects only onto the tokens of the
 best clusters. This module builds those clusters once per model:
 
