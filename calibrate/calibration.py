@@ -110,6 +110,9 @@ def load_runs(paths: list[str | Path], allow_incomplete: bool = False, pool_hard
                 raise ValueError(f"{p}: run is {status}{why}, not complete; finish it (re-run measure with the same "
                                  "--out) or pass --allow-incomplete")
             notes.append(f"{p}: run is {status}{why}; used as is (--allow-incomplete)")
+        if not (p / "generations.csv").exists():
+            raise ValueError(f"{p}: no generations.csv (a run written before measure recorded every generation); "
+                             "calibrate needs it for prompt lengths and prefill times: re-measure with python -m measure")
         label = p.resolve().name or "run"
         base, i = label, 2
         while label in runs:

@@ -357,3 +357,17 @@ def test_incomplete_runs_are_refused_and_duplicates_counted_once(tmp_path):
     p = subprocess.run([sys.executable, "-m", "calibrate", str(tmp_path / "r"), "--out", str(tmp_path / "c")],
                        capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "--allow-incomplete" in p.stderr
+
+
+def test_run_without_generations_is_refused_in_one_line(tmp_path):
+    """A committed head sweep written before generations.csv existed: one line, not a KeyError."""
+    import shutil
+
+    run = tmp_path / "old-head-sweep"
+    shutil.copytree(ROOT / "results" / "cpu-smollm2-head-sweep", run)
+    assert not (run / "generations.csv").exists()
+    r = _cli(str(run), "--holdout", "k", "--out", str(tmp_path / "cal"))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no generations.csv" in lines[0] and str(run) in lines[0]
+    assert "Traceback" not in r.stderr and not (tmp_path / "cal" / "calibration.json").exists()
