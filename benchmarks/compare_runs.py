@@ -16,13 +16,7 @@ import sys
 
 from measure import stats
 from measure.records import load_run
-
-
-def _estimate(row) -> stats.Estimate:
-    def num(col: str):
-        v = row.get(col)
-        return None if v is None or v != v else float(v)  # NaN (empty cell) -> None
-    return stats.Estimate(num("speedup"), num("speedup_lo"), num("speedup_hi"))
+from measure.sweep import cell_estimate
 
 
 def compare(run_a: str, run_b: str) -> dict:
@@ -32,8 +26,8 @@ def compare(run_a: str, run_b: str) -> dict:
     b = load_run(run_b).table("cells").set_index("cell_id")
     for cid in [c for c in a.index if c in b.index]:
         ra, rb = a.loc[cid].to_dict(), b.loc[cid].to_dict()
-        ea, eb = _estimate(ra), _estimate(rb)
-        unstable = bool(ra.get("unstable") is True or rb.get("unstable") is True)
+        ea, eb = cell_estimate(ra), cell_estimate(rb)
+        unstable = any(str(r.get("unstable")).lower() == "true" for r in (ra, rb))
         cells.append({"cell_id": cid, "a": [ea.value, ea.lo, ea.hi], "b": [eb.value, eb.lo, eb.hi],
                       "overlap": stats.overlaps(ea, eb), "unstable": unstable})
     stable = [c for c in cells if not c["unstable"]]

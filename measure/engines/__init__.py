@@ -21,10 +21,7 @@ def make_engine(name: str, options: EngineOptions) -> Engine:
 
     An engine whose library is missing raises ``ImportError`` with the extra that installs it.
     """
-    if name not in ENGINES:
-        raise ValueError(f"--engine {name!r}: unknown; valid: {', '.join(ENGINES)}")
-    module = importlib.import_module(f"measure.engines.{name}")
-    return module.make_engine(options)
+    return _module(name).make_engine(options)
 
 
 def check_specs(name: str, target_spec: str, draft_specs: tuple[str, ...] | list[str]) -> None:
@@ -34,6 +31,11 @@ def check_specs(name: str, target_spec: str, draft_specs: tuple[str, ...] | list
     is a llama.cpp draft, ``int8`` a transformers one) and what of a target can
     be checked from its spec alone (a GGUF file's path and magic).
     """
+    _module(name).check_specs(target_spec, draft_specs)
+
+
+def _module(name: str):
+    """The adapter module of engine ``name`` (one-line ``ValueError`` for an unknown name)."""
     if name not in ENGINES:
         raise ValueError(f"--engine {name!r}: unknown; valid: {', '.join(ENGINES)}")
-    importlib.import_module(f"measure.engines.{name}").check_specs(target_spec, draft_specs)
+    return importlib.import_module(f"measure.engines.{name}")
