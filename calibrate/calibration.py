@@ -17,7 +17,8 @@ Pipeline (:func:`calibrate`):
 
    **What is held out and what is not:** acceptance (rounds and traces),
    per-round overhead, the in-loop scale factors and the prefill (TTFT) fit
-   come from training cells only. The micro-benchmark tables
+   come from training cells only (acceptance from every training cell, the
+   timing fits from the stable ones only). The micro-benchmark tables
    ``cost_target.csv`` / ``cost_draft.csv`` are measured once per run,
    independently of γ and domain, so they are shared by every fold (for
    ``k`` the held-out K's ``cost_draft`` rows are dropped).
@@ -346,7 +347,10 @@ class Calibrator:
         out = rows_of(self.data.generations, keys)
         return out if mode is None or out.empty else out[out["mode"] == mode]
 
-    def fit(self, train: pd.DataFrame, label: str, drop_k: float | None = None) -> FoldModels:
+    def fit(self, train: pd.DataFrame, label: str, drop_k: float | None = None,
+            acceptance_train: pd.DataFrame | None = None) -> FoldModels:
+        """Cost, prefill and in-loop scales from ``train`` (the stable training cells); acceptance from
+        ``acceptance_train`` (every training cell, stable or not; defaults to ``train``)."""
         cells = self.data.cells
         notes: list[str] = []
         cost: dict[tuple, CostFit] = {}
@@ -384,7 +388,7 @@ class Calibrator:
                 except ValueError as exc:
                     notes.append(f"{run_label}/{draft}: {exc}")
         acceptance: dict[AcceptanceGroup, AcceptanceFit] = {}
-        for grp, sub in acceptance_groups(train):
+        for grp, sub in acceptance_groups(train if acceptance_train is None else acceptance_train):
             rounds = self._rounds_of(sub["key"])
             if len(rounds):
                 acceptance[grp] = fit_acceptance(rounds, grp.to_str())
@@ -584,9 +588,11 @@ def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
               allow_incomplete: bool = False, pool_hardware: bool = False) -> CalibrationResult:
     """Fit on the run directories and validate on held-out cells (see module docstring).
 
-    Unstable cells (``cells.csv`` ``unstable``) are left out of every fit and
-    predicted like the others, but their errors are reported apart
-    (``CalibrationResult.unstable_held_out``), never in the MAPE.
+    Unstable cells (``cells.csv`` ``unstable``) are left out of every *timing*
+    fit (cost, in-loop scales, prefill) and predicted like the others, but their
+    errors are reported apart (``CalibrationResult.unstable_held_out``), never
+    in the MAPE. Their acceptance (rounds, traces) is kept in the fits: which
+    tokens were accepted does not depend on how fast the machine was.
     """
     if holdout not in HOLDOUT_MODES:
         raise ValueError(f"unknown --holdout {holdout!r}; valid: {', '.join(HOLDOUT_MODES)}")
@@ -597,16 +603,18 @@ def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
     if not stable.any():
         raise ValueError("every cell is flagged unstable: nothing to fit on; re-measure on a quiet machine "
                          "(measure --until-stable N or more --repeats)")
-    all_models = cal.fit(data.cells[stable], "all")
-    in_sample = add_errors(cal.predict(data.cells, all_models, data.cells[stable]))
+    all_models = cal.fit(data.cells[stable], "all", acceptance_train=data.cells)
+    in_sample = add_errors(cal.predict(data.cells, all_models, data.cells))
     held = []
     fold_info = []
     for label, mask in folds:
-        train, test = data.cells[~mask & stable], data.cells[mask]
+        train_all, test = data.cells[~mask], data.cells[mask]
+        train = train_all[stable[~mask]]
         drop_k = float(test["head_k"].iloc[0]) if holdout == "k" else None
-        models = cal.fit(train, label, drop_k=drop_k)
-        held.append(cal.predict(test, models, train))
-        fold_info.append({"fold": label, "train_cells": list(train["key"]), "test_cells": list(test["key"]),
+        models = cal.fit(train, label, drop_k=drop_k, acceptance_train=train_all)
+        held.append(cal.predict(test, models, train_all))
+        fold_info.append({"fold": label, "train_cells": list(train["key"]),
+                          "acceptance_train_cells": list(train_all["key"]), "test_cells": list(test["key"]),
                           "notes": list(models.notes)})
     held_out = add_errors(pd.concat(held, ignore_index=True)) if held else pd.DataFrame()
     curves = cal.curves(data.cells, all_models, CURVE_GAMMAS)

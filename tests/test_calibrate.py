@@ -319,25 +319,51 @@ def test_predictions_are_judged_against_the_measured_ci(tmp_path):
         assert v["n_inside_ci"] == int(known["inside_ci"].astype(bool).sum())
 
 
-def test_unstable_cells_are_left_out_of_fits_and_reported_apart(tmp_path):
+def _mark_unstable(run_dir, pick, reason: str) -> str:
+    """Flag the first cell of ``run_dir/cells.csv`` that ``pick(row)`` accepts as unstable; its cell id."""
     import csv
 
-    from calibrate.calibration import calibrate as run_calibration
-
-    _toy_run(tmp_path / "r")
-    f = tmp_path / "r" / "cells.csv"
+    f = run_dir / "cells.csv"
     rows = list(csv.DictReader(f.open()))
-    rows[0]["unstable"], rows[0]["unstable_reason"] = "true", "baseline varied 40% (threshold 10%)"
+    i = next(j for j, r in enumerate(rows) if pick(r))
+    rows[i]["unstable"], rows[i]["unstable_reason"] = "true", reason
     with f.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(rows[0]), lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
+    return rows[i]["cell_id"]
+
+
+def test_unstable_cells_are_left_out_of_fits_and_reported_apart(tmp_path):
+    from calibrate.calibration import calibrate as run_calibration
+
+    _toy_run(tmp_path / "r")
+    cell_id = _mark_unstable(tmp_path / "r", lambda r: True, "baseline varied 40% (threshold 10%)")
     res = run_calibration([tmp_path / "r"], holdout="gamma")
-    bad = f"r/{rows[0]['cell_id']}"
+    bad = f"r/{cell_id}"
     assert res.unstable_cells == (bad,)
     assert all(bad not in fold["train_cells"] for fold in res.folds)
     assert res.unstable_held_out and all(v["n_cells"] <= 1 for v in res.unstable_held_out.values())
     assert all(v["n_cells"] <= 3 for v in res.mape_held_out.values())  # 4 cells, the unstable one left out
+
+
+def test_an_unstable_cell_keeps_its_acceptance_in_the_fits(tmp_path):
+    """Timing noise does not change which tokens were accepted: an unstable training cell is left out of
+    the cost fits only, and the held-out cell of its domain still gets that domain's acceptance and trace
+    (not a pool over the other domains)."""
+    from calibrate.calibration import calibrate as run_calibration
+
+    _toy_run(tmp_path / "r")
+    cell_id = _mark_unstable(tmp_path / "r", lambda r: r["gamma_policy"] == "fixed:2" and r["domain"] == "code",
+                             "baseline drifted 30% from start to end (threshold 10%)")
+    res = run_calibration([tmp_path / "r"], holdout="gamma")
+    bad = f"r/{cell_id}"
+    (fold,) = [fo for fo in res.folds if fo["fold"] == "gamma_policy=fixed:3"]
+    assert bad not in fold["train_cells"] and bad in fold["acceptance_train_cells"]
+    held = res.held_out[(res.held_out["gamma_policy"] == "fixed:3") & (res.held_out["domain"] == "code")]
+    cf = held[held["method"] == "closed_form"].iloc[0]
+    assert cf["note"].startswith("fitted on") and "domain=code" in cf["note"], cf["note"]
+    assert np.isfinite(held[held["method"] == "trace"]["predicted_speedup"]).all()
 
 
 def test_incomplete_runs_are_refused_and_duplicates_counted_once(tmp_path):
