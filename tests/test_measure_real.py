@@ -81,7 +81,7 @@ def test_head_sweep_end_to_end_on_smollm2_with_lowrank_and_resume(smollm2, tmp_p
     cfg = HeadSweepConfig(target="smollm2-135m", draft="bf16", head_ks=("500", "full"),
                           variants=("lowrank", "frequency"), domains=("code",), prompts_per_domain=1,
                           max_new_tokens=8, n_clusters=8, moment_texts=3, moment_max_tokens=48,
-                          calibration_texts=5, context_tokens=16, head_repeats=2, step_repeats=2, profile=False,
+                          calibration_texts=5, context_tokens=16, head_repeats=2, step_repeats=2, profile=False, repeats=1,
                           cache_dir=str(tmp_path / "cache"))
     run = run_head_sweep(cfg, tmp_path / "run")
     rows = {(r["variant"], r["head_k"]): r for r in run.meta["head_sweep_rows"].values()}
