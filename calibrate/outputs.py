@@ -163,10 +163,10 @@ PREDICTION_METHODS = {
                     "averaged over the cell's prompts (the measurement's estimator: ratio of mean "
                     "per-prompt tokens/s); TTFT from a linear fit on training generations",
 }
-NOISE_FLOOR = ("a prediction is judged against the measured 95% CI of the cell's speedup (paired bootstrap "
-               "over prompts x repeats): inside_ci per prediction, share_inside_ci per method. Unstable "
-               "cells (noisy baseline) are left out of every fit and out of the MAPE, and reported apart "
-               "(unstable_held_out)")
+NOISE_FLOOR = ("a prediction is judged against the measured 95% CI of the cell's speedup (Fieller's interval "
+               "over the prompt x repeat pairs): inside_ci per prediction, share_inside_ci per method. Unstable "
+               "cells (noisy baseline) are left out of the timing fits (their acceptance stays in) and out of "
+               "the MAPE, and reported apart (unstable_held_out)")
 
 
 def _calibration_doc(res: CalibrationResult, files: dict, cost_section: dict, acc_section: dict,

@@ -9,7 +9,7 @@ One pipeline for every cell, whatever the draft or engine (:func:`run_cell`):
   cell's counted generations; warm-ups are never recorded.
 * **One estimator** (:mod:`measure.stats`): speedup = mean tokens/s of the
   method / mean tokens/s of the baseline over the cell's (prompt, repeat)
-  pairs, with a paired-bootstrap 95% CI; every tokens/s has its CI.
+  pairs, with Fieller's paired 95% CI; every tokens/s has its Student-t CI.
 * **Noise.** A cell whose baseline (normalised per prompt, in measured order)
   varies or drifts beyond the thresholds is flagged ``unstable`` with the
   reason in words; ``until_stable`` re-measures such a cell up to N times.
@@ -474,11 +474,10 @@ def _cell_row(ctx: CellContext, draft: Any, cell: records.CellId, m: CellMeasure
               stab: stats.Stability, attempt: int) -> dict:
     """The ``cells.csv`` row of a measured cell: means and 95% CIs, acceptance, lossless verdicts, noise flags."""
     cfg, t, series = ctx.config, ctx.target, m.series
-    seed = cfg.seed
-    sp = stats.speedup_ci(series.base, series.spec, seed)
-    pe = stats.speedup_ci(series.base, series.peer, seed) if "peer" in modes else stats.Estimate(None, None, None)
-    tb, ts = stats.mean_ci(series.base, seed), stats.mean_ci(series.spec, seed)
-    tp = stats.mean_ci(series.peer, seed) if "peer" in modes else stats.Estimate(None, None, None)
+    sp = stats.speedup_ci(series.base, series.spec)
+    pe = stats.speedup_ci(series.base, series.peer) if "peer" in modes else stats.Estimate(None, None, None)
+    tb, ts = stats.mean_ci(series.base), stats.mean_ci(series.spec)
+    tp = stats.mean_ci(series.peer) if "peer" in modes else stats.Estimate(None, None, None)
     spec_rows = [r for r in m.gen_rows if r["mode"] == "speculative"]
     drafted = sum(r["drafted"] or 0 for r in spec_rows)
     accepted = sum(r["accepted"] or 0 for r in spec_rows)
@@ -625,7 +624,7 @@ def summarize(cells: list[dict], synthetic: bool) -> dict:
     unstable = [c for c in cells if _is_true(c.get("unstable"))]
     out: dict[str, Any] = {
         "estimator": "speedup = mean tokens/s (method) / mean tokens/s (baseline) over (prompt, repeat) pairs; "
-                     "95% CI: paired bootstrap (scipy.stats.bootstrap, BCa), seeded",
+                     "95% CI: Fieller's interval for a ratio of paired means, Student t (n - 1 df)",
         "drafts": per_draft, "n_cells": len(cells), "n_unstable": len(unstable),
         "unstable": [unstable_message(c) for c in unstable], "synthetic": synthetic,
         "all_greedy_outputs_identical": all(_is_true(c["outputs_identical"]) for c in greedy) if greedy else None}
