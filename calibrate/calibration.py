@@ -347,10 +347,10 @@ class Calibrator:
         out = rows_of(self.data.generations, keys)
         return out if mode is None or out.empty else out[out["mode"] == mode]
 
-    def fit(self, train: pd.DataFrame, label: str, drop_k: float | None = None,
-            acceptance_train: pd.DataFrame | None = None) -> FoldModels:
+    def fit(self, train: pd.DataFrame, label: str, drop_k: float | None = None, *,
+            acceptance_train: pd.DataFrame) -> FoldModels:
         """Cost, prefill and in-loop scales from ``train`` (the stable training cells); acceptance from
-        ``acceptance_train`` (every training cell, stable or not; defaults to ``train``)."""
+        ``acceptance_train`` (every training cell, stable or not)."""
         cells = self.data.cells
         notes: list[str] = []
         cost: dict[tuple, CostFit] = {}
@@ -388,7 +388,7 @@ class Calibrator:
                 except ValueError as exc:
                     notes.append(f"{run_label}/{draft}: {exc}")
         acceptance: dict[AcceptanceGroup, AcceptanceFit] = {}
-        for grp, sub in acceptance_groups(train if acceptance_train is None else acceptance_train):
+        for grp, sub in acceptance_groups(acceptance_train):
             rounds = self._rounds_of(sub["key"])
             if len(rounds):
                 acceptance[grp] = fit_acceptance(rounds, grp.to_str())

@@ -86,6 +86,13 @@ def ratio_of_means(base: np.ndarray, method: np.ndarray, axis: int = -1) -> np.n
     return np.mean(method, axis=axis) / np.mean(base, axis=axis)
 
 
+def _student_t(n: int, confidence: float = CONFIDENCE) -> float:
+    """The two-sided ``confidence`` quantile of Student's t for a sample of ``n`` (n − 1 degrees of freedom)."""
+    from scipy import stats
+
+    return float(stats.t.ppf(0.5 + confidence / 2, n - 1))
+
+
 def fieller_ratio(base: np.ndarray, method: np.ndarray,
                   confidence: float = CONFIDENCE) -> tuple[float, float] | None:
     """Fieller's ``confidence`` interval for ``mean(method) / mean(base)`` over paired samples.
@@ -94,12 +101,10 @@ def fieller_ratio(base: np.ndarray, method: np.ndarray,
     n − 1 degrees of freedom and the pairs' sample covariance. None when n < 2 or when the interval is
     unbounded (the baseline mean is not distinguishable from 0).
     """
-    from scipy import stats
-
     n = len(base)
     if n < 2:
         return None
-    t = float(stats.t.ppf(0.5 + confidence / 2, n - 1))
+    t = _student_t(n, confidence)
     mb, mm = float(base.mean()), float(method.mean())
     cov = np.cov(np.vstack([method, base]), ddof=1) / n  # covariance of the two means
     smm, smb, sbb = float(cov[0, 0]), float(cov[0, 1]), float(cov[1, 1])
@@ -135,8 +140,6 @@ def speedup_ci(base_tps: Sequence[float], method_tps: Sequence[float]) -> Estima
 
 def mean_ci(values: Sequence[float]) -> Estimate:
     """Mean with Student's t 95% CI (NaNs dropped)."""
-    from scipy import stats
-
     a = _finite(values)
     a = a[np.isfinite(a)]
     if not len(a):
@@ -144,7 +147,7 @@ def mean_ci(values: Sequence[float]) -> Estimate:
     mean = float(a.mean())
     if len(a) < 2:
         return Estimate(mean, None, None)
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, len(a) - 1)) * float(a.std(ddof=1)) / math.sqrt(len(a))
+    half = _student_t(len(a)) * float(a.std(ddof=1)) / math.sqrt(len(a))
     return Estimate(mean, mean - half, mean + half)
 
 
