@@ -94,7 +94,7 @@ def csv_items(flag: str, text: str, prog: str = "python -m measure") -> list[str
 def build_parser() -> argparse.ArgumentParser:
     from measure import stats
     from measure.engines.base import CACHES, ENGINES
-    from measure.sweep import MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_REPEATS
+    from measure.sweep import INTERLEAVE, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_REPEATS
 
     p = OneLineParser(prog="python -m measure", description=__doc__.splitlines()[0],
                       epilog="subcommands: python -m measure head-sweep --help (pruned draft head K sweep, "
@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"... or its start-to-end drift exceeds this (fraction; default {stats.DRIFT_THRESHOLD})")
     p.add_argument("--until-stable", type=int_in(0, 100), default=0, metavar="N",
                    help="re-measure an unstable cell up to N times (default 0)")
+    p.add_argument("--interleave", default="sweep", choices=INTERLEAVE,
+                   help="sweep: visit every cell in passes (prompt by prompt, repeat by repeat), so each cell's "
+                        "pairs spread over the whole run (default); cell: one cell's visits back to back")
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     p.add_argument("--engine", default="transformers", choices=ENGINES, help="inference engine")
@@ -212,7 +215,7 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
                            cost_max_tokens=args.cost_max_tokens, repeats=args.repeats,
                            cv_threshold=args.cv_threshold, drift_threshold=args.drift_threshold,
                            until_stable=args.until_stable, engine=args.engine, threads=args.threads,
-                           cache=args.cache, compile=args.compile,
+                           cache=args.cache, compile=args.compile, interleave=args.interleave,
                            prompts_file=str(args.prompts_file) if args.prompts_file else None)
     except ValueError as e:
         fail(prog, str(e))

@@ -28,7 +28,11 @@ Resume: opening a :class:`RunWriter` on a directory that already holds a
 ``run.json`` compares the stored ``fingerprint`` with the new one (refused in
 one line naming the fields that differ), drops a torn last line of every
 table, keeps the rows of finished cells (``cell_id`` in ``cells.csv``) and
-drops the rows of unfinished ones.
+drops the rows of unfinished ones. A sweep that interleaves its cells
+stages every finished (prompt, repeat) visit of a cell not finished yet in
+``visits.partial.jsonl`` (:meth:`RunWriter.stage`), so an interruption loses
+at most the visit that was running; a resume reads them back
+(:meth:`RunWriter.staged`) and measures only the missing visits.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ from sim.policies import GammaSpec
 SCHEMA_VERSION = 2
 READABLE_SCHEMAS = (1, 2)
 RUN_JSON = "run.json"
+#: Finished visits of cells not finished yet (a sweep interleaves its cells; :meth:`RunWriter.stage`).
+STAGED_VISITS = "visits.partial.jsonl"
 STATUSES = ("running", "complete", "interrupted", "failed")
 #: A ``running`` run whose heartbeat is older than this (and whose pid cannot be checked) is interrupted.
 STALE_HEARTBEAT_S = 900.0
@@ -235,6 +241,18 @@ def _atomic_write_text(path: Path, text: str) -> None:
         raise
 
 
+def _append_bytes(path: Path, data: bytes) -> None:
+    """Append ``data`` with one ``write`` on an ``O_APPEND`` descriptor (loop only on a short write)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+    finally:
+        os.close(fd)
+
+
 def _check_table(table: str) -> tuple[str, ...]:
     if table not in TABLE_COLUMNS:
         raise ValueError(f"unknown table {table!r}; valid: {', '.join(TABLE_COLUMNS)}")
@@ -355,6 +373,7 @@ class RunWriter:
             self.meta = {"schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex, "created_utc": utc_now(),
                          "summary": {}, "config": {}}
             self._finished = set()
+            self.clear_staged()  # a new run: visits left by some other run are not its own
         for k, v in (meta or {}).items():
             if k in ("schema_version", "created_utc", "summary", "status", "run_id") and self.resumed:
                 continue
@@ -425,16 +444,36 @@ class RunWriter:
             w.writerow(cols)
         for r in rows:
             w.writerow([_fmt(r[c]) for c in cols])
-        data = buf.getvalue().encode("utf-8")
-        fd = os.open(f_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            view = memoryview(data)
-            while view:  # one write call for the whole block; loop only on a short write
-                n = os.write(fd, view)
-                view = view[n:]
-        finally:
-            os.close(fd)
+        _append_bytes(f_path, buf.getvalue().encode("utf-8"))
         return len(rows)
+
+    # -- staged visits (cells measured interleaved) ----------------------------------
+    def stage(self, record: Mapping[str, Any]) -> None:
+        """Append one finished visit of an unfinished cell (a JSON object with its ``cell_id``) to
+        ``visits.partial.jsonl`` in one line-atomic write."""
+        if "cell_id" not in record:
+            raise ValueError("a staged visit needs its cell_id")
+        _append_bytes(self.path / STAGED_VISITS, (strict_dumps(record) + "\n").encode("utf-8"))
+
+    def staged(self) -> list[dict]:
+        """The staged visits of cells not finished yet, in the order written (a torn line is skipped)."""
+        f_path = self.path / STAGED_VISITS
+        if not f_path.exists():
+            return []
+        out = []
+        for line in f_path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a line torn by a crash mid-write
+            if isinstance(rec, dict) and rec.get("cell_id") not in self._finished:
+                out.append(rec)
+        return out
+
+    def clear_staged(self) -> None:
+        """Remove ``visits.partial.jsonl`` (every cell it served is finished)."""
+        with contextlib.suppress(FileNotFoundError):
+            (self.path / STAGED_VISITS).unlink()
 
     def has_rows(self, table: str) -> bool:
         """Whether ``<table>.csv`` holds at least one data row."""

@@ -2,20 +2,28 @@
 
 One pipeline for every cell, whatever the draft or engine (:func:`run_cell`):
 
-* **Interleaving and repeats.** For every prompt of the cell, the baseline,
-  our speculative loop and the peer (the engine's own speculative decoding)
-  run back to back in a rotating order (ABC, BCA, CAB, …, continuing across
-  prompts and repeats), ``repeats`` times. Each mode is warmed up before the
-  cell's counted generations; warm-ups are never recorded.
+* **Interleaving and repeats.** A *visit* is one (prompt, repeat) of a
+  cell: the baseline, our speculative loop and the peer (the engine's own
+  speculative decoding) back to back in a rotating order (ABC, BCA, CAB, …,
+  continuing across prompts and repeats). The visits of all the sweep's
+  cells are interleaved (``interleave="sweep"``, the default): prompt 1 of
+  repeat 1 of every cell, then prompt 2 of every cell, …, then repeat 2, so
+  a cell's pairs are spread over the whole measurement, not bunched into one
+  minute in which this machine may sit in a slow or fast mode for one
+  forward shape (``"cell"``: one cell's visits back to back, then the next
+  cell). Every mode of every cell is warmed up first; warm-ups are never
+  recorded.
 * **One estimator** (:mod:`measure.stats`): speedup = mean tokens/s of the
   method / mean tokens/s of the baseline over the cell's (prompt, repeat)
   pairs, with Fieller's paired 95% CI; every tokens/s has its Student-t CI.
 * **Noise.** A cell whose baseline (normalised per prompt, in measured order)
   varies or drifts beyond the thresholds is flagged ``unstable`` with the
   reason in words; ``until_stable`` re-measures such a cell up to N times.
-* **Records.** A cell's rows are held in memory and written when it finishes
-  (its ``cells.csv`` row last), so an interruption loses only the unfinished
-  cell. Every generation's token ids are saved (``generations.csv``
+* **Records.** Each finished visit is staged on disk at once
+  (``visits.partial.jsonl``); a cell's rows go to its tables when its last
+  visit is done (its ``cells.csv`` row last), so an interruption loses at
+  most the visit that was running, and a resume measures only the missing
+  visits. Every generation's token ids are saved (``generations.csv``
   ``tokens``), so losslessness and acceptance recompute from the files.
 * **Identity.** The run's fingerprint (models and file hashes, dtype, device,
   engine and options, prompts and their selection, max tokens, seed,
@@ -23,8 +31,8 @@ One pipeline for every cell, whatever the draft or engine (:func:`run_cell`):
   (:class:`measure.records.RunWriter`).
 
 The sweep reaches models only through an engine (:func:`measure.engines.make_engine`).
-The pruned-head K sweep (:mod:`measure.head.head_sweep`) calls :func:`run_cell` too,
-with a pruned draft and its ``head_k``.
+The pruned-head K sweep (:mod:`measure.head.head_sweep`) calls :func:`measure_cells` too,
+with a pruned draft and its ``head_k``; a Ray worker measures one cell with :func:`run_cell`.
 """
 
 from __future__ import annotations
@@ -61,6 +69,9 @@ MAX_NEW_TOKENS = 100_000
 MAX_PROMPT_TOKENS = 1_000_000
 MAX_GAMMA = 64
 MODES = ("baseline", "speculative", "peer")
+#: How a sweep orders its cells' visits: ``sweep`` — in passes over every cell (each cell's pairs spread over
+#: the whole measurement); ``cell`` — each cell's visits back to back, one cell after the other.
+INTERLEAVE = ("sweep", "cell")
 
 
 @dataclass(frozen=True)
@@ -94,6 +105,7 @@ class SweepConfig:
     cache: str = "static"
     compile: bool = False
     prompts_file: str | None = None
+    interleave: str = "sweep"
 
     def __post_init__(self) -> None:
         if not self.drafts:
@@ -130,6 +142,8 @@ class SweepConfig:
                                  "0.1 = 10%)")
         if any(not 1 <= c <= MAX_PROMPT_TOKENS for c in self.cost_contexts) or not self.cost_contexts:
             raise ValueError(f"--cost-contexts {self.cost_contexts}: need integers in 1..{MAX_PROMPT_TOKENS}")
+        if self.interleave not in INTERLEAVE:
+            raise ValueError(f"--interleave {self.interleave!r}: unknown; valid: {', '.join(INTERLEAVE)}")
         if self.cache not in CACHES:
             raise ValueError(f"--cache {self.cache!r}: unknown; valid: {', '.join(CACHES)}")
         if self.threads is not None and not 1 <= self.threads <= 1024:
@@ -417,39 +431,86 @@ def _generation_rows(ctx: CellContext, cid: str, prompt: Prompt, domain: str, id
     return gen_rows, lat_rows
 
 
-def _measure_once(ctx: CellContext, cid: str, draft: Any, spec: GammaSpec, temp: float, domain: str,
-                  modes: tuple[str, ...]) -> CellMeasurement:
-    """The counted generations of a cell, every (prompt, repeat) visiting the modes in rotated order."""
-    cfg = ctx.config
+@dataclass(frozen=True)
+class CellPlan:
+    """A cell to measure: its identity and the draft object that runs it."""
+
+    cell: records.CellId
+    draft: Any
+
+    @property
+    def cell_id(self) -> str:
+        return self.cell.to_str()
+
+
+@dataclass(frozen=True)
+class Visit:
+    """One (repeat, prompt) of a cell: the modes back to back in rotated order, as rows of its tables.
+
+    The unit an interleaved sweep stages on disk (``visits.partial.jsonl``) as soon as it is measured.
+    """
+
+    cell_id: str
+    attempt: int
+    repeat: int
+    prompt_index: int
+    gen_rows: tuple[dict, ...]
+    lat_rows: tuple[dict, ...]
+    round_rows: tuple[dict, ...]
+
+    def to_record(self) -> dict:
+        return {"cell_id": self.cell_id, "attempt": self.attempt, "repeat": self.repeat,
+                "prompt_index": self.prompt_index, "generations": list(self.gen_rows),
+                "token_latency": list(self.lat_rows), "rounds": list(self.round_rows)}
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "Visit":
+        return cls(str(rec["cell_id"]), int(rec["attempt"]), int(rec["repeat"]), int(rec["prompt_index"]),
+                   tuple(rec["generations"]), tuple(rec["token_latency"]), tuple(rec["rounds"]))
+
+
+def _tps(row: dict | None) -> float:
+    v = None if row is None else row.get("tokens_per_s")
+    return float(v) if v is not None else float("nan")
+
+
+def measurement_of(visits: Sequence[Visit]) -> CellMeasurement:
+    """A cell's tables and series from its visits, in the order they were measured (repeat, then prompt)."""
     out = CellMeasurement([], [], [], CellSeries())
     series = out.series
-    visit = 0
-    for rep in range(cfg.repeats):
-        for pi, p in enumerate(ctx.prompts[domain]):
-            ids = ctx.enc[p.prompt_id]  # [1, S]
-            seed_i = cfg.seed * 7919 + pi
-            res: dict[str, Generation] = {}
-            for pos, mode in enumerate(rotation(visit, modes)):
-                g = _generate(ctx, mode, draft, spec, temp, ids, seed_i, rep, pos)
-                if g is None:
-                    continue
-                res[mode] = g
-                if mode == "peer" and g.drafted is not None and g.accepted is not None:
-                    series.peer_drafted += g.drafted
-                    series.peer_accepted += g.accepted
-            visit += 1
-            gen_rows, lat_rows = _generation_rows(ctx, cid, p, domain, ids, rep, temp, res)
-            out.gen_rows.extend(gen_rows)
-            out.lat_rows.extend(lat_rows)
-            out.round_rows.extend({"cell_id": cid, "prompt_id": p.prompt_id, **asdict(rr), "repeat": rep}
-                                  for rr in res["speculative"].rounds)
-            series.prompt.append(p.prompt_id)
-            series.base.append(res["baseline"].tokens_per_s)
-            series.spec.append(res["speculative"].tokens_per_s)
-            series.peer.append(res["peer"].tokens_per_s if "peer" in res else float("nan"))
-            if ctx.bar is not None:
-                ctx.bar.update(1)
+    for v in sorted(visits, key=lambda v: (v.repeat, v.prompt_index)):
+        out.gen_rows.extend(v.gen_rows)
+        out.lat_rows.extend(v.lat_rows)
+        out.round_rows.extend(v.round_rows)
+        by_mode = {r["mode"]: r for r in v.gen_rows}
+        peer = by_mode.get("peer")
+        if peer is not None and peer.get("drafted") is not None and peer.get("accepted") is not None:
+            series.peer_drafted += int(peer["drafted"])
+            series.peer_accepted += int(peer["accepted"])
+        series.prompt.append(str(by_mode["baseline"]["prompt_id"]))
+        series.base.append(_tps(by_mode["baseline"]))
+        series.spec.append(_tps(by_mode["speculative"]))
+        series.peer.append(_tps(peer))
     return out
+
+
+def _visit(ctx: CellContext, plan: CellPlan, modes: tuple[str, ...], rep: int, pi: int, attempt: int) -> Visit:
+    """Measure one (repeat, prompt) of a cell: every mode back to back, in the visit's rotated order."""
+    cfg, cell = ctx.config, plan.cell
+    cid = plan.cell_id
+    p = ctx.prompts[cell.domain][pi]
+    ids = ctx.enc[p.prompt_id]  # [1, S]
+    seed_i = cfg.seed * 7919 + pi
+    visit = rep * len(ctx.prompts[cell.domain]) + pi
+    res: dict[str, Generation] = {}
+    for pos, mode in enumerate(rotation(visit, modes)):
+        g = _generate(ctx, mode, plan.draft, cell.gamma, cell.temperature, ids, seed_i, rep, pos)
+        if g is not None:
+            res[mode] = g
+    gen_rows, lat_rows = _generation_rows(ctx, cid, p, cell.domain, ids, rep, cell.temperature, res)
+    round_rows = [{"cell_id": cid, "prompt_id": p.prompt_id, **asdict(rr), "repeat": rep}
+                  for rr in res["speculative"].rounds]
+    return Visit(cid, attempt, rep, pi, tuple(gen_rows), tuple(lat_rows), tuple(round_rows))
 
 
 def _warm_modes(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, name: str) -> tuple[str, ...]:
@@ -530,31 +591,11 @@ def _trace_rows(ctx: CellContext, draft: Any, cell: records.CellId, gen_rows: li
     return rows
 
 
-def run_cell(ctx: CellContext, draft: Any, spec: GammaSpec | str, temp: float, domain: str,
-             head_k: int | None = None, draft_label: str | None = None,
-             on_attempt: Callable[[str], None] | None = None) -> dict:
-    """Measure one cell (module docstring) and write it; returns its ``cells.csv`` row.
-
-    ``draft_label`` names the draft in the records (the head sweep's
-    ``<draft>+<variant>``); ``head_k`` the kept vocabulary of a pruned head.
-    """
-    cfg = ctx.config
-    cell = records.CellId(draft_label or draft.name, GammaSpec.parse(spec), temp, domain, head_k)
-    cid = cell.to_str()
-    modes = _warm_modes(ctx, draft, cell.gamma, temp, cell.draft)
-    attempt = 0
-    while True:
-        attempt += 1
-        m = _measure_once(ctx, cid, draft, cell.gamma, temp, domain, modes)
-        stab = stats.stability(stats.normalise_per_prompt(m.series.prompt, m.series.base), cfg.cv_threshold,
-                               cfg.drift_threshold)
-        if not stab.unstable or attempt > cfg.until_stable:
-            break
-        if on_attempt:
-            on_attempt(f"cell {cid} unstable ({stab.reason}); re-measuring (attempt {attempt + 1} of "
-                       f"{cfg.until_stable + 1})")
-    row = _cell_row(ctx, draft, cell, m, modes, stab, attempt)
-    trace_rows = _trace_rows(ctx, draft, cell, m.gen_rows) if cfg.traces else []
+def _finish(ctx: CellContext, plan: CellPlan, m: CellMeasurement, modes: tuple[str, ...],
+            stab: stats.Stability, attempt: int) -> dict:
+    """Write a measured cell (its tables, then its ``cells.csv`` row last); returns the row."""
+    row = _cell_row(ctx, plan.draft, plan.cell, m, modes, stab, attempt)
+    trace_rows = _trace_rows(ctx, plan.draft, plan.cell, m.gen_rows) if ctx.config.traces else []
     w = ctx.writer
     w.append("generations", m.gen_rows)
     w.append("token_latency", m.lat_rows)
@@ -562,6 +603,92 @@ def run_cell(ctx: CellContext, draft: Any, spec: GammaSpec | str, temp: float, d
     w.append("traces", trace_rows)
     w.finish_cell(row)
     return row
+
+
+# long: the interleaving schedule (passes over repeat, prompt, cell), resume of staged visits and the
+#   until-stable re-measurement are one loop; each visit and each finished cell is a call
+def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Callable[[str], None] | None = None,
+                  on_row: Callable[[dict], None] | None = None) -> list[dict]:
+    """Measure ``plans`` (module docstring) and write each; returns their ``cells.csv`` rows in plan order.
+
+    With ``interleave="sweep"`` the cells are visited in passes — repeat 1 of
+    prompt 1 of every cell, then prompt 2 of every cell, …, then repeat 2 —
+    so each cell's pairs are spread over the whole measurement and a machine
+    that sits in a slow or fast mode for a minute biases no cell; with
+    ``"cell"`` each cell's visits run back to back. Every finished visit is
+    staged on disk (:meth:`measure.records.RunWriter.stage`) and read back on
+    resume, so an interruption loses at most the visit that was running.
+    ``on_row`` sees each cell's row as it is written.
+    """
+    cfg = ctx.config
+    stage = getattr(ctx.writer, "stage", None)  # a worker's RowCollector stages nothing
+    wanted = {p.cell_id for p in plans}
+    staged: dict[str, dict[tuple[int, int], Visit]] = {cid: {} for cid in wanted}
+    attempts = {cid: 1 for cid in wanted}
+    for rec in (ctx.writer.staged() if stage is not None else ()):
+        v = Visit.from_record(rec)
+        if v.cell_id not in wanted or v.attempt < attempts[v.cell_id]:
+            continue
+        if v.attempt > attempts[v.cell_id]:  # a later attempt supersedes the visits of an earlier one
+            attempts[v.cell_id], staged[v.cell_id] = v.attempt, {}
+        staged[v.cell_id][(v.repeat, v.prompt_index)] = v
+    if ctx.bar is not None:
+        ctx.bar.update(sum(len(vs) for vs in staged.values()))
+    modes = {p.cell_id: _warm_modes(ctx, p.draft, p.cell.gamma, p.cell.temperature, p.cell.draft) for p in plans}
+    rows: dict[str, dict] = {}
+    active = list(plans)
+    while active:
+        n_prompts = max(len(ctx.prompts[p.cell.domain]) for p in active)
+        groups = ([active] if cfg.interleave == "sweep" else [[p] for p in active])
+        for group in groups:
+            for rep in range(cfg.repeats):
+                for pi in range(n_prompts):
+                    for plan in group:
+                        cid = plan.cell_id
+                        if pi >= len(ctx.prompts[plan.cell.domain]) or (rep, pi) in staged[cid]:
+                            continue
+                        if ctx.bar is not None:
+                            ctx.bar.set_description(f"repeat {rep + 1}/{cfg.repeats} {plan.cell.draft} "
+                                                    f"{plan.cell.gamma.to_str()} {plan.cell.domain}")
+                        v = _visit(ctx, plan, modes[cid], rep, pi, attempts[cid])
+                        if stage is not None:
+                            stage(v.to_record())
+                        staged[cid][(rep, pi)] = v
+                        if ctx.bar is not None:
+                            ctx.bar.update(1)
+        again = []
+        for plan in active:
+            cid = plan.cell_id
+            m = measurement_of(list(staged[cid].values()))
+            stab = stats.stability(stats.normalise_per_prompt(m.series.prompt, m.series.base), cfg.cv_threshold,
+                                   cfg.drift_threshold)
+            if stab.unstable and attempts[cid] <= cfg.until_stable:
+                if on_attempt:
+                    on_attempt(f"cell {cid} unstable ({stab.reason}); re-measuring (attempt {attempts[cid] + 1} of "
+                               f"{cfg.until_stable + 1})")
+                attempts[cid] += 1
+                staged[cid] = {}
+                if ctx.bar is not None:
+                    ctx.bar.total += len(ctx.prompts[plan.cell.domain]) * cfg.repeats
+                again.append(plan)
+                continue
+            rows[cid] = _finish(ctx, plan, m, modes[cid], stab, attempts[cid])
+            if on_row:
+                on_row(rows[cid])
+        active = again
+    return [rows[p.cell_id] for p in plans]
+
+
+def run_cell(ctx: CellContext, draft: Any, spec: GammaSpec | str, temp: float, domain: str,
+             head_k: int | None = None, draft_label: str | None = None,
+             on_attempt: Callable[[str], None] | None = None) -> dict:
+    """Measure one cell with :func:`measure_cells` and write it; returns its ``cells.csv`` row.
+
+    ``draft_label`` names the draft in the records (the head sweep's
+    ``<draft>+<variant>``); ``head_k`` the kept vocabulary of a pruned head.
+    """
+    cell = records.CellId(draft_label or draft.name, GammaSpec.parse(spec), temp, domain, head_k)
+    return measure_cells(ctx, [CellPlan(cell, draft)], on_attempt=on_attempt)[0]
 
 
 # -- summary ----------------------------------------------------------------------------------
@@ -668,6 +795,7 @@ def fingerprint(config: SweepConfig, device: str, selection: dict, hardware: dic
             "prompts": {k: v for k, v in selection.items() if k != "file"},
             "max_new_tokens": config.max_new_tokens, "max_prompt_tokens": config.max_prompt_tokens,
             "seed": config.seed, "repeats": config.repeats, "warmup": config.warmup,
+            "interleave": config.interleave,
             "versions": {k: versions.get(k) for k in ("python", "torch", "transformers", "cuda")},
             "hardware": {k: hardware.get(k) for k in ("device", "cpu", "cores", "gpu")}}
 
@@ -716,8 +844,11 @@ class PendingCell(NamedTuple):
     domain: str
     gamma: GammaSpec
 
+    def cell(self, draft_names: Sequence[str]) -> records.CellId:
+        return records.CellId(draft_names[self.draft_index], self.gamma, float(self.temperature), self.domain)
+
     def cell_id(self, draft_names: Sequence[str]) -> str:
-        return records.CellId(draft_names[self.draft_index], self.gamma, self.temperature, self.domain).to_str()
+        return self.cell(draft_names).to_str()
 
 
 def pending_cells(config: SweepConfig, draft_names: list[str], domains: list[str],
@@ -827,13 +958,12 @@ def _load_models(engine: Any, config: SweepConfig, device: str, writer: records.
 
 def _run_cells(ctx: CellContext, drafts: list[Any], todo: list[PendingCell], done_cells: list[dict],
                synthetic: bool, on_cell: Callable[[dict], None] | None, say: Callable[[str], None]) -> None:
-    """Measure the pending cells in order; the run's summary is rewritten after each."""
+    """Measure the pending cells (interleaved, :func:`measure_cells`); the run's summary is rewritten after
+    each finished cell."""
     bar = ctx.bar
-    for i, c in enumerate(todo):
-        d = drafts[c.draft_index]
-        if bar is not None:
-            bar.set_description(f"cell {i + 1}/{len(todo)} {d.name} {c.gamma.to_str()} {c.domain}")
-        row = run_cell(ctx, d, c.gamma, float(c.temperature), c.domain, on_attempt=say)
+    names = [d.name for d in drafts]
+
+    def finished(row: dict) -> None:
         done_cells.append(row)
         ctx.writer.update(summary=summarize(done_cells, synthetic))
         if on_cell:
@@ -842,3 +972,7 @@ def _run_cells(ctx: CellContext, drafts: list[Any], todo: list[PendingCell], don
             on_cell(row)
             if bar is not None:
                 bar.refresh()
+
+    plans = [CellPlan(c.cell(names), drafts[c.draft_index]) for c in todo]
+    measure_cells(ctx, plans, on_attempt=say, on_row=finished)
+    ctx.writer.clear_staged()

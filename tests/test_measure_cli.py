@@ -129,6 +129,7 @@ NO_MODEL = "/nonexistent/specscope-model"  # any attempt to load it would fail w
     (("--cv-threshold", "abc"), "argument --cv-threshold: 'abc' is not a number"),
     (("--drift-threshold", "nan"), "argument --drift-threshold: nan is out of range"),
     (("--until-stable", "-1"), "argument --until-stable: -1 is out of range (valid: 0..100)"),
+    (("--interleave", "pass"), "argument --interleave: invalid choice: 'pass'"),
     (("--max-new-tokens", "0"), "argument --max-new-tokens: 0 is out of range"),
     (("--max-new-tokens", "1e12"), "argument --max-new-tokens: '1e12' is not an integer"),
     (("--prompts", "-3"), "argument --prompts: -3 is out of range"),

@@ -3,6 +3,7 @@ crash safety (SIGTERM, SIGKILL) and the head sweep through the same cell code.""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -128,20 +129,26 @@ except KeyboardInterrupt:
 """
 
 
+def _staged_lines(out: Path) -> int:
+    f = out / records.STAGED_VISITS
+    return len(f.read_text().splitlines()) if f.exists() else 0
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_kill_during_a_run_then_resume(tmp_path, sig):
+    """Killed mid-sweep, the run keeps every finished visit (staged on disk); the resume measures only the
+    missing ones and finishes every cell whole."""
     out = tmp_path / "r"
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen([sys.executable, "-c", _KILL_SCRIPT.format(tests=str(ROOT / "tests")), str(out)], env=env)
     try:
         deadline = time.time() + 120
-        while time.time() < deadline:  # wait for the first finished cell
-            f = out / "cells.csv"
-            if f.exists() and len(f.read_text().splitlines()) >= 2:
+        while time.time() < deadline:  # wait for a few finished visits (cells finish only at the end)
+            if _staged_lines(out) >= 3:
                 break
             time.sleep(0.05)
         else:
-            pytest.fail("no cell finished")
+            pytest.fail("no visit finished")
         p.send_signal(sig)
         p.wait(timeout=60)
     finally:
@@ -149,10 +156,12 @@ def test_kill_during_a_run_then_resume(tmp_path, sig):
             p.kill()
     run = records.load_run(out)
     assert run.status == "interrupted"  # SIGTERM: closed by the handler; SIGKILL: the dead pid is noticed
-    done = set(run.table("cells")["cell_id"])
-    assert len(done) >= 1
     if sig == signal.SIGTERM:
         assert p.returncode == 143
+    staged = [sweep.Visit.from_record(json.loads(ln))
+              for ln in (out / records.STAGED_VISITS).read_text().splitlines() if ln.strip()]
+    assert len(staged) >= 3
+    kept = {(r["cell_id"], r["prompt_id"], r["repeat"], r["mode"]): r["wall_s"] for v in staged for r in v.gen_rows}
     cfg = SweepConfig(target="toy", drafts=("ngram:2",), gammas=("fixed:2", "fixed:3", "fixed:4"),
                       domains=("code", "docs"), prompts_per_domain=2, max_new_tokens=12, repeats=2,
                       cost_curves=False, device="cpu")
@@ -161,10 +170,45 @@ def test_kill_during_a_run_then_resume(tmp_path, sig):
     assert again.status == "complete" and len(cells) == 6 and cells["cell_id"].is_unique
     gens = again.table("generations")
     assert (gens.groupby("cell_id").size() == 2 * 2 * 3).all()  # no half cell left behind
+    final = {(r["cell_id"], r["prompt_id"], r["repeat"], r["mode"]): r["wall_s"] for r in gens.to_dict("records")}
+    assert all(final[k] == pytest.approx(w) for k, w in kept.items())  # the staged visits, not re-measured
+    assert not (out / records.STAGED_VISITS).exists()  # every cell finished: nothing staged is left
+
+
+@pytest.mark.parametrize("mode", ["sweep", "cell"])
+def test_visits_are_interleaved_across_cells(tmp_path, monkeypatch, mode):
+    """``sweep``: prompt by prompt, repeat by repeat, every cell in each pass; ``cell``: one cell at a time."""
+    order = []
+    real = sweep._visit
+
+    def spy(ctx, plan, modes, rep, pi, attempt):
+        order.append((plan.cell_id, rep, pi))
+        return real(ctx, plan, modes, rep, pi, attempt)
+
+    monkeypatch.setattr(sweep, "_visit", spy)
+    run = run_sweep(_cfg(interleave=mode, cost_curves=False), tmp_path / "r", engine=ToyEngine(), show_bar=False)
+    cids = list(run.table("cells")["cell_id"])
+    assert len(cids) == 4 and len(order) == 4 * 2 * 2
+    if mode == "sweep":
+        want = [(c, rep, pi) for rep in range(2) for pi in range(2) for c in cids]
+    else:
+        want = [(c, rep, pi) for c in cids for rep in range(2) for pi in range(2)]
+    assert order == want
+
+
+def test_interleave_is_part_of_the_run_identity(tmp_path):
+    run_sweep(_cfg(domains=("code",), gammas=("fixed:2",), cost_curves=False), tmp_path / "r", engine=ToyEngine(),
+              show_bar=False)
+    with pytest.raises(records.FingerprintMismatch, match="interleave"):
+        run_sweep(_cfg(domains=("code",), gammas=("fixed:2",), cost_curves=False, interleave="cell"),
+                  tmp_path / "r", engine=ToyEngine(), show_bar=False)
+    with pytest.raises(ValueError, match="--interleave 'pass': unknown; valid: sweep, cell"):
+        _cfg(interleave="pass")
 
 
 def test_head_sweep_and_main_sweep_cells_share_one_code_path(tmp_path, monkeypatch):
-    """Both front ends call measure.sweep.run_cell; the head sweep's cells carry the same columns."""
+    """Both front ends measure and write cells with measure.sweep.measure_cells (its ``_finish``); the head
+    sweep's cells carry the same columns."""
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
@@ -177,19 +221,18 @@ def test_head_sweep_and_main_sweep_cells_share_one_code_path(tmp_path, monkeypat
             vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=8, max_position_embeddings=512)).save_pretrained(tiny)
     seen = []
-    real = sweep.run_cell
+    real = sweep._finish
 
-    def spy(*a, **kw):
-        seen.append(kw.get("head_k"))
-        return real(*a, **kw)
+    def spy(ctx, plan, *a, **kw):
+        seen.append(plan.cell.head_k)
+        return real(ctx, plan, *a, **kw)
 
-    monkeypatch.setattr(sweep, "run_cell", spy)
-    monkeypatch.setattr(head_sweep, "run_cell", spy)
+    monkeypatch.setattr(sweep, "_finish", spy)
     cfg = head_sweep.HeadSweepConfig(target=str(tiny), draft="bf16", head_ks=("50", "full"),
                                      variants=("clustered",), domains=("code",), prompts_per_domain=1,
                                      max_new_tokens=6, n_clusters=8, context_tokens=8, head_repeats=2,
                                      step_repeats=2, profile=False, cache_dir=str(tmp_path / "cache"),
-                                     device="cpu")
+                                     device="cpu", repeats=5)  # 2 pairs: Fieller's CI is often unbounded
     hs = head_sweep.run_head_sweep(cfg, tmp_path / "hs")
     assert sorted(k for k in seen if k is not None) == [50, 300]
     main = run_sweep(_cfg(gammas=("fixed:2",), domains=("code",)), tmp_path / "main", engine=ToyEngine(),

@@ -60,8 +60,8 @@ from measure.head.profiling import profile_rows_to_records, profile_step
 from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
 from measure.head.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
 from measure.cli import OneLineParser, csv_items, fail, int_in, quiet_third_party
-from measure.sweep import (CellContext, SweepConfig, cell_estimate, environment, fingerprint,
-                           parse_tokens, run_cell, select_prompts, silenced, summarize, summary_lines,
+from measure.sweep import (CellContext, CellPlan, SweepConfig, cell_estimate, environment, fingerprint,
+                           measure_cells, parse_tokens, select_prompts, silenced, summarize, summary_lines,
                            target_fingerprint)
 from measure.timing import Timer
 from sim.policies import GammaSpec
@@ -267,7 +267,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
                    progress: Callable[[str], None] | None = None, quiet: bool = False) -> records.Run:
     """Run (or resume) the pruned-head sweep into ``out_dir``; returns the run read back.
 
-    Each ``(variant, K, domain)`` is a cell measured by :func:`measure.sweep.run_cell`
+    Each ``(variant, K, domain)`` is a cell measured by :func:`measure.sweep.measure_cells`
     — the main sweep's own cell code (interleaved baseline, repeats, CIs,
     noise flags, token ids on disk) — with the pruned head swapped into the
     draft; the head-only numbers (head and draft-step latency, teacher-forced
@@ -359,9 +359,9 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
             say(f"{variant} K={k}")
             head = _build_head(variant, k, dense, clusters, counts, eos, config.scoring, scorer)
             with swapped_lm_head(dmodel, head):
-                for dom in prompts_by:  # the main sweep's cell code, one cell per domain
-                    if not writer.is_finished(records.CellId(label, policy, 0.0, dom, k).to_str()):
-                        run_cell(ctx, draft, policy, 0.0, dom, head_k=k, draft_label=label, on_attempt=say)
+                cell_plans = [CellPlan(records.CellId(label, policy, 0.0, dom, k), draft) for dom in prompts_by]
+                # the main sweep's cell code, one cell per domain, their visits interleaved
+                measure_cells(ctx, [c for c in cell_plans if not writer.is_finished(c.cell_id)], on_attempt=say)
                 run = records.load_run(writer.path)
                 cells = run.table("cells")
                 cells = cells[(cells["draft"] == label) & (cells["head_k"] == k)]
@@ -388,6 +388,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
             details[key] = records.clean_json({**asdict(hs), "speedup_lo": gm.lo, "speedup_hi": gm.hi,
                                                "n_unstable": row["n_unstable"]})
             writer.update(head_sweep_rows=details)
+        writer.clear_staged()
 
         if config.profile and not writer.has_rows("profile"):
             say("profiling")
