@@ -108,6 +108,7 @@ def test_head_sweep_end_to_end_on_smollm2_with_lowrank_and_resume(smollm2, tmp_p
     lr = run.meta["config"]["lowrank"]
     assert lr["rank"] == 64 and 0 < lr["logit_energy"] <= 1 and not lr["moment_from_cache"]
     assert lr["n_positions"] > 3  # positions of the calibration texts, not the evaluation prompts
+    assert run.meta["config"]["clusters"] is None  # no variant (and no profile) uses clusters: none built
     assert "lowrank" in format_table(run)
     # a second call finds every cell finished and measures nothing again
     again = run_head_sweep(cfg, tmp_path / "run")

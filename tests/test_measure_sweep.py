@@ -245,3 +245,4 @@ def test_head_sweep_and_main_sweep_cells_share_one_code_path(tmp_path, monkeypat
     hg = hs.table("generations")
     assert set(hg["mode"]) == {"baseline", "speculative"} and hg["tokens"].notna().all()
     assert len(hs.table("head_sweep")) == 2
+    assert hs.meta["config"]["clusters"]["max_cluster_size"] >= 1  # the clustered variant built them

