@@ -23,16 +23,21 @@ rate at 4 and 24 pairs). A tokens/s mean gets Student's t interval. Both are clo
 forms: no resampling, no seed.
 
 **Noise:** a cell is ``unstable`` when its baseline tokens/s (in the order
-the generations ran) has a coefficient of variation above ``cv_threshold``
-or drifts from its first third to its last third by more than
-``drift_threshold`` (relative to the mean). The reason is said in words.
+the generations ran, relative to each prompt's mean) has a coefficient of
+variation above ``cv_threshold`` or drifts from its first third to its last
+third by more than ``drift_threshold`` (relative to the mean). The reason is
+said in words. When the sweep interleaves its cells, each cell's visits span
+the whole run, so the baseline is first divided by the machine's pace in
+each pass (:func:`normalise_by_pace`): a machine drifting by 20% over ten
+minutes, which pairing cancels, flags nothing; a disturbance of some
+visits does.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -152,7 +157,7 @@ def mean_ci(values: Sequence[float]) -> Estimate:
 
 
 def stability(base_tps_in_order: Sequence[float], cv_threshold: float = CV_THRESHOLD,
-              drift_threshold: float = DRIFT_THRESHOLD) -> Stability:
+              drift_threshold: float = DRIFT_THRESHOLD, what: str = "baseline") -> Stability:
     """Flag a baseline series (in the order it was measured) that varies or drifts too much.
 
     Prompts differ in length and content, so the series should be one value
@@ -169,9 +174,9 @@ def stability(base_tps_in_order: Sequence[float], cv_threshold: float = CV_THRES
     drift = float(abs(a[-third:].mean() - a[:third].mean()) / mean) if len(a) >= 3 else 0.0
     reasons = []
     if cv > cv_threshold:
-        reasons.append(f"baseline varied {100 * cv:.0f}% (threshold {100 * cv_threshold:.0f}%)")
+        reasons.append(f"{what} varied {100 * cv:.0f}% (threshold {100 * cv_threshold:.0f}%)")
     if drift > drift_threshold:
-        reasons.append(f"baseline drifted {100 * drift:.0f}% from start to end (threshold "
+        reasons.append(f"{what} drifted {100 * drift:.0f}% from start to end (threshold "
                        f"{100 * drift_threshold:.0f}%)")
     return Stability(bool(reasons), cv, drift, "; ".join(reasons))
 
@@ -187,6 +192,39 @@ def normalise_per_prompt(prompt_ids: Sequence[str], values: Sequence[float]) -> 
         means[p] = float(vals.mean()) if len(vals) else float("nan")
     return [float(x) / means[p] if means[p] and math.isfinite(means[p]) else float("nan")
             for p, x in zip(ids, v)]
+
+
+def normalise_by_pace(series: Mapping[str, tuple[Sequence[str], Sequence[int], Sequence[float]]]
+                      ) -> dict[str, list[float]]:
+    """Baselines of cells measured interleaved, each relative to its prompt and to the machine's pace then.
+
+    ``series`` maps a cell to its visits' (prompt ids, passes, baseline tokens/s),
+    in measured order. A value is divided by its prompt's mean over every cell
+    (cells of one domain share prompts, and a baseline generation does the same
+    work whatever the draft) and by the mean of the prompt-normalised values of
+    its pass (the pace of the machine while that pass ran). A machine that
+    slows or speeds up between passes — harmless to a speedup, whose baseline
+    and method are measured back to back — then leaves the values flat; a
+    visit disturbed on its own (a process competing for a core for a while)
+    stands out.
+    """
+    by_prompt: dict[str, list[float]] = {}
+    for ids, _passes, vals in series.values():
+        for p, v in zip(ids, _finite(vals)):
+            if math.isfinite(v):
+                by_prompt.setdefault(p, []).append(float(v))
+    prompt_mean = {p: float(np.mean(v)) for p, v in by_prompt.items()}
+    by_pass: dict[int, list[float]] = {}
+    for ids, passes, vals in series.values():
+        for p, r, v in zip(ids, passes, _finite(vals)):
+            if math.isfinite(v) and prompt_mean.get(p):
+                by_pass.setdefault(int(r), []).append(float(v) / prompt_mean[p])
+    pace = {r: float(np.mean(v)) for r, v in by_pass.items()}
+    out: dict[str, list[float]] = {}
+    for cell, (ids, passes, vals) in series.items():
+        out[cell] = [float(v) / (prompt_mean[p] * pace[int(r)]) if math.isfinite(v) and prompt_mean.get(p)
+                     and pace.get(int(r)) else float("nan") for p, r, v in zip(ids, passes, _finite(vals))]
+    return out
 
 
 def geomean_ci(estimates: Sequence[Estimate]) -> Estimate:

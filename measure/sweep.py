@@ -16,9 +16,10 @@ One pipeline for every cell, whatever the draft or engine (:func:`run_cell`):
 * **One estimator** (:mod:`measure.stats`): speedup = mean tokens/s of the
   method / mean tokens/s of the baseline over the cell's (prompt, repeat)
   pairs, with Fieller's paired 95% CI; every tokens/s has its Student-t CI.
-* **Noise.** A cell whose baseline (normalised per prompt, in measured order)
-  varies or drifts beyond the thresholds is flagged ``unstable`` with the
-  reason in words; ``until_stable`` re-measures such a cell up to N times.
+* **Noise.** A cell whose baseline (normalised per prompt, in measured order;
+  interleaved, also by the machine's pace in each pass,
+  :func:`measure.stats.normalise_by_pace`) varies or drifts beyond the
+  thresholds is flagged ``unstable`` with the reason in words; ``until_stable`` re-measures such a cell up to N times.
 * **Records.** Each finished visit is staged on disk at once
   (``visits.partial.jsonl``); a cell's rows go to its tables when its last
   visit is done (its ``cells.csv`` row last), so an interruption loses at
@@ -367,6 +368,7 @@ class CellSeries:
     """Per (prompt, repeat) visit of a cell: tokens/s of each mode, and the peer's own counts."""
 
     prompt: list[str] = field(default_factory=list)
+    repeat: list[int] = field(default_factory=list)
     base: list[float] = field(default_factory=list)
     spec: list[float] = field(default_factory=list)
     peer: list[float] = field(default_factory=list)
@@ -488,6 +490,7 @@ def measurement_of(visits: Sequence[Visit]) -> CellMeasurement:
             series.peer_drafted += int(peer["drafted"])
             series.peer_accepted += int(peer["accepted"])
         series.prompt.append(str(by_mode["baseline"]["prompt_id"]))
+        series.repeat.append(v.repeat)
         series.base.append(_tps(by_mode["baseline"]))
         series.spec.append(_tps(by_mode["speculative"]))
         series.peer.append(_tps(peer))
@@ -656,12 +659,19 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                         staged[cid][(rep, pi)] = v
                         if ctx.bar is not None:
                             ctx.bar.update(1)
+        ms = {p.cell_id: measurement_of(list(staged[p.cell_id].values())) for p in active}
+        if cfg.interleave == "sweep" and len(active) > 1:  # each cell spans the run: against the pass's pace
+            what = "baseline (against the machine's pace in its pass)"
+            normed = stats.normalise_by_pace({cid: (m.series.prompt, m.series.repeat, m.series.base)
+                                              for cid, m in ms.items()})
+        else:
+            what = "baseline"
+            normed = {cid: stats.normalise_per_prompt(m.series.prompt, m.series.base) for cid, m in ms.items()}
         again = []
         for plan in active:
             cid = plan.cell_id
-            m = measurement_of(list(staged[cid].values()))
-            stab = stats.stability(stats.normalise_per_prompt(m.series.prompt, m.series.base), cfg.cv_threshold,
-                                   cfg.drift_threshold)
+            m = ms[cid]
+            stab = stats.stability(normed[cid], cfg.cv_threshold, cfg.drift_threshold, what)
             if stab.unstable and attempts[cid] <= cfg.until_stable:
                 if on_attempt:
                     on_attempt(f"cell {cid} unstable ({stab.reason}); re-measuring (attempt {attempts[cid] + 1} of "

@@ -77,3 +77,34 @@ def test_geomean_ci_and_overlap():
     assert stats.overlaps(a, b) is False and stats.overlaps(a, stats.Estimate(1.25, 1.2, 1.4)) is True
     assert stats.geomean_ci([stats.Estimate(1.1, None, None)]).lo is None
     assert a.as_text(2) == "1.20 [1.10, 1.30]"
+
+
+def _interleaved(pace: list[float], hog: tuple[str, int, int] | None = None, seed: int = 0) -> dict:
+    """Baselines of 4 cells (2 domains × 2 γ, 2 prompts each) visited in passes, the machine's speed per pass
+    given by ``pace``; ``hog`` = (cell, pass, prompt index) slowed to 60%. 1% seeded jitter."""
+    rng = np.random.default_rng(seed)
+    speed = {"code/a": 14.0, "code/b": 17.0, "docs/a": 12.0, "docs/b": 15.0}
+    out = {}
+    for cell, dom in (("c2", "code"), ("c4", "code"), ("d2", "docs"), ("d4", "docs")):
+        ids, passes, vals = [], [], []
+        for r, s in enumerate(pace):
+            for pi, p in enumerate((f"{dom}/a", f"{dom}/b")):
+                v = speed[p] * s * (1 + 0.01 * rng.standard_normal())
+                if hog == (cell, r, pi):
+                    v *= 0.6
+                ids.append(p), passes.append(r), vals.append(v)
+        out[cell] = (ids, passes, vals)
+    return out
+
+
+def test_pace_normalisation_ignores_a_drifting_machine_and_flags_a_disturbed_visit():
+    drifting = _interleaved([1.0, 1.15, 1.3])  # the whole machine 30% faster by the last pass
+    flat = stats.normalise_by_pace(drifting)
+    for cell, (ids, _, vals) in drifting.items():
+        assert stats.stability(stats.normalise_per_prompt(ids, vals)).unstable  # judged raw: every cell flagged
+        assert not stats.stability(flat[cell]).unstable, cell  # against the pace: none
+    hogged = _interleaved([1.0, 1.15, 1.3], hog=("d2", 1, 0))
+    flags = {c: stats.stability(v, what="baseline (against the pace)") for c, v in
+             stats.normalise_by_pace(hogged).items()}
+    assert flags["d2"].unstable and "baseline (against the pace) varied" in flags["d2"].reason
+    assert not any(f.unstable for c, f in flags.items() if c != "d2")

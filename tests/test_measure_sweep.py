@@ -99,9 +99,9 @@ def test_until_stable_remeasures_an_unstable_cell(tmp_path, monkeypatch):
     calls = []
     real = sweep.stats.stability
 
-    def flaky(values, cv, drift):
+    def flaky(values, cv, drift, what="baseline"):
         calls.append(1)
-        st = real(values, cv, drift)
+        st = real(values, cv, drift, what)
         if len(calls) == 1:  # the first attempt looks noisy
             return sweep.stats.Stability(True, 0.5, 0.0, "baseline varied 50% (threshold 10%)")
         return st
