@@ -187,6 +187,15 @@ class RowCollector:
     def update(self, **fields: Any) -> None:
         self.meta.update(fields)
 
+    def stage(self, record: Mapping[str, Any]) -> None:
+        """Visits are not staged on a worker: a cell lost with its worker is re-run whole by Ray."""
+
+    def staged(self) -> list[dict]:
+        return []
+
+    def clear_staged(self) -> None:
+        """Nothing staged (:meth:`stage`)."""
+
 
 class CellWorker:
     """A sweep's models on one worker process, rebuilt from the config alone (the driver sends nothing else)."""

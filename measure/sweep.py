@@ -624,11 +624,10 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
     ``on_row`` sees each cell's row as it is written.
     """
     cfg = ctx.config
-    stage = getattr(ctx.writer, "stage", None)  # a worker's RowCollector stages nothing
     wanted = {p.cell_id for p in plans}
     staged: dict[str, dict[tuple[int, int], Visit]] = {cid: {} for cid in wanted}
     attempts = {cid: 1 for cid in wanted}
-    for rec in (ctx.writer.staged() if stage is not None else ()):
+    for rec in ctx.writer.staged():
         v = Visit.from_record(rec)
         if v.cell_id not in wanted or v.attempt < attempts[v.cell_id]:
             continue
@@ -654,8 +653,7 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                             ctx.bar.set_description(f"repeat {rep + 1}/{cfg.repeats} {plan.cell.draft} "
                                                     f"{plan.cell.gamma.to_str()} {plan.cell.domain}")
                         v = _visit(ctx, plan, modes[cid], rep, pi, attempts[cid])
-                        if stage is not None:
-                            stage(v.to_record())
+                        ctx.writer.stage(v.to_record())
                         staged[cid][(rep, pi)] = v
                         if ctx.bar is not None:
                             ctx.bar.update(1)
