@@ -29,9 +29,7 @@ run: $(STAMP)
 	cat $(RUN_DIR)/predict.txt
 	# --quiet silences third-party loading output only: the per-cell progress bar and the table stay;
 	# --force-new: each `make run` measures afresh (a previous run is kept as measure.replaced-<time>)
-	# --threads 1: on a 2-core machine the other core absorbs everything else, which halves the noise of a
-	# paired speedup (README "Measured twice"); --repeats 2 keeps the job near 9 minutes at one thread
-	$(PY) -m measure --quiet --force-new --threads 1 --repeats 2 --out $(RUN_DIR)/measure
+	$(PY) -m measure --quiet --force-new --out $(RUN_DIR)/measure
 	$(PY) -m calibrate $(RUN_DIR)/measure --out $(RUN_DIR)/calibration
 	$(PY) -m reports $(RUN_DIR)/calibration --out $(RUN_DIR)/report
 	@echo "report: $(RUN_DIR)/report/report.html"
