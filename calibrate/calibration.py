@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -599,10 +599,13 @@ def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
     data = load_runs(paths, allow_incomplete=allow_incomplete, pool_hardware=pool_hardware)
     folds = holdout_folds(data.cells, holdout)
     cal = Calibrator(data, seed=seed)
-    stable = ~data.cells["unstable"].astype(bool)
-    if not stable.any():
-        raise ValueError("every cell is flagged unstable: nothing to fit on; re-measure on a quiet machine "
-                         "(measure --until-stable N or more --repeats)")
+    flagged = data.cells["unstable"].astype(bool)
+    stable = ~flagged  # the cells the timing fits use
+    if not stable.any():  # a busy machine touches every interleaved cell: fit on all of them, and say so
+        stable = flagged
+        data = replace(data, notes=data.notes + (
+            "every cell is flagged unstable: the timing fits use all of them and are as noisy as they are; "
+            "re-measure on a quiet machine (measure --until-stable N or more --repeats)",))
     all_models = cal.fit(data.cells[stable], "all", acceptance_train=data.cells)
     in_sample = add_errors(cal.predict(data.cells, all_models, data.cells))
     held = []
@@ -621,7 +624,7 @@ def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
     return CalibrationResult(data, holdout, all_models, in_sample, held_out, mape_table(in_sample),
                              mape_table(held_out) if len(held_out) else {}, tuple(fold_info), curves,
                              unstable_table(held_out) if len(held_out) else unstable_table(in_sample),
-                             tuple(data.cells.loc[~stable, "key"]), pooled_acceptance(data), group_traces(data))
+                             tuple(data.cells.loc[flagged, "key"]), pooled_acceptance(data), group_traces(data))
 
 
 def slug(text: str) -> str:
