@@ -33,8 +33,9 @@ DEFAULT_DRAFTS = ("ngram:3",)
 #: Two draft lengths, so that ``calibrate --holdout gamma`` has one to fit and one to predict.
 DEFAULT_GAMMAS = ("fixed:2", "fixed:4")
 #: Repeats per cell: 3, so each cell has 6 (prompt, repeat) pairs. With the visits interleaved across the
-#: cells, one pair's speedup varies by about ±8% on this 2-core VM (runs/s23a), so 4 pairs left a
-#: cell's mean about ±4% from its truth: as large as the 5% the calibration is judged by. Each repeat of
+#: cells, one pair's speedup varies by 6.6-8.1% on this 2-core VM (``benchmarks/pair_noise.py`` on
+#: results/cpu-make-run-interleaved-c, -d), so 4 pairs left a cell's mean about ±4% from its truth:
+#: close to the 5% the calibration is judged by. Each repeat of
 #: the default job (6 cells × 2 prompts × 3 modes × 64 tokens) takes about 2.5 min here.
 DEFAULT_REPEATS = 3
 GPU_DEFAULT_PAIRS = ("gpt2-small-large", "llama3-1b-3b")

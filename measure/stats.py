@@ -208,22 +208,22 @@ def normalise_by_pace(series: Mapping[str, tuple[Sequence[str], Sequence[int], S
     visit disturbed on its own (a process competing for a core for a while)
     stands out.
     """
-    by_prompt: dict[str, list[float]] = {}
-    for ids, _passes, vals in series.values():
-        for p, v in zip(ids, _finite(vals)):
-            if math.isfinite(v):
-                by_prompt.setdefault(p, []).append(float(v))
-    prompt_mean = {p: float(np.mean(v)) for p, v in by_prompt.items()}
+    cells = list(series)
+    flat = normalise_per_prompt([p for c in cells for p in series[c][0]],
+                                [v for c in cells for v in series[c][2]])  # prompts' means over every cell
+    passes = [int(r) for c in cells for r in series[c][1]]
     by_pass: dict[int, list[float]] = {}
-    for ids, passes, vals in series.values():
-        for p, r, v in zip(ids, passes, _finite(vals)):
-            if math.isfinite(v) and prompt_mean.get(p):
-                by_pass.setdefault(int(r), []).append(float(v) / prompt_mean[p])
+    for r, v in zip(passes, flat):
+        if math.isfinite(v):
+            by_pass.setdefault(r, []).append(v)
     pace = {r: float(np.mean(v)) for r, v in by_pass.items()}
+    normed = [v / pace[r] if math.isfinite(v) and pace.get(r) else float("nan") for r, v in zip(passes, flat)]
     out: dict[str, list[float]] = {}
-    for cell, (ids, passes, vals) in series.items():
-        out[cell] = [float(v) / (prompt_mean[p] * pace[int(r)]) if math.isfinite(v) and prompt_mean.get(p)
-                     and pace.get(int(r)) else float("nan") for p, r, v in zip(ids, passes, _finite(vals))]
+    i = 0
+    for c in cells:
+        n = len(series[c][2])
+        out[c] = normed[i:i + n]
+        i += n
     return out
 
 
