@@ -348,9 +348,12 @@ class Calibrator:
         return out if mode is None or out.empty else out[out["mode"] == mode]
 
     def fit(self, train: pd.DataFrame, label: str, drop_k: float | None = None, *,
-            acceptance_train: pd.DataFrame) -> FoldModels:
-        """Cost, prefill and in-loop scales from ``train`` (the stable training cells); acceptance from
+            acceptance_train: pd.DataFrame, cost_train: pd.DataFrame | None = None) -> FoldModels:
+        """Prefill from ``train`` (the stable training cells); the cost model and its in-loop scales from
+        ``cost_train`` (default ``train``; :func:`calibrate` passes every training cell, weighted by the
+        variance of its scales: :func:`calibrate.fit_cost.cell_weighted_ratio`); acceptance from
         ``acceptance_train`` (every training cell, stable or not)."""
+        cost_train = train if cost_train is None else cost_train
         cells = self.data.cells
         notes: list[str] = []
         cost: dict[tuple, CostFit] = {}
@@ -358,6 +361,7 @@ class Calibrator:
         for run_label, run in self.data.runs.items():
             run_cells = cells[cells["run"] == run_label]
             tr_run = train[train["run"] == run_label]
+            cost_run = cost_train[cost_train["run"] == run_label]
             cd = run.table("cost_draft")
             if drop_k is not None and not cd.empty:
                 cd = cd[cd["head_k"].map(_k_key) != drop_k]
@@ -373,7 +377,7 @@ class Calibrator:
             configs = run_cells[["draft", "head_k"]].drop_duplicates()
             for draft, hk in configs.itertuples(index=False):
                 hk = _k_key(hk)
-                tr = tr_run[tr_run["draft"] == draft]
+                tr = cost_run[cost_run["draft"] == draft]
                 cd_k = cd
                 if hk is not None:
                     same_k = tr[tr["head_k"] == hk]
@@ -588,11 +592,13 @@ def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
               allow_incomplete: bool = False, pool_hardware: bool = False) -> CalibrationResult:
     """Fit on the run directories and validate on held-out cells (see module docstring).
 
-    Unstable cells (``cells.csv`` ``unstable``) are left out of every *timing*
-    fit (cost, in-loop scales, prefill) and predicted like the others, but their
-    errors are reported apart (``CalibrationResult.unstable_held_out``), never
-    in the MAPE. Their acceptance (rounds, traces) is kept in the fits: which
-    tokens were accepted does not depend on how fast the machine was.
+    Unstable cells (``cells.csv`` ``unstable``) stay in the cost fit with the
+    weight of their variance (the in-loop scales combine cells by inverse
+    variance, :func:`calibrate.fit_cost.cell_weighted_ratio`), are left out
+    of the prefill fit, and are predicted like the others, but their errors
+    are reported apart (``CalibrationResult.unstable_held_out``), never in the
+    MAPE. Their acceptance (rounds, traces) is kept in the fits: which tokens
+    were accepted does not depend on how fast the machine was.
     """
     if holdout not in HOLDOUT_MODES:
         raise ValueError(f"unknown --holdout {holdout!r}; valid: {', '.join(HOLDOUT_MODES)}")
@@ -604,9 +610,9 @@ def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
     if not stable.any():  # a busy machine touches every interleaved cell: fit on all of them, and say so
         stable = flagged
         data = replace(data, notes=data.notes + (
-            "every cell is flagged unstable: the timing fits use all of them and are as noisy as they are; "
+            "every cell is flagged unstable: the prefill fit uses all of them and is as noisy as they are; "
             "re-measure on a quiet machine (measure --until-stable N or more --repeats)",))
-    all_models = cal.fit(data.cells[stable], "all", acceptance_train=data.cells)
+    all_models = cal.fit(data.cells[stable], "all", acceptance_train=data.cells, cost_train=data.cells)
     in_sample = add_errors(cal.predict(data.cells, all_models, data.cells))
     held = []
     fold_info = []
@@ -614,9 +620,10 @@ def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
         train_all, test = data.cells[~mask], data.cells[mask]
         train = train_all[stable[~mask]]
         drop_k = float(test["head_k"].iloc[0]) if holdout == "k" else None
-        models = cal.fit(train, label, drop_k=drop_k, acceptance_train=train_all)
+        models = cal.fit(train if len(train) else train_all, label, drop_k=drop_k, acceptance_train=train_all,
+                         cost_train=train_all)
         held.append(cal.predict(test, models, train_all))
-        fold_info.append({"fold": label, "train_cells": list(train["key"]),
+        fold_info.append({"fold": label, "train_cells": list(train["key"]), "cost_train_cells": list(train_all["key"]),
                           "acceptance_train_cells": list(train_all["key"]), "test_cells": list(test["key"]),
                           "notes": list(models.notes)})
     held_out = add_errors(pd.concat(held, ignore_index=True)) if held else pd.DataFrame()

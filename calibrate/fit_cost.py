@@ -36,7 +36,11 @@ what is fitted).
   verification of ``drafted + 1`` tokens, ``baseline_scale`` the same for the baseline decode steps
   (from ``generations.csv``). They multiply the tabulated times; each is
   reported with a standard error, and a value far from 1 says the
-  micro-benchmark misrepresents the loop.
+  micro-benchmark misrepresents the loop. With rows of several cells, each
+  cell's ratio (its standard error across the cell's generations) is
+  combined by inverse variance (:func:`cell_weighted_ratio`): a cell whose
+  generations disagree — an unstable cell, timed while the machine was
+  busy — counts for less instead of being dropped.
 """
 
 from __future__ import annotations
@@ -235,6 +239,33 @@ def _ratio_param(name: str, measured: np.ndarray, modelled: np.ndarray) -> Param
     return Param(name, float(r), se, "×")
 
 
+def cell_weighted_ratio(name: str, measured: np.ndarray, modelled: np.ndarray, rows: pd.DataFrame) -> Param:
+    """Σ measured / Σ modelled per cell, the cells combined by the inverse variance of their ratios.
+
+    ``rows`` (aligned with the arrays) names each value's cell (``key``, else
+    ``cell_id``) and generation (``prompt_id``, ``repeat``): a cell's
+    standard error is that of its ratio across its generations. Falls back to
+    the pooled ratio (:func:`_ratio_param`) when a cell's standard error is
+    unknown (one generation) or zero, or there is one cell.
+    """
+    cell_col = "key" if "key" in rows else "cell_id" if "cell_id" in rows else None
+    if cell_col is None or rows[cell_col].nunique() < 2 or not {"prompt_id", "repeat"} <= set(rows):
+        return _ratio_param(name, measured, modelled)
+    df = pd.DataFrame({"m": np.asarray(measured, float), "mod": np.asarray(modelled, float),
+                       "cell": rows[cell_col].to_numpy(), "prompt": rows["prompt_id"].to_numpy(),
+                       "rep": rows["repeat"].to_numpy()})
+    per_cell = []
+    for _, sub in df.groupby("cell", sort=True):
+        gen = sub.groupby(["prompt", "rep"])[["m", "mod"]].sum()
+        per_cell.append(_ratio_param(name, gen["m"].to_numpy(), gen["mod"].to_numpy()))
+    se = np.array([p.stderr for p in per_cell])
+    if not np.all(np.isfinite(se) & (se > 0)):
+        return _ratio_param(name, measured, modelled)
+    w = 1.0 / se**2
+    v = np.array([p.value for p in per_cell])
+    return Param(name, float((w * v).sum() / w.sum()), float(1.0 / math.sqrt(w.sum())), "×")
+
+
 @dataclass(frozen=True)
 class CostFit:
     """The fitted cost model of one draft and how it was obtained."""
@@ -339,15 +370,15 @@ def _in_loop_scales(base_model: TabulatedCost, train_rounds: pd.DataFrame,
         ctx = r["context_tokens"].to_numpy(float)
         mod_draft = np.array([sum(base_model.draft_step_ms(c + i) for i in range(gi)) for gi, c in zip(g, ctx)])
         mod_verify = np.array([base_model.verify_ms(gi + 1, c) for gi, c in zip(g, ctx)])
-        scales.append(_ratio_param("draft_scale", r["draft_ms"].to_numpy(float), mod_draft))
-        scales.append(_ratio_param("verify_scale", r["verify_ms"].to_numpy(float), mod_verify))
+        scales.append(cell_weighted_ratio("draft_scale", r["draft_ms"].to_numpy(float), mod_draft, r))
+        scales.append(cell_weighted_ratio("verify_scale", r["verify_ms"].to_numpy(float), mod_verify, r))
     if len(train_baseline):
         b = train_baseline
         steps = (b["new_tokens"].to_numpy(float) - 1).clip(min=1)
         decode_ms = b["wall_s"].to_numpy(float) * 1e3 - b["ttft_ms"].to_numpy(float)
         mean_ctx = b["prompt_tokens"].to_numpy(float) + b["new_tokens"].to_numpy(float) / 2
         modelled = np.array([base_model.target_step_ms(c) for c in mean_ctx]) * steps
-        scales.append(_ratio_param("baseline_scale", decode_ms, modelled))
+        scales.append(cell_weighted_ratio("baseline_scale", decode_ms, modelled, b))
     return scales
 
 
@@ -405,5 +436,5 @@ def fit_cost(
     return CostFit(draft, head_k, model, tc.fit, step.fit, overhead, tuple(scales), tuple(notes))
 
 
-__all__ = ["CostFit", "DraftStep", "LinearFit", "Param", "ParamName", "TargetCurve", "fit_cost", "fit_draft",
+__all__ = ["CostFit", "cell_weighted_ratio", "DraftStep", "LinearFit", "Param", "ParamName", "TargetCurve", "fit_cost", "fit_draft",
            "fit_target", "ols", "target_curve"]

@@ -165,8 +165,9 @@ PREDICTION_METHODS = {
 }
 NOISE_FLOOR = ("a prediction is judged against the measured 95% CI of the cell's speedup (Fieller's interval "
                "over the prompt x repeat pairs): inside_ci per prediction, share_inside_ci per method. Unstable "
-               "cells (noisy baseline) are left out of the timing fits (their acceptance stays in) and out of "
-               "the MAPE, and reported apart (unstable_held_out)")
+               "cells (noisy baseline) are weighted by their variance in the cost fit's in-loop scales, left out "
+               "of the prefill fit (their acceptance stays in) and out of the MAPE, and reported apart "
+               "(unstable_held_out)")
 
 
 def _calibration_doc(res: CalibrationResult, files: dict, cost_section: dict, acc_section: dict,

@@ -38,6 +38,7 @@ with a pruned draft and its ``head_k``; a Ray worker measures one cell with :fun
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import hashlib
@@ -48,7 +49,7 @@ import platform
 import random
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
@@ -223,59 +224,115 @@ def environment(device: str) -> tuple[dict, dict, str | None]:
 
 
 # -- cost curves ----------------------------------------------------------------------------
-@torch.inference_mode()
+@dataclass(frozen=True)
+class CostPoint:
+    """One point of the cost curves: a target forward of ``n`` tokens after ``context`` cached, or (``draft``
+    set, the index of a draft) one draft step after ``context``. ``repeat`` -1 is the untimed warm-up."""
+
+    repeat: int
+    context: int
+    n: int = 0
+    draft: int | None = None
+
+
+class CostCurves:
+    """The cost-curve micro-benchmark as a queue of points, timed all at once or a few between a sweep's visits.
+
+    Target forward ms per (tokens verified 1..max_tokens, context) and draft
+    step ms per context, timed through the engine seam
+    (``target.new_decoder()``: forward ``n`` tokens after ``c`` cached, roll
+    back to ``c``; a draft's ``propose`` of one token after ``start``). Every
+    repeat visits all points in a fresh seeded random order, after one
+    untimed warm-up pass. Timed a few points after each visit of the
+    interleaved sweep (:func:`measure_cells` ``between``), the curves see the
+    machine in the same slow and fast modes as the cells they are compared
+    with: timed in one block before the cells, a run's 2- and 3-token
+    forwards once cost what its 1-token forward did for the whole block
+    (1.03x) and 1.22x inside the loop (``results/cpu-make-run-interleaved-a``).
+    ``done_target`` / ``done_draft``: keys ``(n_tokens, context_tokens,
+    repeat)`` / ``(draft, context_tokens, repeat)`` already on disk (a
+    resumed run), not timed again.
+    """
+
+    def __init__(self, target: Any, drafts: list[Any], timer: Timer, contexts: tuple[int, ...], max_tokens: int,
+                 repeats: int, seed: int, draft_labels: list[tuple[str, int | None]] | None = None,
+                 done_target: set[tuple[int, int, int]] = frozenset(),
+                 done_draft: set[tuple[str, int, int]] = frozenset()) -> None:
+        self.target, self.drafts, self.timer = target, drafts, timer
+        self.labels = draft_labels or [(d.name, None) for d in drafts]
+        g = torch.Generator().manual_seed(seed)
+        rng = random.Random(seed)
+        self.ids = torch.randint(0, target.vocab_size, (1, max(contexts) + max_tokens + 1),
+                                 generator=g).to(target.device)  # [1, C+K]
+        points = ([CostPoint(0, c, n) for c in contexts for n in range(1, max_tokens + 1)]
+                  + [CostPoint(0, c, draft=i) for i in range(len(drafts)) for c in contexts])
+        todo: list[CostPoint] = []
+        for rep in range(repeats):
+            order = [replace(p, repeat=rep) for p in points]
+            rng.shuffle(order)
+            todo.extend(p for p in order if not self._done(p, done_target, done_draft))
+        self.warm_up = [replace(p, repeat=-1) for p in points] if todo else []
+        self.pending = collections.deque(todo)
+        self._decs: dict[int, Any] = {}
+
+    def _done(self, p: CostPoint, done_target: set, done_draft: set) -> bool:
+        if p.draft is None:
+            return (p.n, p.context, p.repeat) in done_target
+        return (self.labels[p.draft][0], p.context, p.repeat) in done_draft
+
+    def __len__(self) -> int:
+        """Points still to time (the warm-up not counted)."""
+        return len(self.pending)
+
+    @torch.inference_mode()
+    def _time(self, p: CostPoint) -> float:
+        if p.draft is None:
+            dec = self._decs.get(p.context)
+            if dec is None:
+                dec = self._decs[p.context] = self.target.new_decoder()
+                dec.forward(self.ids[:, :p.context], last_only=True)
+            x = self.ids[:, p.context:p.context + p.n]  # [1, n]
+            with self.timer.span() as s:
+                dec.forward(x)
+            dec.rollback(p.context)
+            return s.ms
+        d = self.drafts[p.draft]
+        d.start(self.ids[:, :p.context])
+        tokens = self.ids[:, :p.context + 1]  # one uncached token -> one draft step
+        with self.timer.span() as s:
+            d.propose(tokens, 1, 0.0, None)
+        d.rollback(p.context)
+        return s.ms
+
+    def measure(self, count: int | None = None) -> tuple[list[dict], list[dict]]:
+        """Time the next ``count`` points (every pending one when None), the warm-up pass first.
+
+        Returns the ``cost_target`` and ``cost_draft`` rows of the timed points.
+        """
+        while self.warm_up:
+            self._time(self.warm_up.pop(0))
+        t_rows: list[dict] = []
+        d_rows: list[dict] = []
+        n = len(self.pending) if count is None else min(count, len(self.pending))
+        for _ in range(n):
+            p = self.pending.popleft()
+            ms = self._time(p)
+            if p.draft is None:
+                t_rows.append({"n_tokens": p.n, "context_tokens": p.context, "repeat": p.repeat, "ms": ms})
+            else:
+                label, head_k = self.labels[p.draft]
+                d_rows.append({"draft": label, "head_k": head_k, "context_tokens": p.context, "repeat": p.repeat,
+                               "ms": ms})
+        if not self.pending:
+            self._decs.clear()  # the decoders' KV caches are not needed any more
+        return t_rows, d_rows
+
+
 def measure_cost_curves(target: Any, drafts: list[Any], timer: Timer, contexts: tuple[int, ...],
                         max_tokens: int, repeats: int, seed: int,
                         draft_labels: list[tuple[str, int | None]] | None = None) -> tuple[list[dict], list[dict]]:
-    """Target forward ms per (tokens verified 1..max_tokens, context) and draft step ms per context.
-
-    Timed through the engine seam (``target.new_decoder()``: forward ``n``
-    tokens after ``c`` cached, roll back to ``c``; a draft's ``propose`` of one
-    token after ``start``), with the repeats **interleaved**: every repeat
-    visits all (context, n) points in a fresh seeded random order, so a CPU
-    switching between sticky slow and fast modes spreads over all points
-    instead of biasing one block. One untimed warm-up pass comes first.
-    """
-    g = torch.Generator().manual_seed(seed)
-    rng = random.Random(seed)
-    dev = target.device
-    ids = torch.randint(0, target.vocab_size, (1, max(contexts) + max_tokens + 1), generator=g).to(dev)  # [1, C+K]
-    decs = {}
-    for ctx in contexts:
-        d = target.new_decoder()
-        d.forward(ids[:, :ctx], last_only=True)
-        decs[ctx] = d
-    points = [(ctx, n) for ctx in contexts for n in range(1, max_tokens + 1)]
-    t_rows: list[dict] = []
-    for rep in range(-1, repeats):  # -1: warm-up pass, not recorded
-        order = list(points)
-        rng.shuffle(order)
-        for ctx, n in order:
-            dec = decs[ctx]
-            x = ids[:, ctx:ctx + n]  # [1, n]
-            with timer.span() as s:
-                dec.forward(x)
-            dec.rollback(ctx)
-            if rep >= 0:
-                t_rows.append({"n_tokens": n, "context_tokens": ctx, "repeat": rep, "ms": s.ms})
-    del decs
-    labels = draft_labels or [(d.name, None) for d in drafts]
-    d_rows: list[dict] = []
-    dpoints = [(i, ctx) for i in range(len(drafts)) for ctx in contexts]
-    for rep in range(-1, repeats):
-        order = list(dpoints)
-        rng.shuffle(order)
-        for i, ctx in order:
-            d = drafts[i]
-            d.start(ids[:, :ctx])
-            tokens = ids[:, :ctx + 1]  # one uncached token → one draft step
-            with timer.span() as s:
-                d.propose(tokens, 1, 0.0, None)
-            d.rollback(ctx)
-            if rep >= 0:
-                d_rows.append({"draft": labels[i][0], "head_k": labels[i][1], "context_tokens": ctx, "repeat": rep,
-                               "ms": s.ms})
-    return t_rows, d_rows
+    """Every point of :class:`CostCurves` timed in one block: ``(cost_target rows, cost_draft rows)``."""
+    return CostCurves(target, drafts, timer, contexts, max_tokens, repeats, seed, draft_labels).measure()
 
 
 # -- one cell ---------------------------------------------------------------------------------
@@ -611,7 +668,8 @@ def _finish(ctx: CellContext, plan: CellPlan, m: CellMeasurement, modes: tuple[s
 # long: the interleaving schedule (passes over repeat, prompt, cell), resume of staged visits and the
 #   until-stable re-measurement are one loop; each visit and each finished cell is a call
 def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Callable[[str], None] | None = None,
-                  on_row: Callable[[dict], None] | None = None) -> list[dict]:
+                  on_row: Callable[[dict], None] | None = None,
+                  between: Callable[[], None] | None = None) -> list[dict]:
     """Measure ``plans`` (module docstring) and write each; returns their ``cells.csv`` rows in plan order.
 
     With ``interleave="sweep"`` the cells are visited in passes — repeat 1 of
@@ -621,7 +679,8 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
     ``"cell"`` each cell's visits run back to back. Every finished visit is
     staged on disk (:meth:`measure.records.RunWriter.stage`) and read back on
     resume, so an interruption loses at most the visit that was running.
-    ``on_row`` sees each cell's row as it is written.
+    ``on_row`` sees each cell's row as it is written; ``between`` is called
+    after each visit (the sweep times a few cost-curve points there, :class:`CostCurves`).
     """
     cfg = ctx.config
     wanted = {p.cell_id for p in plans}
@@ -657,6 +716,8 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                         staged[cid][(rep, pi)] = v
                         if ctx.bar is not None:
                             ctx.bar.update(1)
+                        if between is not None:
+                            between()
         ms = {p.cell_id: measurement_of(list(staged[p.cell_id].values())) for p in active}
         if cfg.interleave == "sweep" and len(active) > 1:  # each cell spans the run: against the pass's pace
             what = "baseline (against the machine's pace in its pass)"
@@ -922,17 +983,17 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         enc = {p.prompt_id: engine.encode(target, p.message, config.max_prompt_tokens)
                for ps in prompts.values() for p in ps}
         writer.update(prompts=prompts_meta(prompts, enc))
-        if config.cost_curves and not writer.has_rows("cost_target"):
-            say("timing cost curves (repeats interleaved across token counts and contexts)")
-            t_rows, d_rows = measure_cost_curves(target, drafts, timer, config.cost_contexts,
-                                                 config.cost_max_tokens, config.cost_repeats, config.seed)
-            writer.append("cost_draft", d_rows)
-            writer.append("cost_target", t_rows)
         done_cells = records.load_run(writer.path).table("cells").to_dict("records")
         for c in done_cells:
             if on_cell:
                 on_cell(c)
         todo = pending_cells(config, [d.name for d in drafts], list(prompts), writer)
+        cost = _cost_curves(config, target, drafts, timer, writer)
+        if cost is not None and (config.interleave == "cell" or not todo):
+            say("timing cost curves (repeats interleaved across token counts and contexts)")
+            _record_cost(writer, cost.measure())
+        elif cost is not None:
+            say(f"timing the cost curves' {len(cost)} points a few at a time between the visits")
         bar = None
         if show_bar:
             from tqdm import tqdm
@@ -942,7 +1003,7 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         ctx = CellContext(writer, engine, target, config, timer, prompts, enc, bar,
                           hardware=records.hardware_label({**hardware, "torch_threads": torch.get_num_threads()}))
         try:
-            _run_cells(ctx, drafts, todo, done_cells, synthetic, on_cell, say)
+            _run_cells(ctx, drafts, todo, done_cells, synthetic, on_cell, say, cost)
         finally:
             if bar is not None:
                 bar.close()
@@ -964,10 +1025,32 @@ def _load_models(engine: Any, config: SweepConfig, device: str, writer: records.
     return target, drafts
 
 
+def _cost_curves(config: SweepConfig, target: Any, drafts: list[Any], timer: Timer,
+                 writer: records.RunWriter) -> CostCurves | None:
+    """The cost-curve points this run still has to time (None: none, or no cost curves asked for)."""
+    if not config.cost_curves:
+        return None
+    run = records.load_run(writer.path)
+    ct, cd = run.table("cost_target"), run.table("cost_draft")
+    done_t = {(int(r.n_tokens), int(r.context_tokens), int(r.repeat)) for r in ct.itertuples()} if len(ct) else set()
+    done_d = {(str(r.draft), int(r.context_tokens), int(r.repeat)) for r in cd.itertuples()} if len(cd) else set()
+    cost = CostCurves(target, drafts, timer, config.cost_contexts, config.cost_max_tokens, config.cost_repeats,
+                      config.seed, done_target=done_t, done_draft=done_d)
+    return cost if len(cost) else None
+
+
+def _record_cost(writer: records.RunWriter, rows: tuple[list[dict], list[dict]]) -> None:
+    t_rows, d_rows = rows
+    writer.append("cost_target", t_rows)
+    writer.append("cost_draft", d_rows)
+
+
 def _run_cells(ctx: CellContext, drafts: list[Any], todo: list[PendingCell], done_cells: list[dict],
-               synthetic: bool, on_cell: Callable[[dict], None] | None, say: Callable[[str], None]) -> None:
+               synthetic: bool, on_cell: Callable[[dict], None] | None, say: Callable[[str], None],
+               cost: CostCurves | None = None) -> None:
     """Measure the pending cells (interleaved, :func:`measure_cells`); the run's summary is rewritten after
-    each finished cell."""
+    each finished cell. ``cost``: cost-curve points still to time, spread evenly over the visits (the
+    points left over timed after the last visit)."""
     bar = ctx.bar
     names = [d.name for d in drafts]
 
@@ -982,5 +1065,16 @@ def _run_cells(ctx: CellContext, drafts: list[Any], todo: list[PendingCell], don
                 bar.refresh()
 
     plans = [CellPlan(c.cell(names), drafts[c.draft_index]) for c in todo]
-    measure_cells(ctx, plans, on_attempt=say, on_row=finished)
+    between = None
+    if cost is not None and len(cost):
+        visits = sum(len(ctx.prompts[c.domain]) for c in todo) * ctx.config.repeats
+        per_visit = math.ceil(len(cost) / max(visits, 1))
+
+        def between() -> None:
+            if len(cost):
+                _record_cost(ctx.writer, cost.measure(per_visit))
+
+    measure_cells(ctx, plans, on_attempt=say, on_row=finished, between=between)
+    if cost is not None and len(cost):
+        _record_cost(ctx.writer, cost.measure())
     ctx.writer.clear_staged()

@@ -246,3 +246,46 @@ def test_head_sweep_and_main_sweep_cells_share_one_code_path(tmp_path, monkeypat
     assert set(hg["mode"]) == {"baseline", "speculative"} and hg["tokens"].notna().all()
     assert len(hs.table("head_sweep")) == 2
     assert hs.meta["config"]["clusters"]["max_cluster_size"] >= 1  # the clustered variant built them
+
+
+@pytest.mark.parametrize("mode", ["sweep", "cell"])
+def test_cost_curves_are_timed_between_the_visits_of_an_interleaved_sweep(tmp_path, monkeypatch, mode):
+    log: list[str] = []
+    real_visit, real_measure = sweep._visit, sweep.CostCurves.measure
+
+    def visit(*a, **k):
+        log.append("visit")
+        return real_visit(*a, **k)
+
+    def measure(self, count=None):
+        t_rows, d_rows = real_measure(self, count)
+        log.append(f"cost {len(t_rows) + len(d_rows)}")
+        return t_rows, d_rows
+
+    monkeypatch.setattr(sweep, "_visit", visit)
+    monkeypatch.setattr(sweep.CostCurves, "measure", measure)
+    run = run_sweep(_cfg(interleave=mode), tmp_path / "r", engine=ToyEngine(), show_bar=False)
+    points = 2 * 2 * 2 + 2 * 2  # target: contexts x n x repeats; draft: contexts x repeats
+    assert len(run.table("cost_target")) == 8 and len(run.table("cost_draft")) == 4
+    visits = 4 * 2 * 2  # cells x prompts x repeats
+    if mode == "cell":  # one block before the first visit
+        assert log[0] == f"cost {points}" and log[1:] == ["visit"] * visits
+    else:  # 12 points over 16 visits: one after each of the first 12
+        assert log[0] == "visit" and log.count("visit") == visits
+        assert [e for e in log if e != "visit"] == ["cost 1"] * points
+        assert log[:4] == ["visit", "cost 1", "visit", "cost 1"]
+
+
+def test_a_resume_times_only_the_cost_points_not_on_disk(tmp_path):
+    run_sweep(_cfg(gammas=("fixed:2",), domains=("code",)), tmp_path / "r", engine=ToyEngine(), show_bar=False)
+    f = tmp_path / "r" / "cost_target.csv"
+    lines = f.read_text().splitlines()
+    f.write_text("\n".join(lines[:4]) + "\n")  # an interrupted run: 3 of the 8 target points on disk
+    kept = records.load_run(tmp_path / "r").table("cost_target")
+    run = run_sweep(_cfg(gammas=("fixed:2",), domains=("code",)), tmp_path / "r", engine=ToyEngine(),
+                    show_bar=False)
+    ct = run.table("cost_target")
+    keys = ["n_tokens", "context_tokens", "repeat"]
+    assert len(ct) == 8 and not ct.duplicated(keys).any()
+    assert ct.head(3)["ms"].tolist() == kept["ms"].tolist()  # the points on disk were not timed again
+    assert len(run.table("cost_draft")) == 4 and not run.table("cost_draft").duplicated().any()
