@@ -238,9 +238,7 @@ class CellWorker:
         t_rows: list[dict] = []
         d_rows: list[dict] = []
         if cost_curves:
-            t_rows, d_rows = sweep.measure_cost_curves(self.target, drafts, self.ctx.timer, self.config.cost_contexts,
-                                                       self.config.cost_max_tokens, self.config.cost_repeats,
-                                                       self.config.seed)
+            t_rows, d_rows = sweep.cost_curves_for(self.config, self.target, drafts, self.ctx.timer).measure()
         return Preparation(
             worker=self.info, target_fingerprint=self.target_fingerprint,
             models={"target": self.target.describe(), "drafts": {d.name: d.describe() for d in drafts}},

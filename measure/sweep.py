@@ -98,6 +98,10 @@ class SweepConfig:
     cost_max_tokens: int = 16
     cost_contexts: tuple[int, ...] = (64, 160, 256)
     cost_repeats: int = 5
+    #: repeats of the token counts the cells verify (1..γ_max + 1): the held-out predictions of a run are as
+    #: good as those points, and 15 samples of one put a 4% standard error on its median (runs/s24a, s24b:
+    #: per-sample CV 10-17%; the 5-token median off the loop's by -10% and then +6%)
+    cost_repeats_verified: int = 20
     repeats: int = 2
     cv_threshold: float = stats.CV_THRESHOLD
     drift_threshold: float = stats.DRIFT_THRESHOLD
@@ -126,7 +130,8 @@ class SweepConfig:
                 if d not in DOMAINS:
                     raise ValueError(f"--domains {d!r}: unknown domain; valid: {', '.join(DOMAINS)}")
         bounds = {"max_new_tokens": MAX_NEW_TOKENS, "max_prompt_tokens": MAX_PROMPT_TOKENS, "cost_max_tokens": 1024,
-                  "cost_repeats": MAX_REPEATS, "repeats": MAX_REPEATS}
+                  "cost_repeats": MAX_REPEATS, "cost_repeats_verified": MAX_REPEATS,
+                  "repeats": MAX_REPEATS}
         for name, hi in bounds.items():
             v = getattr(self, name)
             if not 1 <= v <= hi:
@@ -249,15 +254,17 @@ class CostCurves:
     with: timed in one block before the cells, a run's 2- and 3-token
     forwards once cost what its 1-token forward did for the whole block
     (1.03x) and 1.22x inside the loop (``results/cpu-make-run-interleaved-a``).
-    ``done_target`` / ``done_draft``: keys ``(n_tokens, context_tokens,
-    repeat)`` / ``(draft, context_tokens, repeat)`` already on disk (a
-    resumed run), not timed again.
+    ``verified`` ``(n_max, repeats)``: token counts 1..n_max (those the
+    sweep's cells verify) get ``repeats`` repeats instead of ``repeats``
+    (never fewer). ``done_target`` / ``done_draft``: keys ``(n_tokens,
+    context_tokens, repeat)`` / ``(draft, context_tokens, repeat)`` already
+    on disk (a resumed run), not timed again.
     """
 
     def __init__(self, target: Any, drafts: list[Any], timer: Timer, contexts: tuple[int, ...], max_tokens: int,
                  repeats: int, seed: int, draft_labels: list[tuple[str, int | None]] | None = None,
                  done_target: set[tuple[int, int, int]] = frozenset(),
-                 done_draft: set[tuple[str, int, int]] = frozenset()) -> None:
+                 done_draft: set[tuple[str, int, int]] = frozenset(), verified: tuple[int, int] = (0, 0)) -> None:
         self.target, self.drafts, self.timer = target, drafts, timer
         self.labels = draft_labels or [(d.name, None) for d in drafts]
         g = torch.Generator().manual_seed(seed)
@@ -267,8 +274,10 @@ class CostCurves:
         points = ([CostPoint(0, c, n) for c in contexts for n in range(1, max_tokens + 1)]
                   + [CostPoint(0, c, draft=i) for i in range(len(drafts)) for c in contexts])
         todo: list[CostPoint] = []
-        for rep in range(repeats):
-            order = [replace(p, repeat=rep) for p in points]
+        n_verified, rep_verified = verified
+        for rep in range(max(repeats, rep_verified)):
+            order = [replace(p, repeat=rep) for p in points
+                     if rep < repeats or (p.draft is None and p.n <= n_verified)]
             rng.shuffle(order)
             todo.extend(p for p in order if not self._done(p, done_target, done_draft))
         self.warm_up = [replace(p, repeat=-1) for p in points] if todo else []
@@ -326,13 +335,6 @@ class CostCurves:
         if not self.pending:
             self._decs.clear()  # the decoders' KV caches are not needed any more
         return t_rows, d_rows
-
-
-def measure_cost_curves(target: Any, drafts: list[Any], timer: Timer, contexts: tuple[int, ...],
-                        max_tokens: int, repeats: int, seed: int,
-                        draft_labels: list[tuple[str, int | None]] | None = None) -> tuple[list[dict], list[dict]]:
-    """Every point of :class:`CostCurves` timed in one block: ``(cost_target rows, cost_draft rows)``."""
-    return CostCurves(target, drafts, timer, contexts, max_tokens, repeats, seed, draft_labels).measure()
 
 
 # -- one cell ---------------------------------------------------------------------------------
@@ -1034,9 +1036,17 @@ def _cost_curves(config: SweepConfig, target: Any, drafts: list[Any], timer: Tim
     ct, cd = run.table("cost_target"), run.table("cost_draft")
     done_t = {(int(r.n_tokens), int(r.context_tokens), int(r.repeat)) for r in ct.itertuples()} if len(ct) else set()
     done_d = {(str(r.draft), int(r.context_tokens), int(r.repeat)) for r in cd.itertuples()} if len(cd) else set()
-    cost = CostCurves(target, drafts, timer, config.cost_contexts, config.cost_max_tokens, config.cost_repeats,
-                      config.seed, done_target=done_t, done_draft=done_d)
+    cost = cost_curves_for(config, target, drafts, timer, done_t, done_d)
     return cost if len(cost) else None
+
+
+def cost_curves_for(config: SweepConfig, target: Any, drafts: list[Any], timer: Timer,
+                    done_target: set[tuple[int, int, int]] = frozenset(),
+                    done_draft: set[tuple[str, int, int]] = frozenset()) -> CostCurves:
+    """The cost curves a sweep's config asks for (the token counts its cells verify with more repeats)."""
+    return CostCurves(target, drafts, timer, config.cost_contexts, config.cost_max_tokens, config.cost_repeats,
+                      config.seed, done_target=done_target, done_draft=done_draft,
+                      verified=(config.gamma_max + 1, config.cost_repeats_verified))
 
 
 def _record_cost(writer: records.RunWriter, rows: tuple[list[dict], list[dict]]) -> None:

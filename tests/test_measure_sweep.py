@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _cfg(**kw) -> SweepConfig:
     base = dict(target="toy", drafts=("ngram:2",), gammas=("fixed:2", "fixed:3"), domains=("code", "docs"),
                 prompts_per_domain=2, max_new_tokens=10, repeats=2, warmup=1, cost_contexts=(8, 16),
-                cost_max_tokens=2, cost_repeats=2, device="cpu")
+                cost_max_tokens=2, cost_repeats=2, cost_repeats_verified=2, device="cpu")
     base.update(kw)
     return SweepConfig(**base)
 
@@ -289,3 +289,12 @@ def test_a_resume_times_only_the_cost_points_not_on_disk(tmp_path):
     assert len(ct) == 8 and not ct.duplicated(keys).any()
     assert ct.head(3)["ms"].tolist() == kept["ms"].tolist()  # the points on disk were not timed again
     assert len(run.table("cost_draft")) == 4 and not run.table("cost_draft").duplicated().any()
+
+
+def test_the_token_counts_the_cells_verify_get_more_cost_repeats(tmp_path):
+    run = run_sweep(_cfg(gammas=("fixed:2",), domains=("code",), cost_max_tokens=4, cost_repeats_verified=3),
+                    tmp_path / "r", engine=ToyEngine(), show_bar=False)
+    ct = run.table("cost_target")
+    per_n = ct.groupby("n_tokens")["repeat"].nunique().to_dict()
+    assert per_n == {1: 3, 2: 3, 3: 3, 4: 2}  # γ = 2 verifies up to 3 tokens; n = 4 keeps cost_repeats
+    assert len(ct) == 2 * (3 * 3 + 2) and len(run.table("cost_draft")) == 2 * 2
