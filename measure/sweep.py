@@ -253,7 +253,7 @@ class CostCurves:
     machine in the same slow and fast modes as the cells they are compared
     with: timed in one block before the cells, a run's 2- and 3-token
     forwards once cost what its 1-token forward did for the whole block
-    (1.03x) and 1.22x inside the loop (``results/cpu-make-run-interleaved-a``).
+    (3 tokens: 1.03x) and 1.27x inside the loop (``results/cpu-make-run-interleaved-a``).
     ``verified`` ``(n_max, repeats)``: token counts 1..n_max (those the
     sweep's cells verify) get ``repeats`` repeats instead of ``repeats``
     (never fewer). ``done_target`` / ``done_draft``: keys ``(n_tokens,
