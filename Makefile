@@ -34,8 +34,10 @@ run: $(STAMP)
 	$(PY) -m reports $(RUN_DIR)/calibration --out $(RUN_DIR)/report
 	@echo "report: $(RUN_DIR)/report/report.html"
 
+# -n auto --dist loadfile (pytest-xdist): one worker per core, each test file on one worker (its module
+# fixtures, e.g. the Ray cluster, start once); on 2 cores 12 min 17 s against 16 min 23 s one file at a time
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --dist loadfile
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_sim.py
