@@ -63,8 +63,8 @@ def print_report(res) -> None:
                   f"tokens/s {_fmt(v['tokens_per_s_mape_pct'])}%  ({v['n_cells']} stable cells); "
                   f"inside the measured 95% CI: {share}")
     if res.unstable_cells:
-        print(f"{len(res.unstable_cells)} unstable cell(s) weighted by their variance in the cost fit, left out of the MAPE: "
-              + ", ".join(res.unstable_cells))
+        print(f"{len(res.unstable_cells)} unstable cell(s) weighted by their variance in the cost fit, "
+              "left out of the MAPE: " + ", ".join(res.unstable_cells))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -623,9 +623,12 @@ def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
         models = cal.fit(train if len(train) else train_all, label, drop_k=drop_k, acceptance_train=train_all,
                          cost_train=train_all)
         held.append(cal.predict(test, models, train_all))
-        fold_info.append({"fold": label, "train_cells": list(train["key"]), "cost_train_cells": list(train_all["key"]),
+        fold_notes = list(models.notes) + ([] if len(train) else [
+            "no stable training cell in this fold: the prefill fit uses the unstable ones"])
+        fold_info.append({"fold": label, "train_cells": list(train["key"] if len(train) else train_all["key"]),
+                          "cost_train_cells": list(train_all["key"]),
                           "acceptance_train_cells": list(train_all["key"]), "test_cells": list(test["key"]),
-                          "notes": list(models.notes)})
+                          "notes": fold_notes})
     held_out = add_errors(pd.concat(held, ignore_index=True)) if held else pd.DataFrame()
     curves = cal.curves(data.cells, all_models, CURVE_GAMMAS)
     return CalibrationResult(data, holdout, all_models, in_sample, held_out, mape_table(in_sample),

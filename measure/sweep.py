@@ -254,9 +254,8 @@ class CostCurves:
     with: timed in one block before the cells, a run's 2- and 3-token
     forwards once cost what its 1-token forward did for the whole block
     (3 tokens: 1.03x) and 1.27x inside the loop (``results/cpu-make-run-interleaved-a``).
-    ``verified`` ``(n_max, repeats)``: token counts 1..n_max (those the
-    sweep's cells verify) get ``repeats`` repeats instead of ``repeats``
-    (never fewer). ``done_target`` / ``done_draft``: keys ``(n_tokens,
+    ``verified`` ``(n_max, r)``: the token counts 1..n_max (those the
+    sweep's cells verify) get ``max(repeats, r)`` repeats. ``done_target`` / ``done_draft``: keys ``(n_tokens,
     context_tokens, repeat)`` / ``(draft, context_tokens, repeat)`` already
     on disk (a resumed run), not timed again.
     """
@@ -1050,6 +1049,7 @@ def cost_curves_for(config: SweepConfig, target: Any, drafts: list[Any], timer: 
 
 
 def _record_cost(writer: records.RunWriter, rows: tuple[list[dict], list[dict]]) -> None:
+    """Append timed cost points (:meth:`CostCurves.measure`) to ``cost_target.csv`` / ``cost_draft.csv``."""
     t_rows, d_rows = rows
     writer.append("cost_target", t_rows)
     writer.append("cost_draft", d_rows)

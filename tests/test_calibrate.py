@@ -374,6 +374,21 @@ def test_unstable_cells_are_weighted_in_the_cost_fit_left_out_of_prefill_and_rep
     assert all(v["n_cells"] <= 3 for v in res.mape_held_out.values())  # 4 cells, the unstable one left out
 
 
+def test_a_fold_without_a_stable_training_cell_fits_its_prefill_on_the_unstable_ones(tmp_path):
+    from calibrate.calibration import calibrate as run_calibration
+
+    _toy_run(tmp_path / "r")
+    for domain in ("code", "docs"):  # every γ = 2 cell: the γ = 3 fold has no stable training cell
+        _mark_unstable(tmp_path / "r", lambda r, d=domain: r["gamma_policy"] == "fixed:2" and r["domain"] == d,
+                       "baseline varied 40% (threshold 10%)")
+    res = run_calibration([tmp_path / "r"], holdout="gamma")
+    (fold,) = [fo for fo in res.folds if fo["fold"] == "gamma_policy=fixed:3"]
+    assert any("no stable training cell" in n for n in fold["notes"])
+    assert fold["train_cells"] == fold["cost_train_cells"] and len(fold["train_cells"]) == 2
+    held = res.held_out[res.held_out["gamma_policy"] == "fixed:3"]
+    assert np.isfinite(held["predicted_speedup"]).all()
+
+
 def test_an_unstable_cell_keeps_its_acceptance_in_the_fits(tmp_path):
     """Timing noise does not change which tokens were accepted: an unstable training cell is left out of
     the cost fits only, and the held-out cell of its domain still gets that domain's acceptance and trace
