@@ -619,13 +619,13 @@ def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
     for label, mask in folds:
         train_all, test = data.cells[~mask], data.cells[mask]
         train = train_all[stable[~mask]]
+        prefill_train = train if len(train) else train_all
         drop_k = float(test["head_k"].iloc[0]) if holdout == "k" else None
-        models = cal.fit(train if len(train) else train_all, label, drop_k=drop_k, acceptance_train=train_all,
-                         cost_train=train_all)
+        models = cal.fit(prefill_train, label, drop_k=drop_k, acceptance_train=train_all, cost_train=train_all)
         held.append(cal.predict(test, models, train_all))
         fold_notes = list(models.notes) + ([] if len(train) else [
             "no stable training cell in this fold: the prefill fit uses the unstable ones"])
-        fold_info.append({"fold": label, "train_cells": list(train["key"] if len(train) else train_all["key"]),
+        fold_info.append({"fold": label, "train_cells": list(prefill_train["key"]),
                           "cost_train_cells": list(train_all["key"]),
                           "acceptance_train_cells": list(train_all["key"]), "test_cells": list(test["key"]),
                           "notes": fold_notes})

@@ -436,5 +436,5 @@ def fit_cost(
     return CostFit(draft, head_k, model, tc.fit, step.fit, overhead, tuple(scales), tuple(notes))
 
 
-__all__ = ["CostFit", "cell_weighted_ratio", "DraftStep", "LinearFit", "Param", "ParamName", "TargetCurve", "fit_cost", "fit_draft",
-           "fit_target", "ols", "target_curve"]
+__all__ = ["CostFit", "cell_weighted_ratio", "DraftStep", "LinearFit", "Param", "ParamName", "TargetCurve",
+           "fit_cost", "fit_draft", "fit_target", "ols", "target_curve"]

@@ -261,11 +261,9 @@ class CostCurves:
     """
 
     def __init__(self, target: Any, drafts: list[Any], timer: Timer, contexts: tuple[int, ...], max_tokens: int,
-                 repeats: int, seed: int, draft_labels: list[tuple[str, int | None]] | None = None,
-                 done_target: set[tuple[int, int, int]] = frozenset(),
+                 repeats: int, seed: int, done_target: set[tuple[int, int, int]] = frozenset(),
                  done_draft: set[tuple[str, int, int]] = frozenset(), verified: tuple[int, int] = (0, 0)) -> None:
         self.target, self.drafts, self.timer = target, drafts, timer
-        self.labels = draft_labels or [(d.name, None) for d in drafts]
         g = torch.Generator().manual_seed(seed)
         rng = random.Random(seed)
         self.ids = torch.randint(0, target.vocab_size, (1, max(contexts) + max_tokens + 1),
@@ -286,7 +284,7 @@ class CostCurves:
     def _done(self, p: CostPoint, done_target: set, done_draft: set) -> bool:
         if p.draft is None:
             return (p.n, p.context, p.repeat) in done_target
-        return (self.labels[p.draft][0], p.context, p.repeat) in done_draft
+        return (self.drafts[p.draft].name, p.context, p.repeat) in done_draft
 
     def __len__(self) -> int:
         """Points still to time (the warm-up not counted)."""
@@ -328,9 +326,8 @@ class CostCurves:
             if p.draft is None:
                 t_rows.append({"n_tokens": p.n, "context_tokens": p.context, "repeat": p.repeat, "ms": ms})
             else:
-                label, head_k = self.labels[p.draft]
-                d_rows.append({"draft": label, "head_k": head_k, "context_tokens": p.context, "repeat": p.repeat,
-                               "ms": ms})
+                d_rows.append({"draft": self.drafts[p.draft].name, "head_k": None, "context_tokens": p.context,
+                               "repeat": p.repeat, "ms": ms})
         if not self.pending:
             self._decs.clear()  # the decoders' KV caches are not needed any more
         return t_rows, d_rows
@@ -984,12 +981,13 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         enc = {p.prompt_id: engine.encode(target, p.message, config.max_prompt_tokens)
                for ps in prompts.values() for p in ps}
         writer.update(prompts=prompts_meta(prompts, enc))
-        done_cells = records.load_run(writer.path).table("cells").to_dict("records")
+        on_disk = records.load_run(writer.path)
+        done_cells = on_disk.table("cells").to_dict("records")
         for c in done_cells:
             if on_cell:
                 on_cell(c)
         todo = pending_cells(config, [d.name for d in drafts], list(prompts), writer)
-        cost = _cost_curves(config, target, drafts, timer, writer)
+        cost = _cost_curves(config, target, drafts, timer, on_disk)
         if cost is not None and (config.interleave == "cell" or not todo):
             say("timing cost curves (repeats interleaved across token counts and contexts)")
             _record_cost(writer, cost.measure())
@@ -1027,11 +1025,10 @@ def _load_models(engine: Any, config: SweepConfig, device: str, writer: records.
 
 
 def _cost_curves(config: SweepConfig, target: Any, drafts: list[Any], timer: Timer,
-                 writer: records.RunWriter) -> CostCurves | None:
-    """The cost-curve points this run still has to time (None: none, or no cost curves asked for)."""
+                 run: records.Run) -> CostCurves | None:
+    """The cost-curve points ``run`` (as on disk) still has to time (None: none, or no cost curves asked for)."""
     if not config.cost_curves:
         return None
-    run = records.load_run(writer.path)
     ct, cd = run.table("cost_target"), run.table("cost_draft")
     done_t = {(int(r.n_tokens), int(r.context_tokens), int(r.repeat)) for r in ct.itertuples()} if len(ct) else set()
     done_d = {(str(r.draft), int(r.context_tokens), int(r.repeat)) for r in cd.itertuples()} if len(cd) else set()
