@@ -59,10 +59,10 @@ def test_ols_standard_errors_match_textbook():
 def test_fit_target_recovers_non_linear_table_and_slope(run_dir):
     truth = SyntheticTruth()
     ct = pd.read_csv(run_dir / "cost_target.csv")
-    shared, _ = fit_target(ct, per_n_slopes=False)
+    shared, _ = fit_target(ct, slopes="shared")
     slope = shared.value("target_ms_per_context_token")
     assert slope == pytest.approx(truth.target_ms_per_context_token, abs=4 * shared.params[-1].stderr + 1e-3)
-    fit, ctx_ref = fit_target(ct)  # one slope per n: each near the (shared) truth, within its own SE
+    fit, ctx_ref = fit_target(ct, slopes="per_n")  # one slope per n: each near the (shared) truth, within its SE
     for n in (1, 4, 16):
         p = next(q for q in fit.params if q.name == f"target_ms_per_context_token_n{n}")
         assert p.value == pytest.approx(truth.target_ms_per_context_token, abs=4 * p.stderr + 2e-3)
@@ -71,6 +71,34 @@ def test_fit_target_recovers_non_linear_table_and_slope(run_dir):
     # the CPU-like bump: 2-3 tokens cost more than 4 — kept, not smoothed away
     assert fit.value("verify_ms_n3") > fit.value("verify_ms_n4")
     assert all(p.stderr > 0 for p in fit.params)
+
+
+def test_fit_target_linear_slopes_recover_a_slope_growing_with_n():
+    """The default slope model s_n = s_0 + s_1 n: recovered from noisy timings, and per-n slopes follow from it."""
+    from calibrate.fit_cost import SLOPE_BASE, SLOPE_PER_TOKEN, target_curve
+
+    rng = np.random.default_rng(7)
+    s0, s1 = 0.02, 0.03  # ms per context token: KV read, then per query token
+    base = {1: 50.0, 2: 60.0, 3: 62.0, 4: 100.0, 5: 104.0, 6: 110.0}  # a CPU-like bump kept as it is
+    rows = [{"n_tokens": n, "context_tokens": c, "repeat": r,
+             "ms": (b + (s0 + s1 * n) * (c - 160)) * (1 + rng.normal(0, 0.05))}
+            for n, b in base.items() for c in (64, 160, 256) for r in range(20)]
+    ct = pd.DataFrame(rows)
+    fit, ctx_ref = fit_target(ct)
+    assert ctx_ref == pytest.approx(160)
+    for name, truth in ((SLOPE_BASE, s0), (SLOPE_PER_TOKEN, s1)):
+        p = next(q for q in fit.params if q.name == name)
+        assert p.value == pytest.approx(truth, abs=4 * p.stderr) and p.stderr < 0.02
+    for n, b in base.items():
+        assert fit.value(f"verify_ms_n{n}") == pytest.approx(b, rel=0.03)
+    tc = target_curve(ct)
+    assert tc.slope_ms_per_token == 0.0
+    for n in base:  # the per-n slopes the simulator reads
+        assert tc.slopes_by_tokens[n] == pytest.approx(s0 + s1 * n, abs=0.02)
+    per_n, _ = fit_target(ct, slopes="per_n")
+    assert len(per_n.params) == 2 * len(base) and len(fit.params) == len(base) + 2
+    with pytest.raises(ValueError, match="slopes 'cubic': unknown; valid: linear, per_n, shared"):
+        fit_target(ct, slopes="cubic")
 
 
 def test_fit_draft_recovers_step_context_and_head_k_terms(tmp_path):
