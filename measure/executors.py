@@ -20,7 +20,8 @@ task and writes what comes back:
   the statistics are those of a local run. Each row names the worker's
   hardware (``cells.csv`` ``hardware``, :func:`measure.records.hardware_label`;
   ``run.json`` ``workers``); the cost curves are timed on one worker
-  (``run.json`` ``cost_hardware``).
+  (``run.json`` ``cost_hardware``), a resume timing only the points not on
+  disk (:func:`measure.sweep.cost_points_done`), as the local executor does.
 * **Resources**: one GPU per cell on CUDA, else ``cpus_per_cell`` CPUs (and as
   many torch threads), so CPU cells never share cores.
 * **Failures**: a worker that dies loses only its cell, which Ray re-runs up to
@@ -230,15 +231,18 @@ class CellWorker:
         self.ctx = sweep.CellContext(RowCollector(), self.engine, self.target, config, Timer(device), self.prompts,
                                      self.enc, hardware=self.info.label)
 
-    def prepare(self, cost_curves: bool) -> Preparation:
-        """Models, prompts and versions for ``run.json``; the cost curves when ``cost_curves``."""
+    def prepare(self, cost_curves: bool, done_target: set = frozenset(), done_draft: set = frozenset()
+                ) -> Preparation:
+        """Models, prompts and versions for ``run.json``; when ``cost_curves``, the cost-curve points not
+        already on disk (``done_target``/``done_draft``: :func:`measure.sweep.cost_points_done`)."""
         from measure import sweep
 
         drafts = list(self.drafts.values())
         t_rows: list[dict] = []
         d_rows: list[dict] = []
         if cost_curves:
-            t_rows, d_rows = sweep.cost_curves_for(self.config, self.target, drafts, self.ctx.timer).measure()
+            t_rows, d_rows = sweep.cost_curves_for(self.config, self.target, drafts, self.ctx.timer,
+                                                   done_target, done_draft).measure()
         return Preparation(
             worker=self.info, target_fingerprint=self.target_fingerprint,
             models={"target": self.target.describe(), "drafts": {d.name: d.describe() for d in drafts}},
@@ -295,9 +299,10 @@ def _worker(config: Any, cpus: int | None, quiet: bool) -> CellWorker:
     return _WORKERS[key]
 
 
-def prepare_task(config: Any, cpus: int | None, quiet: bool, cost_curves: bool) -> Preparation:
-    """Ray task: load the sweep's models on this worker and describe them (plus the cost curves)."""
-    return _worker(config, cpus, quiet).prepare(cost_curves)
+def prepare_task(config: Any, cpus: int | None, quiet: bool, cost_curves: bool, done_target: set = frozenset(),
+                 done_draft: set = frozenset()) -> Preparation:
+    """Ray task: load the sweep's models on this worker and describe them (plus the cost-curve points to time)."""
+    return _worker(config, cpus, quiet).prepare(cost_curves, done_target, done_draft)
 
 
 def cell_task(config: Any, cpus: int | None, quiet: bool, task: CellTask, selection_sha256: str) -> CellOutcome:
@@ -376,9 +381,13 @@ def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWr
                 f"GPUs; each cell asks for {', '.join(f'{k}={v}' for k, v in opts.items())}")
             # max_calls=0: a worker process keeps its models for the next cell (Ray's default for GPU tasks is 1)
             prepare = ray.remote(**opts, max_calls=0, max_retries=executor.max_retries)(prepare_task)
-            cost = bool(config.cost_curves and not writer.has_rows("cost_target"))
-            say(f"loading {config.target} ({config.engine}) on a worker" + (" and timing cost curves" if cost else ""))
-            pref = prepare.remote(config, cpus, quiet, cost)
+            # a resume times only the points not on disk (curves cut short by an interrupted append included)
+            cost = bool(config.cost_curves)
+            done_t, done_d = sweep.cost_points_done(records.load_run(writer.path)) if cost else (set(), set())
+            say(f"loading {config.target} ({config.engine}) on a worker"
+                + (" and timing the cost curves' missing points" if done_t or done_d
+                   else " and timing cost curves" if cost else ""))
+            pref = prepare.remote(config, cpus, quiet, cost, done_t, done_d)
             refs[pref] = None
             try:
                 prep: Preparation = ray.get(pref)
@@ -389,7 +398,7 @@ def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWr
             writer.update(models=dict(prep.models), versions={**meta["versions"], **prep.worker.versions},
                           prompts=dict(prep.prompts), hardware=dict(prep.worker.hardware),
                           workers={**writer.meta.get("workers", {}), prep.worker.label: dict(prep.worker.hardware)})
-            if cost:
+            if prep.cost_target or prep.cost_draft:
                 writer.append("cost_draft", prep.cost_draft)
                 writer.append("cost_target", prep.cost_target)
                 writer.update(cost_hardware=prep.worker.label)

@@ -182,11 +182,17 @@ def stability(base_tps_in_order: Sequence[float], cv_threshold: float = CV_THRES
     drift = float(abs(a[-third:].mean() - a[:third].mean()) / mean) if len(a) >= 3 else 0.0
     reasons = []
     if cv > cv_threshold:
-        reasons.append(f"{what} varied {100 * cv:.0f}% (threshold {100 * cv_threshold:.0f}%)")
+        reasons.append(f"{what} varied {_over(cv, cv_threshold)} (threshold {100 * cv_threshold:.0f}%)")
     if drift > drift_threshold:
-        reasons.append(f"{what} drifted {100 * drift:.0f}% from start to end (threshold "
+        reasons.append(f"{what} drifted {_over(drift, drift_threshold)} from start to end (threshold "
                        f"{100 * drift_threshold:.0f}%)")
     return Stability(bool(reasons), cv, drift, "; ".join(reasons))
+
+
+def _over(value: float, threshold: float) -> str:
+    """``value`` as a percentage, with a decimal when whole percents would not show it above ``threshold``."""
+    text = f"{100 * value:.0f}%"
+    return text if text != f"{100 * threshold:.0f}%" else f"{100 * value:.1f}%"
 
 
 def normalise_per_prompt(prompt_ids: Sequence[str], values: Sequence[float]) -> list[float]:

@@ -1030,11 +1030,17 @@ def _cost_curves(config: SweepConfig, target: Any, drafts: list[Any], timer: Tim
     """The cost-curve points ``run`` (as on disk) still has to time (None: none, or no cost curves asked for)."""
     if not config.cost_curves:
         return None
+    cost = cost_curves_for(config, target, drafts, timer, *cost_points_done(run))
+    return cost if len(cost) else None
+
+
+def cost_points_done(run: records.Run) -> tuple[set[tuple[int, int, int]], set[tuple[str, int, int]]]:
+    """Keys of the cost-curve points ``run`` has on disk: ``(n_tokens, context, repeat)`` of the target's,
+    ``(draft, context, repeat)`` of the drafts' (what :class:`CostCurves` leaves out on a resume)."""
     ct, cd = run.table("cost_target"), run.table("cost_draft")
     done_t = {(int(r.n_tokens), int(r.context_tokens), int(r.repeat)) for r in ct.itertuples()} if len(ct) else set()
     done_d = {(str(r.draft), int(r.context_tokens), int(r.repeat)) for r in cd.itertuples()} if len(cd) else set()
-    cost = cost_curves_for(config, target, drafts, timer, done_t, done_d)
-    return cost if len(cost) else None
+    return done_t, done_d
 
 
 def cost_curves_for(config: SweepConfig, target: Any, drafts: list[Any], timer: Timer,

@@ -148,6 +148,25 @@ def test_interrupted_driver_resumes_without_rerunning(cluster, tiny_dir, tmp_pat
     assert len(run.meta["resumed_utc"]) == 1
 
 
+def test_ray_resume_times_only_the_cost_points_not_on_disk(cluster, tiny_dir, tmp_path):
+    """Cost curves cut short on disk (an append interrupted), resumed on Ray: the worker times the missing
+    points only; the ones on disk keep their values (before, any row on disk made the worker skip them all)."""
+    cfg = _config(tiny_dir, drafts=("ngram:2",), gammas=("fixed:1",), cost_repeats_verified=2)
+    out = tmp_path / "run"
+    full = run_sweep(cfg, out, show_bar=False, quiet=True, executor=RAY)
+    n_target, n_draft = len(full.table("cost_target")), len(full.table("cost_draft"))
+    f = out / "cost_target.csv"
+    lines = f.read_text().splitlines()
+    f.write_text("\n".join(lines[:3]) + "\n")  # 2 of the target points on disk
+    kept = records.load_run(out).table("cost_target")
+    run = run_sweep(cfg, out, show_bar=False, quiet=True, executor=RAY)
+    ct = run.table("cost_target")
+    assert n_target > 2 and len(ct) == n_target and not ct.duplicated(["n_tokens", "context_tokens", "repeat"]).any()
+    assert ct.head(2)["ms"].tolist() == kept["ms"].tolist()
+    assert len(run.table("cost_draft")) == n_draft  # every draft point was on disk: none timed again
+    assert run.meta["cost_hardware"] in run.meta["workers"]
+
+
 def test_hardware_label_names_the_machine():
     gpu = {"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3", "gpu": "NVIDIA H100 80GB HBM3", "cores": 32}
     cpu = {"device": "cpu", "device_name": "AMD EPYC 7B13", "cpu": "AMD EPYC 7B13", "cores": 2, "torch_threads": 1}

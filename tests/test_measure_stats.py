@@ -61,6 +61,11 @@ def test_drifting_baseline_is_flagged_and_a_steady_one_is_not():
     assert d.unstable and "drifted" in d.reason and "threshold 20%" in d.reason
     noisy = stats.stability([20, 30, 14, 27, 18, 31])
     assert noisy.unstable and "varied" in noisy.reason
+    # just over a threshold: a decimal, so the value does not read as equal to it
+    just = stats.stability([1.0, 1.0, 1.0, 1.0, 1.0, 1.0], drift_threshold=0.2)
+    assert not just.unstable
+    over = stats.stability([0.9, 0.9, 1.0, 1.0, 1.105, 1.105])
+    assert "drifted 20.5% from start to end (threshold 20%)" in over.reason
 
 
 def test_default_thresholds_rarely_flag_ordinary_noise_and_catch_a_hog():
