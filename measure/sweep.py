@@ -196,8 +196,8 @@ def select_prompts(config: SweepConfig) -> tuple[dict[str, list[Prompt]], dict]:
 
 
 # -- environment ----------------------------------------------------------------------------
-def environment(device: str) -> tuple[dict, dict, str | None]:
-    """(hardware, versions, git commit) for ``run.json``."""
+def environment(device: str) -> tuple[dict, dict, dict]:
+    """(hardware, versions, source) for ``run.json``; ``source``: :func:`source_state`."""
     import importlib.metadata as md
     import os
 
@@ -221,12 +221,24 @@ def environment(device: str) -> tuple[dict, dict, str | None]:
     versions = {"python": platform.python_version(), "torch": torch.__version__,
                 "transformers": ver("transformers"), "specscope": ver("specscope"),
                 "cuda": torch.version.cuda}
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                                cwd=Path(__file__).resolve().parent).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    return hardware, versions, commit
+    return hardware, versions, source_state()
+
+
+def source_state() -> dict:
+    """``git_commit`` (HEAD of this checkout, None outside git) and ``git_dirty`` (tracked files changed since
+    it, None when unknown): a run measured from uncommitted code says so."""
+    here = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, cwd=here)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD") or None
+    status = git("status", "--porcelain", "--untracked-files=no") if commit else None
+    return {"git_commit": commit, "git_dirty": None if status is None else bool(status)}
 
 
 # -- cost curves ----------------------------------------------------------------------------
@@ -960,14 +972,14 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         moved = set_aside(out)
         if moved is not None:
             say(f"--force-new: the previous run is kept in {moved}")
-    hardware, versions, commit = environment("cpu" if distributed else device)
+    hardware, versions, source = environment("cpu" if distributed else device)
     if distributed:  # each cell records its worker's hardware (cells.csv hardware), not the driver's
         from measure.executors import CLUSTER_HARDWARE, run_distributed
 
         hardware = CLUSTER_HARDWARE
     fp = fingerprint(config, device, selection, hardware, versions)
     writer = records.RunWriter(out, fingerprint=fp)  # refuses a different fingerprint before writing
-    meta = dict(command=command, git_commit=commit, hardware=hardware, versions=versions, config=config.as_dict(),
+    meta = dict(command=command, **source, hardware=hardware, versions=versions, config=config.as_dict(),
                 prompt_selection=selection, **({"system_check": system_check} if system_check is not None else {}))
     if distributed:
         return run_distributed(config, executor, writer, meta, prompts, selection, progress=say, show_bar=show_bar,

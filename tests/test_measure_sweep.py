@@ -298,3 +298,29 @@ def test_the_token_counts_the_cells_verify_get_more_cost_repeats(tmp_path):
     per_n = ct.groupby("n_tokens")["repeat"].nunique().to_dict()
     assert per_n == {1: 3, 2: 3, 3: 3, 4: 2}  # γ = 2 verifies up to 3 tokens; n = 4 keeps cost_repeats
     assert len(ct) == 2 * (3 * 3 + 2) and len(run.table("cost_draft")) == 2 * 2
+
+
+def test_source_state_says_when_the_checkout_is_dirty(tmp_path, monkeypatch):
+    """run.json's git_commit and git_dirty: a clean checkout, then a tracked file changed, then no git at all."""
+    repo = tmp_path / "repo"
+    (repo / "measure").mkdir(parents=True)
+    fake = repo / "measure" / "sweep.py"
+    fake.write_text("x = 1\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    monkeypatch.setattr(sweep, "__file__", str(fake))
+    clean = sweep.source_state()
+    assert len(clean["git_commit"]) == 40 and clean["git_dirty"] is False
+    fake.write_text("x = 2\n")
+    assert sweep.source_state() == {"git_commit": clean["git_commit"], "git_dirty": True}
+    (repo / "new.txt").write_text("untracked files do not count\n")
+    fake.write_text("x = 1\n")
+    assert sweep.source_state()["git_dirty"] is False
+    bare = tmp_path / "nogit" / "measure"
+    bare.mkdir(parents=True)
+    monkeypatch.setattr(sweep, "__file__", str(bare / "sweep.py"))
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    assert sweep.source_state() == {"git_commit": None, "git_dirty": None}
+

@@ -280,7 +280,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
     device = resolve_device(config.device)
     scfg = _sweep_config(config)
     prompts_by, selection = select_prompts(scfg)
-    hardware, versions, commit = environment(device)
+    hardware, versions, source = environment(device)
     fp = fingerprint(scfg, device, selection, hardware, versions)
     fp["head_sweep"] = {k: getattr(config, k) for k in ("gamma", "n_clusters", "scoring", "lowrank_rank",
                                                         "moment_texts", "moment_max_tokens", "calibration_texts",
@@ -337,7 +337,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
         prompts = [p for ps in prompts_by.values() for p in ps]
         enc = {p.prompt_id: engine.encode(target, p.message, config.max_prompt_tokens) for p in prompts}
         writer.update(
-            command=command, git_commit=commit, hardware=hardware, versions=versions, prompt_selection=selection,
+            command=command, **source, hardware=hardware, versions=versions, prompt_selection=selection,
             models={"target": target.describe(), "drafts": {draft.name: draft.describe()}},
             config={**scfg.as_dict(), **config.as_dict(), "kind": "head_sweep", "head_ks_resolved": ks,
                     "clusters": cluster_meta,
