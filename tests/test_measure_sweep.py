@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from measure import records, sweep
@@ -240,9 +241,18 @@ def test_head_sweep_and_main_sweep_cells_share_one_code_path(tmp_path, monkeypat
     assert None in seen  # the main sweep's cell went through the same function
     hc, mc = hs.table("cells"), main.table("cells")
     assert list(hc.columns) == list(mc.columns)
-    for col in ("speedup_lo", "speedup_hi", "repeats", "unstable", "attempts"):
+    for col in ("speedup", "repeats", "unstable", "attempts"):
         assert hc[col].notna().all() and mc[col].notna().all(), col
     hg = hs.table("generations")
+    # each cell's CI is the one measure.stats gives on its generations on disk (Fieller's interval may be
+    # unbounded, i.e. empty, when a tiny model's millisecond timings are that noisy: the same on both sides)
+    for row in hc.itertuples():
+        g = hg[hg["cell_id"] == row.cell_id].pivot_table(index=["prompt_id", "repeat"], columns="mode",
+                                                         values="tokens_per_s")
+        ci = sweep.stats.speedup_ci(g["baseline"].tolist(), g["speculative"].tolist())
+        assert ci.value == pytest.approx(row.speedup)
+        for want, got in ((ci.lo, row.speedup_lo), (ci.hi, row.speedup_hi)):
+            assert (want is None and pd.isna(got)) or want == pytest.approx(got)
     assert set(hg["mode"]) == {"baseline", "speculative"} and hg["tokens"].notna().all()
     assert len(hs.table("head_sweep")) == 2
     assert hs.meta["config"]["clusters"]["max_cluster_size"] >= 1  # the clustered variant built them
