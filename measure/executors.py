@@ -383,7 +383,8 @@ def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWr
             prepare = ray.remote(**opts, max_calls=0, max_retries=executor.max_retries)(prepare_task)
             # a resume times only the points not on disk (curves cut short by an interrupted append included)
             cost = bool(config.cost_curves)
-            done_t, done_d = sweep.cost_points_done(records.load_run(writer.path)) if cost else (set(), set())
+            on_disk = records.load_run(writer.path)  # read once: its cells table is not written before the cells
+            done_t, done_d = sweep.cost_points_done(on_disk) if cost else (set(), set())
             say(f"loading {config.target} ({config.engine}) on a worker"
                 + (" and timing the cost curves' missing points" if done_t or done_d
                    else " and timing cost curves" if cost else ""))
@@ -402,7 +403,7 @@ def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWr
                 writer.append("cost_draft", prep.cost_draft)
                 writer.append("cost_target", prep.cost_target)
                 writer.update(cost_hardware=prep.worker.label)
-            done_cells = records.load_run(writer.path).table("cells").to_dict("records")
+            done_cells = on_disk.table("cells").to_dict("records")
             for c in done_cells:
                 if on_cell:
                     on_cell(c)
