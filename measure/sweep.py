@@ -101,7 +101,7 @@ class SweepConfig:
     #: repeats of the token counts the cells verify (1..γ_max + 1): the held-out predictions of a run are as
     #: good as those points (single timings vary 10-17% here). Re-fitting runs g-j with only the first 5, 10
     #: or all 20 repeats gave a mean held-out speedup MAPE (event simulator) of 8.0%, 6.9%, 5.7%: about one
-    #: point per doubling, so 40 (≈ 25 s more on the default run)
+    #: point per doubling, so 40 (300 more forwards at a median 70 ms: ≈ 21 s more on the default run)
     cost_repeats_verified: int = 40
     repeats: int = 2
     cv_threshold: float = stats.CV_THRESHOLD
