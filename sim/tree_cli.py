@@ -225,10 +225,21 @@ def resolve(args: argparse.Namespace) -> TreeSetup:
                      args.new_tokens or NEW_TOKENS_DEFAULT, args.seed)
 
 
+#: what the rank laws were found to do on real drafts (results/2026-11-24-tree-rank-law.md), said wherever one is used
+LAW_CHECK = {
+    "power": ("ranks 2..10 come from the power rank law: on SmolLM2-135M's self-drafts it put the best trees' E[tau] "
+              "off by -6% to +8% (budgets <= 16) while picking nearly the best shape "
+              "(results/2026-11-24-tree-rank-law.md); a tree gain smaller than that depends on the law"),
+    "geometric": ("ranks 2..10 come from the geometric rank law, which overstated the top-2..5 recall of "
+                  "SmolLM2-135M's self-drafts by 0.05-0.29 RMSE (results/2026-11-24-tree-rank-law.md): an "
+                  "optimistic bound on what branching buys"),
+}
+
+
 def _setting(s: TreeSetup) -> dict:
     return {"preset": s.pair.name if s.pair else None, "hardware": s.hardware, "context_tokens": s.context_tokens,
             "batch": s.batch, "acceptance": s.acceptance.describe(), "acceptance_source": s.acceptance.source,
-            "rank_law": s.rank_law, "cost_model": s.cost.describe()}
+            "rank_law": s.rank_law, "cost_model": s.cost.describe(), "notes": [LAW_CHECK[s.rank_law]] if s.rank_law else []}
 
 
 def _prediction_doc(pred: TreePrediction) -> dict:
@@ -272,14 +283,13 @@ def run_advice(s: TreeSetup) -> dict:
     ans = branching_answer(s.acceptance, s.cost, s.budget, s.max_depth, s.context_tokens, s.batch)
     doc = {"command": "tree --advise", **_setting(s), "budget": s.budget, "max_depth": s.max_depth,
            **ans.as_dict()}
-    notes = []
+    notes = doc["notes"]
     if ans.best_tree.n_nodes == s.budget:
         notes.append(f"the best tree spends the largest budget searched ({s.budget}): a larger --budget may do better")
     notes.append("SGLang redraws its tree every round from the draft's confidences; its line is the static "
                  "expected-value tree of the same flags (sim/tree_search.py)")
     notes.append("vLLM's EAGLE proposer drafts the same number of children for every node of a level "
                  "(vllm/v1/spec_decode/eagle.py): its line is the best such tree")
-    doc["notes"] = notes
     return doc
 
 
@@ -318,6 +328,7 @@ def format_tree(doc: dict) -> str:
         e = doc["event"]
         lines.append(f"event simulation ({e['rounds']} rounds, {e['new_tokens']} tokens, seed {e['seed']}): mean "
                      f"tau {e['mean_accepted_length']:.4f}, speedup {e['speedup']:.3f}x")
+    lines += [f"note: {n}" for n in doc["notes"]]
     return "\n".join(lines)
 
 

@@ -35,6 +35,7 @@ def test_paths_json_has_the_issue_fields(pfile):
     assert doc["speedup"] == pytest.approx(2.1 / (1 + 2 * 0.05))
     assert doc["paths"] == [[0], [1], [0, 0]] and doc["verify_tokens"] == 4 and doc["rank_law"] is None
     assert doc["vllm_speculative_token_tree"] == "[(0,), (1,), (0, 0)]" and doc["level_uniform"] is False
+    assert doc["notes"] == []  # every rank from the file: no rank law to warn about
 
 
 def test_text_output(pfile):
@@ -58,6 +59,7 @@ def test_budget_prints_the_optimal_tree_and_preset_numbers_say_where_they_come_f
     assert doc["optimal"]["budget"] == 8 and doc["n_nodes"] == 8 and doc["depth"] <= 3
     assert doc["rank_law"] == "power" and "preset llama3-8b-70b: alpha = 0.8" in doc["acceptance_source"]
     assert "Medusa" in doc["acceptance_source"] and doc["hardware"] == "h100-sxm"
+    assert "-6% to +8%" in doc["notes"][0] and "results/2026-11-24-tree-rank-law.md" in doc["notes"][0]
     geo = js("--budget", "8", "--max-depth", "3", "--preset", "llama3-8b-70b", "--rank-law", "geometric")
     assert geo["expected_accepted_length"] > doc["expected_accepted_length"]  # the optimistic law
     none = js("--budget", "3", "--preset", "llama3-8b-70b", "--rank-law", "none")
