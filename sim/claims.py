@@ -18,10 +18,12 @@ says:
 Verdict rule. With an α stated by the source (or implied by a stated τ), the
 claim is *consistent* when the α it needs is at most the stated one (+0.005,
 the rounding of a two-decimal α). Without one, it is *consistent* when the α
-it needs is at most the low end of the range typical for a separate draft
-model (:data:`TYPICAL_ALPHA`), i.e. reachable even with a weak typical draft;
-otherwise it *needs α ≥ x*, and the text says whether x lies inside or above
-that range.
+it needs is at most the low end of the range typical for the kind of draft
+(:func:`sim.typical.typical_alpha`: Leviathan et al.'s 0.5–0.9 for a separate
+draft model, the papers' own figures for a draft head such as EAGLE-3), i.e.
+reachable even with a weak typical draft; otherwise it *needs α ≥ x*, and the
+text says whether x lies inside or above that range, and where the range
+comes from.
 
 :func:`check_roofline` holds a claim's ms/token figures against the preset's
 roofline on the stated device (and says which preset device is nearest).
@@ -44,12 +46,13 @@ from typing import Any, get_args, get_type_hints
 import numpy as np
 from scipy.optimize import brentq
 
-from presets import HARDWARE, RooflineForward, get_hardware, get_pair
+from presets import HARDWARE, get_hardware, get_pair
 from presets.hardware import Hardware
 from presets.pairs import Pair
 from sim.acceptance import IIDAcceptance, implied_alpha_from_tau
 from sim.analytic import predict_row
-from sim.cost import CostModel, LeviathanCost, RooflineCost, round_time_ms
+from sim.cost import CostModel, LeviathanCost, RooflineCost, pair_roofline_cost, round_time_ms
+from sim.typical import TYPICAL_ALPHA, AlphaRange, typical_alpha
 
 GAMMA_LIMIT = 64
 """Largest draft length the check accepts and searches."""
@@ -59,30 +62,6 @@ ALPHA_ROUNDING = 0.005
 """A stated α is given to two decimals: a need within this of it counts as met."""
 MS_CONSISTENCY_REL = 0.05
 """Claimed speedup and the ratio of its own ms/token figures may differ by this much (rounding)."""
-
-
-@dataclass(frozen=True)
-class AlphaRange:
-    """Acceptance typical for a kind of draft, with where that comes from."""
-
-    low: float
-    high: float
-    source: str
-    quote: str = ""
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.low <= self.high <= 1.0:
-            raise ValueError(f"typical alpha range must satisfy 0 <= low <= high <= 1, got {self.low}, {self.high}")
-
-    def text(self) -> str:
-        return f"{self.low:g}–{self.high:g}, {self.source}"
-
-
-TYPICAL_ALPHA = AlphaRange(
-    0.5, 0.9, "Leviathan et al. 2023 §4.2",
-    quote="approximation models that are a couple of orders of magnitude smaller than the target model tend to "
-          "produce α values between 0.5 and 0.9",
-)
 
 
 @dataclass(frozen=True)
@@ -300,7 +279,8 @@ def check_speedup(
     else:
         kind = "needs_alpha"
         place = "inside" if need <= typical.high else "above"
-        verdict = (f"needs α ≥ {need:.3f} at {where} ({place} the range typical for such pairs: {typical.text()})")
+        verdict = (f"needs α ≥ {need:.3f} at {where} ({place} the range typical for {typical.label}: "
+                   f"{typical.text()})")
 
     # What would have to be true, each at the reference α.
     k = draft_factor_needed(cost, speedup, a_ref, g_eval, context_tokens)
@@ -371,8 +351,8 @@ class RooflineCheck:
 
 
 def roofline_cost(pair: Pair, hardware: Hardware) -> RooflineCost:
-    """The preset cost model of ``pair`` on ``hardware`` (roofline forwards, no round overhead)."""
-    return RooflineCost(RooflineForward(pair.draft, hardware), RooflineForward(pair.target, hardware))
+    """The preset cost model of ``pair`` on ``hardware`` (:func:`sim.cost.pair_roofline_cost`)."""
+    return pair_roofline_cost(pair, hardware)
 
 
 def _weights_bytes(pair: Pair, hardware: Hardware) -> float:
@@ -544,7 +524,8 @@ def check_claim(claim: Claim) -> ClaimCheck:
     cost, pair, _ = claim.cost_model()
     ratio = pair.draft.params / pair.target.params if pair is not None else None
     verdict = check_speedup(cost, claim.speedup, claim.gamma, alpha=claim.alpha, tau=claim.tau,
-                            gamma_max=claim.gamma_max, context_tokens=claim.context_tokens, parameter_ratio=ratio)
+                            gamma_max=claim.gamma_max, context_tokens=claim.context_tokens, parameter_ratio=ratio,
+                            typical=typical_alpha(pair))
     roof = None
     if pair is not None and (claim.baseline_ms_per_token or claim.speculative_ms_per_token):
         roof = check_roofline(pair, get_hardware(claim.hardware), verdict.gamma, claim.speedup,
