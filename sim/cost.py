@@ -163,7 +163,13 @@ class RooflineCost:
         return self.target.forward_ms(n_tokens, context_tokens, batch)
 
     def draft_forward_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
-        """The draft's roofline forward over ``n_tokens`` positions (a token-tree level)."""
+        """The draft's roofline forward over ``n_tokens`` positions (a token-tree level).
+
+        Medusa's heads all read the target's last hidden state once (no draft
+        tokens go back in), so a level of any width costs one head's pass.
+        """
+        if getattr(getattr(self.draft, "model", None), "kind", None) == "medusa":
+            n_tokens = 1
         return self.draft.forward_ms(n_tokens, context_tokens, batch)
 
     def round_overhead_ms(self, gamma: int) -> float:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from presets import HARDWARE, MODELS, PAIRS, Pair
+from presets import HARDWARE, HEAD_KINDS, HEAD_PAIRS, MODELS, PAIRS, Pair
 from sim.cli import (
     CONTEXT_LIMIT_TOKENS,
     GAMMA_LIMIT,
@@ -91,8 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rank-law", type=choice_arg("rank law", RANK_LAW_CHOICES),
                    help=f"how a top-1-only acceptance gets ranks 2..{DEFAULT_RANKS}: {', '.join(RANK_LAW_CHOICES)} "
                    f"(default {DEFAULT_RANK_LAW}; see sim/rank_law.py)")
-    p.add_argument("--preset", type=choice_arg("preset", list(PAIRS)), help="draft/target pair by exact name")
-    p.add_argument("--draft", type=choice_arg("model", list(MODELS)), help="draft model name (with --target)")
+    p.add_argument("--preset", type=choice_arg("preset", [*PAIRS, *HEAD_PAIRS]),
+                   help="draft/target pair or draft head by exact name")
+    p.add_argument("--draft", type=choice_arg("model or draft head", [*MODELS, *HEAD_KINDS]),
+                   help=f"draft model name, or a draft head on the target: {', '.join(HEAD_KINDS)} (with --target)")
     p.add_argument("--target", type=choice_arg("model", list(MODELS)), help="target model name (with --draft)")
     p.add_argument("--hardware", type=choice_arg("hardware", list(HARDWARE)), help="hardware profile "
                    "(default: the pair's)")
@@ -133,6 +135,7 @@ class TreeSetup:
     mode: str
     new_tokens: int
     seed: int
+    notes: tuple[str, ...] = ()
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -167,15 +170,25 @@ def _parse_tree(args: argparse.Namespace, pair: Pair | None) -> TokenTree | None
         raise CliError(f"--paths has {tree.n_nodes} nodes; at most {NODES_LIMIT} ({NODES_WHY})")
     if tree.depth > DEPTH_LIMIT:
         raise CliError(f"--paths is {tree.depth} deep; at most {DEPTH_LIMIT} ({GAMMA_WHY})")
-    if pair is not None and tree.max_rank >= pair.draft.vocab_size:
-        raise CliError(f"--paths uses rank {tree.max_rank}: a top-{tree.max_rank + 1} candidate list, more than "
-                       f"{pair.draft.name}'s vocabulary of {pair.draft.vocab_size} tokens; valid ranks "
-                       f"0..{pair.draft.vocab_size - 1}")
+    if pair is not None:
+        vocab, whose = _candidate_vocabulary(pair)
+        if tree.max_rank >= vocab:
+            raise CliError(f"--paths uses rank {tree.max_rank}: a top-{tree.max_rank + 1} candidate list, more than "
+                           f"{whose} of {vocab} tokens; valid ranks 0..{vocab - 1}")
     return tree
 
 
-def _resolve_acceptance(args: argparse.Namespace, pair: Pair | None) -> tuple[PositionalAcceptance, str | None]:
-    """The positional acceptance (a top-1-only one extended by the rank law) and the law used, if any."""
+def _candidate_vocabulary(pair: Pair) -> tuple[int, str]:
+    """How many candidates the draft ranks (an EAGLE-3 head: its own reduced vocabulary), and whose they are."""
+    if pair.is_head and pair.draft.kind == "eagle3":
+        return pair.draft.draft_vocab_size, f"{pair.draft.name}'s own draft vocabulary"
+    return pair.draft.vocab_size, f"{pair.draft.name}'s vocabulary"
+
+
+def _resolve_acceptance(args: argparse.Namespace,
+                        pair: Pair | None) -> tuple[PositionalAcceptance, str | None, tuple[str, ...]]:
+    """The positional acceptance (a top-1-only one extended by the rank law), the law used, if any, and notes."""
+    notes: tuple[str, ...] = ()
     if args.acceptance is not None:
         acc = load_positional(args.acceptance)
     elif args.alpha is not None:
@@ -184,19 +197,23 @@ def _resolve_acceptance(args: argparse.Namespace, pair: Pair | None) -> tuple[Po
         acc = PositionalAcceptance.from_chain(args.alpha_per_position, "--alpha-per-position "
                                               + ",".join(f"{a:g}" for a in args.alpha_per_position))
     elif pair is not None:
-        acc = PositionalAcceptance.from_chain([pair.default_alpha], f"preset {pair.name}: alpha = "
-                                              f"{pair.default_alpha:g} at every depth ({pair.alpha_source})")
+        from sim.typical import default_alpha
+
+        alpha, why = default_alpha(pair)
+        acc = PositionalAcceptance.from_chain([alpha], f"preset {pair.name}: alpha = {alpha:.4g} at every depth ({why})")
+        if pair.is_head and pair.draft.head_kind.acceptance[0].tree:
+            notes = (TREE_TAU_NOTE,)
     else:
         raise CliError("no acceptance given: use --acceptance FILE, --alpha or --alpha-per-position (or a --preset)")
     if not acc.is_chain:
         if args.rank_law is not None:
             raise CliError(f"--rank-law {args.rank_law} applies to a top-1-only acceptance; --acceptance "
                            f"{args.acceptance!r} gives ranks {[len(r) for r in acc.p]} per depth itself")
-        return acc, None
+        return acc, None, notes
     law = args.rank_law or DEFAULT_RANK_LAW
     if law == "none":
-        return acc, None
-    return RankLaw(law).extend(acc), law
+        return acc, None, notes
+    return RankLaw(law).extend(acc), law, notes
 
 
 def resolve(args: argparse.Namespace) -> TreeSetup:
@@ -213,7 +230,7 @@ def resolve(args: argparse.Namespace) -> TreeSetup:
     hardware = None
     if args.cost_ratio is None and args.cost_model is None:
         hardware = args.hardware if args.hardware is not None else pair.default_hardware
-    acceptance, law = _resolve_acceptance(args, pair)
+    acceptance, law, notes = _resolve_acceptance(args, pair)
     if tree is not None:
         try:
             acceptance.check_covers(tree)
@@ -222,8 +239,12 @@ def resolve(args: argparse.Namespace) -> TreeSetup:
     cost = _resolve_cost(args, pair, hardware)
     return TreeSetup(tree, args.budget, None if args.budget is None else (args.max_depth or args.budget),
                      args.advise, acceptance, law, cost, pair, hardware, args.context_tokens, args.batch, args.mode,
-                     args.new_tokens or NEW_TOKENS_DEFAULT, args.seed)
+                     args.new_tokens or NEW_TOKENS_DEFAULT, args.seed, notes)
 
+
+TREE_TAU_NOTE = ("this head's alpha is inferred from a tau its paper measured with tree drafts: it folds that "
+                 "tree's gain into a chain's alpha, so the chains and the trees here are both optimistic; give "
+                 "--alpha or an --acceptance file measured on chains")
 
 #: what the rank laws were found to do on real drafts (results/2026-11-24-tree-rank-law.md), said wherever one is used
 LAW_CHECK = {
@@ -239,7 +260,7 @@ LAW_CHECK = {
 def _setting(s: TreeSetup) -> dict:
     return {"preset": s.pair.name if s.pair else None, "hardware": s.hardware, "context_tokens": s.context_tokens,
             "batch": s.batch, "acceptance": s.acceptance.describe(), "acceptance_source": s.acceptance.source,
-            "rank_law": s.rank_law, "cost_model": s.cost.describe(), "notes": [LAW_CHECK[s.rank_law]] if s.rank_law else []}
+            "rank_law": s.rank_law, "cost_model": s.cost.describe(), "notes": [*s.notes, *([LAW_CHECK[s.rank_law]] if s.rank_law else [])]}
 
 
 def _prediction_doc(pred: TreePrediction) -> dict:

@@ -196,6 +196,8 @@ SIM = [
      ["--context-tokens 2000", "1024 positions"]),
     (["tree", "--paths", "[[0],[60000]]", "--preset", "smollm2-135m-360m"],
      ["--paths uses rank 60000", "vocabulary of 49152", "0..49151"]),
+    (["tree", "--paths", "[[0],[40000]]", "--preset", "eagle3-llama3.1-8b"],
+     ["rank 40000", "eagle3-head(Llama-3.1-8B)'s own draft vocabulary of 32000 tokens", "0..31999"]),
     (["tree", "--paths", "[[0]]", "--acceptance", "{d}/missing.json"], ["acceptance file", "missing.json", "not found"]),
     (["tree", "--paths", "[[0]]", "--acceptance", "{d}/corrupt.json"], ["corrupt.json", "not valid JSON"]),
     (["tree", "--paths", "[[0]]", "--acceptance", "{d}/tree_sum.json"], ["tree_sum.json", "depth 2 sums to 1.1",

@@ -103,3 +103,12 @@ def test_ingest_acceptance_file_is_the_chain_case(tmp_path):
     f.write_text(json.dumps({"kind": "per_position", "alphas": [0.837, 0.799, 0.783]}))  # vLLM's 0.837, 0.669, 0.524
     doc = js("--paths", "[[0],[0,0],[0,0,0]]", "--acceptance", str(f), "--cost-ratio", "0.1", "--rank-law", "none")
     assert doc["expected_accepted_length"] == pytest.approx(1 + 0.837 + 0.837 * 0.799 + 0.837 * 0.799 * 0.783)
+
+
+def test_draft_head_presets_advise_and_say_their_alpha_is_from_a_tree():
+    doc = js("--budget", "12", "--max-depth", "8", "--advise", "--preset", "eagle3-llama3.1-8b", "--hardware", "h100-sxm")
+    assert "EAGLE-3" in doc["acceptance_source"] and doc["sglang"]["flags"]["speculative_num_steps"] <= 8
+    assert any("measured with tree drafts" in n for n in doc["notes"])
+    assert any("power rank law" in n for n in doc["notes"])
+    plain = js("--budget", "4", "--preset", "llama3-1b-8b")
+    assert not any("tree drafts" in n for n in plain["notes"])

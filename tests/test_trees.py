@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from presets import RooflineForward, get_hardware, get_pair
 from sim.acceptance import IIDAcceptance, PerPositionAcceptance, expected_tokens_iid
 from sim.analytic import predict_row
-from sim.cost import LeviathanCost, RooflineCost, TabulatedCost, draft_forward_ms
+from sim.cost import LeviathanCost, RooflineCost, TabulatedCost, draft_forward_ms, pair_roofline_cost
 from sim.trees import (
     PositionalAcceptance,
     TokenTree,
@@ -242,3 +242,13 @@ def test_round_cost_counts_levels_and_parents():
     # SGLang drafts topk beams at every step even where the kept tree is narrower
     wide = tree_round_cost(tree, cost, 512.0, draft_widths=(1, 4, 4))
     assert wide.draft_ms > rc.draft_ms
+
+
+def test_medusa_heads_cost_one_pass_whatever_the_level_width():
+    # Medusa's heads read the target's last hidden state only; EAGLE's head runs over the level's tokens
+    medusa, eagle = get_pair("medusa-vicuna-7b"), get_pair("eagle-vicuna-7b")
+    hw = get_hardware("a100-80gb")
+    m = pair_roofline_cost(medusa, hw)
+    e = pair_roofline_cost(eagle, hw)
+    assert draft_forward_ms(m, 64, 512.0, 64) == draft_forward_ms(m, 1, 512.0, 64)
+    assert draft_forward_ms(e, 64, 512.0, 64) > draft_forward_ms(e, 1, 512.0, 64)
