@@ -112,6 +112,9 @@ class TokenTree:
             text = value.strip()
             try:
                 value = json.loads(text)
+            except RecursionError:
+                raise ValueError(f"{text[:20]!r}... nests lists too deeply; a path list is two levels deep, "
+                                 "e.g. [[0],[1],[0,0]]") from None
             except json.JSONDecodeError:
                 try:
                     value = ast.literal_eval(text)

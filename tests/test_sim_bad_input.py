@@ -47,6 +47,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     }
     for name, doc in docs.items():
         (d / name).write_text(json.dumps(doc))
+    (d / "deep.json").write_text("[" * 100_000)
     (d / "corrupt.json").write_text('{"kind": "iid",\n "alpha": 0.5 "x": 1}')
     (d / "nan.json").write_text('{"kind": "leviathan", "cost_ratio": NaN}')
     (d / "latin1.json").write_bytes(b'{"kind": "iid", "alpha": "\xe9"}')
@@ -147,6 +148,7 @@ SIM = [
                                                                   "up to 1"]),
     (["--alpha", "0.5", "--cost-model", "{d}/corrupt.json"], ["corrupt.json", "not valid JSON", "line 2"]),
     (["--alpha", "0.5", "--cost-model", "{d}/nan.json"], ["nan.json", "NaN"]),
+    (["--alpha", "0.5", "--cost-model", "{d}/deep.json"], ["cost model file", "deep.json", "too deeply"]),
     (["--alpha", "0.5", "--cost-model", "{d}/latin1.json"], ["latin1.json", "UTF-8"]),
     (["--alpha", "0.5", "--cost-model", ""], ["--cost-model", "empty file name"]),
     # acceptance files
@@ -171,6 +173,8 @@ SIM = [
     (["tree", "--paths", "[[0],[1.5]]"], ["--paths", "rank 1.5", "integers >= 0"]),
     (["tree", "--paths", "[[0], [1"], ["--paths", "not a path list", "[[0],[1],[0,0]]"]),
     (["tree", "--paths", "[]"], ["--paths", "non-empty list of paths"]),
+    (["tree", "--paths", "[" * 100_000], ["--paths", "nests lists too deeply"]),
+    (["tree", "--paths", "[[0]]", "--acceptance", "{d}/deep.json"], ["acceptance file", "deep.json", "too deeply"]),
     (["tree", "--paths", ""], ["--paths", "empty path list"]),
     (["tree", "--paths", json.dumps([[r] for r in range(257)])], ["--paths has 257 nodes", "at most 256"]),
     (["tree", "--paths", json.dumps([[0] * d for d in range(1, 66)])], ["--paths is 65 deep", "at most 64"]),
