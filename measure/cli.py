@@ -96,7 +96,7 @@ def csv_items(flag: str, text: str, prog: str = "python -m measure") -> list[str
 # long: the argparse declarations of every option: a list, not logic
 def build_parser() -> argparse.ArgumentParser:
     from measure import stats
-    from measure.engines.base import CACHES, ENGINES
+    from measure.seam import CACHES, ENGINES
     from measure.sweep import INTERLEAVE, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_REPEATS
 
     p = OneLineParser(prog="python -m measure", description=__doc__.splitlines()[0],
@@ -343,17 +343,21 @@ def _executor(args: argparse.Namespace):
 
 
 def _one(args, target: str, drafts: list[str], out: Path, command: str, check: dict | None) -> dict:
-    from measure.executors import CellsFailed
+    from measure.executors import CellsFailed, run_sweep_distributed
     from measure.records import FingerprintMismatch, RunInterrupted
     from measure.sweep import run_sweep, summary_lines
 
     cfg = _config_from_args(args, target, drafts)
     printer = TablePrinter()
     print(f"\n{target} -> {out}", flush=True)
+    executor = _executor(args)
+    ui = dict(command=command, progress=lambda m: print(m, file=sys.stderr, flush=True), show_bar=not args.no_progress,
+              on_cell=printer.row, force_new=args.force_new, system_check=check, quiet=args.quiet)
     try:
-        run = run_sweep(cfg, out, command=command, progress=lambda m: print(m, file=sys.stderr, flush=True),
-                        show_bar=not args.no_progress, on_cell=printer.row, force_new=args.force_new,
-                        system_check=check, quiet=args.quiet, executor=_executor(args))
+        if executor.kind == "local":
+            run = run_sweep(cfg, out, **ui)
+        else:
+            run = run_sweep_distributed(cfg, out, executor, **ui)
     except CellsFailed as e:
         print(f"python -m measure: error: {e}", file=sys.stderr)
         raise SystemExit(1)
@@ -397,22 +401,12 @@ def _early_checks(args: argparse.Namespace, out: Path) -> None:
             fail(prog, str(e))
 
 
-def dispatch_subcommand(argv: list[str]) -> int | None:
-    """Run a subcommand if ``argv`` names one; an unknown word lists the valid ones."""
-    if not argv or argv[0].startswith("-"):
-        return None
-    if argv[0] == "head-sweep":  # the pruned draft head's K sweep, cells of the same sweep
-        from measure.head.head_sweep import main as head_sweep_main
-
-        return head_sweep_main(argv[1:])
-    if argv[0] == "head-recall":  # offline recall of the pruned-head selectors
-        from measure.head.head_recall import main as head_recall_main
-
-        return head_recall_main(argv[1:])
-    if argv[0] == "build-llamacpp":  # a portable llama.cpp, its bindings and tools, checked on this CPU
-        return build_llamacpp_main(argv[1:])
-    fail("python -m measure", f"unknown subcommand {argv[0]!r}; valid: {', '.join(SUBCOMMANDS)} "
-                              "(or options only: python -m measure --help)")
+def refuse_subcommand(argv: list[str]) -> None:
+    """A leading word that is not an option names a subcommand (:mod:`measure.__main__` runs the known ones):
+    one line listing the valid ones, exit 2."""
+    if argv and not argv[0].startswith("-"):
+        fail("python -m measure", f"unknown subcommand {argv[0]!r}; valid: {', '.join(SUBCOMMANDS)} "
+                                  "(or options only: python -m measure --help)")
 
 
 def build_llamacpp_main(argv: list[str]) -> int:
@@ -450,10 +444,9 @@ def build_llamacpp_main(argv: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m measure [options]``: the sweep; its table as cells finish, then one JSON line."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    sub = dispatch_subcommand(argv)
-    if sub is not None:
-        return sub
+    refuse_subcommand(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     command = "python -m measure " + " ".join(shlex.quote(a) for a in argv)
@@ -466,7 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _config_from_args(args, target, drafts)  # every flag checked before any model loads
     if args.quiet:
         quiet_third_party()
-    from measure.models import resolve_device
+    from measure.devices import resolve_device
 
     try:
         device = resolve_device(args.device)

@@ -1,8 +1,9 @@
 """Where a sweep's cells run: here (``--executor local``) or on a Ray cluster (``--executor ray``).
 
 The local executor is :func:`measure.sweep.run_sweep` itself. The Ray executor
-(:func:`run_distributed`) sends every unfinished cell to the cluster as one Ray
-task and writes what comes back:
+(:func:`run_sweep_distributed`) opens the run as the local one does
+(:func:`measure.sweep.open_run`), sends every unfinished cell to the cluster as
+one Ray task and writes what comes back:
 
 * **Workers load the models themselves** from the same specs
   (:class:`CellWorker`: the engine from :func:`measure.engines.make_engine`,
@@ -46,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from measure import records
+from measure import records, sweep
 from sim.policies import GammaSpec
 
 #: ``--executor`` choices.
@@ -202,12 +203,11 @@ class RowCollector:
 class CellWorker:
     """A sweep's models on one worker process, rebuilt from the config alone (the driver sends nothing else)."""
 
-    def __init__(self, config: Any, cpus: int | None, quiet: bool = True) -> None:
+    def __init__(self, config: sweep.SweepConfig, cpus: int | None, quiet: bool = True) -> None:
         import torch
 
-        from measure import sweep
         from measure.engines import make_engine
-        from measure.models import resolve_device
+        from measure.devices import resolve_device
         from measure.timing import Timer
 
         self.config = config
@@ -229,15 +229,13 @@ class CellWorker:
         self.target_fingerprint = sweep.target_fingerprint(self.target, self.engine)
         self.enc = {p.prompt_id: self.engine.encode(self.target, p.message, config.max_prompt_tokens)
                     for ps in self.prompts.values() for p in ps}
-        self.ctx = sweep.CellContext(RowCollector(), self.engine, self.target, config, Timer(device), self.prompts,
-                                     self.enc, hardware=self.info.label)
+        self.ctx = sweep.CellContext(RowCollector(), self.engine, self.target, self.target.new_decoder(), config,
+                                     Timer(device), self.prompts, self.enc, hardware=self.info.label)
 
     def prepare(self, cost_curves: bool, done_target: set = frozenset(), done_draft: set = frozenset()
                 ) -> Preparation:
         """Models, prompts and versions for ``run.json``; when ``cost_curves``, the cost-curve points not
         already on disk (``done_target``/``done_draft``: :func:`measure.sweep.cost_points_done`)."""
-        from measure import sweep
-
         drafts = list(self.drafts.values())
         t_rows: list[dict] = []
         d_rows: list[dict] = []
@@ -253,8 +251,6 @@ class CellWorker:
 
     def run(self, task: CellTask, selection_sha256: str) -> CellOutcome:
         """Measure one cell with :func:`measure.sweep.run_cell` and return its rows."""
-        from measure import sweep
-
         if self.selection.get("texts_sha256") != selection_sha256:
             raise ValueError(f"worker {self.info.host}: its prompts differ from the driver's (is --prompts-file the "
                              "same file on every node?)")
@@ -292,7 +288,7 @@ def _inject_fault(cell_id: str) -> None:
 _WORKERS: dict[str, CellWorker] = {}
 
 
-def _worker(config: Any, cpus: int | None, quiet: bool) -> CellWorker:
+def _worker(config: sweep.SweepConfig, cpus: int | None, quiet: bool) -> CellWorker:
     key = json.dumps(config.as_dict(), sort_keys=True, default=str) + f"|{cpus}"
     if key not in _WORKERS:
         _WORKERS.clear()  # another sweep's models: free them first
@@ -300,13 +296,14 @@ def _worker(config: Any, cpus: int | None, quiet: bool) -> CellWorker:
     return _WORKERS[key]
 
 
-def prepare_task(config: Any, cpus: int | None, quiet: bool, cost_curves: bool, done_target: set = frozenset(),
-                 done_draft: set = frozenset()) -> Preparation:
+def prepare_task(config: sweep.SweepConfig, cpus: int | None, quiet: bool, cost_curves: bool,
+                 done_target: set = frozenset(), done_draft: set = frozenset()) -> Preparation:
     """Ray task: load the sweep's models on this worker and describe them (plus the cost-curve points to time)."""
     return _worker(config, cpus, quiet).prepare(cost_curves, done_target, done_draft)
 
 
-def cell_task(config: Any, cpus: int | None, quiet: bool, task: CellTask, selection_sha256: str) -> CellOutcome:
+def cell_task(config: sweep.SweepConfig, cpus: int | None, quiet: bool, task: CellTask,
+              selection_sha256: str) -> CellOutcome:
     """Ray task: measure one cell on this worker (its models loaded once per worker process)."""
     return _worker(config, cpus, quiet).run(task, selection_sha256)
 
@@ -337,7 +334,7 @@ def _connect(ray: Any, executor: ExecutorConfig) -> bool:
     return True
 
 
-def cell_resources(ray: Any, config: Any, executor: ExecutorConfig) -> dict[str, Any]:
+def cell_resources(ray: Any, config: sweep.SweepConfig, executor: ExecutorConfig) -> dict[str, Any]:
     """Ray options of every task: one GPU per cell on CUDA, else ``cpus_per_cell`` CPUs (checked to fit a node)."""
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     gpus = max((n.get("GPU", 0) for n in nodes), default=0)
@@ -353,19 +350,29 @@ def cell_resources(ray: Any, config: Any, executor: ExecutorConfig) -> dict[str,
     return {"num_cpus": executor.cpus_per_cell}
 
 
-# long: the driver's side of a Ray sweep in order (join, prepare, submit, collect with retries, record); the parts
-#   share the ray handle, the writer and the cleanup in one try/finally
-def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWriter, meta: Mapping[str, Any],
-                    prompts: Mapping[str, Any], selection: Mapping[str, Any],
-                    progress: Callable[[str], None] | None = None, show_bar: bool = True,
-                    on_cell: Callable[[dict], None] | None = None, quiet: bool = True) -> records.Run:
-    """Measure the unfinished cells of ``writer``'s run on Ray and write them as they arrive (module docstring).
+def run_sweep_distributed(config: sweep.SweepConfig, out_dir: str | Path, executor: ExecutorConfig,
+                          command: str = "", progress: Callable[[str], None] | None = None, show_bar: bool = True,
+                          on_cell: Callable[[dict], None] | None = None, force_new: bool = False,
+                          system_check: dict | None = None, quiet: bool = False) -> records.Run:
+    """Run (or resume) the sweep into ``out_dir`` with its cells on the Ray cluster of ``executor``; returns the
+    run read back (the arguments are :func:`measure.sweep.run_sweep`'s; module docstring).
 
     Raises :class:`CellsFailed` after writing every cell that succeeded when
     some cells failed on their workers.
     """
-    from measure import sweep
+    say = progress or (lambda _m: None)
+    opened = sweep.open_run(config, out_dir, command, say, force_new, system_check, cluster_hardware=CLUSTER_HARDWARE)
+    return run_distributed(config, executor, opened.writer, opened.meta, opened.prompts, opened.selection,
+                           progress=say, show_bar=show_bar, on_cell=on_cell, quiet=quiet)
 
+
+# long: the driver's side of a Ray sweep in order (join, prepare, submit, collect with retries, record); the parts
+#   share the ray handle, the writer and the cleanup in one try/finally
+def run_distributed(config: sweep.SweepConfig, executor: ExecutorConfig, writer: records.RunWriter,
+                    meta: Mapping[str, Any], prompts: Mapping[str, Any], selection: Mapping[str, Any],
+                    progress: Callable[[str], None] | None = None, show_bar: bool = True,
+                    on_cell: Callable[[dict], None] | None = None, quiet: bool = True) -> records.Run:
+    """Measure the unfinished cells of ``writer``'s run on Ray and write them as they arrive (module docstring)."""
     say = progress or (lambda _m: None)
     ray = import_ray()
     started = False

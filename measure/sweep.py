@@ -57,11 +57,11 @@ import torch
 
 from measure import records, stats
 from measure.decoding import acceptance_trace, autoregressive_generate, proposal_runs, speculative_generate
+from measure.devices import resolve_device, resolve_dtype
 from measure.engines import check_specs, make_engine
-from measure.engines.base import CACHES, EngineOptions
 from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_greedy_lossless
-from measure.models import resolve_device, resolve_dtype
 from measure.prompts import DOMAINS, Prompt, file_sha256, load_prompts, load_prompts_file
+from measure.seam import CACHES, Decoder, EngineOptions
 from measure.timing import Timer
 from sim.policies import GammaSpec
 
@@ -360,6 +360,7 @@ class CellContext:
     writer: records.RunWriter
     engine: Any
     target: Any
+    decoder: Decoder  # the target's, made once (target.new_decoder()) and used by every generation of the sweep
     config: SweepConfig
     timer: Timer
     prompts: dict[str, list[Prompt]]
@@ -401,9 +402,9 @@ def _warm(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, modes: tup
         for mode in modes:
             g = _gen(cfg.seed, -1, t.device)
             if mode == "baseline":
-                autoregressive_generate(t, ids, temp, n, g, t.eos_token_ids, ctx.timer)
+                autoregressive_generate(ctx.decoder, ids, temp, n, g, t.eos_token_ids, ctx.timer)
             elif mode == "speculative":
-                speculative_generate(t, draft, ids, spec.policy(), temp, n, g, t.eos_token_ids, ctx.timer)
+                speculative_generate(ctx.decoder, draft, ids, spec.policy(), temp, n, g, t.eos_token_ids, ctx.timer)
             elif mode == "peer":
                 if ctx.engine.peer_generate(t, draft, ids, spec.gamma, temp, n, cfg.seed) is None:
                     continue
@@ -475,12 +476,12 @@ def _generate(ctx: CellContext, mode: str, draft: Any, spec: GammaSpec, temp: fl
     cfg, t, timer = ctx.config, ctx.target, ctx.timer
     timer.reset_peak_memory()
     if mode == "baseline":
-        r = autoregressive_generate(t, ids, temp, cfg.max_new_tokens, _gen(seed_i, rep, t.device),
+        r = autoregressive_generate(ctx.decoder, ids, temp, cfg.max_new_tokens, _gen(seed_i, rep, t.device),
                                     t.eos_token_ids, timer)
         return Generation(r.tokens, r.wall_s, r.ttft_ms, r.token_latency_ms, (), None, None, None, order,
                           timer.peak_memory_bytes())
     if mode == "speculative":
-        r = speculative_generate(t, draft, ids, spec.policy(), temp, cfg.max_new_tokens,
+        r = speculative_generate(ctx.decoder, draft, ids, spec.policy(), temp, cfg.max_new_tokens,
                                  _gen(seed_i, rep, t.device), t.eos_token_ids, timer)
         return Generation(r.tokens, r.wall_s, r.ttft_ms, r.token_latency_ms, r.rounds, r.drafted, r.accepted,
                           len(r.rounds), order, timer.peak_memory_bytes())
@@ -706,7 +707,7 @@ def _trace_rows(ctx: CellContext, draft: Any, cell: records.CellId, gen_rows: li
         base = next(parse_tokens(r["tokens"]) for r in gen_rows
                     if r["mode"] == "baseline" and r["prompt_id"] == p.prompt_id and r["repeat"] == 0)
         full = torch.cat([ids, torch.tensor([list(base)], device=ids.device)], dim=1)  # [1, S+n]
-        vals = acceptance_trace(t, draft, full, int(ids.shape[1]), temp)
+        vals = acceptance_trace(ctx.decoder, draft, full, int(ids.shape[1]), temp)
         if temp == 0:
             proposed, runs = proposal_runs(draft, full, int(ids.shape[1]), vals)
         else:  # sampled outputs depend on γ: no γ-free proposal runs
@@ -1054,25 +1055,31 @@ def engine_options(config: SweepConfig, device: str, threads: int | None, quiet:
                          quiet=quiet)
 
 
-# long: a long docstring; the body (set up, record, load, measure the pending cells) reads top to bottom
-def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
-              progress: Callable[[str], None] | None = None, show_bar: bool = True,
-              on_cell: Callable[[dict], None] | None = None, force_new: bool = False,
-              system_check: dict | None = None, quiet: bool = False, engine: Any = None,
-              executor: Any = None) -> records.Run:
-    """Run (or resume) the sweep into ``out_dir``; returns the run read back.
+@dataclass(frozen=True)
+class OpenedRun:
+    """A run directory opened for a sweep, before any model loads: its writer (the fingerprint checked) and
+    what ``run.json`` records of the sweep's setup."""
 
-    ``on_cell`` sees each finished cell's row (the CLI prints the table as
-    cells finish). A resume with a different fingerprint raises
-    :class:`measure.records.FingerprintMismatch` (nothing written).
-    ``engine``: an engine object to use instead of ``make_engine(config.engine, ...)`` (tests).
-    ``executor`` (:class:`measure.executors.ExecutorConfig`; None: local) may
-    send the cells to a Ray cluster (:func:`measure.executors.run_distributed`);
-    this process stays the only writer of the run directory either way.
+    writer: records.RunWriter
+    meta: dict
+    prompts: dict[str, list[Prompt]]
+    selection: dict
+    device: str
+    hardware: dict
+    versions: dict
+
+
+def open_run(config: SweepConfig, out_dir: str | Path, command: str = "", say: Callable[[str], None] = lambda _m: None,
+             force_new: bool = False, system_check: dict | None = None,
+             cluster_hardware: dict | None = None) -> OpenedRun:
+    """Open (or resume) ``out_dir`` for ``config``: prompts selected, environment read, fingerprint checked.
+
+    A resume with a different fingerprint raises :class:`measure.records.FingerprintMismatch` (nothing written).
+    ``cluster_hardware``: the fingerprint's hardware of a sweep whose cells run elsewhere (a Ray cluster; each
+    cell records its worker's hardware), which also leaves ``config.device`` for the workers to resolve.
     """
-    say = progress or (lambda _m: None)
-    distributed = executor is not None and executor.kind != "local"
-    device = config.device if distributed else resolve_device(config.device)  # a cluster's workers resolve it
+    distributed = cluster_hardware is not None
+    device = config.device if distributed else resolve_device(config.device)
     prompts, selection = select_prompts(config)
     out = Path(out_dir)
     if force_new:
@@ -1080,21 +1087,35 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         if moved is not None:
             say(f"--force-new: the previous run is kept in {moved}")
     hardware, versions, source = environment("cpu" if distributed else device)
-    if distributed:  # each cell records its worker's hardware (cells.csv hardware), not the driver's
-        from measure.executors import CLUSTER_HARDWARE, run_distributed
-
-        hardware = CLUSTER_HARDWARE
+    if distributed:
+        hardware = dict(cluster_hardware)
     fp = fingerprint(config, device, selection, hardware, versions)
     writer = records.RunWriter(out, fingerprint=fp)  # refuses a different fingerprint before writing
     for note in writer.repairs:
         say(note)
     meta = dict(command=command, **source, hardware=hardware, versions=versions, config=config.as_dict(),
                 prompt_selection=selection, **({"system_check": system_check} if system_check is not None else {}))
-    if distributed:
-        return run_distributed(config, executor, writer, meta, prompts, selection, progress=say, show_bar=show_bar,
-                               on_cell=on_cell, quiet=quiet)
+    return OpenedRun(writer, meta, prompts, selection, device, hardware, versions)
+
+
+def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
+              progress: Callable[[str], None] | None = None, show_bar: bool = True,
+              on_cell: Callable[[dict], None] | None = None, force_new: bool = False,
+              system_check: dict | None = None, quiet: bool = False, engine: Any = None) -> records.Run:
+    """Run (or resume) the sweep into ``out_dir`` here, a cell at a time; returns the run read back.
+
+    ``on_cell`` sees each finished cell's row (the CLI prints the table as
+    cells finish). A resume with a different fingerprint raises
+    :class:`measure.records.FingerprintMismatch` (nothing written).
+    ``engine``: an engine object to use instead of ``make_engine(config.engine, ...)`` (tests).
+    The same sweep on a Ray cluster: :func:`measure.executors.run_sweep_distributed`.
+    """
+    say = progress or (lambda _m: None)
+    opened = open_run(config, out_dir, command, say, force_new, system_check)
+    writer, prompts, device, hardware, versions = (opened.writer, opened.prompts, opened.device, opened.hardware,
+                                                   opened.versions)
     with writer.recording():
-        writer.update(**meta)
+        writer.update(**opened.meta)
         engine = engine if engine is not None else make_engine(config.engine,
                                                                engine_options(config, device, config.threads, quiet))
         target, drafts = _load_models(engine, config, device, writer, versions, quiet, say)
@@ -1121,7 +1142,7 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
 
             bar = tqdm(total=sum(len(prompts[c.domain]) * config.repeats for c in todo), desc="measure",
                        unit="prompt×repeat", file=sys.stderr, dynamic_ncols=True)
-        ctx = CellContext(writer, engine, target, config, timer, prompts, enc, bar,
+        ctx = CellContext(writer, engine, target, target.new_decoder(), config, timer, prompts, enc, bar,
                           hardware=records.hardware_label({**hardware, "torch_threads": torch.get_num_threads()}))
         try:
             _run_cells(ctx, drafts, todo, done_cells, synthetic, on_cell, say, cost)

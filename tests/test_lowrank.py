@@ -183,7 +183,7 @@ def test_recall_table_counts_kept_argmax_per_domain_with_wilson_interval():
 
 
 def test_head_recall_cli_rejects_unknown_domain_in_one_line(capsys):
-    from measure.cli import main
+    from measure.__main__ import main
 
     assert main(["head-recall", "--domains", "poetry", "--out", "unused"]) == 2
     err = capsys.readouterr().err.strip()
@@ -192,7 +192,7 @@ def test_head_recall_cli_rejects_unknown_domain_in_one_line(capsys):
 
 
 def test_head_recall_cli_rejects_non_integer_k_in_one_line(capsys):
-    from measure.cli import main
+    from measure.__main__ import main
 
     assert main(["head-recall", "--ks", "3k", "--out", "unused"]) == 2
     assert capsys.readouterr().err.strip() == ("python -m measure head-recall: error: --ks value '3k' is not an "

@@ -32,15 +32,15 @@ directory (``cells.csv``, ``rounds.csv``, ``traces.csv``, ``cost_draft.csv``,
 ``head_sweep.csv``), so an interrupted sweep resumes; ``profile.csv`` holds the
 profiler split of a target step, a dense draft step and a pruned draft step.
 
-    python -m measure.head.head_sweep --target gemma3-270m --draft bf16 --out runs/head_sweep
+    python -m measure head-sweep --target gemma3-270m --draft bf16 --out runs/head_sweep
+
+(the command line: :mod:`measure.head.cli`).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import statistics
-import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -51,15 +51,14 @@ from torch import nn
 from measure import records
 from measure.head.clusters import ClusterConfig, load_or_build_clusters
 from measure import stats
-from measure.decoding import crop_cache, forward_logits, new_cache
+from measure.devices import resolve_device, resolve_dtype
 from measure.drafts import ModelDraft, parse_draft_spec
+from measure.engines.transformers.decoder import crop_cache, forward_logits, new_cache
 from measure.head.lowrank import HiddenMoment, LowRankScorer, accumulate_moment, fit_lowrank, load_or_collect_moment, \
     model_fingerprint
-from measure.models import resolve_device, resolve_dtype
 from measure.head.profiling import profile_rows_to_records, profile_step
 from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
 from measure.head.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
-from measure.cli import OneLineParser, csv_items, fail, int_in, quiet_third_party
 from measure.sweep import (CellContext, CellPlan, SweepConfig, cell_estimate, environment, fingerprint,
                            measure_cells, parse_tokens, select_prompts, silenced, summarize, summary_lines,
                            target_fingerprint)
@@ -73,9 +72,6 @@ __all__ = [
     "HeadSweepRow",
     "calibration_texts",
     "run_head_sweep",
-    "add_head_sweep_arguments",
-    "config_from_args",
-    "main",
 ]
 
 SWEEP_VARIANTS = ("clustered", "lowrank", "frequency", "hybrid")
@@ -170,7 +166,8 @@ class HeadSweepRow:
 CALIBRATION_START = SHAREGPT_EVAL_RECORDS
 
 
-def _calibration_counts(tokenizer: Any, n_texts: int, vocab_size: int) -> tuple[torch.Tensor, int]:
+def calibration_counts(tokenizer: Any, n_texts: int, vocab_size: int) -> tuple[torch.Tensor, int]:
+    """Token counts over ``n_texts`` calibration conversations (never an evaluation prompt) and their total."""
     if tokenizer is None:
         raise ValueError("the frequency baseline needs a model with a tokenizer (not a synthetic model)")
     texts = calibration_texts(n_texts)
@@ -274,7 +271,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
     acceptance, kept recall) go to ``head_sweep.csv`` per ``(variant, K)``.
     """
     from measure.engines import make_engine
-    from measure.engines.base import EngineOptions
+    from measure.seam import EngineOptions
 
     say = progress or (lambda _m: None)
     device = resolve_device(config.device)
@@ -320,7 +317,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
                             "build_s": clusters.build_s, "mean_cosine": clusters.mean_cosine,
                             "max_cluster_size": int(clusters.sizes.max())}
         if any(v in ("frequency", "hybrid") for v in config.variants):
-            counts, n_cal_tokens = _calibration_counts(tokenizer, config.calibration_texts, vocab)
+            counts, n_cal_tokens = calibration_counts(tokenizer, config.calibration_texts, vocab)
         else:
             counts, n_cal_tokens = torch.zeros(vocab, dtype=torch.int64), 0
         eos = tuple(int(e) for e in target.eos_token_ids if 0 <= int(e) < vocab)
@@ -353,7 +350,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
         ctx_ids = enc[prompts[0].prompt_id]
         ctx_ids = torch.cat([ctx_ids] * (config.context_tokens // ctx_ids.shape[1] + 1), 1)[:, :config.context_tokens]
         step_tok = ctx_ids[:, -1:]  # [1, 1]
-        ctx = CellContext(writer, engine, target, scfg, timer, prompts_by, enc)
+        ctx = CellContext(writer, engine, target, target.new_decoder(), scfg, timer, prompts_by, enc)
         policy = GammaSpec("fixed", config.gamma)
 
         plan = [("dense", vocab)] + [(v, k) for v in config.variants for k in ks if k < vocab]
@@ -454,7 +451,7 @@ def _head_metrics(writer: records.RunWriter, label: str, k: int, head: PrunedLMH
             "acceptance_rate": matches / max(1, n_tok), "kept_recall": kept / max(1, n_tok), "n_eval_tokens": n_tok}
 
 
-# -- command line ------------------------------------------------------------------------------
+# -- checks that need no model ------------------------------------------------------------------
 #: Largest K accepted before the model is loaded (no vocabulary in use is larger); the vocabulary bound is
 #: checked once the draft's head is known.
 MAX_HEAD_K = 10_000_000
@@ -481,108 +478,3 @@ def check_model_draft(spec: str) -> str:
         raise ValueError(f"--draft {spec!r}: has no lm_head to prune; use a model-backed draft "
                          f"({', '.join(MODEL_DRAFT_KINDS)})")
     return spec
-
-
-def add_head_sweep_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Options of the head sweep (for ``python -m measure.head.head_sweep`` or a ``measure`` subcommand)."""
-    d = HeadSweepConfig()
-    p.add_argument("--target", default=d.target, help="target model spec (default %(default)s)")
-    p.add_argument("--draft", default=d.draft, help="model-backed draft kind whose lm_head is pruned (default %(default)s)")
-    p.add_argument("--ks", default=",".join(d.head_ks), help="head sizes K, comma separated; 'full' = dense")
-    p.add_argument("--variants", default=",".join(d.variants), help=f"subset of {','.join(SWEEP_VARIANTS)}")
-    p.add_argument("--domains", default=",".join(d.domains), help=f"subset of {','.join(DOMAINS)}")
-    p.add_argument("--prompts-per-domain", type=int_in(1, 10_000), default=d.prompts_per_domain)
-    p.add_argument("--max-new-tokens", type=int_in(1, 100_000), default=d.max_new_tokens)
-    p.add_argument("--gamma", type=int_in(1, 64), default=d.gamma, help="fixed draft length γ of the end-to-end runs")
-    p.add_argument("--repeats", type=int_in(1, 1000), default=d.repeats, help="repeats per prompt and cell")
-    p.add_argument("--until-stable", type=int_in(0, 100), default=0, help="re-measure an unstable cell up to N times")
-    p.add_argument("--n-clusters", type=int_in(1, MAX_HEAD_K), default=d.n_clusters)
-    p.add_argument("--scoring", default=d.scoring, choices=("cosine", "mean", "max_norm"), help="cluster scoring")
-    p.add_argument("--rank", type=int_in(1, 65_536), default=d.lowrank_rank,
-                   help="rank r of the low-rank selector's scorer")
-    p.add_argument("--moment-texts", type=int_in(1, 100_000), default=d.moment_texts,
-                   help="calibration conversations the low-rank scorer's hidden-state moment is estimated on")
-    p.add_argument("--calibration-texts", type=int_in(1, 100_000), default=d.calibration_texts)
-    p.add_argument("--context-tokens", type=int_in(1, 1_000_000), default=d.context_tokens)
-    p.add_argument("--head-repeats", type=int_in(1, 100_000), default=d.head_repeats)
-    p.add_argument("--device", default=d.device)
-    p.add_argument("--dtype", default=d.dtype)
-    p.add_argument("--seed", type=int_in(0, 2**31 - 1), default=d.seed)
-    p.add_argument("--threads", type=int_in(1, 1024), default=None,
-                   help="torch CPU threads (default: torch's); 1 avoids OpenMP stalls on a shared machine")
-    p.add_argument("--no-profile", action="store_true", help="skip the profiler split")
-    p.add_argument("--cache-dir", default=None, help="cluster cache (default ~/.cache/specscope/clusters)")
-    p.add_argument("--quiet", action="store_true", help="silence third-party loading output")
-    p.add_argument("--out", required=True, help="run directory to write (resumed if it exists)")
-    return p
-
-
-def config_from_args(args: argparse.Namespace) -> HeadSweepConfig:
-    """A validated :class:`HeadSweepConfig` from parsed :func:`add_head_sweep_arguments` options."""
-    prog = "python -m measure head-sweep"
-    return HeadSweepConfig(
-        target=args.target, draft=args.draft, head_ks=tuple(csv_items("--ks", args.ks, prog)),
-        variants=tuple(csv_items("--variants", args.variants, prog)),
-        domains=tuple(csv_items("--domains", args.domains, prog)), prompts_per_domain=args.prompts_per_domain,
-        max_new_tokens=args.max_new_tokens, gamma=args.gamma, n_clusters=args.n_clusters, scoring=args.scoring,
-        lowrank_rank=args.rank, moment_texts=args.moment_texts,
-        calibration_texts=args.calibration_texts, context_tokens=args.context_tokens,
-        head_repeats=args.head_repeats, device=args.device, dtype=args.dtype, seed=args.seed,
-        profile=not args.no_profile, cache_dir=args.cache_dir, repeats=args.repeats,
-        until_stable=args.until_stable, threads=args.threads)
-
-
-def format_table(run: records.Run) -> str:
-    """The head sweep as a fixed-width table (one line per variant and K; speedup with its 95% CI)."""
-    rows = list(run.meta.get("head_sweep_rows", {}).values())
-    heads = ("variant", "K", "head ms", "fast ms", "step ms", "accept", "recall", "e2e acc", "tok/s", "base",
-             "speedup [95% CI]", "same", "unstable")
-
-    def ci(r: dict) -> str:
-        return stats.Estimate(r.get("speedup"), r.get("speedup_lo"), r.get("speedup_hi")).as_text(3)
-
-    lines = [[r["variant"], str(r["head_k"]), f"{r['head_ms']:.3f}", f"{r['head_fast_ms']:.3f}",
-              f"{r['draft_step_ms']:.2f}", f"{r['acceptance_rate']:.4f}", f"{r['kept_recall']:.4f}",
-              f"{r['e2e_acceptance_rate']:.3f}", f"{r['tokens_per_s']:.2f}", f"{r['tokens_per_s_baseline']:.2f}",
-              ci(r), str(r["outputs_identical"]), str(r.get("n_unstable", "-"))]
-             for r in sorted(rows, key=lambda r: (r["variant"] != "dense", r["variant"], r["head_k"]))]
-    w = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h) for i, h in enumerate(heads)]
-    out = ["  ".join(h.ljust(n) for h, n in zip(heads, w))]
-    out += ["  ".join(c.ljust(n) for c, n in zip(x, w)) for x in lines]
-    return "\n".join(out)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m measure head-sweep``: run the sweep, print the table; one-line errors, exit 2."""
-    prog = "python -m measure head-sweep"
-    parser = add_head_sweep_arguments(OneLineParser(
-        prog=prog, description="Pruned draft vocabulary head: the K sweep (cells of the main sweep)."))
-    args = parser.parse_args(argv)
-    command = prog + " " + " ".join(sys.argv[1:] if argv is None else argv)
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        fail(prog, f"--out {str(out)!r} is a file, not a directory; choose a directory path")
-    try:
-        cfg = config_from_args(args)
-    except ValueError as e:
-        fail(prog, str(e))
-    if args.quiet:
-        quiet_third_party()
-    try:
-        run = run_head_sweep(cfg, out, command=command, quiet=args.quiet,
-                             progress=lambda m: print(f"[head_sweep] {m}", file=sys.stderr, flush=True))
-    except ValueError as e:
-        fail(prog, str(e))
-    except KeyboardInterrupt:
-        print(f"interrupted: finished cells are kept in {out} (re-run with the same --out to resume)",
-              file=sys.stderr)
-        return 130
-    print(format_table(run))
-    for line in summary_lines(run.summary):
-        print(line)
-    print(records.strict_dumps({"out": str(args.out), "summary": run.summary}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

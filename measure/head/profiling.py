@@ -158,7 +158,7 @@ def profile_step(
     :class:`ProfileRow` per component; ``ms`` is the mean per step, ``share``
     its fraction of the step (``other`` = step − the rest, floored at 0).
     """
-    from measure.decoding import crop_cache, new_cache
+    from measure.engines.transformers.decoder import crop_cache, new_cache
 
     if role not in ("draft", "target"):
         raise ValueError(f"role={role!r} must be 'draft' or 'target'")
@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m measure.head.profiling", description=main.__doc__.splitlines()[0])
     ap.add_argument("--models", default="smollm2-135m,gemma3-270m",
-                    help="comma-separated model specs (measure.models.load_model), e.g. synthetic:gpt2")
+                    help="comma-separated model specs (measure.engines.transformers.models.load_model), e.g. synthetic:gpt2")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--context-tokens", type=int, default=128)
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="CSV file for the rows")
     args = ap.parse_args(argv)
     try:
-        from measure.models import load_model
+        from measure.engines.transformers.models import load_model
 
         if args.threads is not None:
             torch.set_num_threads(max(1, args.threads))
