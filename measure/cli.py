@@ -248,7 +248,7 @@ class TablePrinter:
 
     @staticmethod
     def _ci(row: dict, key: str, nd: int = 2) -> str:
-        from measure.sweep import _num
+        from measure.sweep.summary import _num
 
         v, lo, hi = _num(row.get(key)), _num(row.get(f"{key}_lo")), _num(row.get(f"{key}_hi"))
         if v is None:
@@ -256,7 +256,7 @@ class TablePrinter:
         return f"{v:.{nd}f}" + (f" [{lo:.{nd}f},{hi:.{nd}f}]" if lo is not None and hi is not None else "")
 
     def row(self, r: dict) -> None:
-        from measure.sweep import _is_true
+        from measure.sweep.summary import _is_true
 
         if not self.started:
             print("  ".join(h.ljust(w) for h, w in zip(self.HEADS, self.WIDTHS)).rstrip(), file=self.out)
@@ -278,13 +278,13 @@ class TablePrinter:
 
 
 def _num_or_none(v: object) -> float | None:
-    from measure.sweep import _num
+    from measure.sweep.summary import _num
 
     return _num(v)
 
 
 def _num_or_0(v: object) -> float:
-    from measure.sweep import _num
+    from measure.sweep.summary import _num
 
     return _num(v) or 0.0
 

@@ -47,7 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+import torch
+
 from measure import records, sweep
+from measure.devices import resolve_device
+from measure.timing import Timer
 from sim.policies import GammaSpec
 
 #: ``--executor`` choices.
@@ -204,50 +208,34 @@ class CellWorker:
     """A sweep's models on one worker process, rebuilt from the config alone (the driver sends nothing else)."""
 
     def __init__(self, config: sweep.SweepConfig, cpus: int | None, quiet: bool = True) -> None:
-        import torch
-
-        from measure.engines import make_engine
-        from measure.devices import resolve_device
-        from measure.timing import Timer
-
         self.config = config
         device = resolve_device(config.device)
         threads = config.threads or (cpus if not device.startswith("cuda") else None)
         if threads:
             torch.set_num_threads(int(threads))
-        self.prompts, self.selection = sweep.select_prompts(config)
-        opts = sweep.engine_options(config, device, threads, quiet)
-        self.engine = make_engine(config.engine, opts)
-        with sweep.silenced(quiet):
-            self.target = self.engine.load_target(config.target, device=device, dtype=config.dtype, seed=config.seed)
-            self.drafts = {spec: self.engine.make_draft(spec, self.target, seed=config.seed + 1)
-                           for spec in config.drafts}
+        prompts, self.selection = sweep.select_prompts(config)
+        self.session = sweep.open_session(config, prompts, sweep.engine_options(config, device, threads, quiet),
+                                          quiet=quiet)
+        self.drafts = dict(zip(config.drafts, self.session.drafts))
         hardware, versions, _ = sweep.environment(device)
-        versions = {**versions, **{f"engine_{k}": v for k, v in dict(self.engine.versions()).items()}}
         self.info = WorkerInfo(host=socket.gethostname(), pid=os.getpid(), device=device, hardware=hardware,
-                               versions=versions)
-        self.target_fingerprint = sweep.target_fingerprint(self.target, self.engine)
-        self.enc = {p.prompt_id: self.engine.encode(self.target, p.message, config.max_prompt_tokens)
-                    for ps in self.prompts.values() for p in ps}
-        self.ctx = sweep.CellContext(RowCollector(), self.engine, self.target, self.target.new_decoder(), config,
-                                     Timer(device), self.prompts, self.enc, hardware=self.info.label)
+                               versions=self.session.versions(versions))
+        self.ctx = sweep.CellContext(RowCollector(), self.session, config, Timer(device), hardware=self.info.label)
 
     def prepare(self, cost_curves: bool, done_target: set = frozenset(), done_draft: set = frozenset()
                 ) -> Preparation:
         """Models, prompts and versions for ``run.json``; when ``cost_curves``, the cost-curve points not
         already on disk (``done_target``/``done_draft``: :func:`measure.sweep.cost_points_done`)."""
-        drafts = list(self.drafts.values())
+        session = self.session
         t_rows: list[dict] = []
         d_rows: list[dict] = []
         if cost_curves:
-            t_rows, d_rows = sweep.cost_curves_for(self.config, self.target, drafts, self.ctx.timer,
+            t_rows, d_rows = sweep.cost_curves_for(self.config, session.target, list(session.drafts), self.ctx.timer,
                                                    done_target, done_draft).measure()
         return Preparation(
-            worker=self.info, target_fingerprint=self.target_fingerprint,
-            models={"target": self.target.describe(), "drafts": {d.name: d.describe() for d in drafts}},
-            draft_names=tuple(d.name for d in drafts), prompts=sweep.prompts_meta(self.prompts, self.enc),
-            synthetic=bool(self.target.synthetic or any(d.synthetic for d in drafts)),
-            cost_target=tuple(t_rows), cost_draft=tuple(d_rows))
+            worker=self.info, target_fingerprint=session.target_fingerprint, models=session.models(),
+            draft_names=tuple(d.name for d in session.drafts), prompts=session.prompts_meta(),
+            synthetic=session.synthetic, cost_target=tuple(t_rows), cost_draft=tuple(d_rows))
 
     def run(self, task: CellTask, selection_sha256: str) -> CellOutcome:
         """Measure one cell with :func:`measure.sweep.run_cell` and return its rows."""
@@ -262,7 +250,7 @@ class CellWorker:
             raise AssertionError(f"cell id {row['cell_id']!r} != {task.cell_id!r}")
         return CellOutcome(cell_id=task.cell_id, row=row,
                            tables={t: tuple(collector.tables.get(t, ())) for t in CELL_TABLES},
-                           worker=self.info, target_fingerprint=self.target_fingerprint,
+                           worker=self.info, target_fingerprint=self.session.target_fingerprint,
                            peer_errors=dict(collector.meta.get("peer_errors", {})))
 
 

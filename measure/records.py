@@ -192,6 +192,18 @@ def cell_id(draft: str, gamma_policy: "str | GammaSpec", temperature: float, dom
     return CellId(draft, GammaSpec.parse(gamma_policy), temperature, domain, head_k).to_str()
 
 
+def ids_text(tokens: Iterable[int]) -> str:
+    """Token ids as a ``tokens`` field (``generations.csv``, ``run.json`` prompts): space-separated."""
+    return " ".join(str(int(t)) for t in tokens)
+
+
+def parse_tokens(text: Any) -> tuple[int, ...]:
+    """Token ids from a ``tokens`` field (:func:`ids_text`); empty (None, NaN, "") → ``()``."""
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return ()
+    return tuple(int(t) for t in str(text).split())
+
+
 def hardware_label(hardware: Mapping[str, Any] | None) -> str:
     """A short name of the machine that measured a cell, from a ``run.json``-style hardware dict.
 

