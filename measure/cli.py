@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence
 
+from measure.records import Run
+from measure.rows import CellRow
 from sim.policies import GammaSpec
 
 DEFAULT_TARGET = "smollm2-135m"
@@ -247,54 +249,39 @@ class TablePrinter:
         self.started = False
 
     @staticmethod
-    def _ci(row: dict, key: str, nd: int = 2) -> str:
-        from measure.sweep.summary import _num
-
-        v, lo, hi = _num(row.get(key)), _num(row.get(f"{key}_lo")), _num(row.get(f"{key}_hi"))
-        if v is None:
+    def _ci(row: CellRow, key: str, nd: int = 2) -> str:
+        e = row.estimate(key)
+        if e.value is None:
             return "-"
-        return f"{v:.{nd}f}" + (f" [{lo:.{nd}f},{hi:.{nd}f}]" if lo is not None and hi is not None else "")
+        ci = f" [{e.lo:.{nd}f},{e.hi:.{nd}f}]" if e.lo is not None and e.hi is not None else ""
+        return f"{e.value:.{nd}f}{ci}"
 
-    def row(self, r: dict) -> None:
-        from measure.sweep.summary import _is_true
-
+    def row(self, r: CellRow) -> None:
+        """Print ``r`` (the header first, once)."""
         if not self.started:
             print("  ".join(h.ljust(w) for h, w in zip(self.HEADS, self.WIDTHS)).rstrip(), file=self.out)
             self.started = True
-        notes = [f"UNSTABLE: {r.get('unstable_reason')}"] if _is_true(r.get("unstable")) else []
-        near, bad = _num_or_0(r.get("n_near_tie")), _num_or_0(r.get("n_lossless_failures"))
+        notes = [f"UNSTABLE: {r.unstable_reason}"] if r.is_unstable else []
+        near, bad = r.n_near_tie or 0, r.n_lossless_failures or 0
         if bad:
             notes.append(f"NOT LOSSLESS: {bad:g} greedy output(s) diverged beyond the near-tie tolerance")
         elif near:
             notes.append(f"{near:g} near tie(s): diverged where the target's top two logits were within the "
                          "engine's batch noise")
         note = "; ".join(notes)
-        vals = (str(r["draft"]), str(r["gamma_policy"]), _fmt(float(r["temperature"]), 1), str(r["domain"]),
+        vals = (r.draft, r.gamma_policy, _fmt(float(r.temperature), 1), r.domain,
                 self._ci(r, "tokens_per_s_baseline"), self._ci(r, "tokens_per_s_speculative"),
-                _fmt(r.get("tokens_per_s_peer")), self._ci(r, "speedup", 3), _fmt(r.get("acceptance_rate")),
-                _fmt(r.get("mean_accepted_per_round")), _fmt(r.get("outputs_identical")),
-                _fmt(_num_or_none(r.get("baseline_vs_library")), 3), note)
+                _fmt(r.tokens_per_s_peer), self._ci(r, "speedup", 3), _fmt(r.acceptance_rate),
+                _fmt(r.mean_accepted_per_round), _fmt(r.outputs_identical), _fmt(r.baseline_vs_library, 3), note)
         print("  ".join(v.ljust(w) for v, w in zip(vals, self.WIDTHS)).rstrip(), file=self.out, flush=True)
 
 
-def _num_or_none(v: object) -> float | None:
-    from measure.sweep.summary import _num
-
-    return _num(v)
-
-
-def _num_or_0(v: object) -> float:
-    from measure.sweep.summary import _num
-
-    return _num(v) or 0.0
-
-
-def print_table(run) -> None:
+def print_table(run: Run) -> None:
     """The whole run's table (every finished cell) and its summary in words."""
     from measure.sweep import summary_lines
 
     tp = TablePrinter()
-    for r in run.table("cells").to_dict("records"):
+    for r in run.rows("cells"):
         tp.row(r)
     for line in summary_lines(run.summary):
         print(line)

@@ -50,6 +50,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from measure import records, sweep
+from measure.rows import CellRow, CostDraftRow, CostTargetRow, Row
 from measure.devices import resolve_device
 from measure.timing import Timer
 from sim.policies import GammaSpec
@@ -154,8 +155,8 @@ class Preparation:
     draft_names: tuple[str, ...]
     prompts: Mapping[str, Any]
     synthetic: bool
-    cost_target: tuple[Mapping[str, Any], ...] = ()
-    cost_draft: tuple[Mapping[str, Any], ...] = ()
+    cost_target: tuple[CostTargetRow, ...] = ()
+    cost_draft: tuple[CostDraftRow, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -163,8 +164,8 @@ class CellOutcome:
     """A measured cell as it travels back to the driver: its rows per table and its ``cells.csv`` row."""
 
     cell_id: str
-    row: Mapping[str, Any]
-    tables: Mapping[str, tuple[Mapping[str, Any], ...]]
+    row: CellRow
+    tables: Mapping[str, tuple[Row, ...]]
     worker: WorkerInfo
     target_fingerprint: Mapping[str, Any]
     peer_errors: Mapping[str, str] = field(default_factory=dict)
@@ -180,16 +181,16 @@ class RowCollector:
 
     def __init__(self) -> None:
         self.meta: dict[str, Any] = {}
-        self.tables: dict[str, list[dict]] = {t: [] for t in CELL_TABLES}
-        self.row: dict | None = None
+        self.tables: dict[str, list[Row]] = {t: [] for t in CELL_TABLES}
+        self.row: CellRow | None = None
         self.repairs: list[str] = []  # nothing staged here, so nothing to repair or quarantine
 
-    def append(self, table: str, rows: list[dict]) -> int:
-        self.tables.setdefault(table, []).extend(dict(r) for r in rows)
+    def append(self, table: str, rows: list[Row]) -> int:
+        self.tables.setdefault(table, []).extend(rows)
         return len(rows)
 
-    def finish_cell(self, row: Mapping[str, Any]) -> None:
-        self.row = dict(row)
+    def finish_cell(self, row: CellRow) -> None:
+        self.row = row
 
     def update(self, **fields: Any) -> None:
         self.meta.update(fields)
@@ -227,8 +228,8 @@ class CellWorker:
         """Models, prompts and versions for ``run.json``; when ``cost_curves``, the cost-curve points not
         already on disk (``done_target``/``done_draft``: :func:`measure.sweep.cost_points_done`)."""
         session = self.session
-        t_rows: list[dict] = []
-        d_rows: list[dict] = []
+        t_rows: list[CostTargetRow] = []
+        d_rows: list[CostDraftRow] = []
         if cost_curves:
             t_rows, d_rows = sweep.cost_curves_for(self.config, session.target, list(session.drafts), self.ctx.timer,
                                                    done_target, done_draft).measure()
@@ -246,8 +247,8 @@ class CellWorker:
         collector = RowCollector()
         self.ctx.writer = collector
         row = sweep.run_cell(self.ctx, self.drafts[task.draft], task.gamma_policy, task.temperature, task.domain)
-        if row["cell_id"] != task.cell_id:
-            raise AssertionError(f"cell id {row['cell_id']!r} != {task.cell_id!r}")
+        if row.cell_id != task.cell_id:
+            raise AssertionError(f"cell id {row.cell_id!r} != {task.cell_id!r}")
         return CellOutcome(cell_id=task.cell_id, row=row,
                            tables={t: tuple(collector.tables.get(t, ())) for t in CELL_TABLES},
                            worker=self.info, target_fingerprint=self.session.target_fingerprint,
@@ -340,7 +341,7 @@ def cell_resources(ray: Any, config: sweep.SweepConfig, executor: ExecutorConfig
 
 def run_sweep_distributed(config: sweep.SweepConfig, out_dir: str | Path, executor: ExecutorConfig,
                           command: str = "", progress: Callable[[str], None] | None = None, show_bar: bool = True,
-                          on_cell: Callable[[dict], None] | None = None, force_new: bool = False,
+                          on_cell: Callable[[CellRow], None] | None = None, force_new: bool = False,
                           system_check: dict | None = None, quiet: bool = False) -> records.Run:
     """Run (or resume) the sweep into ``out_dir`` with its cells on the Ray cluster of ``executor``; returns the
     run read back (the arguments are :func:`measure.sweep.run_sweep`'s; module docstring).
@@ -359,7 +360,7 @@ def run_sweep_distributed(config: sweep.SweepConfig, out_dir: str | Path, execut
 def run_distributed(config: sweep.SweepConfig, executor: ExecutorConfig, writer: records.RunWriter,
                     meta: Mapping[str, Any], prompts: Mapping[str, Any], selection: Mapping[str, Any],
                     progress: Callable[[str], None] | None = None, show_bar: bool = True,
-                    on_cell: Callable[[dict], None] | None = None, quiet: bool = True) -> records.Run:
+                    on_cell: Callable[[CellRow], None] | None = None, quiet: bool = True) -> records.Run:
     """Measure the unfinished cells of ``writer``'s run on Ray and write them as they arrive (module docstring)."""
     say = progress or (lambda _m: None)
     ray = import_ray()
@@ -399,7 +400,7 @@ def run_distributed(config: sweep.SweepConfig, executor: ExecutorConfig, writer:
                 writer.append("cost_draft", prep.cost_draft)
                 writer.append("cost_target", prep.cost_target)
                 writer.update(cost_hardware=prep.worker.label)
-            done_cells = on_disk.table("cells").to_dict("records")
+            done_cells: list[CellRow] = on_disk.rows("cells")
             for c in done_cells:
                 if on_cell:
                     on_cell(c)
@@ -439,13 +440,13 @@ def run_distributed(config: sweep.SweepConfig, executor: ExecutorConfig, writer:
                         writer.update(failed_cells=failed)
                         continue
                     _write_outcome(writer, out)
-                    done_cells.append(dict(out.row))
+                    done_cells.append(out.row)
                     writer.update(summary=sweep.summarize(done_cells, prep.synthetic))
                     if bar is not None:
                         bar.update(1)
                         bar.clear()
                     if on_cell:
-                        on_cell(dict(out.row))
+                        on_cell(out.row)
                     if bar is not None:
                         bar.refresh()
             finally:

@@ -128,8 +128,8 @@ def test_interrupted_driver_resumes_without_rerunning(cluster, tiny_dir, tmp_pat
     out = tmp_path / "run"
     seen: list[str] = []
 
-    def ctrl_c(row: dict) -> None:
-        seen.append(row["cell_id"])
+    def ctrl_c(row) -> None:
+        seen.append(row.cell_id)
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):

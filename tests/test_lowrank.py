@@ -169,8 +169,8 @@ def test_recall_table_counts_kept_argmax_per_domain_with_wilson_interval():
     counts = torch.zeros(V, dtype=torch.int64)
     first = argmax[:30].unique()
     counts[first] = 1000
-    heads = {"lowrank-exact@5": PrunedLMHead.lowrank(lin, exact, 5),
-             "frequency@%d" % first.numel(): PrunedLMHead.frequency(lin, counts, int(first.numel()))}
+    heads = {("lowrank-exact", 5): PrunedLMHead.lowrank(lin, exact, 5),
+             ("frequency", int(first.numel())): PrunedLMHead.frequency(lin, counts, int(first.numel()))}
     t = recall_table(heads, lin, hidden, doms, chunk=16)
     row = t.set_index(["selector", "domain"])
     assert row.loc[("lowrank-exact", "all"), "recall"] == 1.0

@@ -16,7 +16,7 @@ import pytest
 
 from measure import records, stats
 from measure.sweep import cells, identity
-from measure.records import parse_tokens
+from measure.rows import parse_tokens
 from measure.sweep import MODES, CostCurves, SweepConfig, Visit, rotation, run_sweep
 
 from fake_engine import ToyEngine
@@ -174,7 +174,7 @@ def test_kill_during_a_run_then_resume(tmp_path, sig):
     staged = [Visit.from_record(json.loads(ln))
               for ln in (out / records.STAGED_VISITS).read_text().splitlines() if ln.strip()]
     assert len(staged) >= 3
-    kept = {(r["cell_id"], r["prompt_id"], r["repeat"], r["mode"]): r["wall_s"] for v in staged for r in v.gen_rows}
+    kept = {(r.cell_id, r.prompt_id, r.repeat, r.mode): r.wall_s for v in staged for r in v.gen_rows}
     cfg = SweepConfig(target="toy", drafts=("ngram:2",), gammas=("fixed:2", "fixed:3", "fixed:4"),
                       domains=("code", "docs"), prompts_per_domain=2, max_new_tokens=12, repeats=2,
                       cost_curves=False, device="cpu")

@@ -108,20 +108,21 @@ def _held_out_states(model: nn.Module, tokenizer, domains: tuple[str, ...], per_
 
 
 @torch.inference_mode()
-def recall_table(heads: dict[str, PrunedLMHead], dense: nn.Linear, hidden: torch.Tensor, domains: list[str],
-                 chunk: int = 256) -> pd.DataFrame:
-    """One row per (selector, K, domain or 'all'): positions whose dense argmax is kept."""
+def recall_table(heads: dict[tuple[str, int], PrunedLMHead], dense: nn.Linear, hidden: torch.Tensor,
+                 domains: list[str], chunk: int = 256) -> pd.DataFrame:
+    """One row per (selector, K, domain or 'all'): positions whose dense argmax is kept. ``heads``: by
+    ``(selector, K)``."""
     argmax = torch.cat([dense(hidden[s:s + chunk]).argmax(-1) for s in range(0, hidden.shape[0], chunk)])
     dom = pd.Series(domains)
     rows = []
-    for name, head in heads.items():
+    for (name, _k), head in heads.items():
         hit = torch.cat([(head.select(hidden[s:s + chunk]) == argmax[s:s + chunk, None]).any(1)
                          for s in range(0, hidden.shape[0], chunk)]).numpy()
         for d in ["all"] + sorted(set(domains)):
             m = slice(None) if d == "all" else (dom == d).to_numpy()
             n, k = int(hit[m].size), int(hit[m].sum())
             lo, hi = _wilson(k, n)
-            rows.append({"selector": name.rsplit("@", 1)[0], "head_k": head.head_k, "domain": d, "positions": n,
+            rows.append({"selector": name, "head_k": head.head_k, "domain": d, "positions": n,
                          "recall": k / n if n else float("nan"), "ci95_low": lo, "ci95_high": hi})
     return pd.DataFrame(rows)
 
@@ -154,13 +155,13 @@ def run_head_recall(config: HeadRecallConfig, out: Path, command: str = "") -> t
         scorers[f"lowrank-{r}"] = fit_lowrank(w, moment, min(r, hsize))
         scorers[f"lowrank-plain-{r}"] = fit_lowrank(w, HiddenMoment(torch.eye(hsize, dtype=torch.float64), 1),
                                                     min(r, hsize))
-    heads: dict[str, PrunedLMHead] = {}
+    heads: dict[tuple[str, int], PrunedLMHead] = {}
     for k in config.ks:
-        heads[f"frequency@{k}"] = PrunedLMHead.frequency(dense, counts, k, always_keep=eos)
+        heads["frequency", k] = PrunedLMHead.frequency(dense, counts, k, always_keep=eos)
         for sc in ("cosine", "mean"):
-            heads[f"clustered-{sc}@{k}"] = PrunedLMHead.clustered(dense, clusters, k, always_keep=eos, scoring=sc)
+            heads[f"clustered-{sc}", k] = PrunedLMHead.clustered(dense, clusters, k, always_keep=eos, scoring=sc)
         for name, scorer in scorers.items():
-            heads[f"{name}@{k}"] = PrunedLMHead.lowrank(dense, scorer, k, always_keep=eos)
+            heads[name, k] = PrunedLMHead.lowrank(dense, scorer, k, always_keep=eos)
     table = recall_table(heads, dense, hidden, doms)
     table.to_csv(out / "recall.csv", index=False)
     meta = {"command": command, "model": config.model, "draft": config.draft, "vocab_size": vocab,

@@ -56,8 +56,9 @@ from measure.drafts import ModelDraft, parse_draft_spec
 from measure.engines.transformers.decoder import crop_cache, forward_logits, new_cache
 from measure.head.lowrank import HiddenMoment, LowRankScorer, accumulate_moment, fit_lowrank, load_or_collect_moment, \
     model_fingerprint
-from measure.head.profiling import profile_rows_to_records, profile_step
+from measure.head.profiling import profile_step
 from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
+from measure.rows import CostDraftRow, HeadSweepRow, ProfileRow
 from measure.head.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
 from measure.seam import EngineOptions
 from measure.sweep.cells import CellContext, CellPlan, measure_cells
@@ -72,7 +73,6 @@ __all__ = [
     "SWEEP_VARIANTS",
     "DEFAULT_HEAD_KS",
     "HeadSweepConfig",
-    "HeadSweepRow",
     "calibration_texts",
     "run_head_sweep",
 ]
@@ -137,31 +137,6 @@ class HeadSweepConfig:
 
     def as_dict(self) -> dict:
         return asdict(self)
-
-
-@dataclass(frozen=True)
-class HeadSweepRow:
-    """One ``(variant, K)`` result: one row of ``head_sweep.csv``."""
-
-    variant: str
-    head_k: int
-    head_ms: float
-    draft_step_ms: float
-    acceptance_rate: float
-    tokens_per_s: float
-    speedup: float
-    head_fast_ms: float
-    tokens_per_s_baseline: float
-    e2e_acceptance_rate: float
-    mean_accepted_per_round: float
-    kept_recall: float
-    n_eval_tokens: int
-    outputs_identical: bool
-    model: str
-    draft: str
-    vocab_size: int
-    gamma: int
-    synthetic: bool
 
 
 # -- held-out text ----------------------------------------------------------------------
@@ -244,8 +219,10 @@ def _build_head(variant: str, k: int, dense: nn.Linear, clusters: Any, counts: t
     raise ValueError(f"variant {variant!r} not in {('dense',) + SWEEP_VARIANTS}")
 
 
-def _fill(row: dict, columns: tuple[str, ...]) -> dict:
-    return {c: row.get(c) for c in columns}
+def _mean(values: list[float | None]) -> float:
+    """The mean of the values that are there (NaN when none is)."""
+    there = [v for v in values if v is not None]
+    return sum(there) / len(there) if there else float("nan")
 
 
 # -- the sweep --------------------------------------------------------------------------------
@@ -411,30 +388,27 @@ def _measure_head(ctx: CellContext, config: HeadSweepConfig, heads: HeadBuilder,
         # the main sweep's cell code, one cell per domain, their visits interleaved
         measure_cells(ctx, [c for c in plans if not writer.is_finished(c.cell_id)], on_attempt=say)
         run = records.load_run(writer.path)
-        cells = run.table("cells")
-        cells = cells[(cells["draft"] == label) & (cells["head_k"] == k)]
-        gens = run.table("generations")
-        base = gens[gens["cell_id"].isin(set(cells["cell_id"])) & (gens["mode"] == "baseline")
-                    & (gens["repeat"] == 0)]
-        base_tokens = {r["prompt_id"]: records.parse_tokens(r["tokens"]) for r in base.to_dict("records")}
+        cells = [c for c in run.rows("cells") if c.draft == label and c.head_k == k]
+        mine = {c.cell_id for c in cells}
+        base_tokens = {g.prompt_id: g.tokens for g in run.rows("generations")
+                       if g.cell_id in mine and g.mode == "baseline" and g.repeat == 0}
         prompts = [p for ps in ctx.prompts.values() for p in ps]
-        row = _head_metrics(writer, label, k, head, draft, prompts, ctx.enc, base_tokens, inputs.hidden,
-                            inputs.ctx_ids, inputs.step_tok, config, ctx.timer)
-    gm = stats.geomean_ci([cell_estimate(c) for c in cells.to_dict("records")])
-    row.update(variant=variant, tokens_per_s=float(cells["tokens_per_s_speculative"].mean()),
-               tokens_per_s_baseline=float(cells["tokens_per_s_baseline"].mean()),
-               speedup=gm.value, speedup_lo=gm.lo, speedup_hi=gm.hi,
-               e2e_acceptance_rate=float(cells["acceptance_rate"].mean()),
-               mean_accepted_per_round=float(cells["mean_accepted_per_round"].mean()),
-               outputs_identical=bool(cells["outputs_identical"].fillna(False).astype(bool).all()),
-               n_unstable=int(cells["unstable"].fillna(False).astype(bool).sum()),
-               model=target.name, draft=draft.name, vocab_size=heads.vocab, gamma=config.gamma,
-               synthetic=ctx.session.synthetic)
-    hs = HeadSweepRow(**{f: row[f] for f in HeadSweepRow.__dataclass_fields__})
-    writer.append("head_sweep", [_fill(asdict(hs), records.TABLE_COLUMNS["head_sweep"])])
+        hm = _head_metrics(writer, label, k, head, draft, prompts, ctx.enc, base_tokens, inputs, config, ctx.timer)
+    gm = stats.geomean_ci([cell_estimate(c) for c in cells])
+    hs = HeadSweepRow(
+        variant=variant, head_k=k, head_ms=hm.head_ms, draft_step_ms=hm.draft_step_ms,
+        acceptance_rate=hm.acceptance_rate, tokens_per_s=_mean([c.tokens_per_s_speculative for c in cells]),
+        speedup=gm.value, head_fast_ms=hm.head_fast_ms,
+        tokens_per_s_baseline=_mean([c.tokens_per_s_baseline for c in cells]),
+        e2e_acceptance_rate=_mean([c.acceptance_rate for c in cells]),
+        mean_accepted_per_round=_mean([c.mean_accepted_per_round for c in cells]), kept_recall=hm.kept_recall,
+        n_eval_tokens=hm.n_eval_tokens, outputs_identical=all(c.outputs_identical is True for c in cells),
+        model=target.name, draft=draft.name, vocab_size=heads.vocab, gamma=config.gamma,
+        synthetic=ctx.session.synthetic)
+    writer.append("head_sweep", [hs])
     details = dict(writer.meta.get("head_sweep_rows", {}))
-    details[f"draft={label}|head_k={k}"] = records.clean_json({**asdict(hs), "speedup_lo": gm.lo,
-                                                               "speedup_hi": gm.hi, "n_unstable": row["n_unstable"]})
+    details[f"draft={label}|head_k={k}"] = records.clean_json({**asdict(hs), "speedup_lo": gm.lo, "speedup_hi": gm.hi,
+                                                               "n_unstable": sum(c.is_unstable for c in cells)})
     writer.update(head_sweep_rows=details)
 
 
@@ -449,14 +423,13 @@ def _profile(writer: records.RunWriter, config: HeadSweepConfig, target: Any, he
         with swapped_lm_head(dmodel, heads.head(variant, pk, config.scoring)):
             prof += profile_step(dmodel, f"{name}+{variant}", "draft", config.context_tokens,
                                  seed=config.seed, head_k=pk, vocab_size=heads.vocab)
-    writer.append("profile", profile_rows_to_records(prof, records.TABLE_COLUMNS["profile"]))
+    writer.append("profile", [ProfileRow(r.model, r.role, r.component, r.ms, r.share) for r in prof])
     writer.update(profile_rows=[asdict(r) for r in prof])
 
 
 def _summary(writer: records.RunWriter, synthetic: bool) -> dict:
     """The run's summary (:func:`measure.sweep.summarize` of every cell) with the head rows' acceptance drop."""
-    cells_all = records.load_run(writer.path).table("cells").to_dict("records")
-    summary = summarize(cells_all, synthetic)
+    summary = summarize(records.load_run(writer.path).rows("cells"), synthetic)
     all_rows = list(writer.meta.get("head_sweep_rows", {}).values())
     dense_row = next((r for r in all_rows if r["variant"] == "dense"), None)
     summary["rows"] = len(all_rows)
@@ -466,11 +439,23 @@ def _summary(writer: records.RunWriter, synthetic: bool) -> dict:
     return summary
 
 
+@dataclass(frozen=True)
+class HeadMetrics:
+    """Head-only numbers of one (variant, K): head and draft-step latency, teacher-forced acceptance, recall."""
+
+    head_ms: float
+    head_fast_ms: float
+    draft_step_ms: float
+    acceptance_rate: float
+    kept_recall: float
+    n_eval_tokens: int
+
+
 def _head_metrics(writer: records.RunWriter, label: str, k: int, head: PrunedLMHead, draft: ModelDraft,
-                  prompts: list, enc: dict, base_tokens: dict, hidden: torch.Tensor, ctx_ids: torch.Tensor,
-                  step_tok: torch.Tensor, config: HeadSweepConfig, timer: Timer) -> dict:
-    """Head-only numbers of one (variant, K): head latency, draft-step latency, teacher-forced acceptance, recall."""
-    dmodel = draft.model
+                  prompts: list, enc: dict, base_tokens: dict, inputs: StepInputs, config: HeadSweepConfig,
+                  timer: Timer) -> HeadMetrics:
+    """:class:`HeadMetrics` of one (variant, K); the draft-step timings also go to ``cost_draft.csv``."""
+    dmodel, hidden, ctx_ids = draft.model, inputs.hidden, inputs.ctx_ids
     # head alone: drop-in (full-vocab logits) and fast path (kept ids + logits)
     head_ms = _median(timer.bench(lambda: head(hidden), warmup=3, repeats=config.head_repeats))
     head_fast_ms = _median(timer.bench(lambda: head.project(hidden), warmup=3, repeats=config.head_repeats))
@@ -478,10 +463,9 @@ def _head_metrics(writer: records.RunWriter, label: str, k: int, head: PrunedLMH
     cache = new_cache()
     forward_logits(dmodel, ctx_ids[:, :-1], cache)
     n_ctx = int(ctx_ids.shape[1]) - 1
-    steps = timer.bench(lambda: forward_logits(dmodel, step_tok, cache), warmup=2, repeats=config.step_repeats,
-                        setup=lambda: crop_cache(cache, n_ctx))
-    writer.append("cost_draft", [{"draft": label, "head_k": k, "context_tokens": n_ctx,
-                                  "repeat": i, "ms": ms} for i, ms in enumerate(steps)])
+    steps = timer.bench(lambda: forward_logits(dmodel, inputs.step_tok, cache), warmup=2,
+                        repeats=config.step_repeats, setup=lambda: crop_cache(cache, n_ctx))
+    writer.append("cost_draft", [CostDraftRow(label, k, n_ctx, i, ms) for i, ms in enumerate(steps)])
     # teacher-forced greedy match on the target's own output (held-out prompts)
     matches = kept = n_tok = 0
     for p in prompts:
@@ -495,8 +479,7 @@ def _head_metrics(writer: records.RunWriter, label: str, k: int, head: PrunedLMH
         kept += int(torch.isfinite(logits.gather(1, tgt[:, None])).sum())
         matches += int((logits.argmax(-1) == tgt).sum())
         n_tok += int(tgt.numel())
-    return {"head_k": k, "head_ms": head_ms, "head_fast_ms": head_fast_ms, "draft_step_ms": _median(steps),
-            "acceptance_rate": matches / max(1, n_tok), "kept_recall": kept / max(1, n_tok), "n_eval_tokens": n_tok}
+    return HeadMetrics(head_ms, head_fast_ms, _median(steps), matches / max(1, n_tok), kept / max(1, n_tok), n_tok)
 
 
 # -- checks that need no model ------------------------------------------------------------------
@@ -520,8 +503,7 @@ def check_head_k_text(text: str) -> str:
 
 def check_model_draft(spec: str) -> str:
     """A draft spec with a model head to prune (``ngram:N`` has none); checked before loading."""
-    parse_draft_spec(spec)
-    kind = str(spec).partition(":")[0]
+    kind = parse_draft_spec(spec).kind
     if kind not in MODEL_DRAFT_KINDS:
         raise ValueError(f"--draft {spec!r}: has no lm_head to prune; use a model-backed draft "
                          f"({', '.join(MODEL_DRAFT_KINDS)})")

@@ -44,7 +44,9 @@ import torch
 from measure import records, stats
 from measure.decoding import acceptance_trace, autoregressive_generate, proposal_runs, speculative_generate
 from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_greedy_lossless
+from measure.ids import CellId
 from measure.prompts import Prompt
+from measure.rows import CellRow, GenerationRow, RoundRow, TokenLatencyRow, TraceRow
 from measure.seam import Decoder, Engine, TargetModel
 from measure.sweep.config import SweepConfig
 from measure.sweep.session import Session
@@ -168,9 +170,9 @@ class CellSeries:
 class CellMeasurement:
     """The counted generations of a cell: the rows of its tables, and the series its statistics use."""
 
-    gen_rows: list[dict]
-    round_rows: list[dict]
-    lat_rows: list[dict]
+    gen_rows: list[GenerationRow]
+    round_rows: list[RoundRow]
+    lat_rows: list[TokenLatencyRow]
     series: CellSeries
 
 
@@ -200,26 +202,23 @@ def _generate(ctx: CellContext, mode: str, draft: Any, spec: GammaSpec, temp: fl
 
 
 def _generation_rows(ctx: CellContext, cid: str, prompt: Prompt, domain: str, ids: torch.Tensor, rep: int,
-                     temp: float, res: dict[str, Generation]) -> tuple[list[dict], list[dict]]:
+                     temp: float, res: dict[str, Generation]) -> tuple[list[GenerationRow], list[TokenLatencyRow]]:
     """``generations.csv`` and ``token_latency.csv`` rows of one visit (greedy outputs judged against the baseline)."""
-    gen_rows: list[dict] = []
-    lat_rows: list[dict] = []
+    gen_rows: list[GenerationRow] = []
+    lat_rows: list[TokenLatencyRow] = []
     base_toks = res["baseline"].tokens
     for mode, r in res.items():
         same = None if temp != 0 or mode == "baseline" else tuple(r.tokens) == tuple(base_toks)
         check = _lossless(ctx, ids, base_toks, r.tokens) if same is not None else None
         n = len(r.tokens)
-        gen_rows.append({"cell_id": cid, "prompt_id": prompt.prompt_id, "domain": domain, "mode": mode,
-                         "prompt_tokens": int(ids.shape[1]), "new_tokens": n, "wall_s": r.wall_s,
-                         "tokens_per_s": n / r.wall_s if r.wall_s > 0 else None, "ttft_ms": r.ttft_ms,
-                         "peak_mem_bytes": r.peak_mem_bytes, "outputs_identical": same, "repeat": rep,
-                         "order": r.order, "drafted": r.drafted, "accepted": r.accepted,
-                         "n_rounds": r.n_rounds, "tokens": records.ids_text(r.tokens),
-                         "lossless": check.status if check else None,
-                         "divergence_position": check.position if check else None,
-                         "divergence_margin": check.margin if check else None})
-        lat_rows += [{"cell_id": cid, "prompt_id": prompt.prompt_id, "mode": mode, "token_index": i,
-                      "latency_ms": v, "repeat": rep} for i, v in enumerate(r.latency_ms)]
+        gen_rows.append(GenerationRow(
+            cell_id=cid, prompt_id=prompt.prompt_id, domain=domain, mode=mode, prompt_tokens=int(ids.shape[1]),
+            new_tokens=n, wall_s=r.wall_s, tokens_per_s=n / r.wall_s if r.wall_s > 0 else None, ttft_ms=r.ttft_ms,
+            peak_mem_bytes=r.peak_mem_bytes, outputs_identical=same, repeat=rep, order=r.order, drafted=r.drafted,
+            accepted=r.accepted, n_rounds=r.n_rounds, tokens=tuple(r.tokens),
+            lossless=check.status if check else None, divergence_position=check.position if check else None,
+            divergence_margin=check.margin if check else None))
+        lat_rows += [TokenLatencyRow(cid, prompt.prompt_id, mode, i, v, rep) for i, v in enumerate(r.latency_ms)]
     return gen_rows, lat_rows
 
 
@@ -227,7 +226,7 @@ def _generation_rows(ctx: CellContext, cid: str, prompt: Prompt, domain: str, id
 class CellPlan:
     """A cell to measure: its identity and the draft object that runs it."""
 
-    cell: records.CellId
+    cell: CellId
     draft: Any
 
     @property
@@ -246,14 +245,16 @@ class Visit:
     attempt: int
     repeat: int
     prompt_index: int
-    gen_rows: tuple[dict, ...]
-    lat_rows: tuple[dict, ...]
-    round_rows: tuple[dict, ...]
+    gen_rows: tuple[GenerationRow, ...]
+    lat_rows: tuple[TokenLatencyRow, ...]
+    round_rows: tuple[RoundRow, ...]
 
     def to_record(self) -> dict:
+        """The visit as the JSON object staged on disk (its rows by :meth:`measure.rows.Row.to_json`)."""
         return {"cell_id": self.cell_id, "attempt": self.attempt, "repeat": self.repeat,
-                "prompt_index": self.prompt_index, "generations": list(self.gen_rows),
-                "token_latency": list(self.lat_rows), "rounds": list(self.round_rows)}
+                "prompt_index": self.prompt_index, "generations": [r.to_json() for r in self.gen_rows],
+                "token_latency": [r.to_json() for r in self.lat_rows],
+                "rounds": [r.to_json() for r in self.round_rows]}
 
     @classmethod
     def from_record(cls, rec: dict) -> "Visit":
@@ -269,7 +270,9 @@ class Visit:
         if not isinstance(rec.get("cell_id"), str):
             raise ValueError(f"cell_id {rec.get('cell_id')!r} is not a string")
         return cls(rec["cell_id"], rec["attempt"], rec["repeat"], rec["prompt_index"],
-                   tuple(rec["generations"]), tuple(rec["token_latency"]), tuple(rec["rounds"]))
+                   tuple(GenerationRow.from_json(r) for r in rec["generations"]),
+                   tuple(TokenLatencyRow.from_json(r) for r in rec["token_latency"]),
+                   tuple(RoundRow.from_json(r) for r in rec["rounds"]))
 
     def problem(self, repeats: int, n_prompts: int, modes: Sequence[str]) -> str | None:
         """Why this visit cannot belong to a cell measured with ``repeats`` repeats of ``n_prompts`` prompts in
@@ -281,17 +284,16 @@ class Visit:
         if self.attempt < 1:
             return f"attempt {self.attempt} is not >= 1"
         rows = (*self.gen_rows, *self.lat_rows, *self.round_rows)
-        if any(r.get("cell_id") != self.cell_id for r in rows):
+        if any(r.cell_id != self.cell_id for r in rows):
             return "it holds rows of another cell"
-        got = sorted(str(r.get("mode")) for r in self.gen_rows)
-        if got != sorted(modes) or any(not isinstance(r.get("tokens_per_s"), (int, float, type(None)))
-                                       for r in self.gen_rows):
+        got = sorted(r.mode for r in self.gen_rows)
+        if got != sorted(modes):
             return f"its generations are {got}, the cell measures {sorted(modes)}"
         return None
 
 
-def _tps(row: dict | None) -> float:
-    v = None if row is None else row.get("tokens_per_s")
+def _tps(row: GenerationRow | None) -> float:
+    v = None if row is None else row.tokens_per_s
     return float(v) if v is not None else float("nan")
 
 
@@ -303,12 +305,12 @@ def measurement_of(visits: Sequence[Visit]) -> CellMeasurement:
         out.gen_rows.extend(v.gen_rows)
         out.lat_rows.extend(v.lat_rows)
         out.round_rows.extend(v.round_rows)
-        by_mode = {r["mode"]: r for r in v.gen_rows}
+        by_mode = {r.mode: r for r in v.gen_rows}
         peer = by_mode.get("peer")
-        if peer is not None and peer.get("drafted") is not None and peer.get("accepted") is not None:
-            series.peer_drafted += int(peer["drafted"])
-            series.peer_accepted += int(peer["accepted"])
-        series.prompt.append(str(by_mode["baseline"]["prompt_id"]))
+        if peer is not None and peer.drafted is not None and peer.accepted is not None:
+            series.peer_drafted += int(peer.drafted)
+            series.peer_accepted += int(peer.accepted)
+        series.prompt.append(str(by_mode["baseline"].prompt_id))
         series.repeat.append(v.repeat)
         series.base.append(_tps(by_mode["baseline"]))
         series.spec.append(_tps(by_mode["speculative"]))
@@ -331,8 +333,7 @@ def _visit(ctx: CellContext, plan: CellPlan, modes: tuple[str, ...], rep: int, p
         if g is not None:
             res[mode] = g
     gen_rows, lat_rows = _generation_rows(ctx, cid, p, cell.domain, ids, rep, cell.temperature, res)
-    round_rows = [{"cell_id": cid, "prompt_id": p.prompt_id, **asdict(rr), "repeat": rep}
-                  for rr in res["speculative"].rounds]
+    round_rows = [RoundRow(cid, p.prompt_id, **asdict(rr), repeat=rep) for rr in res["speculative"].rounds]
     return Visit(cid, attempt, rep, pi, tuple(gen_rows), tuple(lat_rows), tuple(round_rows))
 
 
@@ -357,8 +358,8 @@ def _warm_modes(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, name
     return tuple(modes)
 
 
-def _cell_row(ctx: CellContext, draft: Any, cell: records.CellId, m: CellMeasurement, modes: tuple[str, ...],
-              stab: stats.Stability, attempt: int) -> dict:
+def _cell_row(ctx: CellContext, draft: Any, cell: CellId, m: CellMeasurement, modes: tuple[str, ...],
+              stab: stats.Stability, attempt: int) -> CellRow:
     """The ``cells.csv`` row of a measured cell: means and 95% CIs, acceptance, lossless verdicts, noise flags."""
     cfg, t, series = ctx.config, ctx.target, m.series
     sp = stats.speedup_ci(series.base, series.spec)
@@ -368,62 +369,51 @@ def _cell_row(ctx: CellContext, draft: Any, cell: records.CellId, m: CellMeasure
     none = stats.Estimate(None, None, None)
     tl = stats.mean_ci(series.library) if "library" in modes else none
     bl = stats.speedup_ci(series.library, series.base) if "library" in modes else none  # baseline ÷ library
-    spec_rows = [r for r in m.gen_rows if r["mode"] == "speculative"]
-    drafted = sum(r["drafted"] or 0 for r in spec_rows)
-    accepted = sum(r["accepted"] or 0 for r in spec_rows)
-    n_rounds = sum(r["n_rounds"] or 0 for r in spec_rows)
-    same = [r["outputs_identical"] for r in spec_rows if r["outputs_identical"] is not None]
-    verdicts = [r["lossless"] for r in spec_rows if r["lossless"] is not None]
+    spec_rows = [r for r in m.gen_rows if r.mode == "speculative"]
+    drafted = sum(r.drafted or 0 for r in spec_rows)
+    accepted = sum(r.accepted or 0 for r in spec_rows)
+    n_rounds = sum(r.n_rounds or 0 for r in spec_rows)
+    same = [r.outputs_identical for r in spec_rows if r.outputs_identical is not None]
+    verdicts = [r.lossless for r in spec_rows if r.lossless is not None]
     peer_d, peer_a = series.peer_drafted, series.peer_accepted
-    return {"cell_id": cell.to_str(), "draft": cell.draft, "gamma_policy": cell.gamma.to_str(),
-            "gamma": cell.gamma.gamma, "temperature": cell.temperature, "domain": cell.domain,
-            "head_k": cell.head_k, "n_prompts": len(ctx.prompts[cell.domain]),
-            "new_tokens": sum(r["new_tokens"] for r in spec_rows),
-            "tokens_per_s_baseline": tb.value, "tokens_per_s_speculative": ts.value, "tokens_per_s_peer": tp.value,
-            "speedup": sp.value, "acceptance_rate": accepted / drafted if drafted else None,
-            "mean_accepted_per_round": accepted / n_rounds if n_rounds else None, "n_rounds": n_rounds,
-            "outputs_identical": all(same) if same else None,
-            "n_near_tie": verdicts.count("near_tie") if verdicts else None,
-            "n_lossless_failures": verdicts.count("failure") if verdicts else None,
-            "synthetic": bool(t.synthetic or getattr(draft, "synthetic", False)),
-            "repeats": cfg.repeats, "speedup_lo": sp.lo, "speedup_hi": sp.hi,
-            "tokens_per_s_baseline_lo": tb.lo, "tokens_per_s_baseline_hi": tb.hi,
-            "tokens_per_s_speculative_lo": ts.lo, "tokens_per_s_speculative_hi": ts.hi,
-            "tokens_per_s_peer_lo": tp.lo, "tokens_per_s_peer_hi": tp.hi,
-            "speedup_peer": pe.value, "speedup_peer_lo": pe.lo, "speedup_peer_hi": pe.hi,
-            "peer_acceptance_rate": peer_a / peer_d if peer_d else None,
-            "baseline_cv": stab.cv, "baseline_drift": stab.drift, "unstable": stab.unstable,
-            "unstable_reason": stab.reason or None, "attempts": attempt, "hardware": ctx.hardware,
-            "tokens_per_s_library": tl.value, "tokens_per_s_library_lo": tl.lo, "tokens_per_s_library_hi": tl.hi,
-            "baseline_vs_library": bl.value, "baseline_vs_library_lo": bl.lo, "baseline_vs_library_hi": bl.hi}
+    return CellRow.make(
+        cell=cell, n_prompts=len(ctx.prompts[cell.domain]), new_tokens=sum(r.new_tokens for r in spec_rows),
+        tokens_per_s_baseline=tb, tokens_per_s_speculative=ts, tokens_per_s_peer=tp, speedup=sp,
+        acceptance_rate=accepted / drafted if drafted else None,
+        mean_accepted_per_round=accepted / n_rounds if n_rounds else None, n_rounds=n_rounds,
+        outputs_identical=all(same) if same else None, synthetic=bool(t.synthetic or getattr(draft, "synthetic", False)),
+        repeats=cfg.repeats, speedup_peer=pe, peer_acceptance_rate=peer_a / peer_d if peer_d else None,
+        baseline_cv=stab.cv, baseline_drift=stab.drift, unstable=stab.unstable,
+        unstable_reason=stab.reason or None, attempts=attempt, hardware=ctx.hardware,
+        n_near_tie=verdicts.count("near_tie") if verdicts else None,
+        n_lossless_failures=verdicts.count("failure") if verdicts else None,
+        tokens_per_s_library=tl, baseline_vs_library=bl)
 
 
-def _trace_rows(ctx: CellContext, draft: Any, cell: records.CellId, gen_rows: list[dict]) -> list[dict]:
+def _trace_rows(ctx: CellContext, draft: Any, cell: CellId, gen_rows: list[GenerationRow]) -> list[TraceRow]:
     """``traces.csv`` rows: per prompt, the (γ-independent) acceptance trace along the baseline's output.
 
     Every cell records the trace of its prompts, so a calibration that holds a
     cell out still has the trace from the cells it trains on.
     """
     temp, cid = cell.temperature, cell.to_str()
-    rows: list[dict] = []
+    rows: list[TraceRow] = []
     for p in ctx.prompts[cell.domain]:
         ids = ctx.enc[p.prompt_id]
-        base = next(records.parse_tokens(r["tokens"]) for r in gen_rows
-                    if r["mode"] == "baseline" and r["prompt_id"] == p.prompt_id and r["repeat"] == 0)
+        base = next(r.tokens for r in gen_rows if r.mode == "baseline" and r.prompt_id == p.prompt_id and r.repeat == 0)
         full = torch.cat([ids, torch.tensor([list(base)], device=ids.device)], dim=1)  # [1, S+n]
         vals = acceptance_trace(ctx.decoder, draft, full, int(ids.shape[1]), temp)
         if temp == 0:
             proposed, runs = proposal_runs(draft, full, int(ids.shape[1]), vals)
         else:  # sampled outputs depend on γ: no γ-free proposal runs
             proposed = runs = [None] * len(vals)
-        rows += [{"cell_id": cid, "draft": cell.draft, "temperature": temp, "domain": cell.domain,
-                  "prompt_id": p.prompt_id, "position": i, "value": v, "proposed": proposed[i],
-                  "accept_run": runs[i]} for i, v in enumerate(vals)]
+        rows += [TraceRow(cid, cell.draft, temp, cell.domain, p.prompt_id, i, v, proposed[i], runs[i])
+                 for i, v in enumerate(vals)]
     return rows
 
 
 def _finish(ctx: CellContext, plan: CellPlan, m: CellMeasurement, modes: tuple[str, ...],
-            stab: stats.Stability, attempt: int) -> dict:
+            stab: stats.Stability, attempt: int) -> CellRow:
     """Write a measured cell (its tables, then its ``cells.csv`` row last); returns the row."""
     row = _cell_row(ctx, plan.draft, plan.cell, m, modes, stab, attempt)
     trace_rows = _trace_rows(ctx, plan.draft, plan.cell, m.gen_rows) if ctx.config.traces else []
@@ -449,8 +439,8 @@ def _naming(what: str) -> Iterator[None]:
 # long: the interleaving schedule (passes over repeat, prompt, cell), resume of staged visits and the
 #   until-stable re-measurement are one loop; each visit and each finished cell is a call
 def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Callable[[str], None] | None = None,
-                  on_row: Callable[[dict], None] | None = None,
-                  between: Callable[[], None] | None = None) -> list[dict]:
+                  on_row: Callable[[CellRow], None] | None = None,
+                  between: Callable[[], None] | None = None) -> list[CellRow]:
     """Measure ``plans`` (module docstring) and write each; returns their ``cells.csv`` rows in plan order.
 
     With ``interleave="sweep"`` the cells are visited in passes — repeat 1 of
@@ -495,7 +485,7 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
             on_attempt(note)
     if ctx.bar is not None:
         ctx.bar.update(sum(len(vs) for vs in staged.values()))
-    rows: dict[str, dict] = {}
+    rows: dict[str, CellRow] = {}
     active = list(plans)
     while active:
         n_prompts = max(len(ctx.prompts[p.cell.domain]) for p in active)
@@ -552,11 +542,11 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
 
 def run_cell(ctx: CellContext, draft: Any, spec: GammaSpec | str, temp: float, domain: str,
              head_k: int | None = None, draft_label: str | None = None,
-             on_attempt: Callable[[str], None] | None = None) -> dict:
+             on_attempt: Callable[[str], None] | None = None) -> CellRow:
     """Measure one cell with :func:`measure_cells` and write it; returns its ``cells.csv`` row.
 
     ``draft_label`` names the draft in the records (the head sweep's
     ``<draft>+<variant>``); ``head_k`` the kept vocabulary of a pruned head.
     """
-    cell = records.CellId(draft_label or draft.name, GammaSpec.parse(spec), temp, domain, head_k)
+    cell = CellId(draft_label or draft.name, GammaSpec.parse(spec), temp, domain, head_k)
     return measure_cells(ctx, [CellPlan(cell, draft)], on_attempt=on_attempt)[0]

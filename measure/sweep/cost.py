@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from measure import records
+from measure.rows import CostDraftRow, CostTargetRow
 from measure.seam import TargetModel
 from measure.sweep.config import SweepConfig
 from measure.timing import Timer
@@ -100,24 +101,23 @@ class CostCurves:
         d.rollback(p.context)
         return s.ms
 
-    def measure(self, count: int | None = None) -> tuple[list[dict], list[dict]]:
+    def measure(self, count: int | None = None) -> tuple[list[CostTargetRow], list[CostDraftRow]]:
         """Time the next ``count`` points (every pending one when None), the warm-up pass first.
 
         Returns the ``cost_target`` and ``cost_draft`` rows of the timed points.
         """
         while self.warm_up:
             self._time(self.warm_up.pop(0))
-        t_rows: list[dict] = []
-        d_rows: list[dict] = []
+        t_rows: list[CostTargetRow] = []
+        d_rows: list[CostDraftRow] = []
         n = len(self.pending) if count is None else min(count, len(self.pending))
         for _ in range(n):
             p = self.pending.popleft()
             ms = self._time(p)
             if p.draft is None:
-                t_rows.append({"n_tokens": p.n, "context_tokens": p.context, "repeat": p.repeat, "ms": ms})
+                t_rows.append(CostTargetRow(p.n, p.context, p.repeat, ms))
             else:
-                d_rows.append({"draft": self.drafts[p.draft].name, "head_k": None, "context_tokens": p.context,
-                               "repeat": p.repeat, "ms": ms})
+                d_rows.append(CostDraftRow(self.drafts[p.draft].name, None, p.context, p.repeat, ms))
         if not self.pending:
             self._decs.clear()  # the decoders' KV caches are not needed any more
         return t_rows, d_rows
@@ -135,9 +135,8 @@ def cost_curves_left(config: SweepConfig, target: TargetModel, drafts: list[Any]
 def cost_points_done(run: records.Run) -> tuple[set[tuple[int, int, int]], set[tuple[str, int, int]]]:
     """Keys of the cost-curve points ``run`` has on disk: ``(n_tokens, context, repeat)`` of the target's,
     ``(draft, context, repeat)`` of the drafts' (what :class:`CostCurves` leaves out on a resume)."""
-    ct, cd = run.table("cost_target"), run.table("cost_draft")
-    done_t = {(int(r.n_tokens), int(r.context_tokens), int(r.repeat)) for r in ct.itertuples()} if len(ct) else set()
-    done_d = {(str(r.draft), int(r.context_tokens), int(r.repeat)) for r in cd.itertuples()} if len(cd) else set()
+    done_t = {(r.n_tokens, r.context_tokens, r.repeat) for r in run.rows("cost_target")}
+    done_d = {(r.draft, r.context_tokens, r.repeat) for r in run.rows("cost_draft")}
     return done_t, done_d
 
 
@@ -150,7 +149,7 @@ def cost_curves_for(config: SweepConfig, target: TargetModel, drafts: list[Any],
                       verified=(config.gamma_max + 1, config.cost_repeats_verified))
 
 
-def record_cost(writer: records.RunWriter, rows: tuple[list[dict], list[dict]]) -> None:
+def record_cost(writer: records.RunWriter, rows: tuple[list[CostTargetRow], list[CostDraftRow]]) -> None:
     """Append timed cost points (:meth:`CostCurves.measure`) to ``cost_target.csv`` / ``cost_draft.csv``."""
     t_rows, d_rows = rows
     writer.append("cost_target", t_rows)

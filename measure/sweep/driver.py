@@ -18,6 +18,8 @@ from typing import Callable, NamedTuple, Sequence
 import torch
 
 from measure import records
+from measure.ids import CellId
+from measure.rows import CellRow
 from measure.devices import resolve_device
 from measure.prompts import Prompt
 from measure.seam import Engine
@@ -39,8 +41,8 @@ class PendingCell(NamedTuple):
     domain: str
     gamma: GammaSpec
 
-    def cell(self, draft_names: Sequence[str]) -> records.CellId:
-        return records.CellId(draft_names[self.draft_index], self.gamma, float(self.temperature), self.domain)
+    def cell(self, draft_names: Sequence[str]) -> CellId:
+        return CellId(draft_names[self.draft_index], self.gamma, float(self.temperature), self.domain)
 
     def cell_id(self, draft_names: Sequence[str]) -> str:
         return self.cell(draft_names).to_str()
@@ -116,7 +118,7 @@ def open_run(config: SweepConfig, out_dir: str | Path, command: str = "", say: C
 
 def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
               progress: Callable[[str], None] | None = None, show_bar: bool = True,
-              on_cell: Callable[[dict], None] | None = None, force_new: bool = False,
+              on_cell: Callable[[CellRow], None] | None = None, force_new: bool = False,
               system_check: dict | None = None, quiet: bool = False, engine: Engine | None = None) -> records.Run:
     """Run (or resume) the sweep into ``out_dir`` here, a cell at a time; returns the run read back.
 
@@ -137,7 +139,7 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         writer.update(prompts=session.prompts_meta())
         timer = Timer(opened.device)
         on_disk = records.load_run(writer.path)
-        done_cells = on_disk.table("cells").to_dict("records")
+        done_cells: list[CellRow] = on_disk.rows("cells")
         for c in done_cells:
             if on_cell:
                 on_cell(c)
@@ -165,8 +167,8 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
     return records.load_run(writer.path)
 
 
-def _run_cells(ctx: CellContext, todo: list[PendingCell], done_cells: list[dict],
-               on_cell: Callable[[dict], None] | None, say: Callable[[str], None],
+def _run_cells(ctx: CellContext, todo: list[PendingCell], done_cells: list[CellRow],
+               on_cell: Callable[[CellRow], None] | None, say: Callable[[str], None],
                cost: CostCurves | None = None) -> None:
     """Measure the pending cells (interleaved, :func:`measure_cells`); the run's summary is rewritten after
     each finished cell. ``cost``: cost-curve points still to time, spread evenly over the visits (the
@@ -174,7 +176,7 @@ def _run_cells(ctx: CellContext, todo: list[PendingCell], done_cells: list[dict]
     bar, drafts = ctx.bar, ctx.session.drafts
     names = [d.name for d in drafts]
 
-    def finished(row: dict) -> None:
+    def finished(row: CellRow) -> None:
         done_cells.append(row)
         ctx.writer.update(summary=summarize(done_cells, ctx.session.synthetic))
         if on_cell:

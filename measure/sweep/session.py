@@ -15,9 +15,9 @@ from typing import Any, Callable, Iterator, Mapping
 
 import torch
 
-from measure import records
 from measure.engines import make_engine
 from measure.prompts import Prompt
+from measure.rows import ids_text
 from measure.seam import Decoder, Engine, EngineOptions, TargetModel
 from measure.sweep.config import SweepConfig
 from measure.sweep.identity import target_fingerprint
@@ -37,7 +37,7 @@ def silenced(quiet: bool) -> Iterator[None]:
 def prompts_meta(prompts: dict[str, list[Prompt]], enc: dict[str, torch.Tensor]) -> dict:
     """``run.json`` ``prompts``: per prompt id its source, domain and encoded token ids."""
     return {p.prompt_id: {"source": p.source, "domain": p.domain, "prompt_tokens": int(enc[p.prompt_id].shape[1]),
-                          "tokens": records.ids_text(enc[p.prompt_id][0].tolist())}
+                          "tokens": ids_text(enc[p.prompt_id][0].tolist())}
             for ps in prompts.values() for p in ps}
 
 

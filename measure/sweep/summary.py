@@ -2,37 +2,25 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from measure import stats
+from measure.rows import CellRow
 from measure.sweep.config import LIBRARY_RATIO_TARGET
 
 
-def _num(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
-def cell_estimate(c: dict) -> stats.Estimate:
+def cell_estimate(c: CellRow) -> stats.Estimate:
     """The speedup of a ``cells.csv`` row with its CI."""
-    return stats.Estimate(_num(c.get("speedup")), _num(c.get("speedup_lo")), _num(c.get("speedup_hi")))
+    return c.estimate("speedup")
 
 
-def _is_true(v: Any) -> bool:
-    return v is True or str(v).lower() == "true"
-
-
-def unstable_message(c: dict) -> str:
+def unstable_message(c: CellRow) -> str:
     """``cell … unstable: <reason>; re-run on a quiet machine or with --repeats``."""
-    return (f"cell {c['cell_id']} unstable: {c.get('unstable_reason') or 'baseline noisy'}; re-run on a quiet "
+    return (f"cell {c.cell_id} unstable: {c.unstable_reason or 'baseline noisy'}; re-run on a quiet "
             "machine or with more --repeats")
 
 
-def summarize(cells: list[dict], synthetic: bool) -> dict:
+def summarize(cells: list[CellRow], synthetic: bool) -> dict:
     """``run.json`` summary: per draft the geometric-mean speedup with its CI, the best cell with its CI
     (and a note when that CI includes 1.0 or overlaps the runner-up's), and the unstable cells in words.
 
@@ -41,14 +29,14 @@ def summarize(cells: list[dict], synthetic: bool) -> dict:
     if not cells:
         return {}
     per_draft: dict[str, dict] = {}
-    for draft in dict.fromkeys(str(c["draft"]) for c in cells):
-        mine = [c for c in cells if str(c["draft"]) == draft]
+    for draft in dict.fromkeys(c.draft for c in cells):
+        mine = [c for c in cells if c.draft == draft]
         gm = stats.geomean_ci([cell_estimate(c) for c in mine])
         ranked = sorted((c for c in mine if cell_estimate(c).value is not None),
                         key=lambda c: -cell_estimate(c).value)  # type: ignore[operator]
         entry: dict[str, Any] = {"n_cells": len(mine), "geomean_speedup": gm.value, "geomean_speedup_lo": gm.lo,
                                  "geomean_speedup_hi": gm.hi,
-                                 "n_unstable": sum(_is_true(c.get("unstable")) for c in mine)}
+                                 "n_unstable": sum(c.is_unstable for c in mine)}
         if ranked:
             best = ranked[0]
             be = cell_estimate(best)
@@ -58,23 +46,21 @@ def summarize(cells: list[dict], synthetic: bool) -> dict:
             if len(ranked) > 1:
                 ov = stats.overlaps(be, cell_estimate(ranked[1]))
                 if ov:
-                    notes.append(f"its CI overlaps the runner-up's ({ranked[1]['cell_id']}): not distinguishable")
-            if _is_true(best.get("unstable")):
+                    notes.append(f"its CI overlaps the runner-up's ({ranked[1].cell_id}): not distinguishable")
+            if best.is_unstable:
                 notes.append("it is flagged unstable")
-            entry.update(best_cell=best["cell_id"], best_speedup=be.value, best_speedup_lo=be.lo,
+            entry.update(best_cell=best.cell_id, best_speedup=be.value, best_speedup_lo=be.lo,
                          best_speedup_hi=be.hi, best_note="; ".join(notes) or None)
         per_draft[draft] = entry
-    greedy = [c for c in cells if float(c["temperature"]) == 0]
-    unstable = [c for c in cells if _is_true(c.get("unstable"))]
-    vs_lib = [stats.Estimate(_num(c.get("baseline_vs_library")), _num(c.get("baseline_vs_library_lo")),
-                             _num(c.get("baseline_vs_library_hi"))) for c in cells]
-    vs_lib = [e for e in vs_lib if e.value is not None]
+    greedy = [c for c in cells if c.temperature == 0]
+    unstable = [c for c in cells if c.is_unstable]
+    vs_lib = [e for e in (c.estimate("baseline_vs_library") for c in cells) if e.value is not None]
     out: dict[str, Any] = {
         "estimator": "speedup = mean tokens/s (method) / mean tokens/s (baseline) over (prompt, repeat) pairs; "
                      "95% CI: Fieller's interval for a ratio of paired means, Student t (n - 1 df)",
         "drafts": per_draft, "n_cells": len(cells), "n_unstable": len(unstable),
         "unstable": [unstable_message(c) for c in unstable], "synthetic": synthetic,
-        "all_greedy_outputs_identical": all(_is_true(c["outputs_identical"]) for c in greedy) if greedy else None}
+        "all_greedy_outputs_identical": all(c.outputs_identical is True for c in greedy) if greedy else None}
     if vs_lib:
         gm = stats.geomean_ci(vs_lib)
         out["baseline_vs_library"] = {"geomean": gm.value, "lo": gm.lo, "hi": gm.hi, "n_cells": len(vs_lib),
