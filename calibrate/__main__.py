@@ -13,7 +13,6 @@ JSON line. Bad input: one-line error, exit status 2.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 

@@ -12,7 +12,6 @@ any model loads.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shlex

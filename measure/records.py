@@ -327,6 +327,8 @@ def _int(text: Any) -> int | None:
     return int(v) if math.isfinite(v) and v == int(v) else None
 
 
+# long: a long docstring of what a finished cell must have; the body counts each table's rows once, then checks each
+#   cell
 def damaged_cells(path: str | os.PathLike, config: Mapping[str, Any] | None = None) -> list[CellDamage]:
     """The finished cells (rows of ``cells.csv``) whose rows in the other tables are not complete.
 

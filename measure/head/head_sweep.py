@@ -327,7 +327,6 @@ def step_inputs(dmodel: nn.Module, ids: torch.Tensor, context_tokens: int) -> St
     return StepInputs(_last_hidden(dmodel, ids), ctx_ids, ctx_ids[:, -1:])
 
 
-# long: the sweep's phases in order, one writer recording all of them; each phase is a call
 @torch.inference_mode()
 def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = "",
                    progress: Callable[[str], None] | None = None, quiet: bool = False) -> records.Run:

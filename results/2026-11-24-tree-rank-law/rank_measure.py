@@ -5,8 +5,11 @@ forward; at every generated position the target's token has rank r in the draft'
 argmax). p_r = share of positions at rank r; top-k recall = share at rank < k. 95% CIs: percentile
 bootstrap over sequences (2000 resamples, seed 0). Printed as a table and one JSON line.
 """
-import json, sys, time
-import numpy as np, torch
+import json
+import sys
+import time
+import numpy as np
+import torch
 from measure.engines.transformers.models import load_model
 from measure.engines.transformers.drafts import make_draft
 from measure.prompts import DOMAINS, load_prompts, encode_prompt

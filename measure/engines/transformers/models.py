@@ -17,14 +17,13 @@ Specs accepted by :func:`load_model`:
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import shutil
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
