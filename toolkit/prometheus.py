@@ -4,7 +4,8 @@ A scrape is ``# HELP``/``# TYPE`` comments and samples
 ``name{label="value",...} number [timestamp]``. Lines that are neither (a
 truncated copy, a shell prompt) are counted as skipped, never fatal: that is
 why this is a small line parser rather than ``prometheus_client``'s parser,
-which rejects the whole file on the first bad line.
+which rejects the whole file on the first bad line. ``calibrate ingest``
+reads users' scrapes with it and ``measure serve`` the servers it measures.
 """
 
 from __future__ import annotations
@@ -91,6 +92,12 @@ def looks_like_scrape(text: str) -> bool:
     """At least one sample line and more sample/comment lines than anything else."""
     s = parse_scrape(text)
     return len(s.samples) > 0 and len(s.samples) + s.comments > s.skipped
+
+
+def counter_delta(before: Scrape, after: Scrape, base: str, where: dict[str, str] | None = None) -> float | None:
+    """A counter's increase between two scrapes of one server (None when either lacks it)."""
+    a, b = counter_total(before, base, where), counter_total(after, base, where)
+    return None if a is None or b is None else b - a
 
 
 def counter_total(scrape: Scrape, base: str, where: dict[str, str] | None = None) -> float | None:

@@ -15,7 +15,7 @@ from typing import Callable
 
 from calibrate.ingest import llamabench, llamacpp, sglang, tgi, vllm
 from calibrate.ingest.normalise import normalise
-from calibrate.ingest.prom import Sample, Scrape, looks_like_scrape, parse_scrape
+from toolkit.prometheus import Sample, Scrape, looks_like_scrape, parse_scrape
 from calibrate.ingest.records import AcceptanceRecord, Observation, ParseResult
 
 ENGINES = ("vllm", "sglang", "llamacpp", "tgi")

@@ -22,7 +22,7 @@ import re
 
 from calibrate.ingest.fields import find_key, number, numbers, scan_json
 from calibrate.ingest.normalise import conditional_from_unconditional, counts_from_rates, rounding_slack
-from calibrate.ingest.prom import Scrape
+from toolkit.prometheus import Scrape
 from calibrate.ingest.records import Figure, Observation, ParseResult
 from calibrate.ingest.vllm import counter_observation
 

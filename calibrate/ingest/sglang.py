@@ -18,7 +18,7 @@ import re
 from dataclasses import replace
 
 from calibrate.ingest.fields import number, scan_json, scan_lines, split_fields
-from calibrate.ingest.prom import Scrape
+from toolkit.prometheus import Scrape
 from calibrate.ingest.records import Figure, Observation, ParseResult
 
 ENGINE = "sglang"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from calibrate.ingest.prom import Scrape, counter_total
+from toolkit.prometheus import Scrape, counter_total
 from calibrate.ingest.records import Figure, Observation
 
 ENGINE = "tgi"

@@ -18,7 +18,7 @@ import re
 
 from calibrate.ingest.fields import find_key, number, numbers, percent, scan_json, scan_lines, split_fields
 from calibrate.ingest.normalise import conditional_from_unconditional, counts_from_rates, rounding_slack
-from calibrate.ingest.prom import Scrape, counter_total
+from toolkit.prometheus import Scrape, counter_total
 from calibrate.ingest.records import Figure, Observation, ParseResult
 
 ENGINE = "vllm"
