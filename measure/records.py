@@ -103,6 +103,26 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "mean_accepted_per_round", "kept_recall", "n_eval_tokens", "outputs_identical", "model",
         "draft", "vocab_size", "gamma", "synthetic",
     ),
+    # python -m measure serve (measure/serve): a unit is one load on one server configuration in one repeat;
+    # its serve_units row is written last and marks it finished (``cell_id`` holds the unit id)
+    "serve_units": (
+        "cell_id", "config", "spec_type", "spec_k", "spec_ngram_n", "slots", "load", "concurrency",
+        "rate_per_s", "repeat", "block", "synthetic", "n_requests", "n_errors", "new_tokens", "duration_s",
+        "completion_tokens", "throughput_tokens_per_s", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms",
+        "tpot_p95_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p95_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p95_ms",
+        "e2e_p99_ms", "metrics", "drafts", "draft_tokens", "accepted_tokens", "accepted_per_pos",
+        "tokens_predicted", "n_decode", "prompt_tokens", "client_cpu_s", "client_cpu_share",
+        "send_lag_p99_ms", "hardware",
+    ),
+    "serve_requests": (
+        "cell_id", "request_index", "prompt_id", "domain", "send_s", "ttft_ms", "e2e_ms", "tpot_ms",
+        "completion_tokens", "events", "prompt_tokens", "draft_n", "draft_n_accepted", "predicted_ms", "prompt_ms", "error",
+    ),
+    "serve_tokens": ("cell_id", "request_index", "event_index", "t_ms", "gap_ms"),
+    "serve_step_cost": (
+        "cell_id", "seqs", "tokens_per_seq", "context_tokens", "n_steps", "step_ms", "step_ms_lo", "step_ms_hi",
+        "prompt_tokens", "ttft_ms",
+    ),
 }
 #: Columns a schema-1 table has (the schema-2 additions are filled with empty values on read).
 _SCHEMA1_EXTRA: dict[str, tuple[str, ...]] = {
@@ -120,8 +140,8 @@ _LATER_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 _TEXT_COLUMNS = {"cell_id", "draft", "gamma_policy", "domain", "prompt_id", "mode", "unstable_reason", "tokens",
                  "variant", "model", "outputs_identical", "synthetic", "unstable", "role", "component", "hardware",
-                 "lossless"}
-_BOOL_COLUMNS = {"outputs_identical", "synthetic", "unstable"}
+                 "lossless", "config", "spec_type", "load", "accepted_per_pos", "error", "metrics"}
+_BOOL_COLUMNS = {"outputs_identical", "synthetic", "unstable", "metrics"}
 
 
 @dataclass(frozen=True)
@@ -336,7 +356,10 @@ class RunWriter:
     ``summary``, ``pid``/``host``/``heartbeat_utc`` are managed here.
     ``fingerprint``: what changes a result; a resume with a different one
     raises :class:`FingerprintMismatch` before anything is written.
+    ``finish_table``: the table whose rows mark a unit finished (``cells``; ``serve_units`` for a serving run).
     """
+
+    finish_table = "cells"
 
     def __init__(self, path: str | os.PathLike, meta: Mapping[str, Any] | None = None,
                  resume: bool = True, fingerprint: Mapping[str, Any] | None = None) -> None:
@@ -408,8 +431,8 @@ class RunWriter:
         return cid in self._finished
 
     def finish_cell(self, row: Mapping[str, Any]) -> None:
-        """Append the ``cells.csv`` row (last write of a cell) and rewrite ``run.json``."""
-        self.append("cells", [row])
+        """Append the ``cells.csv`` row (last write of a cell; ``finish_table``) and rewrite ``run.json``."""
+        self.append(self.finish_table, [row])
         self._finished.add(str(row["cell_id"]))
         self._write_meta()
 
@@ -561,7 +584,7 @@ class RunWriter:
                     f.truncate(keep)
 
     def _read_finished(self) -> set[str]:
-        f_path = self.path / "cells.csv"
+        f_path = self.path / f"{self.finish_table}.csv"
         if not f_path.exists():
             return set()
         with f_path.open(newline="", encoding="utf-8") as f:
@@ -590,7 +613,7 @@ class RunWriter:
             for r in body:
                 if len(r) != len(header) or r[i] not in self._finished:
                     continue
-                if table == "cells":  # a cell finished twice (a crash between two writes): keep the first
+                if table == self.finish_table:  # finished twice (a crash between two writes): keep the first
                     if r[i] in seen:
                         continue
                     seen.add(r[i])
