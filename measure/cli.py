@@ -39,7 +39,7 @@ DEFAULT_GAMMAS = ("fixed:2", "fixed:4")
 #: the default job (6 cells × 2 prompts × 3 modes × 64 tokens) takes about 2.5 min here.
 DEFAULT_REPEATS = 3
 GPU_DEFAULT_PAIRS = ("gpt2-small-large", "llama3-1b-3b")
-SUBCOMMANDS = ("head-sweep", "head-recall")
+SUBCOMMANDS = ("head-sweep", "head-recall", "serve")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -101,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = OneLineParser(prog="python -m measure", description=__doc__.splitlines()[0],
                       epilog="subcommands: python -m measure head-sweep --help (pruned draft head K sweep, "
-                             "cells of the same sweep), python -m measure head-recall --help (selector recall, offline)")
+                             "cells of the same sweep), python -m measure head-recall --help (selector recall, offline), "
+                             "python -m measure serve --help (a server under load)")
     p.add_argument("--target", default=None, help=f"target model spec (default {DEFAULT_TARGET})")
     p.add_argument("--draft", default=None,
                    help="comma list of draft kinds: ngram[:N], early:N, layers:a-b,.. (use ';' between), "
@@ -396,6 +397,10 @@ def dispatch_subcommand(argv: list[str]) -> int | None:
         from measure.head.head_recall import main as head_recall_main
 
         return head_recall_main(argv[1:])
+    if argv[0] == "serve":  # a real server under load (measure/serve)
+        from measure.serve.cli import main as serve_main
+
+        return serve_main(argv[1:])
     fail("python -m measure", f"unknown subcommand {argv[0]!r}; valid: {', '.join(SUBCOMMANDS)} "
                               "(or options only: python -m measure --help)")
 
