@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repeats", type=int_in(1, 100), default=3,
                    help="repeats of every (configuration, load), in alternating blocks (default 3)")
     p.add_argument("--slots", type=int_in(1, 256), default=None,
-                   help="llama-server slots -np (default: the largest concurrency, else 4)")
+                   help="llama-server slots -np (default: the largest concurrency, step-cost ones too, else 4)")
     p.add_argument("--threads", type=int_in(1, 1024), default=None, help="llama-server threads -t (default: "
                    "every core)")
     p.add_argument("--batch-size", type=int_in(1, 1 << 20), default=2048, help="llama-server -b (default 2048)")
@@ -69,8 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "at each --step-cost-gamma x --step-cost-concurrency x --step-cost-prompt-tokens")
     p.add_argument("--step-cost-gamma", default=None, help=f"k of the step-cost units, plus off (default "
                    f"{','.join(map(str, DEFAULT_STEP_COST_GAMMAS))})")
-    p.add_argument("--step-cost-concurrency", default=None, help="concurrencies of the step-cost units "
-                   "(default 1..slots, doubling)")
+    p.add_argument("--step-cost-concurrency", default=None, help="concurrencies of the step-cost units, at most "
+                   "--slots (default 1..slots, doubling)")
     p.add_argument("--step-cost-prompt-tokens", default=None, help="prompt lengths of the step-cost units "
                    f"(default {','.join(map(str, DEFAULT_STEP_COST_PROMPTS))})")
     p.add_argument("--url", default=None, help="measure this running OpenAI-compatible server instead of "
@@ -201,14 +201,17 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Any, dict]:
     else:
         ks = _ints("--gamma", args.gamma or "4", 1, MAX_GAMMA)
         configs = (ServeConfig("off"),) + tuple(ServeConfig("ngram", k, n) for n in _drafts(args.draft) for k in ks)
-        slots = args.slots or max(conc or [4])
+        slots = args.slots or max(conc + (_ints("--step-cost-concurrency", args.step_cost_concurrency, 1,
+                                                     MAX_CONCURRENCY) if args.step_cost else []) or [4])
     synth_configs: tuple[ServeConfig, ...] = ()
     synth_loads: tuple[LoadSpec, ...] = ()
     if args.step_cost:
-        sk = _ints("--step-cost-gamma", args.step_cost_gamma, 1, MAX_GAMMA) or list(DEFAULT_STEP_COST_GAMMAS)
+        from measure.serve.runner import SYNTH_K_MAX
+
+        sk = _ints("--step-cost-gamma", args.step_cost_gamma, 1, SYNTH_K_MAX) or list(DEFAULT_STEP_COST_GAMMAS)
         sp = _ints("--step-cost-prompt-tokens", args.step_cost_prompt_tokens, 8, 1 << 16) or \
             list(DEFAULT_STEP_COST_PROMPTS)
-        sc = _ints("--step-cost-concurrency", args.step_cost_concurrency, 1, MAX_CONCURRENCY) or \
+        sc = _ints("--step-cost-concurrency", args.step_cost_concurrency, 1, slots) or \
             [c for c in (1, 2, 4, 8, 16, 32, 64, 128, 256) if c <= slots]
         synth_configs = tuple(ServeConfig("synth", k, 0, p) for p in sp for k in [0] + sk)
         synth_loads = tuple(LoadSpec(concurrency=c) for c in sc)

@@ -83,11 +83,16 @@ class Plan:
         return [UnitId(cfg, self.slots, ld, r).to_str() for _, r, cfg, loads in self.blocks() for ld in loads]
 
 
+#: Most k a synthetic unit can draft in full: its prompt repeats 26 tokens that each occur once a period.
+SYNTH_K_MAX = 24
+
+
 def synth_prompt(n_tokens: int) -> str:
-    """Counting from 1 to 10 over and over, about ``n_tokens`` tokens: every n-gram of it recurs, so an n-gram
-    draft always matches and the model continues it (the synthetic units' prompts)."""
-    seq = " ".join(str(i % 10 + 1) for i in range(max(n_tokens // 2, 12)))
-    return seq
+    """The alphabet over and over (``a b c ... z a b ...``: 26 tokens a period in SmolLM2's vocabulary, each
+    occurring once a period), about ``n_tokens`` tokens: llama-server's ngram-simple lookup of one token finds
+    its last occurrence a period back and drafts up to 25 tokens after it, whatever the model generates."""
+    letters = [chr(ord("a") + i % 26) for i in range(max(n_tokens, 2 * 26))]
+    return " ".join(letters)
 
 
 def _requests(plan: Plan, config: ServeConfig) -> list[RequestSpec]:

@@ -32,7 +32,7 @@ class ServeConfig:
     ``ngram:N:kK``: llama-server ``--spec-type ngram-simple --spec-ngram-simple-size-n N
     --spec-ngram-simple-size-m K`` (for the n-gram types llama.cpp drafts ``size_m`` tokens;
     ``--spec-draft-n-max`` only limits drafts of a draft *model*). ``synth:kK``: the same n-gram draft on a
-    prompt it always matches (counting 1..10 over and over, about ``P`` tokens, lookup n-gram 1), with
+    prompt it always matches (the alphabet over and over, about ``P`` tokens, lookup n-gram 1), with
     ``--spec-synth-rates 0,...,0`` so every step verifies ``K + 1`` tokens per slot and emits one: what a
     step costs, apart from acceptance. ``synth:off:pP``: speculation off on the same prompts.
     """
