@@ -1,7 +1,9 @@
 """``python -m calibrate RUN_DIR [RUN_DIR ...] [--holdout gamma|domain|k|none] [--out DIR]``.
 
 ``python -m calibrate ingest FILE...`` reads an engine's metrics instead (see
-:mod:`calibrate.ingest.cli`).
+:mod:`calibrate.ingest.cli`); ``python -m calibrate serve RUN_DIR`` (or a
+serving run given as the RUN_DIR) calibrates the serving simulator on a
+``measure serve`` run (:mod:`calibrate.serve_cli`).
 
 Fits the simulator's cost and acceptance models to the run directories,
 predicts every measured configuration (closed form, trace replay, event
@@ -67,12 +69,27 @@ def print_report(res) -> None:
               "left out of the MAPE: " + ", ".join(res.unstable_cells))
 
 
+def _is_serving_run(first: list[str]) -> bool:
+    """Whether the first argument is a run directory written by ``python -m measure serve``."""
+    if not first or first[0].startswith("-"):
+        return False
+    try:
+        meta = json.loads((Path(first[0]) / "run.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and (meta.get("config") or {}).get("kind") == "serve"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["ingest"]:  # subcommand: an engine's spec-decode metrics and llama-bench costs -> sim
         from calibrate.ingest.cli import main as ingest_main
 
         return ingest_main(argv[1:])
+    if argv[:1] == ["serve"] or _is_serving_run(argv[:1]):  # a measure serve run: the serving simulator
+        from calibrate.serve_cli import main as serve_main
+
+        return serve_main(argv[1:] if argv[:1] == ["serve"] else argv)
     ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", type=nonempty_arg("run directory"),
                     help="run directories written by python -m measure")

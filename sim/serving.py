@@ -145,6 +145,52 @@ class LockstepCost:
                 "cost_model": self.cost.describe()}
 
 
+@dataclass(frozen=True)
+class LinearStepCost:
+    """A server step's time, linear in its composition (what ``calibrate`` fits to a real server's steps).
+
+    ``base_ms`` + ``per_seq_ms`` × sequences (generating and prompting) + ``per_token_ms`` × generating tokens
+    (1 + draft per slot: each is verified and sampled) + ``per_prompt_token_ms`` × prompt tokens +
+    ``per_attn_ms`` × attention work / 1000 (Σ over the batch's tokens of the positions each attends to).
+    Coefficients are >= 0.
+    """
+
+    base_ms: float
+    per_seq_ms: float = 0.0
+    per_token_ms: float = 0.0
+    per_prompt_token_ms: float = 0.0
+    per_attn_ms: float = 0.0
+    metadata: dict = field(default_factory=dict, compare=False)
+
+    FIELDS = ("base_ms", "per_seq_ms", "per_token_ms", "per_prompt_token_ms", "per_attn_ms")
+
+    def __post_init__(self) -> None:
+        for name in self.FIELDS:
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+
+    def step_ms(self, seqs: int, tokens: int, max_draft: int, ctx_sum: float, attn: float,
+                prompt_tokens: int, prompt_seqs: int) -> float:
+        return (self.base_ms + self.per_seq_ms * (seqs + prompt_seqs) + self.per_token_ms * (tokens - prompt_tokens)
+                + self.per_prompt_token_ms * prompt_tokens + self.per_attn_ms * attn / 1000.0)
+
+    def describe(self) -> dict:
+        return {"kind": "linear_step", **{k: getattr(self, k) for k in self.FIELDS}, "metadata": dict(self.metadata)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "LinearStepCost":
+        """The inverse of :meth:`describe`; a one-line ``ValueError`` for anything else."""
+        if not isinstance(d, dict) or d.get("kind") != "linear_step":
+            raise ValueError(f"not a linear step cost (kind {d.get('kind') if isinstance(d, dict) else d!r})")
+        unknown = sorted(set(d) - {"kind", "metadata", *cls.FIELDS})
+        if unknown:
+            raise ValueError(f"unknown field {unknown[0]!r} in a linear step cost; valid: {', '.join(cls.FIELDS)}")
+        if "base_ms" not in d:
+            raise ValueError("a linear step cost lacks the field 'base_ms'")
+        return cls(**{k: d[k] for k in cls.FIELDS if k in d}, metadata=dict(d.get("metadata") or {}))
+
+
 # -- how the server schedules --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Scheduler:
@@ -280,6 +326,7 @@ class ServeRun:
     step_ms: np.ndarray
     step_seqs: np.ndarray
     step_emitted: np.ndarray
+    request_rounds: np.ndarray  # per request: its rounds after the prompt step (verify steps it took part in)
     zero_gap_tokens: int
     drafted: int
     accepted: int
@@ -586,6 +633,7 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
     first = np.full(n, math.nan)
     finish = np.full(n, math.nan)
     produced = np.zeros(n, dtype=np.int64)
+    rounds_of = np.zeros(n, dtype=np.int64)
     client_of = np.zeros(n, dtype=np.int64)
     # arrivals at the server's queue: (time, request id)
     pending: list[tuple[float, int]] = []
@@ -631,6 +679,7 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
         drafted += dr
         accepted += acc
         n_rounds += nr
+        rounds_of[r] = nr
         produced[r] = have + acc + nr
         if not have:
             firsts.setdefault(start, []).append(r)
@@ -696,5 +745,5 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
         s += 1
     return ServeRun(send_ms=send, first_token_ms=first, finish_ms=finish, tokens=produced,
                     step_ms=np.asarray(step_ms, dtype=float), step_seqs=np.asarray(step_seqs, dtype=np.int64),
-                    step_emitted=np.asarray(step_emitted, dtype=np.int64),
+                    step_emitted=np.asarray(step_emitted, dtype=np.int64), request_rounds=rounds_of,
                     zero_gap_tokens=accepted, drafted=drafted, accepted=accepted, rounds=n_rounds)

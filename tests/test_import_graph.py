@@ -10,7 +10,9 @@ so the rules hold for code paths no test happens to run:
 * ``sim`` never imports ``measure``, ``calibrate`` or ``reports`` (nor any plotting library);
 * ``measure`` never imports ``calibrate`` or ``reports``;
 * ``calibrate`` never imports ``reports``, and of ``measure`` only the torch-free
-  ``measure.records`` (the run format) and ``measure.analysis`` (analysis of records);
+  ``measure.records`` (the run format), ``measure.analysis`` (analysis of records) and
+  ``measure.serve.units`` (a serving run's identities, rows and summaries), which itself
+  imports no other ``measure`` module than ``measure.records`` and ``measure.stats``, and no torch;
 * ``reports`` reads files and never runs a fit: no ``calibrate``, no fitting library
   (``scipy.optimize``, ``scipy.stats``, ``sklearn``, ``statsmodels``), no ``numpy.polyfit``/``lstsq``;
   of ``measure`` only ``measure.records``;
@@ -39,7 +41,7 @@ FORBIDDEN = {
     "reports": {"calibrate", "scipy.optimize", "scipy.stats", "sklearn", "statsmodels"},
 }
 #: the only ``measure`` modules a package above it may import (torch-free, about files)
-MEASURE_ALLOWED = {"calibrate": {"measure", "measure.records", "measure.analysis"},
+MEASURE_ALLOWED = {"calibrate": {"measure", "measure.records", "measure.analysis", "measure.serve.units"},
                    "reports": {"measure", "measure.records"}}
 FIT_CALLS = {"polyfit", "lstsq", "curve_fit", "least_squares", "minimize"}  # in reports: none of these
 
@@ -165,6 +167,14 @@ def test_records_only_reads_and_writes() -> None:
     g = graph()
     other = sorted(n for n in g["measure.records"] if _violates(n, {"measure", "torch"}))
     assert not other, f"measure.records imports {other}: analysis belongs in measure.analysis"
+
+
+def test_serve_units_stay_torch_free() -> None:
+    g = graph()
+    for mod, allowed in (("measure.serve.units", {"measure.records", "measure.stats"}), ("measure.stats", set())):
+        other = sorted(n for n in g[mod] if _violates(n, {"measure", "torch"})
+                       and not any(n == a or n.startswith(a + ".") for a in allowed))
+        assert not other, f"{mod} imports {other}: calibrate reads serving runs through it without torch"
 
 
 def test_calibrate_outputs_fits_nothing() -> None:

@@ -1,0 +1,111 @@
+"""calibrate serve: the fits recover a known server, held-out loads are predicted, advice has low regret."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibrate.advice import AdviceRow, ranges, trtllm_config, vllm_config
+from calibrate.serve import calibrate_serve, default_split, fit_acceptance, fit_step_cost, load_serve, simulate_counters
+from measure.serve.units import LoadSpec
+from sim.acceptance import IIDAcceptance, PerPositionAcceptance, ProposalAcceptance
+from tests.serve_runs import TRUE_COST, TRUE_OVERHEAD_MS, make_serve_run
+
+ROOT = Path(__file__).resolve().parents[1]
+TRUE_ACC = {k: ProposalAcceptance(0.55, PerPositionAcceptance((0.8, 0.7, 0.6, 0.55))) for k in (2, 4, 8)}
+LOADS = [LoadSpec(concurrency=c) for c in (1, 2, 4)] + [LoadSpec(rate_per_s=4.0)]
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    return make_serve_run(tmp_path_factory.mktemp("serve") / "run", TRUE_ACC, LOADS)
+
+
+def test_step_cost_fit_recovers_the_server(run_dir):
+    fit = fit_step_cost(load_serve(run_dir).steps)
+    c = fit.cost
+    assert c.base_ms == pytest.approx(TRUE_COST.base_ms, rel=0.15)
+    assert c.per_token_ms == pytest.approx(TRUE_COST.per_token_ms, rel=0.1)
+    assert fit.request_overhead_ms == pytest.approx(TRUE_OVERHEAD_MS, abs=2.0)
+    assert fit.median_abs_residual_pct < 3.0
+
+
+def test_acceptance_fit_undoes_the_draft_cap():
+    truth = ProposalAcceptance(0.6, PerPositionAcceptance((0.85, 0.75, 0.7, 0.65, 0.6, 0.6, 0.6, 0.6)))
+    new = 24  # short requests: many drafts capped at the budget
+    c = simulate_counters(truth, 8, new, 300, np.random.default_rng(3))
+    fit = fit_acceptance(c, new, n_requests=600)
+    assert fit.p_propose == pytest.approx(0.6, abs=0.04)
+    assert fit.inner.alphas[0] == pytest.approx(0.85, abs=0.04)
+    assert fit.inner.alphas[7] == pytest.approx(0.6, abs=0.08)
+
+
+def test_held_out_loads_and_k_are_predicted(run_dir):
+    data = load_serve(run_dir)
+    split = default_split(data.units)
+    assert split.test_k == (4,) and set(split.test_loads) == {"c2", "r4"}
+    cal = calibrate_serve(data, split, seeds=6)
+    held = [r for r in cal.rows if r["split"] == "held-out"]
+    assert {r["config"] for r in held} >= {"off", "ngram:3:k4"}
+    s = cal.summary()
+    assert s["throughput_tokens_per_s"]["mape_pct"] < 5.0
+    assert s["e2e_p50_ms"]["mape_pct"] < 10.0
+    assert s["e2e_p95_ms"]["mape_pct"] < 15.0
+    assert any("never trained on" in n for n in cal.notes)
+
+
+def test_advice_configs_and_regret(run_dir):
+    from calibrate.advice import advise, regret
+
+    data = load_serve(run_dir)
+    cal = calibrate_serve(data, default_split(data.units), seeds=4)
+    rows = advise(cal.model, cal.counters, data, [2, 4, 8], [1, 2, 3, 4], seeds=3, draws=4)
+    assert all(r.best_k in (0, 2, 4, 8) for r in rows)
+    for r in rows:
+        if r.best_k:
+            assert r.speedup_lo <= r.speedup <= r.speedup_hi or r.speedup_lo <= r.speedup_hi
+            assert r.speedup >= 1.0
+    assert all(g.regret <= 0.05 for g in regret(rows, data))
+
+
+def test_config_formats():
+    rows = [AdviceRow(1, 4, 1.3, 1.2, 1.4, {0: 1.0, 4: 1.3}), AdviceRow(2, 4, 1.2, 1.1, 1.3, {0: 1.0, 4: 1.2}),
+            AdviceRow(4, 2, 1.05, 1.0, 1.1, {0: 1.0, 2: 1.05}), AdviceRow(8, 0, 1.0, 1.0, 1.0, {0: 1.0})]
+    assert ranges(rows) == [(1, 2, 4), (4, 4, 2), (8, 4096, 0)]
+    v = vllm_config(rows)
+    assert v["num_speculative_tokens"] == 4 and v["num_speculative_tokens_per_batch_size"]["8-4096"] == 0
+    t = trtllm_config(rows)
+    assert t == {"draft_len_schedule": {2: 4, 4: 2}, "max_concurrency": 4}
+
+
+def test_cli_end_to_end_and_bad_input(run_dir, tmp_path):
+    out = tmp_path / "cal"
+    p = subprocess.run([sys.executable, "-m", "calibrate", str(run_dir), "--seeds", "3", "--out", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    assert "held-out MAPE throughput_tokens_per_s" in p.stdout and "vLLM speculative_config" in p.stdout
+    assert "regret at concurrency" in p.stdout
+    doc = json.loads((out / "serve_calibration.json").read_text())
+    assert doc["step_cost"]["kind"] == "linear_step" and set(doc["acceptance"]) == {"2", "4", "8"}
+    for name in ("serve_predictions.csv", "serve_curves.csv", "advice.json"):
+        assert (out / name).is_file()
+    for argv, msg in (([str(tmp_path)], "not a run directory"),
+                      ([str(run_dir), "--holdout-loads", "c99"], "not measured"),
+                      ([str(run_dir), "--holdout-k", "2,4,8"], "every draft length is held out")):
+        p = subprocess.run([sys.executable, "-m", "calibrate", "serve", *argv, "--out", str(tmp_path / "x")],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 2 and msg in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_iid_model_also_fits(tmp_path):
+    acc = {2: IIDAcceptance(0.7), 4: IIDAcceptance(0.7)}
+    run = make_serve_run(tmp_path / "r", acc, [LoadSpec(concurrency=1), LoadSpec(concurrency=3)], repeats=2,
+                         n_requests=6, new_tokens=32)
+    data = load_serve(run)
+    cal = calibrate_serve(data, default_split(data.units, [], ["c3"]), seeds=3)
+    assert cal.model.acceptance[4].inner.alphas[0] == pytest.approx(0.7, abs=0.1)
