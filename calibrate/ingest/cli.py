@@ -22,7 +22,16 @@ import sys
 from pathlib import Path
 from typing import NoReturn, Sequence
 
-from calibrate.ingest.answer import Answer, ServeSettings, answer, choose_cost, sim_command, summary, write_files
+from calibrate.ingest.answer import (
+    Answer,
+    ServeSettings,
+    answer,
+    choose_cost,
+    crossover,
+    sim_command,
+    summary,
+    write_files,
+)
 from calibrate.ingest.detect import ENGINES, Ingested, ingest_files
 from calibrate.ingest.records import AcceptanceRecord
 
@@ -120,7 +129,7 @@ def format_explain(rec: AcceptanceRecord) -> list[str]:
     return out
 
 
-def format_answer(ans: Answer, gamma_max: int) -> list[str]:
+def format_answer(ans: Answer, gamma_max: int, max_batch: int = 0) -> list[str]:
     out = ["inputs:"] + [f"  {line}" for line in ans.inputs]
     out += [f"  {line}" for line in ans.cost.lines]
     out.append(f"predicted (closed form, context {ans.context_tokens:.0f} tokens, batch 1):")
@@ -140,18 +149,43 @@ def format_answer(ans: Answer, gamma_max: int) -> list[str]:
         at = ans.rows[k_eng - 1]["speedup"]
         out.append(f"the engine ran k = {k_eng}: predicted {at:.3f}x there")
     if ans.batch_rows:
-        out.append("by batch size (closed form, every sequence in lockstep; k = 0 means speculation off):")
-        out.append("  batch  optimal k  speedup")
+        mem = ans.memory
+        fits = ""
+        if mem is not None:
+            fits = (f"; batches that fit {mem['hardware']}'s {mem['memory_bytes'] / 1e9:.0f} GB: weights "
+                    f"{mem['weights_bytes'] / 1e9:.1f} GB + KV cache {mem['kv_bytes_per_sequence'] / 1e9:.3f} GB a "
+                    f"sequence at {mem['positions_per_sequence']:.0f} tokens")
+        out.append(f"by batch size (closed form, every sequence in lockstep{fits}):")
+        out.append("  batch  best k  speedup")
         for r in ans.batch_rows:
-            out.append(f"  {r['batch']:5d}  {r['optimal_k']:9d}  {r['speedup']:6.3f}x")
+            k = "off" if r["best_k"] == 0 else str(r["best_k"])
+            note = "" if r["best_k"] else f"  (off: best k = {r['best_k_if_on']} would be {r['best_speedup_if_on']:.3f}x)"
+            out.append(f"  {r['batch']:5d}  {k:>6s}  {r['speedup']:6.3f}x{note}")
+        if mem is not None and mem["max_batch"] < max_batch:
+            out.append(f"  batch {mem['max_batch'] + 1} and above do not fit: memory binds below --max-batch "
+                       f"{max_batch} (the serving simulation runs at batch <= {mem['max_batch']})")
+        elif mem is None:
+            out.append("  (memory not checked: the cost model carries no model sizes; --preset has them)")
+        cb = ans.batch_crossover or {}
+        if cb.get("batch") is None:
+            out.append(f"speculation pays at every batch up to {cb.get('limit')}"
+                       + (f", the largest that fits {mem['hardware']} (memory binds before speculation stops paying)"
+                          if mem is not None else " (searched)"))
+        elif cb["batch"] == 1:
+            out.append("speculation pays at no batch size: leave it off")
+        else:
+            out.append(f"speculation stops paying at batch {cb['batch']} (closed form): off from there on")
     if ans.serve_rows:
-        out.append("by arrival rate (SimPy serving simulation, same arrivals with and without speculation):")
-        out.append("  req/s  mean batch  best k (p50 latency)  latency x  best k (throughput)  throughput x")
+        out.append("by arrival rate (serving simulation, same arrivals with and without speculation; the speedup is "
+                   "p50 latency while both sides keep up, capacity when either is overloaded):")
+        out.append("  req/s  mean batch  best k  speedup")
         for r in ans.serve_rows:
-            lat = r["latency_speedup_p50"]
-            lat_text = f"{lat:8.3f}x" if lat is not None else "overload"  # a queue without bound: no latency ratio
-            out.append(f"  {r['arrival_rate_per_s']:5g}  {r['mean_batch_baseline']:10.1f}  {r['optimal_k_latency']:19d}  "
-                       f"{lat_text:>9}  {r['optimal_k_throughput']:19d}  {r['throughput_speedup']:11.3f}x")
+            k = "off" if r["best_k"] == 0 else str(r["best_k"])
+            basis = "" if r["speedup_basis"] == "p50 latency" else "  (capacity: overloaded)"
+            note = "" if r["best_k"] else f"  (off: best k = {r['best_k_if_on']} would be {r['best_speedup_if_on']:.3f}x)"
+            out.append(f"  {r['arrival_rate_per_s']:5g}  {r['mean_batch_baseline']:10.1f}  {k:>6s}  "
+                       f"{r['speedup']:6.3f}x{basis}{note}")
+        out.append(crossover(ans.serve_rows, "arrival_rate_per_s", "arrival rate"))
     return out
 
 
@@ -179,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.mode == "serve":
             serve = ServeSettings(args.arrival_rates, args.max_batch, args.requests, args.new_tokens, args.seed)
         ans = answer(ing, cost, args.gamma_max, serve)
-        lines += format_answer(ans, args.gamma_max)
+        lines += format_answer(ans, args.gamma_max, args.max_batch)
         doc = summary(ans, args.gamma_max)
         if args.out:
             out = Path(args.out)
