@@ -22,7 +22,7 @@ batch size: the best at the highest concurrency where speculation still pays).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 import numpy as np
@@ -63,10 +63,10 @@ def _posterior_draw(acc: ProposalAcceptance, c: Counters | None, rng: np.random.
                               PerPositionAcceptance(tuple(alphas)))
 
 
-def _throughput(model: Model, k: int, concurrency: int, prompts: Sequence[int], n_requests: int, seeds: int,
-                seed: int) -> float:
+def _throughput(model: Model, k: int, concurrency: int, prompts: Sequence[int], ids: Sequence[str],
+                n_requests: int, seeds: int, seed: int) -> float:
     cfg = ServeConfig("ngram", k, 1) if k else ServeConfig("off")
-    vals = [model.simulate(cfg, LoadSpec(concurrency=concurrency), prompts, n_requests, None, seed + i)
+    vals = [model.simulate(cfg, LoadSpec(concurrency=concurrency), prompts, n_requests, None, seed + i, ids)
             ["throughput_tokens_per_s"] for i in range(seeds)]
     return float(np.exp(np.mean(np.log(vals))))
 
@@ -78,20 +78,21 @@ def advise(model: Model, counters: dict[int, Counters], data: ServeData, ks: Seq
     first = real[~real["synthetic"].astype(bool)]
     one_unit = first[first["cell_id"] == first["cell_id"].iloc[0]].sort_values("request_index")
     prompts = [int(p) for p in one_unit["prompt_tokens"].fillna(0)]
+    ids = [str(p) for p in one_unit["prompt_id"]]
     n_req = len(one_unit)
     rng = np.random.default_rng(seed)
     rows = []
     for c in concurrencies:
-        base = _throughput(model, 0, c, prompts, n_req, seeds, seed)
+        base = _throughput(model, 0, c, prompts, ids, n_req, seeds, seed)
         by_k = {0: 1.0}
         draws_by_k: dict[int, list[float]] = {}
         for k in ks:
-            by_k[k] = _throughput(model, k, c, prompts, n_req, seeds, seed) / base
+            by_k[k] = _throughput(model, k, c, prompts, ids, n_req, seeds, seed) / base
             sub = []
             for j in range(draws):
                 acc = _posterior_draw(model.acceptance[k], counters.get(k), rng)
-                m2 = Model(model.step, {**model.acceptance, k: acc}, model.slots, model.batch_tokens, model.new_tokens)
-                sub.append(_throughput(m2, k, c, prompts, n_req, 1, seed + 1000 + j) / base)
+                m2 = replace(model, acceptance={**model.acceptance, k: acc})
+                sub.append(_throughput(m2, k, c, prompts, ids, n_req, 1, seed + 1000 + j) / base)
             draws_by_k[k] = sub
         best = max(by_k, key=lambda kk: (by_k[kk], -kk))
         if best == 0:

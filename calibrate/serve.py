@@ -40,6 +40,7 @@ from measure.serve.units import METRICS, LoadSpec, ServeConfig, log_interval
 from sim.acceptance import AcceptanceModel, PerPositionAcceptance, ProposalAcceptance
 from sim.serving import (
     ClosedLoop,
+    round_pmf,
     LinearStepCost,
     OpenLoop,
     ServeRun,
@@ -173,22 +174,53 @@ def counters_of(units: Any, requests: Any, k: int) -> Counters | None:
 def simulate_counters(acc: AcceptanceModel, k: int, new_tokens: int, n_requests: int,
                       rng: np.random.Generator) -> Counters:
     """What llama-server would count for ``n_requests`` requests of ``new_tokens`` drafting with ``acc`` at ``k``:
-    the prompt step gives the first token, every draft is capped at the tokens left minus one."""
+    the prompt step gives the first token, every draft is capped at the tokens left minus one.
+
+    Rounds are drawn at once from the joint (drafted, accepted) distribution; a request takes them in turn,
+    whole while its budget is far, one by one (capped) in its last ``k`` tokens."""
+    pmf = round_pmf(acc, k)
+    d_of, a_of = np.nonzero(pmf > 0)
+    cdf = np.cumsum(pmf[d_of, a_of])
+    cdf[-1] = 1.0
+    budget = new_tokens - 1
+    n_draw = int(n_requests * budget / max(float((pmf * (np.arange(k + 1)[None, :] + 1)).sum()), 1.0) * 1.3) + 64
+    idx = np.searchsorted(cdf, rng.random(n_draw), side="right")
+    d, a = d_of[idx], a_of[idx]
+    cum = np.cumsum(a + 1)
     rounds = drafts = drafted = 0
-    pos = np.zeros(k, dtype=np.int64)
+    pos = np.zeros(k + 2, dtype=np.int64)  # histogram of accepted lengths
+    p = 0
     for _ in range(n_requests):
-        left = new_tokens - 1
-        while left > 0:
-            d, a = acc.sample_round(k, rng)
-            d = min(int(d), left - 1)
-            a = min(int(a), d)
+        base = int(cum[p - 1]) if p else 0
+        stop = int(np.searchsorted(cum, base + budget - k, side="left"))  # rounds that cannot meet the cap
+        stop = min(max(stop, p), n_draw)
+        if stop > p:
+            dd, aa = d[p:stop], a[p:stop]
+            rounds += stop - p
+            drafts += int(np.count_nonzero(dd))
+            drafted += int(dd.sum())
+            pos += np.bincount(aa, minlength=k + 2)[: k + 2]
+            left = budget - (int(cum[stop - 1]) - base)
+            p = stop
+        else:
+            left = budget
+        while left > 0:  # the last rounds: drafts capped at the tokens left minus one
+            if p >= n_draw:
+                i = int(np.searchsorted(cdf, rng.random(), side="right"))
+                di, ai = int(d_of[i]), int(a_of[i])
+            else:
+                di, ai = int(d[p]), int(a[p])
+                p += 1
+            di = min(di, left - 1)
+            ai = min(ai, di)
             rounds += 1
-            if d:
+            if di:
                 drafts += 1
-                drafted += d
-                pos[:a] += 1
-            left -= a + 1
-    return Counters(k, rounds, drafts, drafted, tuple(int(v) for v in pos))
+                drafted += di
+            pos[ai] += 1
+            left -= ai + 1
+    ge = np.cumsum(pos[::-1])[::-1]  # drafts with at least j accepted, j = 0..
+    return Counters(k, rounds, drafts, drafted, tuple(int(ge[j]) for j in range(1, k + 1)))
 
 
 def fit_acceptance(c: Counters, new_tokens: int, iterations: int = 6, n_requests: int = 400,
@@ -212,6 +244,84 @@ def fit_acceptance(c: Counters, new_tokens: int, iterations: int = 6, n_requests
         p = p * target_p / max(sim_p, 1e-9)
         alphas = np.clip(alphas * conditional(target_r) / conditional(np.maximum(sim_r, 1e-9)), 1e-4, 1.0 - 1e-9)
     return ProposalAcceptance(float(min(max(p, 1e-6), 1.0)), PerPositionAcceptance(tuple(float(a) for a in alphas)))
+
+
+@dataclass(frozen=True)
+class PromptScale:
+    """One prompt's acceptance against its draft length's pooled model: the proposal probability times
+    ``p_ratio`` and every α_i times ``alpha_scale`` (capped below 1). Code repeats more than conversation;
+    one pooled model gives every request the same rounds and so too little spread of their latencies."""
+
+    p_ratio: float = 1.0
+    alpha_scale: float = 1.0
+
+    def apply(self, acc: ProposalAcceptance) -> ProposalAcceptance:
+        if self == PromptScale() or not isinstance(acc.inner, PerPositionAcceptance):
+            return acc
+        return ProposalAcceptance(float(min(max(acc.p_propose * self.p_ratio, 1e-4), 1.0)),
+                                  PerPositionAcceptance(tuple(min(a * self.alpha_scale, 0.995) for a in acc.inner.alphas)))
+
+
+def _bisect(f, lo: float, hi: float, target: float, steps: int = 14) -> float:
+    """x in [lo, hi] with f(x) ≈ target for an increasing f (log-scale bisection; the bound when out of reach)."""
+    if f(lo) >= target:
+        return lo
+    if f(hi) <= target:
+        return hi
+    for _ in range(steps):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def fit_prompt_scale(pooled: ProposalAcceptance, k: int, new_tokens: int, rounds: int, drafted: int, accepted: int,
+                     n_requests: int = 150, seed: int = 0) -> PromptScale:
+    """The scale whose simulated requests draft per round and accept per drafted token what this prompt's
+    requests did (the server's per-request ``timings``: ``draft_n``, ``draft_n_accepted``): two bisections
+    on common random numbers, the proposal ratio first, then the α scale, twice."""
+    if rounds <= 0:
+        return PromptScale()
+    if drafted == 0:
+        return PromptScale(0.01, 1.0)
+
+    def counters(sc: PromptScale) -> Counters:
+        return simulate_counters(sc.apply(pooled), k, new_tokens, n_requests, np.random.default_rng(seed))
+
+    sc = PromptScale()
+    p_hi = 1.0 / max(pooled.p_propose, 1e-4)
+    for _ in range(2):
+        a_scale = sc.alpha_scale
+        p = _bisect(lambda x: (lambda c: c.draft_tokens / max(c.rounds, 1))(counters(PromptScale(x, a_scale))),
+                    0.01, p_hi, drafted / rounds)
+        a = _bisect(lambda x: (lambda c: c.accepted / max(c.draft_tokens, 1))(counters(PromptScale(p, x))),
+                    0.02, 5.0, accepted / drafted)
+        sc = PromptScale(p, a)
+    return sc
+
+
+def prompt_scales(requests: Any, units: Any, acceptance: dict[int, ProposalAcceptance], new_tokens: int,
+                  seed: int = 0) -> dict[str, PromptScale]:
+    """Per prompt id, the scale fitted on its requests in ``units`` (speculative, with the server's per-request
+    counts), averaged over the draft lengths weighted by rounds."""
+    spec = units[(units["spec_k"] > 0)]
+    req = requests[requests["cell_id"].isin(set(spec["cell_id"])) & requests["error"].isna()
+                   & requests["draft_n"].notna()].merge(spec[["cell_id", "spec_k"]], on="cell_id")
+    out: dict[str, PromptScale] = {}
+    for pid, g in req.groupby("prompt_id"):
+        num_p = num_a = den = 0.0
+        for k, gk in g.groupby("spec_k"):
+            if int(k) not in acceptance:
+                continue
+            acc = gk["draft_n_accepted"].fillna(0)
+            rounds = int((gk["completion_tokens"] - 1 - acc).sum())
+            sc = fit_prompt_scale(acceptance[int(k)], int(k), new_tokens, rounds, int(gk["draft_n"].sum()),
+                                  int(acc.sum()), seed=seed)
+            num_p += sc.p_ratio * rounds
+            num_a += sc.alpha_scale * rounds
+            den += rounds
+        if den > 0:
+            out[str(pid)] = PromptScale(num_p / den, num_a / den)
+    return out
 
 
 def pooled_acceptance(fits: dict[int, ProposalAcceptance], weights: dict[int, Counters], k: int) -> ProposalAcceptance:
@@ -254,14 +364,18 @@ class Model:
     slots: int
     batch_tokens: int
     new_tokens: int
+    prompt_scales: dict = field(default_factory=dict)
 
     def simulate(self, config: ServeConfig, load: LoadSpec, prompt_tokens: Sequence[int], n_requests: int,
-                 send_ms: Sequence[float] | None, seed: int) -> dict[str, float]:
+                 send_ms: Sequence[float] | None, seed: int,
+                 prompt_ids: Sequence[str] | None = None) -> dict[str, float]:
         wl = Workload(n_requests, self.new_tokens, ClosedLoop(load.concurrency) if load.closed
                       else OpenLoop(load.rate_per_s), prompt_tokens=list(prompt_tokens),
                       request_overhead_ms=self.step.request_overhead_ms,
                       arrivals_ms=None if load.closed or send_ms is None else list(send_ms))
-        acc = self.acceptance[config.k] if config.speculative else None
+        acc: Any = self.acceptance[config.k] if config.speculative else None
+        if acc is not None and prompt_ids is not None and self.prompt_scales:
+            acc = [self.prompt_scales.get(str(pid), PromptScale()).apply(acc) for pid in prompt_ids]
         run = simulate_server(wl, llama_server(self.slots, self.batch_tokens), self.step.cost, acc,
                               f"fixed:{config.k}" if config.speculative else None, seed=seed)
         return unit_stats(run)
@@ -274,11 +388,12 @@ def predict_unit(model: Model, data: ServeData, cell_id: str, seeds: int, seed: 
     uid = UnitId.parse(cell_id)
     req = data.requests[data.requests["cell_id"] == cell_id].sort_values("request_index")
     prompts = [int(p) if p == p else 0 for p in req["prompt_tokens"]]
+    ids = [str(p) for p in req["prompt_id"]]
     send = (req["send_s"].astype(float) * 1000.0).tolist()
     send = [s - send[0] for s in send] if send else None
     out: dict[str, list[float]] = {}
     for i in range(seeds):
-        for k, v in model.simulate(uid.config, uid.load, prompts, len(req), send, seed + i).items():
+        for k, v in model.simulate(uid.config, uid.load, prompts, len(req), send, seed + i, ids).items():
             out.setdefault(k, []).append(v)
     return {k: float(np.exp(np.mean(np.log(v)))) if all(x > 0 for x in v) else float(np.mean(v))
             for k, v in out.items()}
@@ -365,7 +480,8 @@ def calibrate_serve(data: ServeData, split: Split, seeds: int = 8, seed: int = 0
     for k in sorted({int(k) for k in real_units["spec_k"] if k > 0} - set(fits)):
         acceptance[k] = pooled_acceptance(fits, counters, k)
         notes.append(f"k={k} never trained on: alpha_i pooled over k = {', '.join(map(str, sorted(fits)))}")
-    model = Model(step, acceptance, data.slots, data.batch_tokens, data.new_tokens)
+    scales = prompt_scales(data.requests, train_units, acceptance, data.new_tokens, seed=seed)
+    model = Model(step, acceptance, data.slots, data.batch_tokens, data.new_tokens, scales)
     rows = []
     for (config, load), g in real_units.groupby(["config", "load"], sort=False):
         cfg = ServeConfig.parse(config)

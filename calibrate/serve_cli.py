@@ -39,6 +39,8 @@ def build_parser() -> OneLineParser:
                    "every other concurrency and every rate; 'none' for none)")
     p.add_argument("--seeds", type=int_arg(1, 1000), default=8, help="simulations per unit (default 8)")
     p.add_argument("--seed", type=int_arg(0, 2**31 - 1), default=0, help="seed of every simulation (default 0)")
+    p.add_argument("--advice-draws", type=int_arg(1, 1000), default=12,
+                   help="acceptance draws behind each advised speedup's interval (default 12)")
     p.add_argument("--advise-k", default=None, help="draft lengths the advice chooses from (default: the measured)")
     p.add_argument("--out", default=None, type=nonempty_arg("directory"),
                    help="output directory (default: RUN_DIR/calibration-serve)")
@@ -91,6 +93,7 @@ def curves(cal, data, seeds: int, seed: int) -> list[dict]:
     real = data.units[~data.units["synthetic"].astype(bool)]
     one = data.requests[data.requests["cell_id"] == real["cell_id"].iloc[0]].sort_values("request_index")
     prompts, n_req = [int(p) for p in one["prompt_tokens"].fillna(0)], len(one)
+    ids = [str(p) for p in one["prompt_id"]]
     rates = sorted(float(ld[1:]) for ld in real["load"].unique() if ld.startswith("r"))
     grid_rates = sorted(set(rates) | ({float(x) for x in np.linspace(min(rates) / 2, max(rates) * 1.2, 8)}
                                       if rates else set()))
@@ -102,7 +105,7 @@ def curves(cal, data, seeds: int, seed: int) -> list[dict]:
         loads = [LoadSpec(concurrency=c) for c in range(1, data.slots + 1)] + [LoadSpec(rate_per_s=r)
                                                                                for r in grid_rates]
         for ld in loads:
-            stats = [cal.model.simulate(cfg, ld, prompts, n_req, None, seed + i) for i in range(seeds)]
+            stats = [cal.model.simulate(cfg, ld, prompts, n_req, None, seed + i, ids) for i in range(seeds)]
             row = {"config": config, "load": ld.to_str(), "concurrency": ld.concurrency or None,
                    "rate_per_s": ld.rate_per_s or None}
             for m in stats[0]:
@@ -149,7 +152,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             fits = {k: cal.model.acceptance[k] for k in cal.counters}
             for k in unknown:
                 cal.model.acceptance[k] = pooled_acceptance(fits, cal.counters, k)
-        rows = advise(cal.model, cal.counters, data, ks, list(range(1, data.slots + 1)), seed=args.seed)
+        rows = advise(cal.model, cal.counters, data, ks, list(range(1, data.slots + 1)), draws=args.advice_draws,
+                      seed=args.seed)
         ngram_n = max([int(n) for n in data.units["spec_ngram_n"] if n > 0] or [3])
         reg = regret(rows, data)
     except ValueError as exc:

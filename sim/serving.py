@@ -327,6 +327,7 @@ class ServeRun:
     step_seqs: np.ndarray
     step_emitted: np.ndarray
     request_rounds: np.ndarray  # per request: its rounds after the prompt step (verify steps it took part in)
+    request_drafted: np.ndarray  # per request: the draft tokens it verified
     zero_gap_tokens: int
     drafted: int
     accepted: int
@@ -600,7 +601,7 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
     workload: Workload,
     scheduler: Scheduler,
     cost: StepCost,
-    acceptance: AcceptanceModel | None = None,
+    acceptance: AcceptanceModel | Sequence[AcceptanceModel] | None = None,
     policy: str | int | GammaSpec | None = None,
     context_tokens: float = 0.0,
     seed: int = 0,
@@ -609,19 +610,26 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
 
     ``policy=None`` (or ``acceptance=None``): no speculation, one token per slot
     per step. Otherwise every slot drafts by ``policy`` (``fixed:4``, an adaptive
-    spec) with rounds from ``acceptance``. ``context_tokens`` is added to every
-    request's prompt (context already in its slot). Same seed, same run.
+    spec) with rounds from ``acceptance``: one model for every request, or one
+    per prompt (a sequence used in turn, as ``workload.prompt_tokens`` is: request
+    ``r`` drafts with ``acceptance[r % len]``). ``context_tokens`` is added to
+    every request's prompt (context already in its slot). Same seed, same run.
     """
     if (policy is None) != (acceptance is None):
         raise ValueError("speculation needs both an acceptance model and a gamma policy (or neither)")
     arrivals_rng, rounds_rng = np.random.default_rng(seed).spawn(2)
     if policy is None:
-        rounds: _FixedRounds | _PolicyRounds = _FixedRounds(None, 1, rounds_rng)
+        rounds_by: list[_FixedRounds | _PolicyRounds] = [_FixedRounds(None, 1, rounds_rng)]
     else:
         spec = GammaSpec.parse(policy)
         pol = spec.policy()
-        rounds = (_FixedRounds(acceptance, pol.gamma, rounds_rng) if isinstance(pol, FixedGamma)
-                  else _PolicyRounds(acceptance, spec, rounds_rng))  # type: ignore[arg-type]
+        models = list(acceptance) if isinstance(acceptance, (list, tuple)) else [acceptance]
+        if not models:
+            raise ValueError("acceptance: an empty list of models")
+        rngs = [rounds_rng] if len(models) == 1 else rounds_rng.spawn(len(models))
+        rounds_by = [(_FixedRounds(m, pol.gamma, g) if isinstance(pol, FixedGamma) else _PolicyRounds(m, spec, g))
+                     for m, g in zip(models, rngs)]  # type: ignore[arg-type]
+    n_models = len(rounds_by)
     n, n_new = workload.n_requests, workload.new_tokens
     prompts = np.atleast_1d(np.asarray(workload.prompt_tokens, dtype=np.int64))
     n_prompts = prompts.size
@@ -634,6 +642,7 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
     finish = np.full(n, math.nan)
     produced = np.zeros(n, dtype=np.int64)
     rounds_of = np.zeros(n, dtype=np.int64)
+    drafted_of = np.zeros(n, dtype=np.int64)
     client_of = np.zeros(n, dtype=np.int64)
     # arrivals at the server's queue: (time, request id)
     pending: list[tuple[float, int]] = []
@@ -675,11 +684,12 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
     def start_rounds(r: int, start: int, have: int, ctx0: float) -> None:
         """Draw request ``r``'s rounds (it has ``have`` tokens) and put them into the steps from ``start``."""
         nonlocal drafted, accepted, n_rounds
-        nr, dr, acc = rounds.admit(ring, start, n_new - have, ctx0 + have, cap)
+        nr, dr, acc = rounds_by[r % n_models].admit(ring, start, n_new - have, ctx0 + have, cap)
         drafted += dr
         accepted += acc
         n_rounds += nr
         rounds_of[r] = nr
+        drafted_of[r] = dr
         produced[r] = have + acc + nr
         if not have:
             firsts.setdefault(start, []).append(r)
@@ -746,4 +756,5 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
     return ServeRun(send_ms=send, first_token_ms=first, finish_ms=finish, tokens=produced,
                     step_ms=np.asarray(step_ms, dtype=float), step_seqs=np.asarray(step_seqs, dtype=np.int64),
                     step_emitted=np.asarray(step_emitted, dtype=np.int64), request_rounds=rounds_of,
+                    request_drafted=drafted_of,
                     zero_gap_tokens=accepted, drafted=drafted, accepted=accepted, rounds=n_rounds)

@@ -23,10 +23,11 @@ TRUE_OVERHEAD_MS = 2.5
 
 
 # long: writes every table of a run: the step-cost rows, then each unit's requests and row
-def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel], loads: list[LoadSpec], slots: int = 4,
+def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], loads: list[LoadSpec], slots: int = 4,
                    new_tokens: int = 48, n_requests: int = 12, repeats: int = 3, noise: float = 0.03,
                    prompts: tuple[int, ...] = (60, 140, 90), seed: int = 0) -> Path:
     rng = np.random.default_rng(seed)
+    n_ids = max([len(prompts)] + [len(a) for a in acceptance.values() if isinstance(a, list)])
     configs = [ServeConfig("off")] + [ServeConfig("ngram", k, 3) for k in sorted(acceptance)]
     meta = {"config": {"kind": "serve", "slots": slots, "max_new_tokens": new_tokens, "batch_tokens": 2048,
                        "requests": n_requests, "configs": [c.to_str() for c in configs]}, "command": "test"}
@@ -59,20 +60,27 @@ def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel], loads: li
                     # the machine's pace this unit: every step a little slower or faster
                     pace = float(rng.lognormal(0, noise))
                     cost = LinearStepCost(*(pace * getattr(TRUE_COST, f) for f in LinearStepCost.FIELDS))
-                    acc = acceptance.get(cfg.k)
-                    run = simulate_server(wl, llama_server(slots), cost, acc, f"fixed:{cfg.k}" if acc else None,
+                    acc = acceptance.get(cfg.k)  # one model, or one per prompt
+                    per_req = None if acc is None else ([acc[i % len(acc)] for i in range(n_requests)]
+                                                        if isinstance(acc, list) else acc)
+                    run = simulate_server(wl, llama_server(slots), cost, per_req, f"fixed:{cfg.k}" if acc else None,
                                           seed=int(rng.integers(2**31)))
                     st = unit_stats(run)
                     acc_req = run.tokens - 1 - run.request_rounds
-                    reqs = [RequestRow(uid.to_str(), i, f"p{i % len(prompts)}", "code", float(run.send_ms[i]) / 1000,
+                    reqs = [RequestRow(uid.to_str(), i, f"p{i % n_ids}", "code", float(run.send_ms[i]) / 1000,
                                        float(run.ttft_ms[i]), float(run.e2e_ms[i]), None, int(run.tokens[i]),
-                                       int(run.tokens[i]), n_prompt[i], None, int(acc_req[i]) if acc else None,
+                                       int(run.tokens[i]), n_prompt[i], int(run.request_drafted[i]) if acc else None,
+                                       int(acc_req[i]) if acc else None,
                                        None, None, None) for i in range(n_requests)]
                     w.append("serve_requests", [as_row(x) for x in reqs])
                     drafts = drafted = 0
                     pos = np.zeros(0, dtype=int)
                     if acc is not None:
-                        c = simulate_counters(acc, cfg.k, new_tokens, n_requests, rng)
+                        models = acc if isinstance(acc, list) else [acc]
+                        parts = [simulate_counters(m, cfg.k, new_tokens, max(n_requests, 50), rng) for m in models]
+                        c = parts[0].__class__(cfg.k, sum(x.rounds for x in parts), sum(x.drafts for x in parts),
+                                               sum(x.draft_tokens for x in parts),
+                                               tuple(int(v) for v in np.sum([x.accepted_per_pos for x in parts], 0)))
                         drafts, drafted, pos = c.drafts, c.draft_tokens, np.asarray(c.accepted_per_pos)
                     e2e = run.e2e_ms
                     row = UnitRow(

@@ -26,6 +26,12 @@ def run_dir(tmp_path_factory) -> Path:
     return make_serve_run(tmp_path_factory.mktemp("serve") / "run", TRUE_ACC, LOADS)
 
 
+@pytest.fixture(scope="module")
+def cal(run_dir):
+    data = load_serve(run_dir)
+    return data, calibrate_serve(data, default_split(data.units), seeds=4)
+
+
 def test_step_cost_fit_recovers_the_server(run_dir):
     fit = fit_step_cost(load_serve(run_dir).steps)
     c = fit.cost
@@ -45,11 +51,10 @@ def test_acceptance_fit_undoes_the_draft_cap():
     assert fit.inner.alphas[7] == pytest.approx(0.6, abs=0.08)
 
 
-def test_held_out_loads_and_k_are_predicted(run_dir):
-    data = load_serve(run_dir)
-    split = default_split(data.units)
+def test_held_out_loads_and_k_are_predicted(cal):
+    data, cal = cal
+    split = cal.split
     assert split.test_k == (4,) and set(split.test_loads) == {"c2", "r4"}
-    cal = calibrate_serve(data, split, seeds=6)
     held = [r for r in cal.rows if r["split"] == "held-out"]
     assert {r["config"] for r in held} >= {"off", "ngram:3:k4"}
     s = cal.summary()
@@ -59,12 +64,11 @@ def test_held_out_loads_and_k_are_predicted(run_dir):
     assert any("never trained on" in n for n in cal.notes)
 
 
-def test_advice_configs_and_regret(run_dir):
+def test_advice_configs_and_regret(cal):
     from calibrate.advice import advise, regret
 
-    data = load_serve(run_dir)
-    cal = calibrate_serve(data, default_split(data.units), seeds=4)
-    rows = advise(cal.model, cal.counters, data, [2, 4, 8], [1, 2, 3, 4], seeds=3, draws=4)
+    data, cal = cal
+    rows = advise(cal.model, cal.counters, data, [2, 4, 8], [1, 2, 4], seeds=2, draws=3)
     assert all(r.best_k in (0, 2, 4, 8) for r in rows)
     for r in rows:
         if r.best_k:
@@ -85,7 +89,8 @@ def test_config_formats():
 
 def test_cli_end_to_end_and_bad_input(run_dir, tmp_path):
     out = tmp_path / "cal"
-    p = subprocess.run([sys.executable, "-m", "calibrate", str(run_dir), "--seeds", "3", "--out", str(out)],
+    p = subprocess.run([sys.executable, "-m", "calibrate", str(run_dir), "--seeds", "2", "--advice-draws", "2",
+                        "--out", str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     assert "held-out MAPE throughput_tokens_per_s" in p.stdout and "vLLM speculative_config" in p.stdout
@@ -109,3 +114,37 @@ def test_iid_model_also_fits(tmp_path):
     data = load_serve(run)
     cal = calibrate_serve(data, default_split(data.units, [], ["c3"]), seeds=3)
     assert cal.model.acceptance[4].inner.alphas[0] == pytest.approx(0.7, abs=0.1)
+
+
+def test_prompts_that_accept_differently_get_their_own_scale(tmp_path):
+    # prompt p0 accepts most drafts, p1 few, p2 in between: their requests' latencies spread accordingly
+    shape = (0.8, 0.7, 0.6, 0.55)
+    per = [ProposalAcceptance(0.8, PerPositionAcceptance(tuple(min(a * s, 0.97) for a in shape))) for s in
+           (1.2, 0.3, 0.8)]
+    run = make_serve_run(tmp_path / "r", {2: per, 8: per}, LOADS, repeats=3)
+    data = load_serve(run)
+    cal = calibrate_serve(data, default_split(data.units), seeds=4)
+    s = cal.model.prompt_scales
+    assert s["p0"].alpha_scale > s["p2"].alpha_scale > s["p1"].alpha_scale
+    summ = cal.summary()
+    assert summ["e2e_p95_ms"]["mape_pct"] < 15.0 and summ["throughput_tokens_per_s"]["mape_pct"] < 5.0
+
+
+def test_simulated_counters_match_the_servers_rules_written_plainly():
+    acc = ProposalAcceptance(0.6, PerPositionAcceptance((0.85, 0.75, 0.7, 0.65)))
+    rng = np.random.default_rng(1)
+    rounds = drafts = drafted = 0
+    pos = np.zeros(4)
+    for _ in range(1500):  # llama-server's rules round by round: the prompt gives one token, drafts capped
+        left = 47
+        while left > 0:
+            d, a = acc.sample_round(4, rng)
+            d = min(int(d), left - 1)
+            a = min(int(a), d)
+            rounds, drafts, drafted = rounds + 1, drafts + (d > 0), drafted + d
+            pos[:a] += 1
+            left -= a + 1
+    c = simulate_counters(acc, 4, 48, 1500, np.random.default_rng(2))
+    assert c.rounds == pytest.approx(rounds, rel=0.02) and c.drafts == pytest.approx(drafts, rel=0.02)
+    assert c.draft_tokens == pytest.approx(drafted, rel=0.02)
+    np.testing.assert_allclose(c.accepted_per_pos, pos, rtol=0.03)

@@ -219,3 +219,15 @@ def test_seeded_and_bad_input():
                        (lambda: simulate_server(w, llama_server(2), _Cost(), IIDAcceptance(0.6)), "both")):
         with pytest.raises(ValueError, match=match):
             bad()
+
+
+def test_acceptance_per_prompt():
+    # requests of prompt 0 accept nearly every draft, those of prompt 1 nearly none
+    w = Workload(40, 30, ClosedLoop(2), prompt_tokens=[20, 20])
+    run = simulate_server(w, llama_server(2), _Cost(), [IIDAcceptance(0.97), IIDAcceptance(0.02)], "fixed:4", seed=1)
+    even, odd = run.request_rounds[0::2], run.request_rounds[1::2]
+    assert even.max() < odd.min()  # fewer rounds for the same tokens
+    assert (run.request_drafted[0::2] < run.request_drafted[1::2]).all()
+    assert (run.tokens == 30).all()
+    with pytest.raises(ValueError, match="empty list"):
+        simulate_server(w, llama_server(2), _Cost(), [], "fixed:4")
