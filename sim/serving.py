@@ -436,8 +436,8 @@ class _FixedRounds:
         self.cum_d = np.cumsum(d)
         before = (self.cum - a - 1).astype(float)
         t = (d + 1).astype(float)
-        self.block = np.stack([np.ones(_POOL_ROUNDS), t, before, t * (before + 0.5 * (t + 1)), t - 1.0,
-                               (a + 1).astype(float)])
+        self.block = np.stack([np.ones(_POOL_ROUNDS), t, before, t * (before + 0.5 * (t + 1)),
+                               (a + 1).astype(float), t - 1.0])
         self.dl, self.al = d.tolist(), a.tolist()
         self.p = 0
 
@@ -519,7 +519,7 @@ class _Ring:
     """Per-step totals for the steps ahead, in a ring buffer (constant memory over any number of steps).
 
     Rows (one array per total, steps along the columns): generating sequences, their tokens, Σ context,
-    attention work, the longest draft (kept only with ``track_max_draft``), tokens emitted. Requests that
+    attention work, tokens emitted, the longest draft (kept only with ``track_max_draft``). Requests that
     draft nothing (no speculation) are kept apart as running sums (:meth:`add_plain`): their totals at a
     step follow from how many run and their contexts' sum, so they cost nothing per round.
     """
@@ -550,19 +550,19 @@ class _Ring:
 
     def add_block(self, step: int, block: np.ndarray, shift: float) -> None:
         """Add pool rounds at steps ``step, step + 1, ...``: ``block`` rows are 1, tokens, context − ``shift``,
-        attention work at that context, the draft length and the tokens emitted; contexts shifted by ``shift``."""
+        attention work at that context, the tokens emitted and the draft length; contexts shifted by ``shift``."""
         rows = self.rows
         for dst, src in self._parts(step, block.shape[1]):
-            rows[:4, dst] += block[:4, src]
-            rows[2, dst] += shift
-            rows[3, dst] += shift * block[1, src]
+            rows[:5, dst] += block[:5, src]
+            if shift:
+                rows[2, dst] += shift
+                rows[3, dst] += shift * block[1, src]
             if self.track:
-                np.maximum(rows[4, dst], block[4, src], out=rows[4, dst])
-            rows[5, dst] += block[5, src]
+                np.maximum(rows[5, dst], block[5, src], out=rows[5, dst])
 
     def add(self, step: int, t: np.ndarray, ctx: np.ndarray, emitted: np.ndarray) -> None:
         """Add a request's rounds (tokens ``t`` at contexts ``ctx``, ``emitted`` tokens) at steps ``step, ...``."""
-        block = np.stack([np.ones_like(t), t, ctx, t * (ctx + 0.5 * (t + 1)), t - 1.0, emitted])
+        block = np.stack([np.ones_like(t), t, ctx, t * (ctx + 0.5 * (t + 1)), emitted, t - 1.0])
         self.add_block(step, block, 0.0)
 
     def add_round(self, step: int, tokens: int, ctx: float, emitted: int) -> None:
@@ -573,9 +573,9 @@ class _Ring:
         rows[1, i] += tokens
         rows[2, i] += ctx
         rows[3, i] += tokens * (ctx + 0.5 * (tokens + 1))
-        if tokens - 1 > rows[4, i]:
-            rows[4, i] = tokens - 1
-        rows[5, i] += emitted
+        rows[4, i] += emitted
+        if tokens - 1 > rows[5, i]:
+            rows[5, i] = tokens - 1
 
     def pop(self, step: int) -> list[float]:
         i = step & self.mask
@@ -593,7 +593,7 @@ class _Ring:
             out[1] += n
             out[2] += ctx
             out[3] += ctx + n
-            out[5] += n
+            out[4] += n
         return out
 
 
@@ -717,7 +717,7 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
             else:  # the first round is the first step; its first token is the first token
                 start_rounds(r, s, 0, ctx_base + p_len)
         # one step: one batch of every generating slot's tokens, then prompt tokens up to n_batch
-        seqs, tokens, ctx_sum, attn, dmax, emitted = ring.pop(s)
+        seqs, tokens, ctx_sum, attn, emitted, dmax = ring.pop(s)
         p_tok = p_seqs = p_done = 0
         while prompting and tokens + p_tok < n_batch:
             job = prompting[0]
@@ -734,7 +734,7 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
             start_rounds(r, s + 1, 1, ctx0)  # the prompt step yields the first token
             firsts.setdefault(s, []).append(r)
         if seqs or p_seqs:
-            dt = step_fn(int(seqs), int(tokens + p_tok), int(dmax), ctx_sum, attn, int(p_tok), int(p_seqs))
+            dt = step_fn(int(seqs), tokens + p_tok, int(dmax), ctx_sum, attn, p_tok, p_seqs)
             t += dt
             step_ms.append(dt)
             step_seqs.append(int(seqs))
