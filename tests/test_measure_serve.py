@@ -175,6 +175,12 @@ def test_url_measures_a_running_server_and_its_acceptance(url_server, tmp_path, 
     assert _run(["--url", url, "--concurrency", "2", "--out", str(out), *BASE]) == 0
     units = load_run(out).table("serve_units")
     assert len(units) == 2 and units["metrics"].all() and (units["accepted_tokens"] > 0).all()
+    assert set(units["config"]) == {"url"}  # measured as it runs: not called 'off'
+    assert "python -m calibrate ingest" in capsys.readouterr().err
+    scrapes = sorted((out / "metrics").glob("*.prom"))
+    p = subprocess.run([sys.executable, "-m", "calibrate", "ingest", str(scrapes[1]), str(scrapes[0]), "--spec-tokens",
+                        "3", "--preset", "llama3-1b-8b"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "llamacpp" in p.stdout, p.stderr  # acceptance through the ingest parsers
 
 
 def test_url_without_metrics_measures_latency_and_says_acceptance_is_unavailable(url_server, tmp_path, capsys):
@@ -248,7 +254,7 @@ def test_ctrl_c_closes_the_run_interrupted_and_stops_the_server(fake_bin, model,
 
 # -- the pieces -------------------------------------------------------------------------------------------
 def test_identities_round_trip():
-    for text in ("off", "ngram:3:k4", "synth:k8:p512", "synth:off:p32"):
+    for text in ("off", "url", "ngram:3:k4", "synth:k8:p512", "synth:off:p32"):
         assert ServeConfig.parse(text).to_str() == text
     for text in ("c4", "r2.5"):
         assert LoadSpec.parse(text).to_str() == text

@@ -196,7 +196,7 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Any, dict]:
     url = args.url.rstrip("/") if args.url else None
     if url is not None:
         _refuse_with_url(args)
-        configs: tuple[ServeConfig, ...] = (ServeConfig("off"),)
+        configs: tuple[ServeConfig, ...] = (ServeConfig("url"),)  # as the server there runs, speculating or not
         slots = max(conc or [1])
     else:
         ks = _ints("--gamma", args.gamma or "4", 1, MAX_GAMMA)
@@ -289,6 +289,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         has_metrics = _check_url(plan.url)
         if not has_metrics:
             print(f"note: {plan.url} has no /metrics: latency is measured, acceptance is unavailable",
+                  file=sys.stderr)
+        else:
+            print("note: each unit's /metrics scrapes are kept under metrics/: python -m calibrate ingest "
+                  "<unit>.before.prom <unit>.after.prom reads the acceptance (vLLM, SGLang, llama.cpp, TGI)",
                   file=sys.stderr)
     else:
         from measure.serve.binary import server_binary, server_version

@@ -37,18 +37,18 @@ class ServeConfig:
     step costs, apart from acceptance. ``synth:off:pP``: speculation off on the same prompts.
     """
 
-    kind: str  # "off" | "ngram" | "synth"
+    kind: str  # "off" | "ngram" | "synth" | "url" (a running server measured as it is)
     k: int = 0
     ngram_n: int = 0
     prompt_tokens: int = 0  # synth: the length of its repetitive prompts
 
     def __post_init__(self) -> None:
-        if self.kind not in ("off", "ngram", "synth"):
-            raise ValueError(f"configuration kind {self.kind!r}; valid: off, ngram, synth")
+        if self.kind not in ("off", "ngram", "synth", "url"):
+            raise ValueError(f"configuration kind {self.kind!r}; valid: off, ngram, synth, url")
         if self.kind == "ngram" and (self.k < 1 or self.ngram_n < 1):
             raise ValueError(f"an n-gram configuration needs n >= 1 and k >= 1, got n={self.ngram_n}, k={self.k}")
-        if self.kind == "off" and (self.k or self.ngram_n):
-            raise ValueError("speculation off has no k")
+        if self.kind in ("off", "url") and (self.k or self.ngram_n):
+            raise ValueError(f"a configuration {self.kind!r} has no k")
         if (self.kind == "synth") != (self.prompt_tokens > 0):
             raise ValueError("a synthetic configuration (and only one) has a prompt length")
 
@@ -61,8 +61,8 @@ class ServeConfig:
         return self.kind == "synth"
 
     def to_str(self) -> str:
-        if self.kind == "off":
-            return "off"
+        if self.kind in ("off", "url"):
+            return self.kind
         if self.kind == "synth":
             return f"synth:{f'k{self.k}' if self.k else 'off'}:p{self.prompt_tokens}"
         return f"ngram:{self.ngram_n}:k{self.k}"
@@ -70,15 +70,15 @@ class ServeConfig:
     @classmethod
     def parse(cls, text: str) -> "ServeConfig":
         t = str(text).strip()
-        if t == "off":
-            return cls("off")
+        if t in ("off", "url"):
+            return cls(t)
         m = re.fullmatch(r"synth:(?:k(\d+)|off):p(\d+)", t)
         if m:
             return cls("synth", int(m.group(1) or 0), 0, int(m.group(2)))
         m = re.fullmatch(r"ngram:(\d+):k(\d+)", t)
         if m:
             return cls("ngram", int(m.group(2)), int(m.group(1)))
-        raise ValueError(f"configuration {text!r}; expected off, ngram:N:kK, synth:kK:pP or synth:off:pP")
+        raise ValueError(f"configuration {text!r}; expected off, url, ngram:N:kK, synth:kK:pP or synth:off:pP")
 
     def server_args(self, slots: int) -> list[str]:
         """llama-server flags for this configuration (``--spec-synth-rates`` for the synthetic ones)."""
@@ -336,7 +336,7 @@ def summarise(units: Any) -> list[GroupSummary]:
         rate = float(accepted / drafted) if drafted == drafted and drafted else None
         per = float(accepted / drafts) if drafts == drafts and drafts else None
         speed = None
-        if config != "off":
+        if config not in ("off", "url"):
             base = real[(real["config"] == "off") & (real["slots"] == slots) & (real["load"] == load)]
             pairs = g.merge(base, on="repeat", suffixes=("", "_off"))
             if len(pairs):
