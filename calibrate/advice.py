@@ -51,7 +51,7 @@ class AdviceRow:
 
 def _posterior_draw(acc: ProposalAcceptance, c: Counters | None, rng: np.random.Generator) -> ProposalAcceptance:
     """An acceptance model drawn from Beta posteriors on the counters that fitted ``acc`` (``acc`` itself without)."""
-    if c is None or not isinstance(acc.inner, PerPositionAcceptance):
+    if c is None or c.drafts == 0 or not isinstance(acc.inner, PerPositionAcceptance):
         return acc
     p = float(rng.beta(c.drafts + 1, max(c.rounds - c.drafts, 0) + 1))
     reach = [c.drafts] + list(c.accepted_per_pos[:-1])

@@ -53,6 +53,8 @@ from sim.serving import (
 JUDGED = ("throughput_tokens_per_s", "e2e_p50_ms", "e2e_p95_ms")
 SHOWN = JUDGED + ("ttft_p50_ms", "tpot_p50_ms")
 TARGETS_PCT = {"throughput_tokens_per_s": 5.0, "e2e_p50_ms": 10.0, "e2e_p95_ms": 15.0}
+#: Step-cost rows behind fewer steps than this are left out of the fit.
+MIN_STEPS = 3
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,8 @@ def fit_step_cost(steps: Any) -> StepFit:
     if steps is None or not len(steps):
         raise ValueError("no step-cost rows: measure the run with --step-cost (synthetic-acceptance units time what "
                          "a server step costs)")
-    gen = steps[steps["prompt_tokens"].isna() & steps["step_ms"].notna()]
+    # a group of fewer than MIN_STEPS steps is too often two slots' tokens that arrived apart, not a step
+    gen = steps[steps["prompt_tokens"].isna() & steps["step_ms"].notna() & (steps["n_steps"] >= MIN_STEPS)]
     ttft = steps[steps["prompt_tokens"].notna() & (steps["seqs"] == 1) & steps["ttft_ms"].notna()]
     if len(gen) < 3 or not len(ttft):
         raise ValueError(f"too few step-cost rows to fit ({len(gen)} step rows, {len(ttft)} single-request TTFT "
@@ -470,17 +473,28 @@ def calibrate_serve(data: ServeData, split: Split, seeds: int = 8, seed: int = 0
     train_units = real_units[[split.is_train(int(k), ld) for k, ld in zip(real_units["spec_k"], real_units["load"])]]
     counters, fits = {}, {}
     notes = list(step.notes)
+    never: dict[int, ProposalAcceptance] = {}
     for k in split.train_k:
         c = counters_of(train_units, data.requests, k)
         if c is None:
             notes.append(f"k={k}: no /metrics counters in its training units: acceptance unavailable")
             continue
+        if c.drafts == 0:  # e.g. llama.cpp's ngram-simple with k < n: copy_max < size_n, no draft at all
+            never[k] = ProposalAcceptance(0.0, PerPositionAcceptance((0.0,) * k))
+            notes.append(f"k={k}: the server never drafted in {c.rounds} rounds (llama.cpp's ngram-simple drafts "
+                         "nothing when k is below the lookup n-gram): simulated as never proposing")
+            continue
         counters[k], fits[k] = c, fit_acceptance(c, data.new_tokens, seed=seed)
-    acceptance = dict(fits)
-    for k in sorted({int(k) for k in real_units["spec_k"] if k > 0} - set(fits)):
+    acceptance = {**never, **fits}
+    n_lookup = max([int(n) for n in real_units["spec_ngram_n"] if n > 0] or [0])
+    for k in sorted({int(k) for k in real_units["spec_k"] if k > 0} - set(acceptance)):
+        if k < n_lookup:
+            acceptance[k] = ProposalAcceptance(0.0, PerPositionAcceptance((0.0,) * k))
+            notes.append(f"k={k} never trained on and below the lookup n-gram ({n_lookup}): never proposing")
+            continue
         acceptance[k] = pooled_acceptance(fits, counters, k)
         notes.append(f"k={k} never trained on: alpha_i pooled over k = {', '.join(map(str, sorted(fits)))}")
-    scales = prompt_scales(data.requests, train_units, acceptance, data.new_tokens, seed=seed)
+    scales = prompt_scales(data.requests, train_units, fits, data.new_tokens, seed=seed)  # drafting k only
     model = Model(step, acceptance, data.slots, data.batch_tokens, data.new_tokens, scales)
     rows = []
     for (config, load), g in real_units.groupby(["config", "load"], sort=False):

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from calibrate.advice import AdviceRow, ranges, trtllm_config, vllm_config
@@ -39,6 +40,16 @@ def test_step_cost_fit_recovers_the_server(run_dir):
     assert c.per_token_ms == pytest.approx(TRUE_COST.per_token_ms, rel=0.1)
     assert fit.request_overhead_ms == pytest.approx(TRUE_OVERHEAD_MS, abs=2.0)
     assert fit.median_abs_residual_pct < 3.0
+
+
+def test_step_rows_behind_too_few_steps_are_left_out(run_dir):
+    # two slots' tokens that arrive apart look like a one- or two-step group with a wild duration
+    steps = load_serve(run_dir).steps
+    gen = steps[steps["prompt_tokens"].isna() & steps["step_ms"].notna()]
+    wild = gen.head(4).assign(n_steps=2, step_ms=gen["step_ms"].max() * 50)
+    fit = fit_step_cost(pd.concat([steps, wild], ignore_index=True))
+    assert fit.cost.base_ms == pytest.approx(TRUE_COST.base_ms, rel=0.15)
+    assert fit.cost.per_token_ms == pytest.approx(TRUE_COST.per_token_ms, rel=0.1)
 
 
 def test_acceptance_fit_undoes_the_draft_cap():
@@ -148,3 +159,15 @@ def test_simulated_counters_match_the_servers_rules_written_plainly():
     assert c.rounds == pytest.approx(rounds, rel=0.02) and c.drafts == pytest.approx(drafts, rel=0.02)
     assert c.draft_tokens == pytest.approx(drafted, rel=0.02)
     np.testing.assert_allclose(c.accepted_per_pos, pos, rtol=0.03)
+
+
+def test_a_k_below_the_lookup_ngram_never_drafts_and_is_said(tmp_path):
+    # llama.cpp's ngram-simple with k = 2 < n = 3 drafts nothing (copy_max < size_n): the run shows it
+    never = ProposalAcceptance(0.0, PerPositionAcceptance((0.0, 0.0)))
+    run = make_serve_run(tmp_path / "r", {2: never, 4: TRUE_ACC[4], 8: TRUE_ACC[8]},
+                         [LoadSpec(concurrency=1), LoadSpec(concurrency=2)], repeats=2, n_requests=6)
+    data = load_serve(run)
+    cal = calibrate_serve(data, default_split(data.units, [4], []), seeds=2)
+    assert cal.model.acceptance[2].p_propose == 0.0
+    assert any("never drafted" in n for n in cal.notes)
+    assert cal.model.acceptance[4].p_propose == pytest.approx(cal.model.acceptance[8].p_propose)  # not pooled with 0

@@ -311,3 +311,16 @@ def test_summary_pairs_the_speedup_by_repeat():
     assert spec.throughput_speedup.value == pytest.approx(1.2)
     assert spec.throughput_speedup.hi - spec.throughput_speedup.lo < 1e-9  # the same ratio every repeat
     assert spec.acceptance_rate == pytest.approx(0.5)
+
+
+def test_a_k_below_the_lookup_ngram_is_said_before_the_run(capsys):
+    from measure.serve.cli import build_parser, plan_from_args
+
+    args = build_parser().parse_args(["--draft", "ngram:3", "--gamma", "2,4", "--concurrency", "1",
+                                      "--domains", "code", "--prompts", "1"])
+    plan, _ = plan_from_args(args)
+    err = capsys.readouterr().err
+    assert "never drafts when k < n" in err and "ngram:3 with k = 2 " in err
+    plan_from_args(build_parser().parse_args(["--draft", "ngram:2", "--gamma", "2,4", "--concurrency", "1",
+                                              "--domains", "code", "--prompts", "1"]))
+    assert "never drafts" not in capsys.readouterr().err

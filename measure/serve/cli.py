@@ -200,7 +200,14 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Any, dict]:
         slots = max(conc or [1])
     else:
         ks = _ints("--gamma", args.gamma or "4", 1, MAX_GAMMA)
-        configs = (ServeConfig("off"),) + tuple(ServeConfig("ngram", k, n) for n in _drafts(args.draft) for k in ks)
+        ns = _drafts(args.draft)
+        configs = (ServeConfig("off"),) + tuple(ServeConfig("ngram", k, n) for n in ns for k in ks)
+        for n in ns:
+            short = [k for k in ks if k < n]
+            if short:
+                print(f"note: llama-server's ngram-simple never drafts when k < n (its draft must be at least as "
+                      f"long as the lookup n-gram: common/ngram-map.cpp, copy_max < size_n): ngram:{n} with k = "
+                      f"{', '.join(map(str, short))} measures speculation configured but idle", file=sys.stderr)
         slots = args.slots or max(conc + (_ints("--step-cost-concurrency", args.step_cost_concurrency, 1,
                                                      MAX_CONCURRENCY) if args.step_cost else []) or [4])
     synth_configs: tuple[ServeConfig, ...] = ()
