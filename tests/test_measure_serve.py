@@ -213,6 +213,9 @@ def test_url_that_is_not_openai_is_refused(url_server, tmp_path, capsys, env, me
     (["--concurrency", "1", "--target", "gpt2"], "llama-server needs a GGUF file"),
     (["--concurrency", "1", "--url", "http://127.0.0.1:9", "--gamma", "4"], "--gamma applies to a llama-server"),
     (["--concurrency", "1", "--step-cost-gamma", "2"], "apply with --step-cost only"),
+    (["--concurrency", "1", "--step-cost-requests", "2"], "apply with --step-cost only"),
+    (["--concurrency", "1", "--step-cost", "--step-cost-repeats", "4"], "--step-cost-repeats 4 is out of range"),
+    (["--concurrency", "1", "--url", "http://127.0.0.1:9", "--llama-server", "/x"], "--llama-server applies"),
 ])
 def test_bad_input_is_one_line_before_anything_starts(fake_bin, tmp_path, capsys, argv, message):
     assert _run(argv + ["--out", str(tmp_path / "r")]) == 2
@@ -222,11 +225,58 @@ def test_bad_input_is_one_line_before_anything_starts(fake_bin, tmp_path, capsys
 
 
 def test_missing_binary_says_how_to_get_one(tmp_path, monkeypatch, capsys):
+    from measure.engines.llamacpp_native import build
+
     monkeypatch.delenv("SPECSCOPE_LLAMA_SERVER", raising=False)
-    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(build, "installed_build", lambda: None)  # no project build here
     assert _run(["--concurrency", "1", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err.strip()
-    assert "llama-server not found" in err and "build llama.cpp's tools" in err and len(err.splitlines()) == 1
+    assert "llama-server not found" in err and "python -m measure build-llamacpp" in err
+    assert len(err.splitlines()) == 1 and not (tmp_path / "r").exists()
+    assert _run(["--concurrency", "1", "--llama-server", str(tmp_path / "nope"), "--out", str(tmp_path / "r")]) == 2
+    assert "--llama-server=" in capsys.readouterr().err
+
+
+def test_the_projects_build_is_found_checked_and_recorded(fake_bin, model, tmp_path, monkeypatch):
+    from measure.engines.llamacpp_native import build, probe
+
+    monkeypatch.delenv("SPECSCOPE_LLAMA_SERVER")
+    checked_with = []
+    monkeypatch.setattr(build, "tool_path", lambda name: fake_bin)
+    monkeypatch.setattr(probe, "check_installed", lambda m: checked_with.append(m) or
+                        {"build": {"key": "0.3.36-portable-test"}, "selection": {"variant": "libggml-cpu-x64.so"}})
+    out = tmp_path / "run"
+    assert _run(["--target", model, "--gamma", "2", "--concurrency", "1", "--out", str(out), *BASE]) == 0
+    server = load_run(out).meta["server"]
+    assert server["binary"] == str(fake_bin) and server["found_by"] == "build"
+    assert server["build"]["key"] == "0.3.36-portable-test"
+    assert server["cpu_backend"]["variant"] == "libggml-cpu-x64.so"
+    assert checked_with == [Path(model[5:])]  # the run's own model decoded before the server starts
+
+
+def test_the_flag_overrides_the_environment_and_is_not_checked(fake_bin, model, tmp_path, monkeypatch):
+    from measure.engines.llamacpp_native import probe
+
+    monkeypatch.setenv("SPECSCOPE_LLAMA_SERVER", str(tmp_path / "not-this-one"))
+    monkeypatch.setattr(probe, "check_installed", lambda m: pytest.fail("an override is run as it is"))
+    out = tmp_path / "run"
+    assert _run(["--target", model, "--gamma", "2", "--concurrency", "1", "--llama-server", str(fake_bin),
+                 "--out", str(out), *BASE]) == 0
+    server = load_run(out).meta["server"]
+    assert server["found_by"] == "flag" and server["build"] is None
+
+
+def test_step_cost_units_have_their_own_requests_and_repeats(fake_bin, model, tmp_path):
+    out = tmp_path / "run"
+    assert _run(["--target", model, "--gamma", "2", "--concurrency", "1", "--step-cost", "--step-cost-gamma", "2",
+                 "--step-cost-concurrency", "1,2", "--step-cost-prompt-tokens", "32", "--step-cost-requests", "2",
+                 "--step-cost-repeats", "1", "--slots", "2", "--out", str(out), *BASE]) == 0
+    run = load_run(out)
+    units = run.table("serve_units")
+    synth = units[units["synthetic"].astype(bool)]
+    assert len(synth) == 2 * 2 and set(synth["repeat"]) == {0}  # (off, k2) x (c1, c2), one repeat
+    assert (synth["n_requests"] == 2).all() and (units[~units["synthetic"].astype(bool)]["n_requests"] == 3).all()
+    assert run.meta["config"]["step_cost"]["requests"] == 2 and run.meta["config"]["step_cost"]["repeats"] == 1
 
 
 def test_url_that_does_not_answer(tmp_path, capsys):

@@ -73,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
                    "--slots (default 1..slots, doubling)")
     p.add_argument("--step-cost-prompt-tokens", default=None, help="prompt lengths of the step-cost units "
                    f"(default {','.join(map(str, DEFAULT_STEP_COST_PROMPTS))})")
+    p.add_argument("--llama-server", default=None, metavar="PATH", help="this llama-server binary instead of the "
+                   "project's build (python -m measure build-llamacpp); also $SPECSCOPE_LLAMA_SERVER")
+    p.add_argument("--step-cost-requests", type=int_in(1, 100_000), default=None,
+                   help="requests per step-cost unit (default: --requests)")
+    p.add_argument("--step-cost-repeats", type=int_in(1, 100), default=None,
+                   help="repeats of the step-cost units, at most --repeats (default: --repeats)")
     p.add_argument("--url", default=None, help="measure this running OpenAI-compatible server instead of "
                    "starting llama-server (vLLM, SGLang, TGI, llama-server)")
     p.add_argument("--out", default=None, help="run directory (default runs/serve-<time>); an existing one resumes")
@@ -176,7 +182,7 @@ def _sha256(path: Path) -> str:
 def _refuse_with_url(args: argparse.Namespace) -> None:
     for flag, v in (("--target", args.target), ("--draft", args.draft), ("--gamma", args.gamma),
                     ("--slots", args.slots), ("--threads", args.threads), ("--ctx-per-slot", args.ctx_per_slot),
-                    ("--step-cost", args.step_cost or None)):
+                    ("--step-cost", args.step_cost or None), ("--llama-server", args.llama_server)):
         if v is not None:
             fail(PROG, f"{flag} applies to a llama-server this command starts, not to --url (the server there "
                        "runs as it was started)")
@@ -222,8 +228,12 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Any, dict]:
             [c for c in (1, 2, 4, 8, 16, 32, 64, 128, 256) if c <= slots]
         synth_configs = tuple(ServeConfig("synth", k, 0, p) for p in sp for k in [0] + sk)
         synth_loads = tuple(LoadSpec(concurrency=c) for c in sc)
-    elif any(v is not None for v in (args.step_cost_gamma, args.step_cost_concurrency, args.step_cost_prompt_tokens)):
-        fail(PROG, "--step-cost-gamma/-concurrency/-prompt-tokens apply with --step-cost only")
+        if args.step_cost_repeats is not None and args.step_cost_repeats > args.repeats:
+            fail(PROG, f"--step-cost-repeats {args.step_cost_repeats} is out of range (valid: 1..--repeats "
+                       f"{args.repeats})")
+    elif any(v is not None for v in (args.step_cost_gamma, args.step_cost_concurrency, args.step_cost_prompt_tokens,
+                                     args.step_cost_requests, args.step_cost_repeats)):
+        fail(PROG, "--step-cost-gamma/-concurrency/-prompt-tokens/-requests/-repeats apply with --step-cost only")
     over = [ld.concurrency for ld in loads + synth_loads if ld.closed and ld.concurrency > slots]
     if over and url is None:
         print(f"note: concurrency {max(over)} is above the {slots} slots: requests queue in the server",
@@ -245,13 +255,16 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Any, dict]:
     plan = Plan(configs=configs, loads=loads, slots=slots, requests=args.requests,
                 max_new_tokens=args.max_new_tokens, repeats=args.repeats, seed=args.seed, prompts=prompts,
                 threads=threads, ctx_size=per_slot * slots, batch_tokens=args.batch_size, url=url,
-                synth_configs=synth_configs, synth_loads=synth_loads)
+                synth_configs=synth_configs, synth_loads=synth_loads, synth_requests=args.step_cost_requests or 0,
+                synth_repeats=args.step_cost_repeats or 0)
     config = {"kind": "serve", "configs": [c.to_str() for c in configs], "loads": [ld.to_str() for ld in loads],
               "slots": slots, "threads": threads if url is None else None, "requests": args.requests,
               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "seed": args.seed,
               "batch_tokens": args.batch_size if url is None else None, "ctx_per_slot": per_slot if url is None
               else None, "url": url, "step_cost": {"configs": [c.to_str() for c in synth_configs],
-                                                   "loads": [ld.to_str() for ld in synth_loads]},
+                                                   "loads": [ld.to_str() for ld in synth_loads],
+                                                   "requests": args.step_cost_requests or args.requests,
+                                                   "repeats": args.step_cost_repeats or args.repeats},
               "request": {"endpoint": "/v1/chat/completions (step-cost units: /v1/completions)", "temperature": 0,
                           "ignore_eos": True, "stream": True, "prompt_cache": "off (--no-cache-prompt)"
                           if url is None else "the server's"},
@@ -302,14 +315,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                   "<unit>.before.prom <unit>.after.prom reads the acceptance (vLLM, SGLang, llama.cpp, TGI)",
                   file=sys.stderr)
     else:
-        from measure.serve.binary import server_binary, server_version
+        from measure.serve.binary import checked, server_binary, server_version
 
         try:
-            binary = server_binary()
-            version = server_version(binary)
+            found = server_binary(args.llama_server)
         except ValueError as e:
             fail(PROG, str(e))
         model = _model_path(args.target or "smollm2-135m")
+        try:
+            binary = checked(found, model)
+            version = server_version(binary.path)
+        except ValueError as e:
+            fail(PROG, str(e))
     out = Path(args.out) if args.out else Path("runs") / time.strftime("serve-%Y%m%d-%H%M%S")
     if out.exists() and not out.is_dir():
         fail(PROG, f"--out {str(out)!r} is a file, not a directory")
@@ -329,9 +346,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"system check: {w}", file=sys.stderr)
     fingerprint = {
         "kind": "serve", "url": plan.url, "server_version": version,
+        "server_build": None if binary is None or binary.build is None else binary.build.get("key"),
         "model": None if model is None else {"path": str(model), "file_sha256": _sha256(model)},
         "slots": plan.slots, "threads": config["threads"], "batch_tokens": config["batch_tokens"],
-        "ctx_per_slot": config["ctx_per_slot"], "requests": plan.requests, "max_new_tokens": plan.max_new_tokens,
+        "ctx_per_slot": config["ctx_per_slot"], "requests": plan.requests,
+        "step_cost_requests": plan.synth_requests or plan.requests, "max_new_tokens": plan.max_new_tokens,
         "seed": plan.seed, "prompts": {k: v for k, v in config["prompt_selection"].items() if k != "file"},
         "hardware": {"cpu": hardware.get("cpu"), "cores": hardware.get("cores")},
     }
@@ -341,7 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "hardware": hardware, "versions": {**versions, "llama_server": version}, **source,
             "models": {"target": {"name": args.target or "smollm2-135m", "source": f"gguf:{model}"}}
             if model is not None else {"target": {"name": plan.url, "source": "url"}},
-            "server": {"binary": None if binary is None else str(binary), "version": version,
+            "server": {**({"binary": None} if binary is None else binary.describe()), "version": version,
                        "metrics": has_metrics},
             "system_check": check}
     try:
@@ -360,7 +379,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from measure.serve.server import LlamaServer, ServerSpec
 
         def factory(cfg: ServeConfig, log: Path) -> LlamaServer:
-            return LlamaServer(ServerSpec(binary, model, cfg, plan.slots, plan.threads, plan.ctx_size,
+            return LlamaServer(ServerSpec(binary.path, model, cfg, plan.slots, plan.threads, plan.ctx_size,
                                           plan.batch_tokens, ("--no-cache-prompt",)), log)
 
     progress = Progress(on_unit=(lambda row: None) if args.quiet else _print_unit,

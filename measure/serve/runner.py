@@ -66,13 +66,16 @@ class Plan:
     url: str | None = None
     synth_loads: tuple[LoadSpec, ...] = ()
     synth_configs: tuple[ServeConfig, ...] = ()
+    synth_requests: int = 0  # requests per step-cost unit (0: as ``requests``)
+    synth_repeats: int = 0  # repeats of the step-cost units, in the first repeats' blocks (0: as ``repeats``)
 
     def blocks(self) -> list[tuple[int, int, ServeConfig, list[LoadSpec]]]:
         """(block, repeat, configuration, loads in order) for every block, in the order they run."""
         out = []
         for r in range(self.repeats):
-            for group, loads in ((self.configs, self.loads), (self.synth_configs, self.synth_loads)):
-                if not group or not loads:
+            for group, loads, repeats in ((self.configs, self.loads, self.repeats),
+                                          (self.synth_configs, self.synth_loads, self.synth_repeats or self.repeats)):
+                if not group or not loads or r >= repeats:
                     continue
                 rot, lrot = r % len(group), r % len(loads)
                 for cfg in group[rot:] + group[:rot]:
@@ -98,7 +101,8 @@ def synth_prompt(n_tokens: int) -> str:
 def _requests(plan: Plan, config: ServeConfig) -> list[RequestSpec]:
     if config.synthetic:
         text = synth_prompt(config.prompt_tokens)
-        return [RequestSpec(i, f"synth/p{config.prompt_tokens}", "synthetic", text) for i in range(plan.requests)]
+        return [RequestSpec(i, f"synth/p{config.prompt_tokens}", "synthetic", text)
+                for i in range(plan.synth_requests or plan.requests)]
     return [RequestSpec(i, p.prompt_id, p.domain, p.text)
             for i, p in ((i, plan.prompts[i % len(plan.prompts)]) for i in range(plan.requests))]
 
