@@ -115,7 +115,7 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "tpot_p95_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p95_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p95_ms",
         "e2e_p99_ms", "metrics", "drafts", "draft_tokens", "accepted_tokens", "accepted_per_pos",
         "tokens_predicted", "n_decode", "prompt_tokens", "client_cpu_s", "client_cpu_share",
-        "send_lag_p99_ms", "hardware",
+        "send_lag_p99_ms", "hardware", "other_cpu_share", "steal_share",
     ),
     "serve_requests": (
         "cell_id", "request_index", "prompt_id", "domain", "send_s", "ttft_ms", "e2e_ms", "tpot_ms",
@@ -141,6 +141,7 @@ _LATER_COLUMNS: dict[str, tuple[str, ...]] = {
     "cells": ("hardware", "n_near_tie", "n_lossless_failures", "tokens_per_s_library", "tokens_per_s_library_lo",
               "tokens_per_s_library_hi", "baseline_vs_library", "baseline_vs_library_lo", "baseline_vs_library_hi"),
     "generations": ("lossless", "divergence_position", "divergence_margin"),
+    "serve_units": ("other_cpu_share", "steal_share"),
 }
 _TEXT_COLUMNS = {"cell_id", "draft", "gamma_policy", "domain", "prompt_id", "mode", "unstable_reason", "tokens",
                  "variant", "model", "outputs_identical", "synthetic", "unstable", "role", "component", "hardware",

@@ -76,6 +76,7 @@ def test_a_small_run_is_complete_with_ttft_and_acceptance(fake_bin, model, tmp_p
     spec = units[units["config"] == "ngram:3:k2"]
     assert (spec["drafts"] > 0).all() and (spec["accepted_tokens"] > 0).all()
     assert (units[units["config"] == "off"]["draft_tokens"] == 0).all()
+    assert units["other_cpu_share"].notna().all() and (units["other_cpu_share"] >= 0).all()
     reqs = run.table("serve_requests")
     assert len(reqs) == 8 * 3 and (reqs["ttft_ms"] > 0).all() and (reqs["completion_tokens"] == 6).all()
     assert (reqs["e2e_ms"] >= reqs["ttft_ms"]).all()

@@ -38,6 +38,8 @@ MAX_GAMMA = 64
 MAX_NGRAM = 64
 DEFAULT_STEP_COST_GAMMAS = (1, 2, 4, 8)
 DEFAULT_STEP_COST_PROMPTS = (32, 512)
+#: Other processes' CPU (cores, stolen time included) from which a unit's line says so.
+OTHERS_NOTED = 0.1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -278,7 +280,10 @@ def _print_unit(row: UnitRow) -> None:
     if row.draft_tokens:
         acc = f"  accepted {row.accepted_tokens}/{row.draft_tokens} drafted"
     e2e = "-" if row.e2e_p50_ms is None else f"{row.e2e_p50_ms:.0f}"
-    print(f"  {row.cell_id}: {thr}  e2e p50 {e2e} ms  errors {row.n_errors}{acc}", file=sys.stderr)
+    busy = ""
+    if (row.other_cpu_share or 0) + (row.steal_share or 0) >= OTHERS_NOTED:
+        busy = f"  (other processes {row.other_cpu_share or 0:.2f} cores, stolen {row.steal_share or 0:.2f})"
+    print(f"  {row.cell_id}: {thr}  e2e p50 {e2e} ms  errors {row.n_errors}{acc}{busy}", file=sys.stderr)
 
 
 def format_summary(groups: Sequence[Any]) -> str:
@@ -415,7 +420,14 @@ def _overhead(run: Any) -> dict:
         return {"text": "no units", "cpu_share_max": None}
     share = u["client_cpu_share"].astype(float)
     lag = u["send_lag_p99_ms"].dropna().astype(float)
+    other = (u["other_cpu_share"].astype(float).fillna(0) + u["steal_share"].astype(float).fillna(0))[
+        u["other_cpu_share"].notna()]
     text = (f"used {100 * share.median():.1f}% of one core per unit (median; at most {100 * share.max():.1f}%)"
-            + (f"; open-loop sends left at most {lag.max():.1f} ms late (p99 per unit)" if len(lag) else ""))
+            + (f"; open-loop sends left at most {lag.max():.1f} ms late (p99 per unit)" if len(lag) else "")
+            + (f"; other processes (and the hypervisor) took {other.median():.2f} cores per unit (median; at most "
+               f"{other.max():.2f}, in {int((other >= OTHERS_NOTED).sum())} of {len(other)} units >= "
+               f"{OTHERS_NOTED})" if len(other) else ""))
     return {"text": text, "cpu_share_median": float(share.median()), "cpu_share_max": float(share.max()),
-            "send_lag_p99_ms_max": float(lag.max()) if len(lag) else None}
+            "send_lag_p99_ms_max": float(lag.max()) if len(lag) else None,
+            "other_cpu_share_median": float(other.median()) if len(other) else None,
+            "other_cpu_share_max": float(other.max()) if len(other) else None}

@@ -15,14 +15,16 @@ units the server answers one short warm-up request (not recorded). Per unit:
 from __future__ import annotations
 
 import math
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
 from measure.records import Terminated
+from measure.system import cpu_sample, other_cpu_shares
 from measure.serve.client import Endpoint, LoadResult, RequestSpec, get_json, run_load
 from measure.serve.units import (
     LoadSpec,
@@ -297,8 +299,11 @@ def _one_unit(plan: Plan, writer: ServeRunWriter, progress: Progress, hardware: 
               ep: Endpoint, srv: Any) -> int:
     cid = uid.to_str()
     raw_before, before = _scrape(ep.base_url)
+    pids = [os.getpid(), srv.proc.pid] if srv is not None and getattr(srv, "proc", None) is not None else None
+    cpu0 = cpu_sample(pids) if pids else None
     load = run_load(ep, _requests(plan, uid.config), uid.load, plan.max_new_tokens,
                     seed=plan.seed * 1000 + uid.repeat)
+    other, steal = other_cpu_shares(cpu0, cpu_sample(pids) if pids else None)
     raw_after, after = _scrape(ep.base_url)
     if srv is not None and not srv.alive():
         raise Interrupted(str(srv.died()))
@@ -316,7 +321,8 @@ def _one_unit(plan: Plan, writer: ServeRunWriter, progress: Progress, hardware: 
     if uid.config.synthetic:
         writer.append("serve_step_cost", [as_row(x) for x in step_cost_rows(cid, uid.config, load,
                                                                              plan.max_new_tokens)])
-    row = unit_row(uid, block, load, before, after, plan.max_new_tokens, hardware)
+    row = replace(unit_row(uid, block, load, before, after, plan.max_new_tokens, hardware), other_cpu_share=other,
+                  steal_share=steal)
     writer.finish_cell(as_row(row))
     progress.on_unit(row)
     return 1

@@ -253,6 +253,10 @@ class UnitRow:
     client_cpu_share: float  # the load generator's CPU time / the unit's wall time (one core = 1.0)
     send_lag_p99_ms: float | None  # open loop: how late requests left against their schedule
     hardware: str
+    # other processes' CPU during the unit (machine busy minus server and load generator), and the CPU the
+    # hypervisor stole, in cores; None where unmeasurable (no /proc, or --url: the server is not ours)
+    other_cpu_share: float | None = None
+    steal_share: float | None = None
 
 
 def as_row(record: Any) -> dict:
