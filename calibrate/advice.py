@@ -166,11 +166,21 @@ class Regret:
     measured_best_k: int
     regret: float
     measured: dict
+    regret_lo: float | None = None  # 95% interval of the regret, paired by repeat (None from one repeat)
+    regret_hi: float | None = None
+
+    @property
+    def within_noise(self) -> bool:
+        """The advised k's throughput is not told apart from the measured best's (the interval holds 0)."""
+        return self.regret == 0.0 or (self.regret_lo is not None and self.regret_lo <= 0.0)
 
 
 def regret(rows: Sequence[AdviceRow], data: ServeData) -> list[Regret]:
     """The advised k against the measured best at every measured closed-loop concurrency (geometric means over
-    repeats); regret = 1 − throughput(advised) / throughput(best)."""
+    repeats); regret = 1 − throughput(advised) / throughput(best), with a 95% interval from the ratio paired by
+    repeat (the blocks of a repeat ran side by side, so machine drift cancels in it)."""
+    from measure.serve.units import log_interval
+
     real = data.units[~data.units["synthetic"].astype(bool)]
     out = []
     for r in rows:
@@ -182,7 +192,11 @@ def regret(rows: Sequence[AdviceRow], data: ServeData) -> list[Regret]:
         if r.best_k not in meas:
             continue
         best = max(meas, key=lambda kk: meas[kk])
-        out.append(Regret(r.concurrency, r.best_k, best, 1.0 - meas[r.best_k] / meas[best], meas))
+        by_rep = g.pivot_table(index="repeat", columns="spec_k", values="throughput_tokens_per_s", aggfunc="first")
+        ratio = log_interval(list((by_rep[r.best_k] / by_rep[best]).dropna().astype(float)))
+        lo = None if ratio.hi is None else 1.0 - ratio.hi
+        hi = None if ratio.lo is None else 1.0 - ratio.lo
+        out.append(Regret(r.concurrency, r.best_k, best, 1.0 - meas[r.best_k] / meas[best], meas, lo, hi))
     return out
 
 

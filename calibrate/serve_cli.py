@@ -177,8 +177,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for line in format_advice(rows, data.slots, ngram_n):
         print(line)
     for g in reg:
+        ci = (f" [95% CI {100 * g.regret_lo:.1f}, {100 * g.regret_hi:.1f}, paired by repeat]"
+              if g.regret_lo is not None and g.regret_hi is not None else "")
+        noise = "; within the noise: the two are not told apart" if g.regret > 0 and g.within_noise else ""
         print(f"regret at concurrency {g.concurrency}: advised k = {g.advised_k or 'off'}, measured best "
-              f"k = {g.measured_best_k or 'off'}: {100 * g.regret:.1f}% of throughput")
+              f"k = {g.measured_best_k or 'off'}: {100 * g.regret:.1f}% of throughput{ci}{noise}")
     for note in cal.notes:
         print(f"note: {note}", file=sys.stderr)
     doc = {"run": str(run), "split": cal.split.__dict__, "step_cost": cal.model.step.cost.describe(),
@@ -187,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "median_abs_residual_pct": cal.model.step.median_abs_residual_pct},
            "acceptance": {str(k): a.to_dict() for k, a in cal.model.acceptance.items()},
            "summary": summary, "notes": cal.notes,
-           "regret": [g.__dict__ for g in reg], "advice": advice_dict(rows, data.slots, ngram_n)}
+           "regret": [{**g.__dict__, "within_noise": g.within_noise} for g in reg], "advice": advice_dict(rows, data.slots, ngram_n)}
     (out / "serve_calibration.json").write_text(strict_dumps(doc, indent=2) + "\n")
     (out / "advice.json").write_text(strict_dumps(doc["advice"], indent=2) + "\n")
     _write_csv(out / "serve_predictions.csv", cal.rows)

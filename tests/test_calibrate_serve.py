@@ -88,6 +88,23 @@ def test_advice_configs_and_regret(cal):
     assert all(g.regret <= 0.05 for g in regret(rows, data))
 
 
+def test_regret_is_paired_by_repeat_and_says_when_it_is_noise():
+    from types import SimpleNamespace
+
+    from calibrate.advice import regret
+
+    # concurrency 1: k = 4 beats off in every repeat by ~5% while the machine drifts 20% between repeats;
+    # concurrency 2: off and k = 4 swap places from repeat to repeat
+    thr = {(1, 0): [100, 120, 80], (1, 4): [105, 127, 83.5], (2, 0): [100, 98, 103], (2, 4): [104, 95, 104]}
+    units = pd.DataFrame([{"synthetic": False, "load": f"c{c}", "spec_k": k, "repeat": r, "throughput_tokens_per_s": v}
+                          for (c, k), vs in thr.items() for r, v in enumerate(vs)])
+    rows = [AdviceRow(1, 0, 1.0, 1.0, 1.0, {0: 1.0, 4: 0.99}), AdviceRow(2, 0, 1.0, 1.0, 1.0, {0: 1.0, 4: 0.99})]
+    g1, g2 = regret(rows, SimpleNamespace(units=units))
+    assert g1.measured_best_k == 4 and g1.regret == pytest.approx(1 - 1 / 1.05, abs=0.003)
+    assert 0 < g1.regret_lo < g1.regret < g1.regret_hi < 0.08 and not g1.within_noise  # drift cancels in pairs
+    assert g2.measured_best_k == 4 and g2.regret > 0 and g2.regret_lo < 0 and g2.within_noise
+
+
 def test_config_formats():
     rows = [AdviceRow(1, 4, 1.3, 1.2, 1.4, {0: 1.0, 4: 1.3}), AdviceRow(2, 4, 1.2, 1.1, 1.3, {0: 1.0, 4: 1.2}),
             AdviceRow(4, 2, 1.05, 1.0, 1.1, {0: 1.0, 2: 1.05}), AdviceRow(8, 0, 1.0, 1.0, 1.0, {0: 1.0})]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from reports.serving import latency_vs_load_chart, section_html
+from reports.serving import build_serving_report, latency_vs_load_chart, section_html
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,17 +52,70 @@ def test_chart_has_measured_points_with_cis_and_predicted_lines(tmp_path):
     assert "measured_lo" in text and "predicted" in text and "split" in text
 
 
-def test_section_and_cli(tmp_path):
+def test_section_is_self_contained(tmp_path):
     d = _files(tmp_path / "cal")
     body = section_html(d)
     assert "held-out MAPE 2.00%" in body and "cliff: k = 4" in body and "<td>off</td>" in body
-    out = tmp_path / "s.html"
-    p = subprocess.run([sys.executable, "-m", "reports.serving", str(d), "--out", str(out)], cwd=ROOT,
+    assert "<svg" in body and "<script" not in body  # no network needed to read it
+
+
+def _serving_run(tmp_path: Path, cal: Path) -> Path:
+    from measure.serve.units import LoadSpec
+    from sim.acceptance import PerPositionAcceptance, ProposalAcceptance
+    from tests.serve_runs import make_serve_run
+
+    run = make_serve_run(tmp_path / "run", {4: ProposalAcceptance(0.5, PerPositionAcceptance((0.8, 0.7)))},
+                         [LoadSpec(concurrency=1)], repeats=2, n_requests=3, new_tokens=8)
+    meta = json.loads((run / "run.json").read_text())
+    meta["summary"] = {"groups": [
+        {"config": "ngram:3:k4", "load": "c1", "throughput_speedup": {"value": 1.21, "lo": 1.1, "hi": 1.3}},
+        {"config": "ngram:3:k4", "load": "c4", "throughput_speedup": {"value": 0.92, "lo": 0.85, "hi": 1.01}}]}
+    meta["models"] = {"target": {"name": "smollm2-135m", "source": "gguf:/m.gguf"}}
+    (run / "run.json").write_text(json.dumps(meta))
+    units = pd.read_csv(run / "serve_units.csv")
+    units.loc[units.index[:2], "other_cpu_share"] = 0.4  # two units shared the CPU
+    units.to_csv(run / "serve_units.csv", index=False)
+    doc = json.loads((cal / "serve_calibration.json").read_text())
+    doc["run"] = str(run)
+    doc["regret"] = [{"concurrency": 1, "advised_k": 4, "measured_best_k": 4, "regret": 0.0},
+                     {"concurrency": 2, "advised_k": 0, "measured_best_k": 4, "regret": 0.04, "regret_lo": -0.02,
+                      "regret_hi": 0.1, "within_noise": True}]
+    (cal / "serve_calibration.json").write_text(json.dumps(doc))
+    return run
+
+
+def test_the_page_opens_with_the_answer(tmp_path):
+    d = _files(tmp_path / "cal")
+    _serving_run(tmp_path, d)
+    res = build_serving_report(d, tmp_path / "rep", png=False)
+    page = res.html_path.read_text()
+    answer = page[page.index('class="answer"'):page.index("What was measured")]
+    assert "Speculation pays up to concurrency 1 and costs throughput from 2 on." in answer
+    assert "k = 4, 1.300x [1.200, 1.400]" in answer  # the advised row, with its interval
+    assert "c1: ngram:3:k4 1.210x [1.100, 1.300]; c4: ngram:3:k4 0.920x [0.850, 1.010]" in answer  # measured
+    assert "throughput <span class='ok'>2.0%</span> (target 5%)" in answer
+    assert "largest regret 4.0% [95% CI -2.0, 10.0] at concurrency 2" in answer and "within the noise" in answer
+    assert "2 of " in answer and "shared the CPU with other processes" in answer
+    assert "<code>-np 2</code>" in answer
+    assert "smollm2-135m" in page and "<svg" in page and "<script" not in page
+    assert (tmp_path / "rep" / "serving.html").is_file()
+
+
+def test_reports_cli_takes_a_serving_calibration_or_its_run(tmp_path):
+    d = _files(tmp_path / "cal")
+    run = _serving_run(tmp_path, d)
+    p = subprocess.run([sys.executable, "-m", "reports", str(d), "--no-png"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout.strip().splitlines()[-1])["charts"] == ["serving"]
+    assert (d / "report" / "report.html").is_file()
+    p = subprocess.run([sys.executable, "-m", "reports", str(run), "--no-png"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 2 and "serving run without a calibration" in p.stderr
+    assert "python -m calibrate serve" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    p = subprocess.run([sys.executable, "-m", "reports.serving", str(tmp_path), "--no-png"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
-    assert p.returncode == 0 and out.is_file(), p.stderr
-    p = subprocess.run([sys.executable, "-m", "reports.serving", str(tmp_path), "--out", str(out)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
-    assert p.returncode == 2 and "holds no serve_predictions.csv" in p.stderr
+    assert p.returncode == 2 and "is not a serving calibration" in p.stderr
 
 
 def test_missing_columns_are_named():
