@@ -107,8 +107,28 @@ class StepFit:
     notes: tuple[str, ...] = ()
 
 
-def fit_step_cost(steps: Any) -> StepFit:
-    """NNLS of the synthetic units' step medians (weights: steps behind each) and single-request TTFTs."""
+def _server_prompt_ms(ttft: Any, requests: Any) -> tuple[list[float | None], float | None]:
+    """Per single-request TTFT row, the server's own prompt time (median ``timings.prompt_ms`` of the unit's
+    requests of that prompt length), and the request overhead: the median of TTFT − prompt time over them
+    (client, HTTP, tokenising: time the server is not computing). None where the server gave no timings."""
+    if requests is None or not len(requests) or "prompt_ms" not in requests:
+        return [None] * len(ttft), None
+    req = requests[requests["prompt_ms"].notna() & requests["ttft_ms"].notna() & requests["error"].isna()]
+    server, gaps = [], []
+    for r in ttft.itertuples():
+        g = req[(req["cell_id"] == r.cell_id) & (req["prompt_tokens"] == r.prompt_tokens)]
+        server.append(float(g["prompt_ms"].astype(float).median()) if len(g) else None)
+        gaps.extend((g["ttft_ms"].astype(float) - g["prompt_ms"].astype(float)).tolist())
+    return server, (float(np.median(gaps)) if gaps else None)
+
+
+def fit_step_cost(steps: Any, requests: Any = None) -> StepFit:
+    """NNLS of the synthetic units' step medians (weights: steps behind each) and single-request prompt steps.
+
+    With the server's own prompt times (``requests``' ``prompt_ms``, llama-server's ``timings``) the prompt
+    rows are those times and the request overhead is measured apart (TTFT − prompt time); without them, the
+    TTFTs with the overhead as one more unknown (which then also takes any fixed part of the prompt step).
+    """
     from scipy.optimize import nnls
 
     if steps is None or not len(steps):
@@ -120,6 +140,7 @@ def fit_step_cost(steps: Any) -> StepFit:
     if len(gen) < 3 or not len(ttft):
         raise ValueError(f"too few step-cost rows to fit ({len(gen)} step rows, {len(ttft)} single-request TTFT "
                          "rows; need >= 3 and >= 1): add --step-cost-concurrency 1 and more step-cost units")
+    server_ms, overhead_ms = _server_prompt_ms(ttft, requests)
     rows, y, w = [], [], []
     for r in gen.itertuples():
         t, ctx, s = float(r.tokens_per_seq), float(r.context_tokens), float(r.seqs)
@@ -127,20 +148,25 @@ def fit_step_cost(steps: Any) -> StepFit:
         rows.append([1.0, s, s * t, 0.0, attn, 0.0])
         y.append(float(r.step_ms))
         w.append(math.sqrt(float(r.n_steps)))
-    for r in ttft.itertuples():
+    measured_apart = overhead_ms is not None and all(v is not None for v in server_ms)
+    for r, srv in zip(ttft.itertuples(), server_ms):
         p = float(r.prompt_tokens)
-        rows.append([1.0, 1.0, 0.0, p, 0.5 * p * (p + 1) / 1000.0, 1.0])
-        y.append(float(r.ttft_ms))
+        rows.append([1.0, 1.0, 0.0, p, 0.5 * p * (p + 1) / 1000.0, 0.0 if measured_apart else 1.0])
+        y.append(float(srv) if measured_apart else float(r.ttft_ms))
         w.append(math.sqrt(max(float(r.n_steps), 1.0)) * 2.0)  # few rows: weighted up so they are fitted
     a, b, wv = np.asarray(rows), np.asarray(y), np.asarray(w)
     theta, _ = nnls(a * wv[:, None], b * wv)
     base, per_seq, per_tok, per_ptok, per_attn, overhead = (float(v) for v in theta)
+    if measured_apart:
+        overhead = max(float(overhead_ms), 0.0)
     cost = LinearStepCost(base, per_seq, per_tok, per_ptok, per_attn,
                           metadata={"source": "calibrate serve: NNLS on serve_step_cost.csv"})
     resid = np.abs(a @ theta - b) / b * 100.0
     notes = []
     if per_tok == 0.0:
         notes.append("the fit found no cost per verified token: the step-cost units did not vary k enough")
+    if measured_apart:
+        notes.append(f"request overhead measured apart: median TTFT − server prompt time = {overhead:.1f} ms")
     return StepFit(cost, overhead, int(gen["n_steps"].sum()), len(ttft), float(np.median(resid)), tuple(notes))
 
 
@@ -468,7 +494,7 @@ class ServeCalibration:
 
 def calibrate_serve(data: ServeData, split: Split, seeds: int = 8, seed: int = 0) -> ServeCalibration:
     """Fit on the training part of ``data``; predict every real group (training and held out)."""
-    step = fit_step_cost(data.steps)
+    step = fit_step_cost(data.steps, data.requests)
     real_units = data.units[~data.units["synthetic"].astype(bool)]
     train_units = real_units[[split.is_train(int(k), ld) for k, ld in zip(real_units["spec_k"], real_units["load"])]]
     counters, fits = {}, {}

@@ -52,6 +52,22 @@ def test_step_rows_behind_too_few_steps_are_left_out(run_dir):
     assert fit.cost.per_token_ms == pytest.approx(TRUE_COST.per_token_ms, rel=0.1)
 
 
+def test_the_request_overhead_is_measured_apart_from_the_servers_prompt_time(run_dir):
+    # llama-server's timings.prompt_ms is its own prompt time; TTFT - prompt_ms is all the client waits beyond it.
+    # A server whose prompt step has a fixed 30 ms more than the decode-step fit: from TTFTs alone that 30 ms
+    # looks like request overhead (time the server is free), which over-states its capacity under load
+    steps = load_serve(run_dir).steps.copy()
+    first = steps["prompt_tokens"].notna()
+    server = steps.loc[first, "ttft_ms"] - TRUE_OVERHEAD_MS + 30.0
+    steps.loc[first, "ttft_ms"] = server + TRUE_OVERHEAD_MS
+    reqs = pd.DataFrame({"cell_id": steps.loc[first, "cell_id"], "prompt_tokens": steps.loc[first, "prompt_tokens"],
+                         "ttft_ms": steps.loc[first, "ttft_ms"], "prompt_ms": server, "error": None})
+    assert fit_step_cost(steps).request_overhead_ms > TRUE_OVERHEAD_MS + 20  # TTFTs alone: taken as overhead
+    fit = fit_step_cost(steps, reqs)
+    assert fit.request_overhead_ms == pytest.approx(TRUE_OVERHEAD_MS, abs=0.01)
+    assert any("measured apart" in n for n in fit.notes)
+
+
 def test_acceptance_fit_undoes_the_draft_cap():
     truth = ProposalAcceptance(0.6, PerPositionAcceptance((0.85, 0.75, 0.7, 0.65, 0.6, 0.6, 0.6, 0.6)))
     new = 24  # short requests: many drafts capped at the budget
