@@ -19,9 +19,10 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Sequence
 
 from sim.policies import GammaSpec
+from toolkit.cli import OneLineParser, csv_items, fail, float_arg, int_arg
 
 DEFAULT_TARGET = "smollm2-135m"
 #: Chosen by measurement on the 2-core CPU (README, "Measured on this CPU"):
@@ -40,57 +41,6 @@ DEFAULT_GAMMAS = ("fixed:2", "fixed:4")
 DEFAULT_REPEATS = 3
 GPU_DEFAULT_PAIRS = ("gpt2-small-large", "llama3-1b-3b")
 SUBCOMMANDS = ("head-sweep", "head-recall")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse with one-line errors (``prog: error: ...``, exit 2) and no usage dump (usage stays in --help)."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def fail(prog: str, message: str) -> NoReturn:
-    """Print ``prog: error: message`` on one line and exit 2."""
-    print(f"{prog}: error: {' '.join(str(message).split())}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-def int_in(lo: int, hi: int) -> Callable[[str], int]:
-    """argparse type: an integer in ``lo..hi`` (the message names the range)."""
-    def parse(text: str) -> int:
-        try:
-            v = int(str(text).strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (valid: {lo}..{hi})") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{v} is out of range (valid: {lo}..{hi})")
-        return v
-    parse.__name__ = "integer"
-    return parse
-
-
-def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
-    """argparse type: a finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
-    def parse(text: str) -> float:
-        try:
-            v = float(str(text).strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
-        if not math.isfinite(v) or v < lo or v > hi or (lo_open and v == lo):
-            raise argparse.ArgumentTypeError(f"{text} is out of range (valid: {rng})")
-        return v
-    parse.__name__ = "number"
-    return parse
-
-
-def csv_items(flag: str, text: str, prog: str = "python -m measure") -> list[str]:
-    """Comma list → items; an empty item (``1,,2``, a trailing comma) is an error, never dropped."""
-    items = [t.strip() for t in str(text).split(",")]
-    if any(not t for t in items):
-        fail(prog, f"{flag} {text!r}: empty item in the comma list")
-    return items
 
 
 # long: the argparse declarations of every option: a list, not logic
@@ -113,21 +63,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", default="0", help="comma list of temperatures >= 0 (0 = greedy)")
     p.add_argument("--domains", default=None, help="comma list of prompt domains (default: all; with "
                    "--prompts-file: the file's)")
-    p.add_argument("--prompts", type=int_in(1, 10_000), default=None,
+    p.add_argument("--prompts", type=int_arg(1, 10_000), default=None,
                    help="prompts per domain (default 2; with --prompts-file: all of the file's)")
     p.add_argument("--prompts-file", default=None, metavar="FILE",
                    help="your own prompts: JSONL {\"prompt\", \"domain\"}, Spec-Bench question.jsonl, ShareGPT JSON "
                         "or plain text (blank-line-separated); its SHA-256 is recorded")
-    p.add_argument("--max-new-tokens", type=int_in(1, MAX_NEW_TOKENS), default=64)
-    p.add_argument("--max-prompt-tokens", type=int_in(1, MAX_PROMPT_TOKENS), default=256)
-    p.add_argument("--repeats", type=int_in(1, MAX_REPEATS), default=DEFAULT_REPEATS,
+    p.add_argument("--max-new-tokens", type=int_arg(1, MAX_NEW_TOKENS), default=64)
+    p.add_argument("--max-prompt-tokens", type=int_arg(1, MAX_PROMPT_TOKENS), default=256)
+    p.add_argument("--repeats", type=int_arg(1, MAX_REPEATS), default=DEFAULT_REPEATS,
                    help=f"repeats of every prompt per cell, in rotating order (default {DEFAULT_REPEATS})")
-    p.add_argument("--cv-threshold", type=float_in(0, 10, lo_open=True), default=stats.CV_THRESHOLD,
+    p.add_argument("--cv-threshold", type=float_arg(0, 10, lo_open=True), default=stats.CV_THRESHOLD,
                    help="a cell is unstable when its baseline's coefficient of variation exceeds this "
                         f"(fraction; default {stats.CV_THRESHOLD})")
-    p.add_argument("--drift-threshold", type=float_in(0, 10, lo_open=True), default=stats.DRIFT_THRESHOLD,
+    p.add_argument("--drift-threshold", type=float_arg(0, 10, lo_open=True), default=stats.DRIFT_THRESHOLD,
                    help=f"... or its start-to-end drift exceeds this (fraction; default {stats.DRIFT_THRESHOLD})")
-    p.add_argument("--until-stable", type=int_in(0, 100), default=0, metavar="N",
+    p.add_argument("--until-stable", type=int_arg(0, 100), default=0, metavar="N",
                    help="re-measure an unstable cell up to N times (default 0)")
     p.add_argument("--interleave", default="sweep", choices=INTERLEAVE,
                    help="sweep: visit every cell in passes (prompt by prompt, repeat by repeat), so each cell's "
@@ -135,11 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     p.add_argument("--engine", default="transformers", choices=ENGINES, help="inference engine")
-    p.add_argument("--threads", type=int_in(1, 1024), default=None, help="CPU threads (default: the engine's)")
+    p.add_argument("--threads", type=int_arg(1, 1024), default=None, help="CPU threads (default: the engine's)")
     p.add_argument("--cache", default="static", choices=CACHES, help="KV cache kind (transformers engine)")
     p.add_argument("--compile", action="store_true", help="torch.compile the decode steps (transformers engine)")
-    p.add_argument("--seed", type=int_in(0, 2**31 - 1), default=0)
-    p.add_argument("--warmup", type=int_in(0, 100), default=1, help="warm-up generations per mode per cell "
+    p.add_argument("--seed", type=int_arg(0, 2**31 - 1), default=0)
+    p.add_argument("--warmup", type=int_arg(0, 100), default=1, help="warm-up generations per mode per cell "
                    "(not recorded)")
     p.add_argument("--out", default=None, help="run directory (default runs/measure-<timestamp>); "
                    "an existing run directory is resumed if its fingerprint matches")
@@ -150,15 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-cost", action="store_true", help="skip the cost curves")
     p.add_argument("--no-system-check", action="store_true", help="skip the pre-run check of the machine")
     p.add_argument("--cost-contexts", default="64,160,256", help="context lengths of the cost curves")
-    p.add_argument("--cost-max-tokens", type=int_in(1, 1024), default=16)
+    p.add_argument("--cost-max-tokens", type=int_arg(1, 1024), default=16)
     p.add_argument("--executor", default="local", choices=("local", "ray"),
                    help="where the cells run: here, or one Ray task per cell on a Ray cluster (the ray extra)")
     p.add_argument("--ray-address", default=None, metavar="auto|HOST:PORT",
                    help="--executor ray: join this cluster (auto: the one started on this machine with ray start); "
                         "default: start a local Ray instance")
-    p.add_argument("--cpus-per-cell", type=int_in(1, 1024), default=None, metavar="N",
+    p.add_argument("--cpus-per-cell", type=int_arg(1, 1024), default=None, metavar="N",
                    help="--executor ray on CPU: cores each cell reserves (and torch threads it uses; default 1)")
-    p.add_argument("--max-retries", type=int_in(0, 100), default=None, metavar="N",
+    p.add_argument("--max-retries", type=int_arg(0, 100), default=None, metavar="N",
                    help="--executor ray: re-runs of a cell whose worker died (default 2)")
     p.add_argument("--quiet", action="store_true", help="silence third-party loading output (weights, GGUF "
                    "conversion); the sweep's own progress bar and table stay")

@@ -32,7 +32,8 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
-from sim.files import check_schema_version, read_json
+from sim.files import check_schema_version
+from toolkit.jsonio import read_json
 
 COST_MODEL_SCHEMA_VERSION = 1
 

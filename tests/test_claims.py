@@ -217,16 +217,16 @@ def test_cli_claims_table_and_markdown():
 @pytest.mark.parametrize("args,needle", [
     (["--preset", "nope", "--speedup", "2"], "valid: gpt2-small-large"),
     (["--preset", "gpt2-small-large", "--hardware", "v100", "--speedup", "2"], "valid: h100-sxm"),
-    (["--preset", "gpt2-small-large", "--speedup", "0"], "--speedup must be"),
-    (["--preset", "gpt2-small-large", "--speedup", "-1"], "--speedup must be"),
-    (["--preset", "gpt2-small-large", "--speedup", "nan"], "--speedup must be"),
-    (["--preset", "gpt2-small-large", "--speedup", "inf"], "--speedup must be"),
-    (["--preset", "gpt2-small-large", "--speedup", "2", "--gamma", "0"], "--gamma must be in [1, 64]"),
-    (["--preset", "gpt2-small-large", "--speedup", "2", "--gamma", "65"], "--gamma must be in [1, 64]"),
+    (["--preset", "gpt2-small-large", "--speedup", "0"], "argument --speedup: '0' is out of range; valid: a finite number > 0"),
+    (["--preset", "gpt2-small-large", "--speedup", "-1"], "argument --speedup: '-1' is out of range"),
+    (["--preset", "gpt2-small-large", "--speedup", "nan"], "argument --speedup: 'nan' is not a finite number"),
+    (["--preset", "gpt2-small-large", "--speedup", "inf"], "argument --speedup: 'inf' is not a finite number"),
+    (["--preset", "gpt2-small-large", "--speedup", "2", "--gamma", "0"], "--gamma: '0' is out of range; valid: an integer in 1..64"),
+    (["--preset", "gpt2-small-large", "--speedup", "2", "--gamma", "65"], "--gamma: '65' is out of range; valid: an integer in 1..64"),
     (["--preset", "gpt2-small-large", "--speedup", "two"], "--speedup"),
     (["--preset", "gpt2-small-large"], "--speedup is required"),
     (["--speedup", "2"], "name the pair"),
-    (["--preset", "gpt2-small-large", "--speedup", "2", "--alpha", "1.5"], "--alpha must be in [0, 1]"),
+    (["--preset", "gpt2-small-large", "--speedup", "2", "--alpha", "1.5"], "--alpha: '1.5' is out of range; valid: a finite number in [0, 1]"),
     (["--preset", "gpt2-small-large", "--speedup", "2", "--format", "xml"], "valid: table, json, markdown"),
 ])
 def test_cli_bad_input_one_line_exit_2(args, needle):

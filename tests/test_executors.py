@@ -199,7 +199,7 @@ def test_cli_joins_a_cluster_by_address(cluster, tiny_dir, tmp_path):
 
 
 @pytest.mark.parametrize("args, msg", [
-    (("--executor", "ray", "--cpus-per-cell", "0"), "--cpus-per-cell: invalid integer value: '0'"),
+    (("--executor", "ray", "--cpus-per-cell", "0"), "argument --cpus-per-cell: '0' is out of range"),
     (("--executor", "ray", "--ray-address", "http://x"), "--ray-address 'http://x': expected auto or HOST:PORT"),
     (("--ray-address", "auto"), "--ray-address needs --executor ray"),
     (("--cpus-per-cell", "2"), "--cpus-per-cell needs --executor ray"),

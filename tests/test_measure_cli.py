@@ -123,21 +123,21 @@ NO_MODEL = "/nonexistent/specscope-model"  # any attempt to load it would fail w
     (("--device", "tpu"), "unknown device 'tpu'"),
     (("--pair", "nope"), "--pair 'nope': unknown pair"),
     (("--pair", "gpt2-small-large", "--draft", "int8"), "do not combine it with --target/--draft"),
-    (("--repeats", "0"), "argument --repeats: 0 is out of range (valid: 1..1000)"),
+    (("--repeats", "0"), "argument --repeats: '0' is out of range; valid: an integer in 1..1,000"),
     (("--repeats", "abc"), "argument --repeats: 'abc' is not an integer"),
-    (("--cv-threshold", "-0.1"), "argument --cv-threshold: -0.1 is out of range"),
+    (("--cv-threshold", "-0.1"), "argument --cv-threshold: '-0.1' is out of range"),
     (("--cv-threshold", "abc"), "argument --cv-threshold: 'abc' is not a number"),
-    (("--drift-threshold", "nan"), "argument --drift-threshold: nan is out of range"),
-    (("--until-stable", "-1"), "argument --until-stable: -1 is out of range (valid: 0..100)"),
+    (("--drift-threshold", "nan"), "argument --drift-threshold: 'nan' is not a finite number"),
+    (("--until-stable", "-1"), "argument --until-stable: '-1' is out of range; valid: an integer in 0..100"),
     (("--interleave", "pass"), "argument --interleave: invalid choice: 'pass'"),
-    (("--max-new-tokens", "0"), "argument --max-new-tokens: 0 is out of range"),
+    (("--max-new-tokens", "0"), "argument --max-new-tokens: '0' is out of range"),
     (("--max-new-tokens", "1e12"), "argument --max-new-tokens: '1e12' is not an integer"),
-    (("--prompts", "-3"), "argument --prompts: -3 is out of range"),
+    (("--prompts", "-3"), "argument --prompts: '-3' is out of range"),
     (("--cost-contexts", "16,,32"), "--cost-contexts '16,,32': empty item"),
-    (("--threads", "0"), "argument --threads: 0 is out of range"),
+    (("--threads", "0"), "argument --threads: '0' is out of range"),
     (("--engine", "vllm"), "argument --engine: invalid choice: 'vllm'"),
     (("--prompts-file", "/nonexistent/p.jsonl"), "--prompts-file '/nonexistent/p.jsonl': no such file"),
-    (("--bogus",), "unrecognized arguments: --bogus"),
+    (("--bogus",), "unknown option '--bogus'"),
 ])
 def test_cli_bad_input_is_one_line_before_any_model_loads(tmp_path, args, msg):
     out = tmp_path / "r"
@@ -165,10 +165,10 @@ def test_cli_out_is_a_file_and_unknown_subcommand(tmp_path):
     ("head-sweep", ("--ks", "1e9"), "--ks '1e9'"),
     ("head-sweep", ("--ks", "1000,,full"), "--ks '1000,,full': empty item"),
     ("head-sweep", ("--draft", "ngram:3"), "--draft 'ngram:3': has no lm_head to prune"),
-    ("head-sweep", ("--repeats", "0"), "argument --repeats: 0 is out of range"),
+    ("head-sweep", ("--repeats", "0"), "argument --repeats: '0' is out of range"),
     ("head-recall", ("--ks", "-1"), "--ks -1: each K must be in 1.."),
     ("head-recall", ("--ranks", "0"), "--ranks 0: each rank must be in 1..65536"),
-    ("head-recall", ("--max-tokens", "0"), "argument --max-tokens: 0 is out of range"),
+    ("head-recall", ("--max-tokens", "0"), "argument --max-tokens: '0' is out of range"),
 ])
 def test_subcommand_bad_input_is_one_line_before_loading(tmp_path, sub, args, msg):
     out = tmp_path / "r"

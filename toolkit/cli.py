@@ -1,4 +1,4 @@
-"""Command-line argument checking shared by the CLIs: one line per bad value, exit status 2, no usage dump.
+"""The argument toolkit every specscope CLI shares: one-line errors, exit status 2, typed and bounded values.
 
 :class:`OneLineParser` is an ``argparse.ArgumentParser`` whose errors are a
 single line (``PROG: error: argument --gamma: ...``) instead of the usage
@@ -6,12 +6,18 @@ block followed by the message; the usage stays in ``--help``. Unknown options
 get a "did you mean" from the parser's own option names, and abbreviations
 (``--gam`` for ``--gamma``) are refused rather than guessed.
 
-The ``*_arg`` factories build ``type=`` converters that refuse empty strings,
-NaN, ±inf, out-of-range values and empty list items (``1,,2``) at parse time,
-each naming the value and the valid range; argparse prefixes the flag.
+Two layers, so library code and argparse share one set of checks:
 
-Torch-free: ``sim``, ``calibrate``, ``reports`` (and ``measure``)
-may all import it; it imports nothing of the project.
+* ``parse_*`` functions check one value and raise ``ValueError`` naming it and
+  what is valid (a config's ``__post_init__`` may call them);
+* ``*_arg`` factories wrap them as ``type=`` converters (argparse prefixes the
+  flag): finite floats and integers in a range, comma lists that refuse empty
+  items (``1,,2``), a name out of a list, a non-blank string; and
+  :func:`parse_host_port` (``HOST:PORT``, a port in 1..65535).
+
+:func:`fail` is the same one line for checks made after parsing;
+:func:`check_output_file` and :func:`check_output_dir` probe an output path
+before any work, so a bad ``--out`` fails in a second, not after the run.
 """
 
 from __future__ import annotations
@@ -19,9 +25,17 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
+import re
 import sys
+import tempfile
 from pathlib import Path
-from typing import Callable, NoReturn, Sequence
+from typing import Callable, NoReturn, Sequence, TypeVar
+
+T = TypeVar("T")
+
+#: TCP ports a ``HOST:PORT`` may name (0 is "any port" to a server, never an address to join).
+PORT_RANGE = (1, 65535)
+_HOST = re.compile(r"^[A-Za-z0-9._-]+$")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -48,12 +62,25 @@ class OneLineParser(argparse.ArgumentParser):
         return f"unexpected argument {first!r}; see {self.prog} --help"
 
 
-def fail(prog: str, message: str) -> NoReturn:
+def fail(prog: str, message: object) -> NoReturn:
     """Exit with status 2 after printing one ``PROG: error: MESSAGE`` line (for checks after parsing)."""
-    print(f"{prog}: error: {' '.join(message.split())}", file=sys.stderr)
+    print(f"{prog}: error: {' '.join(str(message).split())}", file=sys.stderr)
     raise SystemExit(2)
 
 
+def _typed(convert: Callable[[str], T]) -> Callable[[str], T]:
+    """``convert`` as an argparse ``type=``: its ``ValueError`` becomes the one-line argument error."""
+
+    def typed(text: str) -> T:
+        try:
+            return convert(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return typed
+
+
+# -- numbers ---------------------------------------------------------------------------------
 def _num(v: float) -> str:
     """``1000000`` as ``1,000,000``, ``0.5`` as ``0.5``."""
     return f"{int(v):,}" if float(v).is_integer() and abs(v) < 1e19 else f"{v:g}"
@@ -73,67 +100,76 @@ def _range_text(lo: float | None, hi: float | None, lo_open: bool, integer: bool
 
 def parse_float(text: str, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
                 why: str = "") -> float:
-    """``text`` as a finite float in the range, else ``argparse.ArgumentTypeError`` naming it and the range."""
+    """``text`` as a finite float in the range (``lo_open``: strictly above ``lo``), else ``ValueError``."""
     want = _range_text(lo, hi, lo_open, integer=False) + (f" ({why})" if why else "")
     try:
         value = float(text)
     except (TypeError, ValueError):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number; valid: {want}") from None
+        raise ValueError(f"{text!r} is not a number; valid: {want}") from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number; valid: {want}")
-    if (lo is not None and (value <= lo if lo_open else value < lo)) or \
-            (hi is not None and value > hi):
-        raise argparse.ArgumentTypeError(f"{text!r} is out of range; valid: {want}")
+        raise ValueError(f"{text!r} is not a finite number; valid: {want}")
+    if (lo is not None and (value <= lo if lo_open else value < lo)) or (hi is not None and value > hi):
+        raise ValueError(f"{text!r} is out of range; valid: {want}")
     return value
 
 
 def parse_int(text: str, lo: int | None = None, hi: int | None = None, why: str = "") -> int:
-    """``text`` as an integer in ``lo..hi``, else ``argparse.ArgumentTypeError`` naming it and the range."""
+    """``text`` as an integer in ``lo..hi``, else ``ValueError`` naming it and the range."""
     want = _range_text(lo, hi, False, integer=True) + (f" ({why})" if why else "")
     try:
         value = int(str(text).strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; valid: {want}") from None
+        raise ValueError(f"{text!r} is not an integer; valid: {want}") from None
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise argparse.ArgumentTypeError(f"{text!r} is out of range; valid: {want}")
+        raise ValueError(f"{text!r} is out of range; valid: {want}")
     return value
 
 
 def float_arg(lo: float | None = None, hi: float | None = None, lo_open: bool = False,
               why: str = "") -> Callable[[str], float]:
     """A ``type=`` converter: a finite float in the range (``lo_open``: strictly above ``lo``)."""
-    return lambda text: parse_float(text, lo, hi, lo_open, why)
+    return _typed(lambda text: parse_float(text, lo, hi, lo_open, why))
 
 
 def int_arg(lo: int | None = None, hi: int | None = None, why: str = "") -> Callable[[str], int]:
     """A ``type=`` converter: an integer in ``lo..hi``."""
-    return lambda text: parse_int(text, lo, hi, why)
+    return _typed(lambda text: parse_int(text, lo, hi, why))
 
 
+# -- lists and names -------------------------------------------------------------------------
 def split_list(text: str) -> list[str]:
-    """Comma-separated items; an empty list or an empty item (``1,,2``, ``1,``) is an error."""
+    """Comma-separated items; ``ValueError`` for an empty list or an empty item (``1,,2``, ``1,``)."""
+    if not str(text).strip():
+        raise ValueError("empty list; give comma-separated values")
     items = [x.strip() for x in str(text).split(",")]
-    if not text.strip():
-        raise argparse.ArgumentTypeError("empty list; give comma-separated values")
     empty = [i + 1 for i, x in enumerate(items) if not x]
     if empty:
-        raise argparse.ArgumentTypeError(f"{text!r} has an empty item at position {empty[0]}; "
-                                         "give comma-separated values with none left empty")
+        raise ValueError(f"{text!r}: empty item at position {empty[0]}; give comma-separated values with "
+                         "none left empty")
     return items
 
 
+def csv_items(flag: str, text: str, prog: str = "python -m measure") -> list[str]:
+    """``split_list`` for a value checked after parsing: a bad list exits with ``PROG: error: FLAG ...``."""
+    try:
+        return split_list(text)
+    except ValueError as exc:
+        fail(prog, f"{flag} {exc}")
+
+
+def parse_float_list(text: str, lo: float | None = None, hi: float | None = None, lo_open: bool = False,
+                     max_items: int | None = None, why: str = "") -> list[float]:
+    """Comma-separated finite floats, each in the range, at most ``max_items``; else ``ValueError``."""
+    items = split_list(text)
+    if max_items is not None and len(items) > max_items:
+        raise ValueError(f"{len(items)} values in {text!r}; at most {max_items}" + (f" ({why})" if why else ""))
+    return [parse_float(x, lo, hi, lo_open, why) for x in items]
+
+
 def float_list_arg(lo: float | None = None, hi: float | None = None, max_items: int | None = None,
-                   why: str = "") -> Callable[[str], list[float]]:
+                   why: str = "", lo_open: bool = False) -> Callable[[str], list[float]]:
     """A ``type=`` converter: comma-separated finite floats, each in the range, at most ``max_items``."""
-
-    def convert(text: str) -> list[float]:
-        items = split_list(text)
-        if max_items is not None and len(items) > max_items:
-            raise argparse.ArgumentTypeError(f"{len(items)} values in {text!r}; at most {max_items}"
-                                             + (f" ({why})" if why else ""))
-        return [parse_float(x, lo, hi, why=why) for x in items]
-
-    return convert
+    return _typed(lambda text: parse_float_list(text, lo, hi, lo_open, max_items, why))
 
 
 def choice_arg(what: str, valid: Sequence[str]) -> Callable[[str], str]:
@@ -141,10 +177,10 @@ def choice_arg(what: str, valid: Sequence[str]) -> Callable[[str], str]:
 
     def convert(text: str) -> str:
         if text not in valid:
-            raise argparse.ArgumentTypeError(f"unknown {what} {text!r}; valid: {', '.join(valid)}")
+            raise ValueError(f"unknown {what} {text!r}; valid: {', '.join(valid)}")
         return text
 
-    return convert
+    return _typed(convert)
 
 
 def nonempty_arg(what: str) -> Callable[[str], str]:
@@ -152,10 +188,19 @@ def nonempty_arg(what: str) -> Callable[[str], str]:
 
     def convert(text: str) -> str:
         if not text.strip():
-            raise argparse.ArgumentTypeError(f"empty {what}; give a {what}")
+            raise ValueError(f"empty {what}; give a {what}")
         return text
 
-    return convert
+    return _typed(convert)
+
+
+# -- addresses and files ---------------------------------------------------------------------
+def parse_host_port(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` as ``(host, port)`` with a port in 1..65535, else ``ValueError`` naming the part."""
+    host, sep, port = str(text).rpartition(":")
+    if not sep or not _HOST.match(host):
+        raise ValueError(f"{text!r} is not HOST:PORT (e.g. 10.0.0.1:6379)")
+    return host, parse_int(port, *PORT_RANGE, why="a TCP port")
 
 
 def check_output_file(flag: str, path: str | Path) -> Path:
@@ -186,9 +231,8 @@ def check_output_dir(flag: str, path: str | Path) -> Path:
         raise ValueError(f"{flag} {str(p)!r} is a file, not a directory; give a directory")
     try:
         p.mkdir(parents=True, exist_ok=True)
-        probe = p / ".write-probe"
-        probe.write_text("")
-        probe.unlink()
+        with tempfile.NamedTemporaryFile(dir=p, prefix=".write-probe-"):  # a name of its own: two may probe at once
+            pass
     except OSError as exc:
         raise ValueError(f"{flag} {str(p)!r} cannot be created or written: {exc.strerror or exc}") from None
     return p
