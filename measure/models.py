@@ -21,6 +21,7 @@ import importlib.metadata
 import json
 import os
 import shutil
+import struct
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -191,11 +192,20 @@ def dequantised_dir(path: Path) -> Path:
 
 
 def _from_gguf(path: Path) -> tuple[Any, Any]:
-    """Tokenizer and float32 model dequantised from a GGUF file by transformers (tens of seconds)."""
+    """Tokenizer and float32 model dequantised from a GGUF file by transformers (tens of seconds).
+
+    A file the GGUF reader cannot parse (truncated, not GGUF) is one ``ValueError`` line naming it,
+    whatever the reader raised (``struct.error`` for a file cut short, ``KeyError`` for a missing field).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    try:
+        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    except (struct.error, ValueError, KeyError, IndexError, TypeError, EOFError, OSError) as e:
+        why = " ".join(str(e).split())[:300]
+        raise ValueError(f"GGUF file {str(path)!r} cannot be read by transformers' GGUF reader "
+                         f"({'struct.error' if isinstance(e, struct.error) else type(e).__name__}: {why})") from None
     # dequantised, it is a plain float32 model; without this transformers refuses to save it ("quantized with gguf")
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

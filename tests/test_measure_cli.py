@@ -158,6 +158,26 @@ def test_cli_out_is_a_file_and_unknown_subcommand(tmp_path):
     assert p.returncode == 2 and "valid: head-sweep, head-recall" in p.stderr and len(p.stderr.splitlines()) == 1
 
 
+def test_cli_files_that_are_not_what_they_claim_are_one_line(tmp_path):
+    # issue 32: 4,096 NUL bytes were measured as a prompt; a 4-byte .gguf ended in struct.error
+    nul = tmp_path / "nul.txt"
+    nul.write_bytes(b"\x00" * 4096)
+    p = _run("--target", NO_MODEL, "--prompts-file", str(nul), "--out", str(tmp_path / "r"), *BASE, check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert f"--prompts-file {str(nul)!r}: not a text file (a NUL byte at character 0)" in lines[0]
+    assert not (tmp_path / "r").exists()
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF")
+    p = _run("--target", f"gguf:{gguf}", "--draft", "ngram:2", "--gamma", "2", "--domains", "code", "--no-peer",
+             "--no-cost", "--out", str(tmp_path / "g"), *BASE, check=False)
+    errors = [ln for ln in p.stderr.strip().splitlines() if "error" in ln.lower()]  # after the "loading" progress line
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert len(errors) == 1 and errors[0] == p.stderr.strip().splitlines()[-1], p.stderr[-2000:]
+    assert f"python -m measure: error: GGUF file {str(gguf)!r} cannot be read by transformers' GGUF reader (struct." \
+           "error: " in errors[0]
+
+
 @pytest.mark.parametrize("sub, args, msg", [
     ("head-sweep", ("--ks", "abc"), "--ks 'abc': each K must be an integer"),
     ("head-sweep", ("--ks", "0"), "--ks '0'"),

@@ -148,3 +148,15 @@ def test_dequantised_copies_are_used_only_when_complete_and_saved_atomically(tmp
     M._keep_dequantised(Saves("tokenizer.json"), Saves("other.safetensors"), gguf, cached)  # already there
     assert not (cached / "other.safetensors").exists()
     assert [p.name for p in cached.parent.iterdir() if p.is_dir()] == [cached.name]  # no .tmp-<pid> left
+
+
+@pytest.mark.parametrize("content", [b"GGUF", b"GGUF" + bytes(20), b"\x01\x02\x03\x04"])
+def test_a_gguf_file_the_reader_cannot_parse_is_one_line(tmp_path, monkeypatch, content):
+    # a 4-byte .gguf made the transformers engine's GGUF reader raise struct.error (issue 32)
+    monkeypatch.setenv("SPECSCOPE_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as exc:
+        load_model(f"gguf:{path}")
+    msg = str(exc.value)
+    assert msg.startswith(f"GGUF file {str(path)!r} cannot be read by transformers' GGUF reader (") and "\n" not in msg

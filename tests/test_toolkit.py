@@ -73,9 +73,10 @@ def test_float_list_bounds_each_item_and_the_count():
 
 
 @pytest.mark.parametrize("text, needle", [
-    ("bogus:99999", "'99999' is out of range; valid: an integer in 1..65,535 (a TCP port)"),
-    ("host:0", "'0' is out of range"),
-    ("host:abc", "'abc' is not an integer"),
+    ("bogus:99999", "'bogus:99999': port 99999 is out of range; valid: a TCP port in 1..65,535"),
+    ("host:0", "port 0 is out of range"),
+    ("host:abc", "'host:abc' is not HOST:PORT"),
+    ("http://x", "'http://x' is not HOST:PORT"),
     ("host", "'host' is not HOST:PORT"),
     (":6379", "':6379' is not HOST:PORT"),
     ("a b:6379", "is not HOST:PORT"),

@@ -35,7 +35,7 @@ T = TypeVar("T")
 
 #: TCP ports a ``HOST:PORT`` may name (0 is "any port" to a server, never an address to join).
 PORT_RANGE = (1, 65535)
-_HOST = re.compile(r"^[A-Za-z0-9._-]+$")
+_HOST_PORT = re.compile(r"^(?P<host>[A-Za-z0-9._-]+):(?P<port>[0-9]+)$")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -197,10 +197,13 @@ def nonempty_arg(what: str) -> Callable[[str], str]:
 # -- addresses and files ---------------------------------------------------------------------
 def parse_host_port(text: str) -> tuple[str, int]:
     """``HOST:PORT`` as ``(host, port)`` with a port in 1..65535, else ``ValueError`` naming the part."""
-    host, sep, port = str(text).rpartition(":")
-    if not sep or not _HOST.match(host):
+    m = _HOST_PORT.match(str(text))
+    if m is None:
         raise ValueError(f"{text!r} is not HOST:PORT (e.g. 10.0.0.1:6379)")
-    return host, parse_int(port, *PORT_RANGE, why="a TCP port")
+    port = int(m.group("port"))
+    if not PORT_RANGE[0] <= port <= PORT_RANGE[1]:
+        raise ValueError(f"{text!r}: port {port} is out of range; valid: a TCP port in 1..65,535")
+    return m.group("host"), port
 
 
 def check_output_file(flag: str, path: str | Path) -> Path:
