@@ -46,6 +46,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (d / name).write_text(json.dumps(doc))
     (d / "corrupt.json").write_text('{"kind": "iid",\n "alpha": 0.5 "x": 1}')
     (d / "nan.json").write_text('{"kind": "leviathan", "cost_ratio": NaN}')
+    (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000)  # json.loads alone: RecursionError
     (d / "latin1.json").write_bytes(b'{"kind": "iid", "alpha": "\xe9"}')
     (d / "plain.txt").write_text("not a directory\n")
     (d / "subdir").mkdir()
@@ -84,6 +85,7 @@ SIM = [
     (["--tau", "nan", "--gamma", "4"], ["--tau", "'nan'"]),
     (["--cost-ratio", "inf", "--alpha", "0.5"], ["--cost-ratio", "'inf'", "[0, 100]"]),
     (["--cost-ratio", "nan", "--alpha", "0.5"], ["--cost-ratio", "'nan'"]),
+    (["--cost-ratio", "1e308", "--alpha", "0.5"], ["--cost-ratio", "'1e308'", "[0, 100]", "c >= 1"]),
     (["--cost-ratio", "-1", "--alpha", "0.5"], ["--cost-ratio", "'-1'", "[0, 100]"]),
     (["--usd-per-hour", "nan"], ["--usd-per-hour", "'nan'"]),
     (["--usd-per-hour", "-2"], ["--usd-per-hour", "'-2'", ">= 0"]),
@@ -144,6 +146,8 @@ SIM = [
                                                                   "up to 1"]),
     (["--alpha", "0.5", "--cost-model", "{d}/corrupt.json"], ["corrupt.json", "not valid JSON", "line 2"]),
     (["--alpha", "0.5", "--cost-model", "{d}/nan.json"], ["nan.json", "NaN"]),
+    (["--alpha", "0.5", "--cost-model", "{d}/deep.json"], ["deep.json", "nests deeper than 100 levels"]),
+    (["--acceptance", "{d}/deep.json"], ["acceptance file", "deep.json", "nests deeper than 100 levels"]),
     (["--alpha", "0.5", "--cost-model", "{d}/latin1.json"], ["latin1.json", "UTF-8"]),
     (["--alpha", "0.5", "--cost-model", ""], ["--cost-model", "empty file name"]),
     # acceptance files
