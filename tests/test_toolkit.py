@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -183,6 +185,17 @@ def test_loads_bounds_the_nesting_before_parsing():
     # brackets inside strings (escaped quotes too) do not count
     assert jsonio.loads(json.dumps({"s": "[" * 500 + '\\"' + "{" * 500})) == {"s": "[" * 500 + '\\"' + "{" * 500}
     assert not jsonio.nests_deeper('[["[[[["]]', 2) and jsonio.nests_deeper("[[[]]]", 2)
+
+
+def test_nesting_scan_is_linear_on_an_unterminated_string():
+    # one quote, then escaped quotes and no closing quote: with the closing quote required every quote
+    # started a scan to the end of the text (200,000 of them: about 20 minutes); now a fraction of a second
+    code = ("from toolkit.jsonio import nests_deeper; "
+            "print(nests_deeper(chr(34) + (chr(92) + chr(34)) * 200_000 + '[' * 101))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr  # the brackets are in the string
+    with pytest.raises(json.JSONDecodeError):
+        jsonio.loads('["' + '\\"' * 1000 + "[" * 101)
 
 
 def test_loads_constants_refused_unless_asked():

@@ -25,7 +25,10 @@ from toolkit.files import read_text
 #: Deepest bracket nesting :func:`loads` reads: far above any file specscope reads (under 10 levels),
 #: far below the depth at which the parser runs out of stack (Python's recursion limit, 1,000).
 MAX_DEPTH = 100
-_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
+# A JSON string, escapes included; an unterminated one runs to the end of the text (the closing quote is
+# optional), so every match attempt succeeds and the scan stays linear (with a required closing quote, one
+# quote then many escaped quotes made every quote start a scan to the end: quadratic).
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?', re.S)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _STEP = [0] * 256  # +1 for an opening bracket, -1 for a closing one
 _STEP[ord("[")] = _STEP[ord("{")] = 1
