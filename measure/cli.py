@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from sim.policies import GammaSpec
-from toolkit.cli import OneLineParser, choice_arg, csv_items, fail, float_arg, int_arg
+from toolkit.cli import OneLineParser, choice_arg, csv_items, exit_on_next_interrupt, fail, float_arg, int_arg
 
 DEFAULT_TARGET = "smollm2-135m"
 #: Chosen by measurement on the 2-core CPU (README, "Measured on this CPU"):
@@ -443,6 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             results.append(_one(args, target, drafts, o, command, check))
     except KeyboardInterrupt as e:
         sig = "SIGTERM" if type(e).__name__ == "Terminated" else "interrupted"
+        exit_on_next_interrupt(143 if sig == "SIGTERM" else 130)
         print(f"{sig}: finished cells are kept in {jobs[len(results)][2]} (re-run with the same --out "
               "to resume)", file=sys.stderr)
         return 143 if sig == "SIGTERM" else 130

@@ -7,6 +7,7 @@ import json
 import math
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,61 @@ def test_output_dir_probe_leaves_nothing(tmp_path):
     (tmp_path / "f").write_text("x")
     with pytest.raises(ValueError, match="is a file, not a directory"):
         cli.check_output_dir("--out", tmp_path / "f")
+
+
+def test_output_dir_probes_at_once_never_collide(tmp_path):
+    # issue 32: two measure runs released together both wrote and unlinked ".write-probe"; the loser was told
+    # "output directory ... is not writable". Each probe now has a name of its own (4 x 300 probes at once).
+    errors: list[ValueError] = []
+
+    def probe() -> None:
+        for _ in range(300):
+            try:
+                cli.check_output_dir("--out", tmp_path)
+            except ValueError as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=probe) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and list(tmp_path.iterdir()) == []
+
+
+CTRL_C_SCRIPT = """
+import atexit, os, sys, time
+from toolkit.cli import exit_on_next_interrupt
+atexit.register(time.sleep, 5)  # a slow shutdown hook, as torch's library finalizers can be
+try:
+    print("ready", flush=True)
+    time.sleep(60)
+except KeyboardInterrupt:
+    if sys.argv[1] == "fixed":
+        exit_on_next_interrupt(130)
+    print("interrupted: one line", file=sys.stderr)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("mode", ["fixed", "plain"])
+def test_a_second_ctrl_c_in_the_shutdown_exits_at_once(mode):
+    # plain Python: the second Ctrl-C lands in the atexit hook, "Exception ignored in atexit callback" and a
+    # traceback; with exit_on_next_interrupt the process ends at once with the status given, quietly
+    import signal
+    import time
+
+    p = subprocess.Popen([sys.executable, "-c", CTRL_C_SCRIPT, mode], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "ready"
+    p.send_signal(signal.SIGINT)
+    time.sleep(1.0)  # the first is handled; the process sits in its atexit hook
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    if mode == "fixed":
+        assert p.returncode == 130 and err == "interrupted: one line\n", (p.returncode, err)
+    else:  # what issue 32 saw: the test above would fail without the fix
+        assert "Exception ignored in atexit callback" in err and "KeyboardInterrupt" in err
 
 
 def test_every_cli_uses_the_toolkit_parser():

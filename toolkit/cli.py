@@ -16,6 +16,8 @@ Two layers, so library code and argparse share one set of checks:
   :func:`parse_host_port` (``HOST:PORT``, a port in 1..65535).
 
 :func:`fail` is the same one line for checks made after parsing;
+:func:`exit_on_next_interrupt` makes a second Ctrl-C, once the first was
+handled, end the process at once and quietly;
 :func:`check_output_file` and :func:`check_output_dir` probe an output path
 before any work, so a bad ``--out`` fails in a second, not after the run.
 """
@@ -25,7 +27,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
+import os
 import re
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -66,6 +70,25 @@ def fail(prog: str, message: object) -> NoReturn:
     """Exit with status 2 after printing one ``PROG: error: MESSAGE`` line (for checks after parsing)."""
     print(f"{prog}: error: {' '.join(str(message).split())}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def exit_on_next_interrupt(code: int) -> None:
+    """Call where a first Ctrl-C was handled (the run closed, its line printed): a second one then ends the
+    process at once with ``code`` instead of raising ``KeyboardInterrupt`` in Python's shutdown, where an atexit
+    hook (torch's library finalizers) printed a traceback and the exit status became -SIGINT (issue 32)."""
+
+    def now(_sig: int, _frame: object) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+    try:
+        signal.signal(signal.SIGINT, now)
+    except ValueError:  # not the main thread: nothing to install
+        pass
 
 
 def _typed(convert: Callable[[str], T]) -> Callable[[str], T]:

@@ -60,7 +60,7 @@ from measure.head.profiling import profile_rows_to_records, profile_step
 from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
 from measure.head.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
 from measure.cli import quiet_third_party
-from toolkit.cli import OneLineParser, csv_items, fail, int_arg
+from toolkit.cli import OneLineParser, csv_items, exit_on_next_interrupt, fail, int_arg
 from measure.sweep import (CellContext, CellPlan, SweepConfig, cell_estimate, environment, fingerprint,
                            measure_cells, parse_tokens, select_prompts, silenced, summarize, summary_lines,
                            target_fingerprint)
@@ -575,6 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         fail(prog, str(e))
     except KeyboardInterrupt:
+        exit_on_next_interrupt(130)
         print(f"interrupted: finished cells are kept in {out} (re-run with the same --out to resume)",
               file=sys.stderr)
         return 130
