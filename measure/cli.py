@@ -162,19 +162,49 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
     domains = tuple(csv_items("--domains", args.domains)) if args.domains else None
     prompts = args.prompts if args.prompts is not None else (None if args.prompts_file else 2)
     try:
-        return SweepConfig(target=target, drafts=tuple(drafts), gammas=tuple(gammas), temperatures=tuple(temps),
-                           domains=domains, prompts_per_domain=prompts, max_new_tokens=args.max_new_tokens,
-                           max_prompt_tokens=args.max_prompt_tokens, device=args.device, dtype=args.dtype,
-                           seed=args.seed, warmup=args.warmup, peer=not args.no_peer, library=not args.no_library,
-                           traces=not args.no_traces,
-                           cost_curves=not args.no_cost, cost_contexts=tuple(contexts),
-                           cost_max_tokens=args.cost_max_tokens, repeats=args.repeats,
-                           cv_threshold=args.cv_threshold, drift_threshold=args.drift_threshold,
-                           until_stable=args.until_stable, engine=args.engine, threads=args.threads,
-                           cache=args.cache, compile=args.compile, interleave=args.interleave,
-                           prompts_file=str(args.prompts_file) if args.prompts_file else None)
+        cfg = SweepConfig(target=target, drafts=tuple(drafts), gammas=tuple(gammas), temperatures=tuple(temps),
+                          domains=domains, prompts_per_domain=prompts, max_new_tokens=args.max_new_tokens,
+                          max_prompt_tokens=args.max_prompt_tokens, device=args.device, dtype=args.dtype,
+                          seed=args.seed, warmup=args.warmup, peer=not args.no_peer, library=not args.no_library,
+                          traces=not args.no_traces,
+                          cost_curves=not args.no_cost, cost_contexts=tuple(contexts),
+                          cost_max_tokens=args.cost_max_tokens, repeats=args.repeats,
+                          cv_threshold=args.cv_threshold, drift_threshold=args.drift_threshold,
+                          until_stable=args.until_stable, engine=args.engine, threads=args.threads,
+                          cache=args.cache, compile=args.compile, interleave=args.interleave,
+                          prompts_file=str(args.prompts_file) if args.prompts_file else None)
     except ValueError as e:
         fail(prog, str(e))
+    _check_context(cfg)
+    return cfg
+
+
+def _check_context(cfg: Any) -> None:
+    """Refuse (one line, exit 2, before any weights load) a sequence longer than the target or a ``model:``
+    draft was trained for: ``--max-prompt-tokens 9000`` on a 1,024-position model was accepted (issue 32)."""
+    from measure.engines import context_tokens
+
+    prog = "python -m measure"
+    new, gamma = cfg.max_new_tokens, cfg.gamma_max
+    longest = cfg.max_prompt_tokens + new + gamma
+    models = [("target", cfg.target)] + [(f"draft {d}", d[len("model:"):]) for d in cfg.drafts
+                                         if d.startswith("model:")]
+    for role, spec in models:
+        window = context_tokens(cfg.engine, spec)
+        if window is None:
+            continue
+        if longest > window:
+            room, new_room = window - new - gamma, window - cfg.max_prompt_tokens - gamma
+            fix = (f"valid: --max-prompt-tokens up to {room}" if room >= 1 else
+                   f"valid: --max-new-tokens up to {new_room}" if new_room >= 1 else
+                   "lower --max-prompt-tokens and --max-new-tokens")
+            fail(prog, f"--max-prompt-tokens {cfg.max_prompt_tokens} + --max-new-tokens {new} + γ {gamma} = "
+                       f"{longest} positions, more than the {window} the {role} ({spec}) was trained for; {fix}")
+        if cfg.cost_curves and max(cfg.cost_contexts) + cfg.cost_max_tokens > window:
+            fail(prog, f"--cost-contexts {max(cfg.cost_contexts)} + --cost-max-tokens {cfg.cost_max_tokens} = "
+                       f"{max(cfg.cost_contexts) + cfg.cost_max_tokens} positions, more than the {window} the "
+                       f"{role} ({spec}) was trained for; valid: contexts up to "
+                       f"{window - cfg.cost_max_tokens}, or --no-cost")
 
 
 def _fmt(v: object, nd: int = 2) -> str:

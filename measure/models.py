@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import torch
 
-from measure.engines.gguf_files import PACKAGED
+from measure.engines.gguf_files import PACKAGED, gguf_context_tokens
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -260,7 +260,7 @@ def load_model(spec: str, device: str = "cpu", dtype: str = "float32", seed: int
             valid = ", ".join(f"synthetic:{k}" for k in models) or "(presets.models has no MODELS yet)"
             raise ValueError(f"unknown synthetic model {key!r}; valid: {valid}")
         return load_synthetic(models[key], device=device, dtype=dtype, seed=seed, name=spec)
-    if os.path.isdir(spec) or ("/" in spec and not spec.startswith((".", "/")) and not os.path.exists(spec)):
+    if _is_transformers_spec(spec):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         try:
@@ -275,6 +275,41 @@ def load_model(spec: str, device: str = "cpu", dtype: str = "float32", seed: int
         return _finish(model, tok, os.path.basename(spec.rstrip("/")), src, False, device, dtype)
     valid = ", ".join(list(PACKAGED) + ["gguf:/path/file.gguf", "synthetic:<preset>", "<hub id>", "<local dir>"])
     raise ValueError(f"unknown model {spec!r}; valid: {valid}")
+
+
+def _is_transformers_spec(spec: str) -> bool:
+    """A local directory, or what looks like a hub id (``org/name`` that is not a path here)."""
+    return os.path.isdir(spec) or ("/" in spec and not spec.startswith((".", "/")) and not os.path.exists(spec))
+
+
+def context_tokens(spec: str) -> int | None:
+    """The positions model ``spec`` (as :func:`load_model` reads it) was trained for, without loading weights.
+
+    A GGUF's ``<arch>.context_length``, a preset's ``max_position``, a
+    ``config.json``'s ``max_position_embeddings`` (a hub id only when it is
+    cached: no download for a check); None when not known before loading.
+    """
+    spec = str(spec)
+    try:
+        if spec in PACKAGED:
+            return gguf_context_tokens(PACKAGED[spec]())
+    except ValueError:  # the package is missing: load_model says so
+        return None
+    if spec.startswith("gguf:"):
+        return gguf_context_tokens(Path(spec[len("gguf:"):]).expanduser())
+    if spec.startswith("synthetic:"):
+        model = preset_models().get(spec[len("synthetic:"):])
+        return int(model.max_position) if model is not None else None
+    if not _is_transformers_spec(spec):
+        return None
+    from transformers import AutoConfig
+
+    try:
+        cfg = AutoConfig.from_pretrained(spec, local_files_only=True)
+    except (OSError, ValueError, KeyError):  # not cached, no config.json, an unknown model type: load_model says
+        return None
+    n = getattr(cfg.get_text_config(), "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 def load_synthetic(spec: Any, device: str = "cpu", dtype: str = "float32", seed: int = 0,

@@ -178,6 +178,43 @@ def test_cli_files_that_are_not_what_they_claim_are_one_line(tmp_path):
            "error: " in errors[0]
 
 
+@pytest.mark.parametrize("args, msg", [
+    # issue 32: --max-prompt-tokens 9000 beyond the model's context was accepted (tiny_dir has 512 positions)
+    (("--max-prompt-tokens", "9000"), "--max-prompt-tokens 9000 + --max-new-tokens 12 + γ 2 = 9014 positions, more "
+                                      "than the 512 the target ({tiny}) was trained for; valid: --max-prompt-tokens "
+                                      "up to 498"),
+    (("--max-new-tokens", "600"), "valid: --max-new-tokens up to 254"),
+    (("--cost-contexts", "16,510"), "--cost-contexts 510 + --cost-max-tokens 3 = 513 positions, more than the 512 "
+                                    "the target ({tiny}) was trained for; valid: contexts up to 509, or --no-cost"),
+])
+def test_cli_longer_than_the_model_was_trained_for_is_one_line(tiny_dir, tmp_path, args, msg):
+    out = tmp_path / "r"
+    args = tuple(a.replace("{tiny}", tiny_dir) for a in args)
+    p = _run("--target", tiny_dir, "--gamma", "2", "--out", str(out), *BASE, *args, check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert msg.replace("{tiny}", tiny_dir) in lines[0], lines[0]
+    assert not out.exists()  # refused before any weights load, no run directory
+
+
+def test_a_draft_model_with_a_shorter_context_is_named(tmp_path):
+    # the target (smollm2-135m, 8,192 positions from its GGUF header) fits; the draft's 512 do not
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    short = tmp_path / "short"
+    with torch.random.fork_rng():
+        AutoModelForCausalLM.from_config(LlamaConfig(vocab_size=49152, hidden_size=16, intermediate_size=32,
+                                                     num_hidden_layers=1, num_attention_heads=2,
+                                                     num_key_value_heads=1, head_dim=8,
+                                                     max_position_embeddings=512)).save_pretrained(short)
+    p = _run("--target", "smollm2-135m", "--draft", f"model:{short}", "--gamma", "2", "--max-prompt-tokens", "1000",
+             "--out", str(tmp_path / "r"), *BASE, check=False)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr[-2000:]
+    assert f"more than the 512 the draft model:{short} ({short}) was trained for; valid: --max-prompt-tokens up " \
+           "to 498" in p.stderr
+
+
 @pytest.mark.parametrize("sub, args, msg", [
     ("head-sweep", ("--ks", "abc"), "--ks 'abc': each K must be an integer"),
     ("head-sweep", ("--ks", "0"), "--ks '0'"),
@@ -221,6 +258,39 @@ def test_cli_prompts_file_and_fingerprint_refusal(tiny_dir, tmp_path):
              str(out), "--no-peer", "--no-cost", *BASE, "--max-new-tokens", "8", check=False)
     assert p.returncode == 2 and "refusing to resume" in p.stderr and "max_new_tokens 12 -> 8" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+    # issue 32: resuming a run measured without the peer, now with it (or the reverse), was accepted
+    p = _run("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "2", "--prompts-file", str(pf), "--out",
+             str(out), "--no-cost", *BASE, check=False)
+    assert p.returncode == 2 and "refusing to resume" in p.stderr and "(peer false -> true)" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_ctrl_c_twice_is_one_line_and_no_traceback(tiny_dir, tmp_path):
+    # issue 32: a second Ctrl-C landed in Python's shutdown: "Exception ignored in atexit callback" and a
+    # KeyboardInterrupt traceback from torch's library finalizers. Here Ctrl-C once while cells are measured,
+    # then again every 20 ms until the process is gone, so some land in every stage of the shutdown.
+    import signal
+    import time
+
+    out = tmp_path / "r"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    p = subprocess.Popen([sys.executable, "-m", "measure", "--target", tiny_dir, "--draft", "ngram:2", "--gamma",
+                          "2,4", "--domains", "code,docs", "--prompts", "2", "--max-new-tokens", "200", "--repeats",
+                          "5", "--warmup", "0", "--no-cost", "--no-peer", "--no-system-check", "--no-progress",
+                          "--quiet", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while not (out / "visits.partial.jsonl").exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # the first visit is staged: the sweep is measuring
+    assert p.poll() is None, p.communicate()[1][-2000:]
+    p.send_signal(signal.SIGINT)
+    while p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+        p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=10)
+    assert p.returncode in (130, -signal.SIGINT), (p.returncode, err[-2000:])  # a shell shows both as 130
+    assert "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
+    assert f"interrupted: finished cells are kept in {out}" in err.strip().splitlines()[-1]
 
 
 def test_cli_unwritable_out_and_mismatched_vocab(tiny_dir, tmp_path):

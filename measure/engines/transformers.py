@@ -414,6 +414,13 @@ def check_specs(target_spec: str, draft_specs: tuple[str, ...] | list[str]) -> N
         parse_draft_spec(d)
 
 
+def context_tokens(spec: str) -> int | None:
+    """:func:`measure.models.context_tokens`: the training context of model ``spec``, without its weights."""
+    from measure.models import context_tokens as model_context_tokens
+
+    return model_context_tokens(spec)
+
+
 def make_engine(options: EngineOptions) -> TransformersEngine:
     """The transformers engine configured by ``options`` (see :mod:`measure.engines`)."""
     return TransformersEngine(options)
