@@ -41,6 +41,8 @@ DEFAULT_GAMMAS = ("fixed:2", "fixed:4")
 DEFAULT_REPEATS = 3
 GPU_DEFAULT_PAIRS = ("gpt2-small-large", "llama3-1b-3b")
 SUBCOMMANDS = ("head-sweep", "head-recall", "build-llamacpp")
+DEFAULT_COST_CONTEXTS = "64,160,256"
+DEFAULT_COST_MAX_TOKENS = 16
 
 
 # long: the argparse declarations of every option: a list, not logic
@@ -86,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     p.add_argument("--engine", default="transformers", choices=ENGINES, help="inference engine")
     p.add_argument("--threads", type=int_arg(1, 1024), default=None, help="CPU threads (default: the engine's)")
-    p.add_argument("--cache", default="static", choices=CACHES, help="KV cache kind (transformers engine)")
+    p.add_argument("--cache", default=None, type=choice_arg("cache", CACHES),
+                   help=f"KV cache kind (transformers engine): {', '.join(CACHES)} (default {CACHES[0]})")
     p.add_argument("--compile", action="store_true", help="torch.compile the decode steps (transformers engine)")
     p.add_argument("--seed", type=int_arg(0, 2**31 - 1), default=0)
     p.add_argument("--warmup", type=int_arg(0, 100), default=1, help="warm-up generations per mode per cell "
@@ -101,8 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-traces", action="store_true", help="skip teacher-forced acceptance traces")
     p.add_argument("--no-cost", action="store_true", help="skip the cost curves")
     p.add_argument("--no-system-check", action="store_true", help="skip the pre-run check of the machine")
-    p.add_argument("--cost-contexts", default="64,160,256", help="context lengths of the cost curves")
-    p.add_argument("--cost-max-tokens", type=int_arg(1, 1024), default=16)
+    p.add_argument("--cost-contexts", default=None, help=f"context lengths of the cost curves (default "
+                   f"{DEFAULT_COST_CONTEXTS})")
+    p.add_argument("--cost-max-tokens", type=int_arg(1, 1024), default=None,
+                   help=f"most tokens a cost-curve forward feeds (default {DEFAULT_COST_MAX_TOKENS})")
     p.add_argument("--executor", default="local", choices=("local", "ray"),
                    help="where the cells run: here, or one Ray task per cell on a Ray cluster (the ray extra)")
     p.add_argument("--ray-address", default=None, metavar="auto|HOST:PORT",
@@ -135,6 +140,7 @@ def _split_drafts(text: str) -> list[str]:
 
 
 def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
+    from measure.engines.base import CACHES
     from measure.sweep import SweepConfig
 
     prog = "python -m measure"
@@ -155,7 +161,7 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
             g = GammaSpec("fixed", int(g)).to_str()
         gammas.append(g)
     contexts = []
-    for c in csv_items("--cost-contexts", args.cost_contexts):
+    for c in csv_items("--cost-contexts", args.cost_contexts or DEFAULT_COST_CONTEXTS):
         if not c.isdigit() or int(c) < 1:
             fail(prog, f"--cost-contexts {c!r}: expected comma-separated integers >= 1")
         contexts.append(int(c))
@@ -168,10 +174,10 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
                           seed=args.seed, warmup=args.warmup, peer=not args.no_peer, library=not args.no_library,
                           traces=not args.no_traces,
                           cost_curves=not args.no_cost, cost_contexts=tuple(contexts),
-                          cost_max_tokens=args.cost_max_tokens, repeats=args.repeats,
+                          cost_max_tokens=args.cost_max_tokens or DEFAULT_COST_MAX_TOKENS, repeats=args.repeats,
                           cv_threshold=args.cv_threshold, drift_threshold=args.drift_threshold,
                           until_stable=args.until_stable, engine=args.engine, threads=args.threads,
-                          cache=args.cache, compile=args.compile, interleave=args.interleave,
+                          cache=args.cache or CACHES[0], compile=args.compile, interleave=args.interleave,
                           prompts_file=str(args.prompts_file) if args.prompts_file else None)
     except ValueError as e:
         fail(prog, str(e))
@@ -358,6 +364,16 @@ def _early_checks(args: argparse.Namespace, out: Path) -> None:
     prog = "python -m measure"
     if args.pair and (args.target or args.draft):
         fail(prog, f"--pair {args.pair!r} sets both target and draft; do not combine it with --target/--draft")
+    ignored = []  # flags the chosen engine or --no-cost would ignore (issue 32: refused, as sim does)
+    if args.engine != "transformers":
+        ignored += [(f, f"--engine {args.engine} has no such setting (transformers engine only)")
+                    for f, given in (("--cache", args.cache is not None), ("--compile", args.compile)) if given]
+    if args.no_cost:
+        ignored += [(f, "--no-cost skips the cost curves") for f, v in
+                    (("--cost-contexts", args.cost_contexts), ("--cost-max-tokens", args.cost_max_tokens))
+                    if v is not None]
+    if ignored:
+        fail(prog, f"{ignored[0][0]} would be ignored: {ignored[0][1]}; drop it")
     if args.pair and args.prompts_file:
         fail(prog, "--pair uses synthetic random-weight models (timing only); --prompts-file is not used there")
     for flag, v in (("--target", args.target), ("--draft", args.draft), ("--pair", args.pair)):

@@ -231,9 +231,7 @@ def _load_gguf(path: Path, name: str, source: str, device: str, dtype: str) -> L
     The copy holds exactly what the dequantiser gave (float32 safetensors, the tokenizer saved by
     transformers), so a model loaded from it is the same as one loaded from the GGUF file.
     """
-    if not path.is_file():
-        raise ValueError(f"GGUF file {str(path)!r} does not exist")
-    cached = dequantised_dir(path)
+    cached = dequantised_dir(path)  # the file was checked by check_model_spec
     loaded = _from_dequantised(cached)
     if loaded is None:
         loaded = _from_gguf(path)
@@ -242,11 +240,39 @@ def _load_gguf(path: Path, name: str, source: str, device: str, dtype: str) -> L
     return _finish(model, tok, name, source, False, device, dtype)
 
 
+def check_model_spec(spec: str, flag: str = "") -> None:
+    """Refuse, without reading any weights, a model spec :func:`load_model` cannot load (one-line ``ValueError``
+    starting with ``flag``, e.g. ``"--target "``): an unknown form, a ``gguf:`` file that is missing or not
+    GGUF, an unknown ``synthetic:`` preset, a local path that does not exist, a packaged model whose package
+    is missing. A hub id is left to ``from_pretrained``."""
+    from measure.engines.gguf_files import check_gguf
+
+    spec = str(spec)
+    who = f"{flag}{spec}" if flag else f"model {spec!r}"
+    if spec in PACKAGED:
+        PACKAGED[spec]()  # its own one line when the package is missing
+    elif spec.startswith("gguf:"):
+        check_gguf(spec[len("gguf:"):], f"{flag}gguf:")
+    elif spec.startswith("synthetic:"):
+        key, models = spec[len("synthetic:"):], preset_models()
+        if key not in models:
+            valid = ", ".join(f"synthetic:{k}" for k in models) or "(presets.models has no MODELS yet)"
+            raise ValueError(f"{who}: unknown synthetic model {key!r}; valid: {valid}")
+    elif spec.startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(spec)):
+        raise ValueError(f"{who}: no such directory (a local model is a directory holding config.json; "
+                         "a GGUF file is gguf:FILE)")
+    elif not _is_transformers_spec(spec):
+        valid = ", ".join(list(PACKAGED) + ["gguf:/path/file.gguf", "synthetic:<preset>", "<hub id>", "<local dir>"])
+        raise ValueError(f"{who}: unknown model; valid: {valid}")
+
+
 def load_model(spec: str, device: str = "cpu", dtype: str = "float32", seed: int = 0) -> LoadedModel:
-    """Load a model by spec (see module docstring). ``seed`` fixes synthetic weights."""
+    """Load a model by spec (see module docstring; :func:`check_model_spec` first). ``seed`` fixes synthetic
+    weights."""
     device = resolve_device(device)
     resolve_dtype(dtype)
     spec = str(spec)
+    check_model_spec(spec)
     if spec in PACKAGED:
         path = PACKAGED[spec]()
         return _load_gguf(path, spec, f"gguf:{path}", device, dtype)
@@ -254,27 +280,21 @@ def load_model(spec: str, device: str = "cpu", dtype: str = "float32", seed: int
         path = Path(spec[len("gguf:"):]).expanduser()
         return _load_gguf(path, path.stem, spec, device, dtype)
     if spec.startswith("synthetic:"):
-        key = spec[len("synthetic:"):]
-        models = preset_models()
-        if key not in models:
-            valid = ", ".join(f"synthetic:{k}" for k in models) or "(presets.models has no MODELS yet)"
-            raise ValueError(f"unknown synthetic model {key!r}; valid: {valid}")
-        return load_synthetic(models[key], device=device, dtype=dtype, seed=seed, name=spec)
-    if _is_transformers_spec(spec):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        return load_synthetic(preset_models()[spec[len("synthetic:"):]], device=device, dtype=dtype, seed=seed,
+                              name=spec)
+    # a local directory or a hub id
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        try:
-            model = AutoModelForCausalLM.from_pretrained(spec, dtype=resolve_dtype(dtype))
-        except (OSError, ValueError) as e:
-            raise ValueError(f"cannot load model {spec!r}: {str(e).splitlines()[0]}") from None
-        try:
-            tok = AutoTokenizer.from_pretrained(spec)
-        except (OSError, ValueError, TypeError, KeyError):
-            tok = None
-        src = f"dir:{os.path.abspath(spec)}" if os.path.isdir(spec) else f"hf:{spec}"
-        return _finish(model, tok, os.path.basename(spec.rstrip("/")), src, False, device, dtype)
-    valid = ", ".join(list(PACKAGED) + ["gguf:/path/file.gguf", "synthetic:<preset>", "<hub id>", "<local dir>"])
-    raise ValueError(f"unknown model {spec!r}; valid: {valid}")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(spec, dtype=resolve_dtype(dtype))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot load model {spec!r}: {str(e).splitlines()[0]}") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(spec)
+    except (OSError, ValueError, TypeError, KeyError):
+        tok = None
+    src = f"dir:{os.path.abspath(spec)}" if os.path.isdir(spec) else f"hf:{spec}"
+    return _finish(model, tok, os.path.basename(spec.rstrip("/")), src, False, device, dtype)
 
 
 def _is_transformers_spec(spec: str) -> bool:

@@ -38,8 +38,9 @@ def tiny_dir(tmp_path_factory):
     return str(path)
 
 
-BASE = ("--prompts", "1", "--max-new-tokens", "12", "--cost-contexts", "16", "--cost-max-tokens", "3",
-        "--quiet", "--warmup", "0", "--repeats", "2", "--no-system-check", "--no-progress")
+NO_COST = ("--prompts", "1", "--max-new-tokens", "12", "--quiet", "--warmup", "0", "--repeats", "2",
+           "--no-system-check", "--no-progress", "--no-cost")
+BASE = (*NO_COST[:-1], "--cost-contexts", "16", "--cost-max-tokens", "3")
 
 
 def test_cli_run_writes_run_directory(tiny_dir, tmp_path):
@@ -99,7 +100,7 @@ def test_cli_resume_skips_finished_cells(tiny_dir, tmp_path):
     assert json.loads(p.stdout.strip().splitlines()[-1])["n_cells"] == 2
 
 
-NO_MODEL = "/nonexistent/specscope-model"  # any attempt to load it would fail with a different message
+NO_MODEL = "specscope-tests/no-such-model"  # a hub id never cached: any attempt to load it fails differently
 
 
 @pytest.mark.parametrize("args, msg", [
@@ -138,6 +139,11 @@ NO_MODEL = "/nonexistent/specscope-model"  # any attempt to load it would fail w
     (("--engine", "vllm"), "argument --engine: invalid choice: 'vllm'"),
     (("--prompts-file", "/nonexistent/p.jsonl"), "--prompts-file '/nonexistent/p.jsonl': no such file"),
     (("--bogus",), "unknown option '--bogus'"),
+    # issue 32: flags the engine or --no-cost would ignore are refused, as sim refuses them
+    (("--no-cost",), "--cost-contexts would be ignored: --no-cost skips the cost curves; drop it"),
+    (("--engine", "llamacpp", "--compile"), "--compile would be ignored: --engine llamacpp has no such setting"),
+    (("--engine", "llamacpp", "--cache", "dynamic"), "--cache would be ignored"),
+    (("--cache", "paged"), "argument --cache: unknown cache 'paged'; valid: static, dynamic"),
 ])
 def test_cli_bad_input_is_one_line_before_any_model_loads(tmp_path, args, msg):
     out = tmp_path / "r"
@@ -147,6 +153,27 @@ def test_cli_bad_input_is_one_line_before_any_model_loads(tmp_path, args, msg):
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and msg in lines[0] and "usage:" not in p.stderr, p.stderr[-2000:]
     assert not out.exists()  # no run directory, let alone one marked failed
+
+
+@pytest.mark.parametrize("args, msg", [
+    # a bad --target was found only when it loaded: the run directory was made (and closed failed) first
+    (("--target", "/nonexistent/specscope-model"), "--target /nonexistent/specscope-model: no such directory"),
+    (("--target", "./no-such-dir"), "--target ./no-such-dir: no such directory"),
+    (("--target", "gguf:{text}"), "--target gguf:{text}: not a GGUF file"),
+    (("--target", "gguf:/nonexistent/m.gguf"), "--target gguf:/nonexistent/m.gguf: no such file"),
+    (("--target", "synthetic:nope"), "--target synthetic:nope: unknown synthetic model 'nope'; valid: synthetic:"),
+    (("--target", "nosuchthing"), "--target nosuchthing: unknown model; valid: smollm2-135m"),
+    (("--target", NO_MODEL, "--draft", "model:/nonexistent/d"), "--draft model:/nonexistent/d: no such directory"),
+])
+def test_cli_bad_model_spec_is_one_line_before_the_run_directory(tmp_path, args, msg):
+    text = tmp_path / "notes.gguf"
+    text.write_text("not a model")
+    out = tmp_path / "r"
+    p = _run(*(a.replace("{text}", str(text)) for a in args), "--out", str(out), *BASE, check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert msg.replace("{text}", str(text)) in lines[0], lines[0]
+    assert not out.exists()
 
 
 def test_cli_out_is_a_file_and_unknown_subcommand(tmp_path):
@@ -170,7 +197,7 @@ def test_cli_files_that_are_not_what_they_claim_are_one_line(tmp_path):
     gguf = tmp_path / "tiny.gguf"
     gguf.write_bytes(b"GGUF")
     p = _run("--target", f"gguf:{gguf}", "--draft", "ngram:2", "--gamma", "2", "--domains", "code", "--no-peer",
-             "--no-cost", "--out", str(tmp_path / "g"), *BASE, check=False)
+             "--out", str(tmp_path / "g"), *NO_COST, check=False)
     errors = [ln for ln in p.stderr.strip().splitlines() if "error" in ln.lower()]  # after the "loading" progress line
     assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert len(errors) == 1 and errors[0] == p.stderr.strip().splitlines()[-1], p.stderr[-2000:]
@@ -249,18 +276,18 @@ def test_cli_prompts_file_and_fingerprint_refusal(tiny_dir, tmp_path):
     pf.write_text('{"prompt": "def add(a, b):", "domain": "mycode"}\n{"prompt": "Say hi.", "domain": "chat"}\n')
     out = tmp_path / "r"
     _run("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "2", "--prompts-file", str(pf), "--out", str(out),
-         "--no-peer", "--no-cost", *BASE)
+         "--no-peer", *NO_COST)
     run = records.load_run(out)
     assert set(run.table("cells")["domain"]) == {"mycode", "chat"}
     sel = run.meta["prompt_selection"]
     assert sel["format"] == "jsonl" and len(sel["sha256"]) == 64
     p = _run("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "2", "--prompts-file", str(pf), "--out",
-             str(out), "--no-peer", "--no-cost", *BASE, "--max-new-tokens", "8", check=False)
+             str(out), "--no-peer", *NO_COST, "--max-new-tokens", "8", check=False)
     assert p.returncode == 2 and "refusing to resume" in p.stderr and "max_new_tokens 12 -> 8" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
     # issue 32: resuming a run measured without the peer, now with it (or the reverse), was accepted
     p = _run("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "2", "--prompts-file", str(pf), "--out",
-             str(out), "--no-cost", *BASE, check=False)
+             str(out), *NO_COST, check=False)
     assert p.returncode == 2 and "refusing to resume" in p.stderr and "(peer false -> true)" in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
 

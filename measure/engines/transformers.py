@@ -406,12 +406,17 @@ def peer_generate(target: Any, draft: Any, input_ids: torch.Tensor, gamma: int, 
 
 
 def check_specs(target_spec: str, draft_specs: tuple[str, ...] | list[str]) -> None:
-    """Draft specs by :func:`measure.drafts.parse_draft_spec` (syntax; layer bounds need the loaded target)."""
+    """The target and every ``model:`` draft by :func:`measure.models.check_model_spec` (no weights: a missing
+    path, a file that is not GGUF, an unknown form), draft specs by :func:`measure.drafts.parse_draft_spec`
+    (syntax; layer bounds need the loaded target)."""
     from measure.drafts import parse_draft_spec
+    from measure.models import check_model_spec
 
-    del target_spec  # a hub id or path is resolved by transformers at load
+    check_model_spec(target_spec, "--target ")
     for d in draft_specs:
-        parse_draft_spec(d)
+        spec = parse_draft_spec(d)
+        if spec.kind == "model":
+            check_model_spec(spec.arg, "--draft model:")
 
 
 def context_tokens(spec: str) -> int | None:
