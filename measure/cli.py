@@ -488,10 +488,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for target, drafts, o in jobs:
             results.append(_one(args, target, drafts, o, command, check))
     except KeyboardInterrupt as e:
-        import signal
-
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while the process winds down: no traceback
         sig = "SIGTERM" if type(e).__name__ == "Terminated" else "interrupted"
+        # a second Ctrl-C while the process winds down: exit now, then ignored in the shutdown; no traceback
         exit_on_next_interrupt(143 if sig == "SIGTERM" else 130)
         print(f"{sig}: finished cells are kept in {jobs[len(results)][2]} (re-run with the same --out "
               "to resume)", file=sys.stderr)

@@ -25,6 +25,7 @@ before any work, so a bad ``--out`` fails in a second, not after the run.
 from __future__ import annotations
 
 import argparse
+import atexit
 import difflib
 import math
 import os
@@ -73,9 +74,10 @@ def fail(prog: str, message: object) -> NoReturn:
 
 
 def exit_on_next_interrupt(code: int) -> None:
-    """Call where a first Ctrl-C was handled (the run closed, its line printed): a second one then ends the
-    process at once with ``code`` instead of raising ``KeyboardInterrupt`` in Python's shutdown, where an atexit
-    hook (torch's library finalizers) printed a traceback and the exit status became -SIGINT (issue 32)."""
+    """Call where a first Ctrl-C was handled (the run closed, its line printed). Until Python's shutdown a
+    second one ends the process at once with ``code``; from the shutdown on (atexit hooks, finalizers) Ctrl-C is
+    ignored, so the exit status stays ``code``. Before, a second Ctrl-C raised ``KeyboardInterrupt`` in an
+    atexit hook (torch's library finalizers): a traceback and the exit status -SIGINT (issue 32)."""
 
     def now(_sig: int, _frame: object) -> None:
         for stream in (sys.stdout, sys.stderr):
@@ -88,7 +90,10 @@ def exit_on_next_interrupt(code: int) -> None:
     try:
         signal.signal(signal.SIGINT, now)
     except ValueError:  # not the main thread: nothing to install
-        pass
+        return
+    # registered last, run first: Python resets a handler of its own to the default (death by SIGINT) late in
+    # the shutdown, an ignored signal it leaves ignored
+    atexit.register(signal.signal, signal.SIGINT, signal.SIG_IGN)
 
 
 def _typed(convert: Callable[[str], T]) -> Callable[[str], T]:
