@@ -181,14 +181,17 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
                           prompts_file=str(args.prompts_file) if args.prompts_file else None)
     except ValueError as e:
         fail(prog, str(e))
-    _check_context(cfg)
+    _check_models(cfg)
     return cfg
 
 
-def _check_context(cfg: Any) -> None:
-    """Refuse (one line, exit 2, before any weights load) a sequence longer than the target or a ``model:``
-    draft was trained for: ``--max-prompt-tokens 9000`` on a 1,024-position model was accepted (issue 32)."""
+def _check_models(cfg: Any) -> None:
+    """Refuse (one line, exit 2, before any weights load and before the run directory) a model spec the
+    transformers engine cannot load (:func:`measure.models.check_model_spec`; llama.cpp's are checked by its
+    ``check_specs``) and a sequence longer than the target or a ``model:`` draft was trained for
+    (``--max-prompt-tokens 9000`` on a 1,024-position model was accepted, issue 32)."""
     from measure.engines import context_tokens
+    from measure.models import check_model_spec
 
     prog = "python -m measure"
     new, gamma = cfg.max_new_tokens, cfg.gamma_max
@@ -196,6 +199,11 @@ def _check_context(cfg: Any) -> None:
     models = [("target", cfg.target)] + [(f"draft {d}", d[len("model:"):]) for d in cfg.drafts
                                          if d.startswith("model:")]
     for role, spec in models:
+        if cfg.engine == "transformers":
+            try:
+                check_model_spec(spec, "--target " if role == "target" else "--draft model:")
+            except ValueError as e:
+                fail(prog, str(e))
         window = context_tokens(cfg.engine, spec)
         if window is None:
             continue
