@@ -25,7 +25,7 @@ from sim.policies import GammaSpec
 from toolkit.cli import OneLineParser, choice_arg, csv_items, exit_on_next_interrupt, fail, float_arg, int_arg
 
 DEFAULT_TARGET = "smollm2-135m"
-#: Chosen by measurement on the 2-core CPU (README, "Measured on this CPU"):
+#: Chosen by measurement on the 2-core CPU (results/2026-11-24-readme-evidence.md §5):
 #: ``python -m measure --draft ngram:3,int8,bf16 --gamma 4 --prompts 2 --max-new-tokens 64
 #: --no-cost --no-peer`` gave 1.16x / 0.89x / 0.97x (code / conversation / docs) for
 #: prompt lookup, 1.17x / 0.85x / 0.84x for an int8 copy and 1.01x / 1.03x / 0.98x for a
@@ -35,7 +35,7 @@ DEFAULT_DRAFTS = ("ngram:3",)
 DEFAULT_GAMMAS = ("fixed:2", "fixed:4")
 #: Repeats per cell: 3, so each cell has 6 (prompt, repeat) pairs. With the visits interleaved across the
 #: cells, one pair's speedup varies by 6.6-8.1% on this 2-core VM (``benchmarks/pair_noise.py`` on
-#: results/cpu-make-run-interleaved-c, -d), so 4 pairs left a cell's mean about ±4% from its truth:
+#: the runs interleaved-c, -d of results/2026-11-24-readme-evidence.md §3.5), so 4 pairs left a cell's mean about ±4% from its truth:
 #: close to the 5% the calibration is judged by. Each repeat of
 #: the default job (6 cells × 2 prompts × 3 modes × 64 tokens) takes about 2.5 min here.
 DEFAULT_REPEATS = 3
