@@ -13,11 +13,11 @@ JSON line. Bad input: one-line error, exit status 2.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from sim.cliargs import OneLineParser, check_output_dir, choice_arg, fail, int_arg, nonempty_arg
+from toolkit.cli import OneLineParser, check_output_dir, choice_arg, fail, int_arg, nonempty_arg
+from toolkit.jsonio import strict_dumps
 
 # the same names as calibrate.calibration.HOLDOUT_MODES (a test checks), here so a bad value fails before
 # pandas and scipy are imported
@@ -96,7 +96,6 @@ def main(argv: list[str] | None = None) -> int:
         check_output_dir("--out", out)
         from calibrate.calibration import calibrate
         from calibrate.outputs import write_outputs
-        from measure.records import strict_dumps
 
         res = calibrate(args.runs, holdout=args.holdout, seed=args.seed,
                         allow_incomplete=args.allow_incomplete,
