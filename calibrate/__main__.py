@@ -1,4 +1,4 @@
-"""``python -m calibrate RUN_DIR [RUN_DIR ...] [--holdout gamma|domain|k|none] [--out DIR]``.
+"""``python -m calibrate RUN_DIR [RUN_DIR ...] [--holdout auto|gamma|domain|k|none] [--out DIR]``.
 
 ``python -m calibrate ingest FILE...`` reads an engine's metrics instead (see
 :mod:`calibrate.ingest.cli`).
@@ -21,7 +21,7 @@ from sim.cliargs import OneLineParser, check_output_dir, choice_arg, fail, int_a
 
 # the same names as calibrate.calibration.HOLDOUT_MODES (a test checks), here so a bad value fails before
 # pandas and scipy are imported
-HOLDOUT_CHOICES = ("gamma", "domain", "k", "none")
+HOLDOUT_CHOICES = ("auto", "gamma", "domain", "k", "none")
 PROG = "python -m calibrate"
 
 
@@ -76,8 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", type=nonempty_arg("run directory"),
                     help="run directories written by python -m measure")
-    ap.add_argument("--holdout", default="gamma", type=choice_arg("--holdout", HOLDOUT_CHOICES), metavar="MODE",
-                    help=f"what to hold out for validation: {'|'.join(HOLDOUT_CHOICES)} (default gamma)")
+    ap.add_argument("--holdout", default="auto", type=choice_arg("--holdout", HOLDOUT_CHOICES), metavar="MODE",
+                    help=f"what to hold out for validation: {'|'.join(HOLDOUT_CHOICES)} (default auto: gamma when "
+                         "the runs have two or more γ, else domain, then k, else none; one line says which)")
     ap.add_argument("--out", default=None, type=nonempty_arg("directory"),
                     help="output directory (default: <first RUN_DIR>/calibration)")
     ap.add_argument("--seed", type=int_arg(0, 2**63 - 1), default=0, help="event-simulator seed (default 0)")
@@ -101,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
+    print(res.holdout_choice.note)
     print_report(res)
     for note in res.data.notes:
         print(f"note: {note}", file=sys.stderr)

@@ -14,6 +14,11 @@ Pipeline (:func:`calibrate`):
      interpolated in log K between the neighbouring training K; draft step
      time from the K-term of the draft fit on the other K's timings).
    * ``none``: no fold; only in-sample numbers.
+   * ``auto`` (the default): ``gamma`` when the cells have two or more γ
+     policies; otherwise ``domain`` (two or more domains), then ``k`` (two
+     or more kept-vocabulary K), else ``none``; :func:`choose_holdout` says
+     in one line what it chose and why. A mode named explicitly that the
+     cells cannot support is refused in one line naming the modes they can.
 
    **What is held out and what is not:** acceptance (rounds and traces),
    per-round overhead, the in-loop scale factors and the prefill (TTFT) fit
@@ -50,7 +55,9 @@ from sim.cost import CostModel
 from sim.events import simulate_request
 from sim.policies import GammaSpec
 
-HOLDOUT_MODES: tuple[str, ...] = ("gamma", "domain", "k", "none")
+#: Hold-out modes that split the cells into folds (``auto`` resolves to one of them).
+FOLD_MODES: tuple[str, ...] = ("gamma", "domain", "k", "none")
+HOLDOUT_MODES: tuple[str, ...] = ("auto", *FOLD_MODES)
 METHODS: tuple[str, ...] = ("closed_form", "trace", "event_sim")
 CALIBRATION_SCHEMA_VERSION = 1
 #: Seeded event-simulator requests averaged per prompt.
@@ -170,20 +177,76 @@ def _check_hardware(cells: pd.DataFrame, runs: dict[str, Run], pool: bool) -> li
     return [f"cells of {len(counts)} different machines pooled in one fit (--pool-hardware): {listing}"]
 
 
+_FOLD_COLUMN = {"gamma": "gamma_policy", "domain": "domain", "k": "head_k"}
+_FOLD_NOUN = {"gamma": "γ policies", "domain": "domains", "k": "kept-vocabulary K values"}
+
+
+def _fold_values(cells: pd.DataFrame, mode: str) -> list:
+    values = cells[_FOLD_COLUMN[mode]].dropna().unique()
+    return sorted(values, key=lambda v: (str(type(v)), v))
+
+
+@dataclass(frozen=True)
+class HoldoutChoice:
+    """The hold-out mode a calibration uses and, when ``auto`` chose it, the one line saying why."""
+
+    mode: str
+    requested: str
+    note: str
+
+    @property
+    def adapted(self) -> bool:
+        """True when ``auto`` fell back from the usual leave-one-γ-out (the note then goes into calibration.json)."""
+        return self.requested == "auto" and self.mode != "gamma"
+
+
+def _list(values: list) -> str:
+    return ", ".join(str(int(v)) if isinstance(v, float) and v.is_integer() else str(v) for v in values)
+
+
+def choose_holdout(cells: pd.DataFrame, requested: str = "auto") -> HoldoutChoice:
+    """Resolve ``requested`` (``auto`` or a mode of :data:`FOLD_MODES`) against the cells.
+
+    ``auto``: leave one γ policy out when there are two or more; otherwise one
+    domain, then one K; else nothing (in-sample only). A mode named explicitly
+    that the cells cannot support raises ``ValueError`` naming the modes that
+    would work.
+    """
+    if requested not in HOLDOUT_MODES:
+        raise ValueError(f"unknown --holdout {requested!r}; valid: {', '.join(HOLDOUT_MODES)}")
+    counts = {m: _fold_values(cells, m) for m in _FOLD_COLUMN}
+    possible = [m for m in _FOLD_COLUMN if len(counts[m]) >= 2]
+    if requested != "auto":
+        if requested != "none" and requested not in possible:
+            found = counts[requested]
+            fix = " or ".join(f"--holdout {m} ({len(counts[m])} {_FOLD_NOUN[m]})" for m in possible)
+            raise ValueError(
+                f"--holdout {requested}: need at least 2 distinct {_FOLD_COLUMN[requested]} values to hold one "
+                f"out, found {len(found)} ({_list(found) or 'none'}); use {fix + ' or ' if fix else ''}"
+                "--holdout none (in-sample only), or leave --holdout out to let calibrate choose")
+        return HoldoutChoice(requested, requested, f"hold-out: {requested} (--holdout {requested})")
+    if "gamma" in possible:
+        return HoldoutChoice("gamma", "auto", f"hold-out: gamma (the default: each of the {len(counts['gamma'])} "
+                                              "γ policies predicted from the others)")
+    gammas = _list(counts["gamma"]) or "none"
+    for mode in ("domain", "k"):
+        if mode in possible:
+            return HoldoutChoice(mode, "auto", (
+                f"hold-out: {mode}, not gamma (the run has one γ policy, {gammas}): each of the "
+                f"{len(counts[mode])} {_FOLD_NOUN[mode]} predicted from the others; measure a second γ "
+                "(--gamma 2,4) to hold out by γ"))
+    return HoldoutChoice("none", "auto", (
+        f"hold-out: none (one γ policy, {gammas}, one domain, {_list(counts['domain']) or 'none'}: nothing to hold "
+        "out); the errors below are in-sample only; measure a second γ (--gamma 2,4) for a held-out check"))
+
+
 def holdout_folds(cells: pd.DataFrame, mode: str) -> list[tuple[str, pd.Series]]:
-    """Leave-one-group-out folds: (label, boolean mask of the held-out cells)."""
-    if mode not in HOLDOUT_MODES:
-        raise ValueError(f"unknown --holdout {mode!r}; valid: {', '.join(HOLDOUT_MODES)}")
+    """Leave-one-group-out folds: (label, boolean mask of the held-out cells); ``mode`` may be ``auto``."""
+    mode = choose_holdout(cells, mode).mode
     if mode == "none":
         return []
-    col = {"gamma": "gamma_policy", "domain": "domain", "k": "head_k"}[mode]
-    values = cells[col].dropna().unique()
-    if len(values) < 2:
-        raise ValueError(
-            f"--holdout {mode}: need at least 2 distinct {col} values to hold one out, found "
-            f"{len(values)} ({', '.join(map(str, values)) or 'none'}); valid: {', '.join(HOLDOUT_MODES)}"
-        )
-    return [(f"{col}={v}", cells[col] == v) for v in sorted(values, key=lambda v: (str(type(v)), v))]
+    col = _FOLD_COLUMN[mode]
+    return [(f"{col}={v}", cells[col] == v) for v in _fold_values(cells, mode)]
 
 
 @dataclass(frozen=True)
@@ -549,7 +612,7 @@ class CalibrationResult:
     """Everything a calibration produced (written to disk by :func:`write_outputs`)."""
 
     data: Dataset
-    holdout: str
+    holdout: str  # the mode used (never "auto")
     models: FoldModels  # fitted on every cell
     in_sample: pd.DataFrame
     held_out: pd.DataFrame  # empty for holdout "none"
@@ -563,6 +626,8 @@ class CalibrationResult:
     pooled_acceptance: dict[str, AcceptanceFit] = field(default_factory=dict)
     #: per acceptance group, its greedy proposal-run trace (exact replay in ``python -m sim``), where recorded
     group_traces: dict[AcceptanceGroup, RunTraceAcceptance] = field(default_factory=dict)
+    #: what ``--holdout`` resolved to, and the one line saying so
+    holdout_choice: HoldoutChoice | None = None
 
 
 def pooled_acceptance(data: Dataset) -> dict[str, AcceptanceFit]:
@@ -588,7 +653,7 @@ def group_traces(data: Dataset) -> dict[AcceptanceGroup, RunTraceAcceptance]:
     return out
 
 
-def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
+def calibrate(paths: list[str | Path], holdout: str = "auto", seed: int = 0,
               allow_incomplete: bool = False, pool_hardware: bool = False) -> CalibrationResult:
     """Fit on the run directories and validate on held-out cells (see module docstring).
 
@@ -598,11 +663,14 @@ def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
     of the prefill fit, and are predicted like the others, but their errors
     are reported apart (``CalibrationResult.unstable_held_out``), never in the
     MAPE. Their acceptance (rounds, traces) is kept in the fits: which tokens
-    were accepted does not depend on how fast the machine was.
+    were accepted does not depend on how fast the machine was. ``holdout``
+    ``auto`` is resolved by :func:`choose_holdout`.
     """
     if holdout not in HOLDOUT_MODES:
         raise ValueError(f"unknown --holdout {holdout!r}; valid: {', '.join(HOLDOUT_MODES)}")
     data = load_runs(paths, allow_incomplete=allow_incomplete, pool_hardware=pool_hardware)
+    choice = choose_holdout(data.cells, holdout)
+    holdout = choice.mode
     folds = holdout_folds(data.cells, holdout)
     cal = Calibrator(data, seed=seed)
     flagged = data.cells["unstable"].astype(bool)
@@ -634,7 +702,8 @@ def calibrate(paths: list[str | Path], holdout: str = "gamma", seed: int = 0,
     return CalibrationResult(data, holdout, all_models, in_sample, held_out, mape_table(in_sample),
                              mape_table(held_out) if len(held_out) else {}, tuple(fold_info), curves,
                              unstable_table(held_out) if len(held_out) else unstable_table(in_sample),
-                             tuple(data.cells.loc[flagged, "key"]), pooled_acceptance(data), group_traces(data))
+                             tuple(data.cells.loc[flagged, "key"]), pooled_acceptance(data), group_traces(data),
+                             choice)
 
 
 def slug(text: str) -> str:

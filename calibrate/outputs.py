@@ -179,7 +179,10 @@ def _calibration_doc(res: CalibrationResult, files: dict, cost_section: dict, ac
         "created_utc": utc_now(),
         "runs": {label: {"path": str(Path(r.path).resolve()), "status": r.status, "hardware": r.meta.get("hardware"),
                          "models": r.meta.get("models")} for label, r in data.runs.items()},
-        "holdout": {"mode": res.holdout, "explanation": HOLDOUT_EXPLANATION[res.holdout], "folds": list(res.folds)},
+        "holdout": {"mode": res.holdout, "explanation": HOLDOUT_EXPLANATION[res.holdout], "folds": list(res.folds),
+                    # only when --holdout auto could not hold out by γ: why it chose this mode
+                    **({"note": res.holdout_choice.note} if res.holdout_choice and res.holdout_choice.adapted
+                       else {})},
         "prediction_methods": PREDICTION_METHODS,
         "noise_floor": NOISE_FLOOR,
         "mape": {"in_sample": res.mape_in_sample, "held_out": res.mape_held_out},

@@ -7,10 +7,12 @@ pairs with a default α and its source).
 """
 
 from presets.hardware import HARDWARE, Hardware, RooflineForward, get_hardware
+from presets.heads import HEAD_KINDS, HeadSpec, PublishedAcceptance, get_head_kind
 from presets.models import MODELS, ModelSpec, get_model
-from presets.pairs import PAIRS, Pair, get_pair, make_pair
+from presets.pairs import HEAD_PAIRS, PAIRS, Pair, get_pair, head_pair, make_pair
 
 __all__ = [
-    "HARDWARE", "Hardware", "MODELS", "ModelSpec", "PAIRS", "Pair", "RooflineForward",
-    "get_hardware", "get_model", "get_pair", "make_pair",
+    "HARDWARE", "HEAD_KINDS", "HEAD_PAIRS", "Hardware", "HeadSpec", "MODELS", "ModelSpec", "PAIRS", "Pair",
+    "PublishedAcceptance", "RooflineForward", "get_hardware", "get_head_kind", "get_model", "get_pair", "head_pair",
+    "make_pair",
 ]

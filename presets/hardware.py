@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from presets.heads import HeadSpec
 from presets.models import ModelSpec
 
 
@@ -56,9 +57,10 @@ class Hardware:
 
 @dataclass(frozen=True)
 class RooflineForward:
-    """Forward time of ``model`` on ``hardware`` (satisfies ``sim.cost.ForwardCost``)."""
+    """Forward time of ``model`` (a model, or a draft head on its target) on ``hardware`` (satisfies
+    ``sim.cost.ForwardCost``)."""
 
-    model: ModelSpec
+    model: ModelSpec | HeadSpec
     hardware: Hardware
 
     def forward_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:

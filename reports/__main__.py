@@ -1,7 +1,9 @@
 """``python -m reports RUN_DIR_OR_CALIBRATION_DIR [--out DIR] [--no-png]``.
 
-Writes ``report.html`` (charts inline as SVG), one PNG and one interactive
-HTML per chart, prints where the report is, and ends with one JSON line.
+Writes ``report.html`` (the answer first, charts inline as SVG), one PNG and
+one interactive HTML per chart, and ``claims.html`` (published claims checked
+against the simulator, a page of its own); prints where the report is, and
+ends with one JSON line.
 Bad input (a missing or wrong source directory, an ``--out`` that is a file or
 cannot be created): one-line error, exit status 2, before any chart is drawn.
 """
@@ -42,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"report written to {res.html_path.resolve()}")
     print(json.dumps({"report": str(res.html_path.resolve()), "charts": list(res.charts),
-                      "pngs": [str(p) for p in res.png_paths], "calibration": str(res.calibration_dir.resolve())}))
+                      "pngs": [str(p) for p in res.png_paths], "calibration": str(res.calibration_dir.resolve()),
+                      "claims": str(res.claims_path.resolve()) if res.claims_path else None}))
     return 0
 
 

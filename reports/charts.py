@@ -8,8 +8,9 @@ function here that touches the disk. Tests inspect ``chart.to_dict()``
 Builders:
 
 * :func:`speedup_vs_alpha_chart` — closed-form speedup against α, one line per γ.
-* :func:`speedup_vs_gamma_chart` — speedup against γ: predicted curve,
-  measured points, the optimal γ marked.
+* :func:`speedup_vs_gamma_chart` — speedup against γ: predicted curve (dashed
+  beyond the measured γ), measured points with CIs, the best measured and the
+  best predicted γ marked differently.
 * :func:`predicted_vs_measured_chart` — predicted against measured speedup,
   the y = x line and ±band error bands.
 * :func:`acceptance_per_position_chart` — α_i with confidence intervals.
@@ -33,6 +34,7 @@ CHART_SUFFIXES: tuple[str, ...] = (".html", ".png", ".svg", ".json")
 
 _WIDTH = 420
 _HEIGHT = 300
+_BREAKDOWN_PANELS_PER_ROW = 8
 
 
 def _require(df: pd.DataFrame, columns: Iterable[str], chart: str) -> None:
@@ -68,12 +70,46 @@ def speedup_vs_alpha_chart(df: pd.DataFrame, title: str = "Speedup against accep
     return (lines + one).properties(title=title, width=_WIDTH, height=_HEIGHT)
 
 
-def speedup_vs_gamma_chart(df: pd.DataFrame, title: str = "Speedup against γ") -> alt.Chart:
-    """Speedup against ``gamma``.
+#: Marker legend of :func:`speedup_vs_gamma_chart`: what each kind of point is.
+MARKERS: tuple[str, ...] = ("measured (95% CI)", "measured, flagged unstable", "best measured γ", "predicted best γ")
+_MARKER_SHAPES = ("diamond", "cross", "circle", "triangle-up")
+#: Line legend of :func:`speedup_vs_gamma_chart`: predictions inside and outside the measured γ.
+PREDICTION_LINES: tuple[str, ...] = ("predicted, within measured γ", "predicted beyond measured γ (extrapolated)")
+
+
+def _prediction_segments(pred: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame:
+    """Predicted rows split into line segments: within each series' measured γ range (solid) and beyond it
+    (dashed); a boundary point is in both segments so the line stays continuous. No measurements: one kind."""
+    out = []
+    has_series = "series" in pred.columns
+    groups = pred.groupby("series", sort=False) if has_series else [(None, pred)]
+    for key, sub in groups:
+        sub = sub.sort_values("gamma")
+        m = meas[meas["series"] == key] if has_series and len(meas) else meas
+        if not len(m):
+            out.append(sub.assign(prediction=PREDICTION_LINES[0], segment=f"{key}|in"))
+            continue
+        lo, hi = int(m["gamma"].min()), int(m["gamma"].max())
+        g = sub["gamma"]
+        out.append(sub[(g >= lo) & (g <= hi)].assign(prediction=PREDICTION_LINES[0], segment=f"{key}|in"))
+        out.append(sub[g <= lo].assign(prediction=PREDICTION_LINES[1], segment=f"{key}|below"))
+        out.append(sub[g >= hi].assign(prediction=PREDICTION_LINES[1], segment=f"{key}|above"))
+    segs = pd.concat(out, ignore_index=True)
+    # a segment of one point draws nothing: drop those (the boundary point is in the neighbouring segment)
+    return segs[segs.groupby("segment")["gamma"].transform("size") > 1]
+
+
+def speedup_vs_gamma_chart(df: pd.DataFrame, title: str = "Speedup against γ") -> alt.LayerChart:
+    """Speedup against ``gamma``: predicted lines, measured points, and the best γ of each, kept apart.
 
     Optional ``source`` ∈ {predicted, measured}: predicted rows are drawn as a
-    line, measured rows as points. Optional boolean ``optimal`` marks the best
-    γ with a large ring. Optional ``series`` (e.g. a draft or domain) colours.
+    line, solid within the γ range measured for that ``series`` and dashed
+    beyond it (an extrapolation); measured rows as diamonds, with their 95% CI
+    (``speedup_lo``/``speedup_hi``) as bars, crosses where the optional boolean
+    ``unstable`` is set. Optional boolean ``optimal``
+    marks the best γ: on a measured row a ring ("best measured γ"), on a
+    predicted row an open triangle ("predicted best γ"), so a prediction never
+    looks like a measurement. Optional ``series`` (e.g. draft/domain) colours.
     """
     _require(df, ("gamma", "speedup"), "speedup_vs_gamma_chart")
     data = df.copy()
@@ -83,36 +119,46 @@ def speedup_vs_gamma_chart(df: pd.DataFrame, title: str = "Speedup against γ") 
     bad = sorted(set(data["source"]) - {"predicted", "measured"})
     if bad:
         raise ValueError(f"speedup_vs_gamma_chart: unknown source values {bad}; valid: predicted, measured")
-    color = alt.Color("series:N", title="series") if "series" in data.columns else alt.value("#1f77b4")
-    tooltip = ["gamma:O", alt.Tooltip("speedup:Q", format=".3f"), "source:N"]
-    if "series" in data.columns:
-        tooltip.append("series:N")
+    has_series = "series" in data.columns
+    legend = alt.Legend(orient="bottom", direction="vertical", labelLimit=0, titleLimit=0)
+    color = alt.Color("series:N", title="series", legend=legend) if has_series else alt.value("#1f77b4")
+    tooltip = ["gamma:O", alt.Tooltip("speedup:Q", format=".3f"), "source:N"] + (["series:N"] if has_series else [])
     x = alt.X("gamma:Q", title="γ (draft tokens per round)", axis=alt.Axis(tickMinStep=1))
     y = alt.Y("speedup:Q", title="speedup (×)")
+    shape = alt.Shape("marker:N", title="points", scale=alt.Scale(domain=list(MARKERS), range=list(_MARKER_SHAPES)),
+                      legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0))
     layers = []
     pred = data[data["source"] == "predicted"]
     meas = data[data["source"] == "measured"]
     if len(pred):
-        layers.append(alt.Chart(pred).mark_line(point=True).encode(x=x, y=y, color=color, tooltip=tooltip))
+        segs = _prediction_segments(pred, meas)
+        dash = alt.StrokeDash("prediction:N", title="lines", scale=alt.Scale(domain=list(PREDICTION_LINES),
+                                                                         range=[[1, 0], [5, 4]]),
+                              legend=alt.Legend(orient="bottom", direction="vertical", labelLimit=0,
+                                                symbolStrokeColor="#555"))
+        layers.append(alt.Chart(segs).mark_line().encode(x=x, y=y, color=color, strokeDash=dash, detail="segment:N",
+                                                         tooltip=tooltip))
     if len(meas):
         if {"speedup_lo", "speedup_hi"} <= set(meas.columns):  # measured 95% CIs as error bars
             bars = meas.dropna(subset=["speedup_lo", "speedup_hi"])
             if len(bars):
                 layers.append(alt.Chart(bars).mark_rule(strokeWidth=1.5).encode(
                     x=x, y=alt.Y("speedup_lo:Q", title="speedup (×)"), y2="speedup_hi:Q", color=color))
-        layers.append(
-            alt.Chart(meas).mark_point(shape="diamond", size=90, filled=True).encode(
-                x=x, y=y, color=color, tooltip=tooltip
-            )
-        )
+        flagged = meas["unstable"].astype(bool) if "unstable" in meas.columns else pd.Series(False, meas.index)
+        marked = meas.assign(marker=[MARKERS[1] if f else MARKERS[0] for f in flagged])
+        layers.append(alt.Chart(marked).mark_point(size=90, filled=True, opacity=1).encode(
+            x=x, y=y, color=color, shape=shape, tooltip=tooltip))
     if "optimal" in data.columns and data["optimal"].astype(bool).any():
         opt = data[data["optimal"].astype(bool)]
-        layers.append(
-            alt.Chart(opt).mark_point(size=300, strokeWidth=2, color="crimson").encode(
-                x=x, y=y, tooltip=tooltip
-            )
-        )
-    one = alt.Chart(pd.DataFrame({"speedup": [1.0]})).mark_rule(strokeDash=[4, 4], color="gray").encode(
+        best_meas = opt[opt["source"] == "measured"].assign(marker=MARKERS[2])
+        best_pred = opt[opt["source"] == "predicted"].assign(marker=MARKERS[3])
+        if len(best_meas):
+            layers.append(alt.Chart(best_meas).mark_point(size=320, strokeWidth=2, color="crimson", filled=False)
+                          .encode(x=x, y=y, shape=shape, tooltip=tooltip))
+        if len(best_pred):
+            layers.append(alt.Chart(best_pred).mark_point(size=140, strokeWidth=2, filled=False, color="#444")
+                          .encode(x=x, y=y, shape=shape, tooltip=tooltip))
+    one = alt.Chart(pd.DataFrame({"speedup": [1.0]})).mark_rule(strokeDash=[2, 2], color="gray").encode(
         y="speedup:Q"
     )
     layers.append(one)
@@ -183,7 +229,9 @@ def acceptance_per_position_chart(
     if data.empty:
         raise ValueError("acceptance_per_position_chart: every alpha is NaN")
     has_series = "series" in data.columns
-    color = alt.Color("series:N", title="series") if has_series else alt.value("#1f77b4")
+    color = (alt.Color("series:N", title="series", legend=alt.Legend(orient="bottom", direction="vertical",
+                                                                     labelLimit=0, titleLimit=0))
+             if has_series else alt.value("#1f77b4"))
     x = alt.X("position:O", title="draft position i", axis=alt.Axis(labelAngle=0))
     pts = alt.Chart(data).mark_point(filled=True, size=60).encode(
         x=x,
@@ -205,10 +253,12 @@ def acceptance_per_position_chart(
     return chart.properties(title=title, width=_WIDTH, height=_HEIGHT)
 
 
-def round_breakdown_chart(df: pd.DataFrame, title: str = "Round time breakdown (mean per round)") -> alt.Chart:
+def round_breakdown_chart(df: pd.DataFrame, title: str = "Round time breakdown (mean per round)") -> alt.TopLevelMixin:
     """Stacked bars of ``ms`` per ``component`` (draft / verify / overhead) for each ``config``.
 
-    Optional ``source`` (measured / predicted) splits each configuration into two bars.
+    Optional ``source`` (measured / predicted): each configuration becomes a
+    small panel of two bars, each named under it, so the one legend (the
+    components' colours) is all the colour there is.
     """
     _require(df, ("config", "component", "ms"), "round_breakdown_chart")
     data = df.copy()
@@ -217,17 +267,26 @@ def round_breakdown_chart(df: pd.DataFrame, title: str = "Round time breakdown (
     if bad:
         raise ValueError(f"round_breakdown_chart: unknown components {bad}; valid: {', '.join(order)}")
     data["order"] = data["component"].map({c: i for i, c in enumerate(order)})
-    enc: dict = {
-        "x": alt.X("config:N", title="configuration", axis=alt.Axis(labelAngle=-30, labelLimit=220)),
-        "y": alt.Y("sum(ms):Q", title="ms per round", stack="zero"),
-        "color": alt.Color("component:N", scale=alt.Scale(domain=order), title="component"),
-        "order": alt.Order("order:Q"),
-        "tooltip": [c for c in ("config", "source", "component", "ms") if c in data.columns],
-    }
-    if "source" in data.columns:
-        enc["xOffset"] = alt.XOffset("source:N")
-        enc["opacity"] = alt.Opacity("source:N", scale=alt.Scale(range=[1.0, 0.55]))
-    return alt.Chart(data).mark_bar().encode(**enc).properties(title=title, width=_WIDTH, height=_HEIGHT)
+    color = alt.Color("component:N", scale=alt.Scale(domain=order), title="component",
+                      legend=alt.Legend(orient="bottom", direction="horizontal"))
+    tooltip = [c for c in ("config", "source", "component", "ms") if c in data.columns]
+    y = alt.Y("sum(ms):Q", title="ms per round", stack="zero")
+    if "source" not in data.columns:
+        enc = {"x": alt.X("config:N", title="configuration", axis=alt.Axis(labelAngle=-30, labelLimit=0)),
+               "y": y, "color": color, "order": alt.Order("order:Q"), "tooltip": tooltip}
+        return alt.Chart(data).mark_bar().encode(**enc).properties(title=title, width=_WIDTH, height=_HEIGHT)
+    n = max(data["config"].nunique(), 1)
+    per_row = min(n, _BREAKDOWN_PANELS_PER_ROW)  # wrap into rows: the chart never grows wider than ~620 px
+    panel = max(44, min(120, (_WIDTH + 120) // per_row))
+    height = _HEIGHT if n <= per_row else 150
+    bars = alt.Chart(data).mark_bar().encode(
+        x=alt.X("source:N", title=None, sort=["measured", "predicted"], axis=alt.Axis(labelAngle=-45)),
+        y=y, color=color, order=alt.Order("order:Q"), tooltip=tooltip,
+    ).properties(width=panel, height=height)
+    # each configuration's name over its panel, one line per part ("ngram:3 · code · γ 2" on three lines)
+    return bars.facet(facet=alt.Facet("config:N", title=None, header=alt.Header(
+        labelAngle=0, labelOrient="top", labelExpr="split(datum.label, ' · ')", labelFontSize=10)),
+        columns=per_row).properties(title=title)
 
 
 def latency_cdf(latencies_ms: pd.DataFrame, group: str = "mode", max_points: int = 400) -> pd.DataFrame:
@@ -251,16 +310,28 @@ def latency_cdf(latencies_ms: pd.DataFrame, group: str = "mode", max_points: int
     return pd.concat(out, ignore_index=True)
 
 
+#: Tick values the latency axis may use (ms): a 1-3-10 ladder, so labels on the symlog axis never crowd.
+_LATENCY_TICKS_MS = (0, 1, 3, 10, 30, 100, 300, 1000, 3000, 10000, 30000, 100000)
+
+
 def latency_cdf_chart(df: pd.DataFrame, title: str = "Per-token latency CDF") -> alt.Chart:
-    """Step lines of ``cdf`` against ``latency_ms``, one per ``mode`` (see :func:`latency_cdf`)."""
+    """Step lines of ``cdf`` against ``latency_ms``, one per ``mode`` (see :func:`latency_cdf`).
+
+    The x axis is symlog (tokens of one round arrive together, at ~0 ms); its
+    ticks are the 1-3-10 ladder within the data, never closer than a third of
+    a decade, and overlapping labels are dropped.
+    """
     _require(df, ("latency_ms", "cdf", "mode"), "latency_cdf_chart")
+    top = float(df["latency_ms"].max())
+    ticks = [t for t in _LATENCY_TICKS_MS if t <= top * 1.5] or [0]
     return (
         alt.Chart(df)
         .mark_line(interpolate="step-after")
         .encode(
-            x=alt.X("latency_ms:Q", title="time since previous token (ms)", scale=alt.Scale(type="symlog")),
+            x=alt.X("latency_ms:Q", title="time since previous token (ms)", scale=alt.Scale(type="symlog"),
+                    axis=alt.Axis(values=ticks, labelOverlap="greedy", labelFlush=True)),
             y=alt.Y("cdf:Q", title="fraction of tokens", scale=alt.Scale(domain=[0, 1])),
-            color=alt.Color("mode:N", title="mode"),
+            color=alt.Color("mode:N", title="mode", legend=alt.Legend(orient="bottom", direction="horizontal")),
             tooltip=["mode:N", "latency_ms:Q", "cdf:Q"],
         )
         .properties(title=title, width=_WIDTH, height=_HEIGHT)
@@ -321,6 +392,8 @@ def save_chart(chart: alt.TopLevelMixin, path: str | Path) -> Path:
 
 __all__ = [
     "CHART_SUFFIXES",
+    "MARKERS",
+    "PREDICTION_LINES",
     "acceptance_per_position_chart",
     "latency_cdf",
     "latency_cdf_chart",

@@ -26,15 +26,24 @@ import vl_convert as vlc
 
 from reports import charts
 from reports.published import published_table
+from reports.summary import (
+    METHOD_NAMES,
+    CellResult,
+    Headline,
+    MeasuredSetup,
+    cell_label,
+    cell_results,
+    headline,
+    measured_setups,
+    predicted_optima,
+)
 
 CAL_JSON = "calibration.json"
 
 
 # -- frames -----------------------------------------------------------------------
 def _short(row: pd.Series) -> str:
-    k = row.get("head_k")
-    k = "" if k is None or pd.isna(k) else f" K={int(k)}"
-    return f"{row['draft']}/{row['domain']} {row['gamma_policy']}{k}"
+    return cell_label(row["draft"], row["domain"], row["gamma_policy"], row.get("head_k"), row.get("temperature"))
 
 
 def pred_vs_meas_frame(predictions: pd.DataFrame) -> pd.DataFrame:
@@ -45,7 +54,7 @@ def pred_vs_meas_frame(predictions: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "measured": use["measured_speedup"].to_numpy(float),
         "predicted": use["predicted_speedup"].to_numpy(float),
-        "method": use["method"].to_numpy(),
+        "method": use["method"].map(lambda m: METHOD_NAMES.get(m, m)).to_numpy(),
         "label": use.apply(_short, axis=1).to_numpy() if len(use) else [],
         "held_out": (use["split"] == "held_out").to_numpy(),
         **({"measured_lo": use["measured_speedup_lo"].to_numpy(float),
@@ -55,7 +64,9 @@ def pred_vs_meas_frame(predictions: pd.DataFrame) -> pd.DataFrame:
 
 
 def speedup_gamma_frame(curves: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
-    """Predicted closed-form curve per series + measured fixed-γ cells, optimal γ marked."""
+    """Predicted closed-form curve per series + measured fixed-γ cells; ``optimal`` marks, per series, the best
+    measured γ (on its measured row; stable cells when there are any) and the predicted best γ (on its predicted
+    row), which the chart draws differently."""
     pred = curves[curves["method"] == "closed_form"].dropna(subset=["predicted_speedup"])
     pred = pd.DataFrame({"series": pred["series"], "gamma": pred["gamma"].astype(int),
                          "speedup": pred["predicted_speedup"], "source": "predicted"})
@@ -70,11 +81,19 @@ def speedup_gamma_frame(curves: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFra
         if len(fixed) else [],
         "gamma": fixed["gamma"].astype(int), "speedup": fixed["speedup"].astype(float), "source": "measured",
         "optimal": False,
+        "unstable": fixed["unstable"].map(lambda v: v is True or str(v).lower() == "true")
+        if "unstable" in fixed else False,
         **({"speedup_lo": pd.to_numeric(fixed["speedup_lo"], errors="coerce"),
             "speedup_hi": pd.to_numeric(fixed["speedup_hi"], errors="coerce")}
            if {"speedup_lo", "speedup_hi"} <= set(fixed.columns) else {}),
     })
-    return pd.concat([pred, meas], ignore_index=True)
+    for _, sub in meas.groupby("series"):
+        pool = sub[~sub["unstable"]] if (~sub["unstable"]).any() else sub
+        meas.loc[pool["speedup"].idxmax(), "optimal"] = True
+    out = pd.concat([pred, meas], ignore_index=True)
+    out["unstable"] = out["unstable"].fillna(False).astype(bool)
+    out["series"] = out["series"].str.replace("/", " · ", regex=False)
+    return out
 
 
 def acceptance_frame(per_position: pd.DataFrame, families: pd.DataFrame) -> pd.DataFrame:
@@ -90,6 +109,7 @@ def acceptance_frame(per_position: pd.DataFrame, families: pd.DataFrame) -> pd.D
         fits[f["group"]] = (f["family"], params)
     out = pp.rename(columns={"group": "series"})
     fit_vals = []
+    short = group_labels(list(out["series"].unique()))
     for _, r in out.iterrows():
         fam, params = fits.get(r["series"], (None, {}))
         i = int(r["position"])
@@ -106,7 +126,22 @@ def acceptance_frame(per_position: pd.DataFrame, families: pd.DataFrame) -> pd.D
             v = float("nan")
         fit_vals.append(min(max(v, 0.0), 1.0))
     out["fit"] = fit_vals
+    out["series"] = out["series"].map(short)
     return out[["series", "position", "n", "accepted", "alpha", "ci_low", "ci_high", "fit"]]
+
+
+def group_labels(groups: list[str]) -> dict[str, str]:
+    """Acceptance-group ids (``draft=ngram:3|temp=0|domain=code``) to legend labels that keep what tells them
+    apart: ``ngram:3 · code``. A part equal in every group is dropped, except the draft and the domain."""
+    parsed = {g: dict(p.split("=", 1) for p in g.split("|") if "=" in p) for g in groups}
+    keys = [k for k in dict.fromkeys(k for d in parsed.values() for k in d)]
+    varying = {k for k in keys if len({d.get(k) for d in parsed.values()}) > 1}
+    keep = [k for k in keys if k in ("draft", "domain") or k in varying]
+    out = {}
+    for g, d in parsed.items():
+        parts = [d[k] if k in ("draft", "domain") else f"{k} {d[k]}" for k in keep if k in d]
+        out[g] = " · ".join(parts) or g
+    return out
 
 
 def breakdown_frame(predictions: pd.DataFrame) -> pd.DataFrame:
@@ -172,12 +207,13 @@ def claims_html(table: pd.DataFrame) -> str:
 # -- page ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ReportResult:
-    """Where the report went."""
+    """Where the report went (``claims_path``: the page of published claims, linked from the report)."""
 
     html_path: Path
     png_paths: tuple[Path, ...]
     charts: tuple[str, ...]
     calibration_dir: Path
+    claims_path: Path | None = None
 
 
 def _load_calibration(src: Path) -> Path:
@@ -186,7 +222,7 @@ def _load_calibration(src: Path) -> Path:
     if (src / "run.json").exists():
         if (src / "calibration" / CAL_JSON).exists():
             return src / "calibration"
-        # reports reads files only; fitting is calibrate's job (one-way layering, issue #17)
+        # reports reads files only; fitting is calibrate's job (one-way layering)
         raise ValueError(f"{str(src)!r} is a run directory without a calibration; run python -m calibrate "
                          f"{src} first, then python -m reports {src / 'calibration'}")
     if not src.exists():
@@ -207,11 +243,146 @@ def _read_csv_or_empty(path: Path) -> pd.DataFrame:
         return pd.DataFrame()
 
 
-def build_report(src: str | Path, out: str | Path | None = None, png: bool = True) -> ReportResult:
-    """Write ``report.html`` (+ PNGs) for a calibration directory (or a run directory holding one) into ``out``.
+_CSS = """
+body{font-family:system-ui,sans-serif;margin:20px 24px;max-width:1352px;color:#222;line-height:1.4}
+h1{font-size:24px;margin:0 0 10px} h2{font-size:19px;margin:22px 0 8px}
+.answer{border:2px solid #1a7f37;border-radius:8px;padding:10px 16px;background:#f6fbf7;margin:10px 0 16px}
+.answer p{margin:6px 0} .answer .big{font-size:19px;font-weight:600} .answer ol{margin:6px 0 4px 20px;padding:0}
+.answer li{margin:3px 0} .caveat{color:#9a6700} code{font-size:12px;overflow-wrap:anywhere}
+.grid{display:flex;flex-wrap:wrap;gap:16px} .chart{border:1px solid #ddd;border-radius:6px;padding:8px;
+  max-width:100%;overflow-x:auto} .chart h2{font-size:15px;margin:4px 0 8px}
+table.tbl{border-collapse:collapse;font-size:13px;margin:8px 0 16px;max-width:100%}
+table.tbl td,table.tbl th{padding:3px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top;
+  overflow-wrap:anywhere} table.tbl th{overflow-wrap:normal} table.tbl td.n{text-align:right;white-space:nowrap}
+table.setup th{width:120px;color:#555;font-weight:600}
+table.claims td{max-width:420px} table.claims td:last-child{min-width:360px}
+table.claims td.n{text-align:right;white-space:nowrap}
+.small{font-size:11px;color:#555;margin-top:2px} .unverified{font-size:11px;color:#cf222e;font-weight:600}
+.verdict{color:#fff;border-radius:3px;padding:1px 5px;font-size:11px;font-weight:600;white-space:nowrap}
+td.label{white-space:nowrap} .key{font-size:12px;color:#555;margin:-4px 0 6px;max-width:560px}
+.flag{color:#9a6700;font-weight:600} .ok{color:#1a7f37} .bad{color:#cf222e} details{margin:10px 0}
+"""
 
-    Incomplete runs are refused by ``python -m calibrate`` (unless ``--allow-incomplete`` there), which
-    wrote the calibration this page reads.
+
+_CHART_KEYS = {
+    "speedup_vs_gamma": "Filled diamonds: measured, with the 95% CI (crosses: flagged unstable); ring: best measured "
+                        "γ. Lines: the calibrated prediction, solid over the measured γ, dashed beyond them (an "
+                        "extrapolation); open triangle: the predicted best γ.",
+}
+
+
+def _page(title: str, body: str) -> str:
+    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+            f"<style>{_CSS}</style></head><body>\n{body}\n</body></html>\n")
+
+
+def _setups_html(setups: list[MeasuredSetup]) -> str:
+    e = html.escape
+    blocks = []
+    for st in setups:
+        rows = [("target", st.target), ("draft" + ("s" if len(st.drafts) > 1 else ""), "; ".join(st.drafts)),
+                ("engine", st.engine), ("hardware", st.hardware), ("measured", st.workload),
+                ("run", f"{st.label} ({st.status})")]
+        body = "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
+        if st.command:
+            body += f"<tr><th>command</th><td><code>{e(st.command)}</code></td></tr>"
+        blocks.append(f'<table class="tbl setup">{body}</table>')
+    return "".join(blocks)
+
+
+def _answer_html(h: Headline) -> str:
+    e = html.escape
+    left = ""
+    if h.left_out:
+        left = (f"<p>Left out of the error ({len(h.left_out)}): " + "; ".join(e(x) for x in h.left_out) + ".</p>")
+    steps = "".join(f"<li>{e(x.text)}" + (f" <code>{e(x.command)}</code>" if x.command else "") + "</li>"
+                    for x in h.next_steps)
+    caveat = f'<p class="caveat">{e(h.caveat)}</p>' if h.caveat else ""
+    return (f'<section class="answer" id="answer"><p class="big">{e(h.answer)}</p>{caveat}<p>{e(h.error)}</p>{left}'
+            f"<p><b>What to do next</b></p><ol>{steps}</ol></section>")
+
+
+def _cells_html(results: list[CellResult]) -> str:
+    """One row per cell: measured speedup with its CI, status, each method's prediction and error."""
+    e = html.escape
+    methods = [m for m in METHOD_NAMES if any(m in r.predictions for r in results)]
+    split = next((r.split for r in results if r.split), "")
+    head = "".join(f"<th>{e(METHOD_NAMES[m])}</th>" for m in methods)
+    rows = []
+    for r in results:
+        status = (f'<span class="flag">{e(r.left_out)}</span>' if r.left_out else
+                  f'<span class="ok">in the error</span>')
+        cells = []
+        for m in methods:
+            p = r.predictions.get(m)
+            if p is None or p.speedup is None:
+                cells.append('<td class="n">—</td>')
+                continue
+            mark = {True: ' <span class="ok">in CI</span>', False: ' <span class="bad">outside CI</span>'}.get(
+                p.inside_ci, "")
+            err = f" ({p.error_pct:.1f}%)" if p.error_pct is not None else ""
+            cells.append(f'<td class="n">{p.speedup:.2f}×{err}{mark}</td>')
+        rows.append(f"<tr><td class=\"label\">{e(r.label)}</td><td class=\"n\">{e(r.ci_text())}</td>"
+                    f"<td class=\"label\">{e(r.against_one_short())}</td>"
+                    f"<td>{status}</td>{''.join(cells)}</tr>")
+    what = {"held_out": "held-out predictions (each cell predicted from models fitted without its fold)",
+            "in_sample": "in-sample predictions (nothing was held out)"}.get(split, "no predictions")
+    return (f"<p>Every measured cell ({len(results)}), with {what}; error = |predicted − measured| / measured.</p>"
+            f'<table class="tbl cells"><thead><tr><th>configuration</th><th>measured speedup [95% CI]</th>'
+            f"<th>against 1×</th><th>status</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _mape_html(doc: dict, n_total: int) -> str:
+    e = html.escape
+    rows = []
+    for split, table in doc["mape"].items():
+        for method, v in table.items():
+            share = v.get("share_inside_ci")
+            rows.append(f"<tr><td>{e(split.replace('_', '-'))}</td><td>{e(METHOD_NAMES.get(method, method))}</td>"
+                        f"<td class=\"n\">{_num(v['speedup_mape_pct'], '{:.2f}')}</td>"
+                        f"<td class=\"n\">{_num(v['tokens_per_s_mape_pct'], '{:.2f}')}</td>"
+                        f"<td class=\"n\">{v['n_cells']} of {n_total}</td><td class=\"n\">"
+                        + (f"{v['n_inside_ci']}/{v['n_with_ci']} ({100 * share:.0f}%)" if share is not None else "n/a")
+                        + "</td></tr>")
+    unstable = doc.get("unstable_held_out") or {}
+    apart = ""
+    if unstable:
+        apart = ("<p>The unstable cells, reported apart (not in the MAPE): speedup error "
+                 + ", ".join(f"{v['speedup_mape_pct']:.1f}% ({e(METHOD_NAMES.get(m, m))})" for m, v in unstable.items()
+                             if v.get("speedup_mape_pct") is not None) + ".</p>")
+    return ('<table class="tbl"><thead><tr><th>split</th><th>method</th><th>speedup MAPE %</th>'
+            "<th>tokens/s MAPE %</th><th>cells counted</th><th>inside measured 95% CI</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>{apart}")
+
+
+def claims_page(table: pd.DataFrame) -> str:
+    """The published-claims page: the table of :func:`claims_html` with its own heading (not about any run)."""
+    return _page("Published speculative-decoding claims, checked against the simulator",
+                 "<h1>Published speculative-decoding claims, checked against the simulator</h1>"
+                 + claims_html(table))
+
+
+def _title(setups: list[MeasuredSetup]) -> str:
+    targets = sorted({st.target.split(" (")[0] for st in setups})
+    drafts = sorted({d.split(" (")[0] for st in setups for d in st.drafts})
+    hw = sorted({st.hardware for st in setups})
+    return f"{', '.join(targets)} with {', '.join(drafts)} on {'; '.join(hw)}"
+
+
+# long: one page, assembled top to bottom in the order the reader needs it
+def build_report(src: str | Path, out: str | Path | None = None, png: bool = True) -> ReportResult:
+    """Write ``report.html`` (+ PNGs, + ``claims.html``) for a calibration directory (or a run directory holding
+    one) into ``out``.
+
+    The page opens with the answer: the models, engine and machine measured;
+    the best measured speedup with its 95% CI; the held-out prediction error
+    and every cell left out of it, with the reason; what to do next. Then
+    every cell, the charts (predictions beyond the measured γ drawn dashed,
+    the best measured γ ringed apart from the predicted best), the error
+    table and the fitted costs. The published claims, which are about no run,
+    are on their own page. Incomplete runs are refused by ``python -m
+    calibrate`` (unless ``--allow-incomplete`` there), which wrote the
+    calibration this page reads.
     """
     src = Path(src)
     out = Path(out) if out else (src / "report")
@@ -231,22 +402,26 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
     latency = pd.concat([r.table("token_latency") for r in runs.values()], ignore_index=True)
     sweep = pd.concat([r.table("head_sweep") for r in runs.values()], ignore_index=True)
 
+    setups = measured_setups(doc, {label: r.meta for label, r in runs.items()}, cells)
+    results = cell_results(cells, pred)
+    head = headline(results, doc, predicted_optima(curves, results), cal_dir.resolve())
+
     built: list[tuple[str, str, alt.TopLevelMixin]] = []
+    if len(curves):
+        built.append(("speedup_vs_gamma", "Speedup against γ", charts.speedup_vs_gamma_chart(
+            speedup_gamma_frame(curves, cells))))
     pvm = pred_vs_meas_frame(pred)
     if len(pvm):  # a run with nothing to predict (e.g. a head sweep: one γ, one draft per cell) has no rows
         built.append(("predicted_vs_measured", "Predicted against measured speedup",
                       charts.predicted_vs_measured_chart(pvm)))
-    if len(curves):
-        built.append(("speedup_vs_gamma", "Speedup against γ (line: predicted; diamonds: measured; ring: best γ)",
-                      charts.speedup_vs_gamma_chart(speedup_gamma_frame(curves, cells))))
     pp_path, fam_path = cal_dir / "acceptance_per_position.csv", cal_dir / "acceptance_families.csv"
     if pp_path.exists() and fam_path.exists():
         built.append(("acceptance_per_position", "Per-position acceptance α_i, 95% Wilson intervals, dashed: chosen model",
                       charts.acceptance_per_position_chart(acceptance_frame(pd.read_csv(pp_path), pd.read_csv(fam_path)))))
     bd = breakdown_frame(pred)
     if len(bd):
-        built.append(("round_breakdown", "Round time: draft, verify, overhead (solid: measured, faded: predicted)",
-                      charts.round_breakdown_chart(bd)))
+        built.append(("round_breakdown", "Round time: draft, verify, overhead (each configuration: measured, "
+                      "predicted)", charts.round_breakdown_chart(bd)))
     if len(latency):
         built.append(("latency_cdf", "Per-token latency CDF", charts.latency_cdf_chart(charts.latency_cdf(latency))))
     if len(sweep):
@@ -258,48 +433,28 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
         charts.save_chart(ch, out / f"{name}.html")
         if png:
             pngs.append(charts.save_chart(ch, out / f"{name}.png"))
-        sections.append(f'<section class="chart" id="{name}"><h2>{html.escape(title)}</h2>{svg}'
+        key = f'<p class="key">{html.escape(_CHART_KEYS[name])}</p>' if name in _CHART_KEYS else ""
+        sections.append(f'<section class="chart" id="{name}"><h2>{html.escape(title)}</h2>{key}{svg}'
                         f'<p><a href="{name}.html">interactive</a>'
                         + (f' · <a href="{name}.png">PNG</a>' if png else "") + "</p></section>")
 
-    mape_rows = []
-    for split, table in doc["mape"].items():
-        for method, v in table.items():
-            share = v.get("share_inside_ci")
-            mape_rows.append({"split": split, "method": method, "speedup MAPE %": v["speedup_mape_pct"],
-                              "tokens/s MAPE %": v["tokens_per_s_mape_pct"], "cells": v["n_cells"],
-                              "inside measured 95% CI": (f"{v['n_inside_ci']}/{v['n_with_ci']} ({100 * share:.0f}%)"
-                                                         if share is not None else "n/a")})
-    per_cfg = pred[pred["split"] == ("held_out" if (pred["split"] == "held_out").any() else "in_sample")]
-    ci_cols = [c for c in ("measured_speedup_lo", "measured_speedup_hi", "inside_ci", "unstable") if c in per_cfg]
-    per_cfg = per_cfg[["cell_id", "method", "measured_speedup", *ci_cols[:2], "predicted_speedup", *ci_cols[2:],
-                       "ape_speedup_pct", "measured_tokens_per_s", "predicted_tokens_per_s", "ape_tokens_per_s_pct"]]
+    claims_path = out / "claims.html"
+    claims_path.write_text(claims_page(published_table()), encoding="utf-8")
     cost_params = _read_csv_or_empty(cal_dir / "cost_params.csv")
-    claims = claims_html(published_table())
-    hw = "; ".join(f"{l}: {html.escape(str((i.get('hardware') or {}).get('device_name') or (i.get('hardware') or {}).get('device')))}"
-                   for l, i in doc["runs"].items())
-    page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>specscope report</title>
-<style>
-body{{font-family:system-ui,sans-serif;margin:24px;max-width:1400px;color:#222}}
-.grid{{display:flex;flex-wrap:wrap;gap:18px}} .chart{{border:1px solid #ddd;border-radius:6px;padding:8px}}
-.chart h2{{font-size:15px;margin:4px 0 8px}} table.tbl{{border-collapse:collapse;font-size:13px;margin:8px 0 18px}}
-table.tbl td,table.tbl th{{padding:3px 8px;border-bottom:1px solid #eee;text-align:left;max-width:340px;vertical-align:top}}
-table.claims td{{max-width:420px}} table.claims td:last-child{{min-width:400px}} table.claims td.n{{text-align:right;white-space:nowrap}}
-.small{{font-size:11px;color:#555;margin-top:2px}} .unverified{{font-size:11px;color:#cf222e;font-weight:600}}
-.verdict{{color:#fff;border-radius:3px;padding:1px 5px;font-size:11px;font-weight:600;white-space:nowrap}}
-</style></head><body>
-<h1>specscope: prediction against measurement</h1>
-<p>Runs: {html.escape(', '.join(doc['runs']))} ({hw}). Hold-out: <b>{html.escape(doc['holdout']['mode'])}</b> —
-{html.escape(doc['holdout']['explanation'])}. Calibration: <code>{html.escape(str(cal_dir.resolve()))}</code>.</p>
-<h2>Error (MAPE)</h2>{_table_html(pd.DataFrame(mape_rows))}
+    hold = doc["holdout"]
+    note = f" {html.escape(hold['note'])}." if hold.get("note") else ""
+    body = f"""<h1>specscope report: {html.escape(_title(setups))}</h1>
+{_answer_html(head)}
+<h2 id="measured">What was measured</h2>{_setups_html(setups)}
+<h2 id="cells">Every configuration</h2>{_cells_html(results)}
 <div class="grid">{''.join(sections)}</div>
-<h2 id="claims">Published results and claims, checked against the simulator</h2>
-{claims}
-<h2>Per-configuration error</h2>{_table_html(per_cfg)}
-<h2>Fitted cost parameters (± standard error)</h2>{_table_html(cost_params)}
-</body></html>
-"""
+<h2 id="error">Prediction error (MAPE)</h2>
+<p>Hold-out: <b>{html.escape(hold['mode'])}</b>: {html.escape(hold['explanation'])}.{note}
+Unstable cells and cells without a prediction are not counted (above: which, and why).</p>
+{_mape_html(doc, len(results))}
+<details><summary>Fitted cost parameters (± standard error)</summary>{_table_html(cost_params)}</details>
+<p>Calibration: <code>{html.escape(str(cal_dir.resolve()))}</code>. Published speedup claims, checked against
+the same simulator: <a href="claims.html">claims.html</a> (also <code>python -m sim check --claims</code>).</p>"""
     html_path = out / "report.html"
-    html_path.write_text(page, encoding="utf-8")
-    return ReportResult(html_path, tuple(pngs), tuple(n for n, _, _ in built), cal_dir)
+    html_path.write_text(_page(f"specscope report: {_title(setups)}", body), encoding="utf-8")
+    return ReportResult(html_path, tuple(pngs), tuple(n for n, _, _ in built), cal_dir, claims_path)

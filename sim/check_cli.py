@@ -7,6 +7,8 @@ Examples::
         --baseline-ms 89 --speculative-ms 31
     python -m sim check --cost-ratio 0.02 --gamma 7 --alpha 0.75 --speedup 3.4
     python -m sim check --preset distilgpt2-gpt2-medium --hardware t4 --gamma-max 8 --speedup 2.5 --format json
+    python -m sim check --preset eagle3-llama3.1-8b --hardware h100-sxm --speedup 3.5   # a draft head
+    python -m sim check --draft mtp --target Llama-3.1-8B --speedup 1.8 --gamma 1
     python -m sim check --claims                       # the table of published claims, with verdicts
     python -m sim check --claims --format markdown     # the same, as the README's table
 
@@ -24,7 +26,7 @@ import sys
 from dataclasses import replace
 from typing import NoReturn, Sequence
 
-from presets import PAIRS, get_hardware, get_pair, make_pair
+from presets import HEAD_KINDS, HEAD_PAIRS, PAIRS, get_hardware, get_pair, make_pair
 from sim.claims import (
     CLAIMS,
     DEFAULT_CONTEXT_TOKENS,
@@ -38,6 +40,7 @@ from sim.claims import (
     roofline_cost,
 )
 from sim.cost import CostModel, LeviathanCost
+from sim.typical import TYPICAL_ALPHA, typical_alpha
 
 PROG = "python -m sim check"
 FORMATS = ("table", "json", "markdown")
@@ -58,8 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog=PROG, description="Hold a claimed speculative-decoding speedup against the simulator.")
     p.add_argument("--claims", action="store_true", help="check every claim of the built-in table and print it")
     p.add_argument("--speedup", type=float, help="the claimed speedup over plain decoding (> 0)")
-    p.add_argument("--preset", help=f"draft/target pair by exact name (e.g. {', '.join(list(PAIRS)[:3])}, ...)")
-    p.add_argument("--draft", help="draft model name (with --target: a pair of your own)")
+    p.add_argument("--preset", help=f"draft/target pair by exact name (e.g. {', '.join(list(PAIRS)[:3])}, ...), or "
+                   f"a draft head on its target ({', '.join(HEAD_PAIRS)})")
+    p.add_argument("--draft", help=f"draft model name, or a draft head kind ({', '.join(HEAD_KINDS)}) (with "
+                   "--target: a pair of your own)")
     p.add_argument("--target", help="target model name (with --draft)")
     p.add_argument("--hardware", help="hardware profile (default: the pair's)")
     p.add_argument("--cost-ratio", type=float, metavar="C",
@@ -139,13 +144,15 @@ def check_user_claim(args: argparse.Namespace) -> tuple[Verdict, RooflineCheck |
         cost = roofline_cost(pair, hw)
     verdict = check_speedup(cost, args.speedup, args.gamma, alpha=args.alpha, tau=args.tau,
                             gamma_max=args.gamma_max, context_tokens=args.context_tokens,
-                            parameter_ratio=pair.draft.params / pair.target.params if pair else None)
+                            parameter_ratio=pair.draft.params / pair.target.params if pair else None,
+                            typical=typical_alpha(pair))
     roof = None
     if pair is not None and (args.baseline_ms is not None or args.speculative_ms is not None):
         roof = check_roofline(pair, get_hardware(args.hardware or pair.default_hardware), verdict.gamma,
                               args.speedup, args.baseline_ms, args.speculative_ms, args.context_tokens,
                               args.bytes_per_param)
     setup = {"preset": pair.name if pair else None, "hardware": hw.name if hw else None,
+             "draft_head": pair.draft.as_dict() if pair is not None and pair.is_head else None,
              "bytes_per_param": hw.bytes_per_param if hw else None, "cost_model": cost.describe(),
              "context_tokens": args.context_tokens}
     return verdict, roof, setup
@@ -171,6 +178,10 @@ def format_verdict(v: Verdict, roof: RooflineCheck | None, setup: dict) -> str:
         + ("" if v.alpha_stated is None else f" (stated/implied: {v.alpha_stated:.3f})"),
         f"verdict: {v.verdict}",
     ]
+    if v.typical_alpha != TYPICAL_ALPHA:  # a draft head: say where its acceptance range comes from
+        t = v.typical_alpha
+        lines.append(f"typical alpha for {t.label}: {t.low:g}-{t.high:g}, from:")
+        lines.extend(f"  - {note}" for note in t.notes)
     if v.would_have_to_be_true:
         lines.append(f"what would have to be true: {v.would_text()}")
     if roof is not None:

@@ -18,16 +18,19 @@ says:
 Verdict rule. With an α stated by the source (or implied by a stated τ), the
 claim is *consistent* when the α it needs is at most the stated one (+0.005,
 the rounding of a two-decimal α). Without one, it is *consistent* when the α
-it needs is at most the low end of the range typical for a separate draft
-model (:data:`TYPICAL_ALPHA`), i.e. reachable even with a weak typical draft;
-otherwise it *needs α ≥ x*, and the text says whether x lies inside or above
-that range.
+it needs is at most the low end of the range typical for the kind of draft
+(:func:`sim.typical.typical_alpha`: Leviathan et al.'s 0.5–0.9 for a separate
+draft model, the papers' own figures for a draft head such as EAGLE-3), i.e.
+reachable even with a weak typical draft; otherwise it *needs α ≥ x*, and the
+text says whether x lies inside or above that range, and where the range
+comes from.
 
 :func:`check_roofline` holds a claim's ms/token figures against the preset's
 roofline on the stated device (and says which preset device is nearest).
 
 :data:`CLAIMS` is the table of published and circulating claims, each with a
-precise source and whether its wording could be verified here;
+precise source and whether its wording was verified, read from
+``sim/data/claims.toml`` by :func:`load_claims`;
 :func:`check_claim` runs one, and ``python -m sim check`` (``sim/check_cli.py``)
 and the report page both call these functions.
 """
@@ -35,18 +38,21 @@ and the report page both call these functions.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+import tomllib
+from dataclasses import MISSING, asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, get_args, get_type_hints
 
 import numpy as np
 from scipy.optimize import brentq
 
-from presets import HARDWARE, RooflineForward, get_hardware, get_pair
+from presets import HARDWARE, get_hardware, get_pair
 from presets.hardware import Hardware
 from presets.pairs import Pair
 from sim.acceptance import IIDAcceptance, implied_alpha_from_tau
 from sim.analytic import predict_row
-from sim.cost import CostModel, LeviathanCost, RooflineCost, round_time_ms
+from sim.cost import CostModel, LeviathanCost, RooflineCost, pair_roofline_cost, round_time_ms
+from sim.typical import TYPICAL_ALPHA, AlphaRange, typical_alpha
 
 GAMMA_LIMIT = 64
 """Largest draft length the check accepts and searches."""
@@ -56,30 +62,6 @@ ALPHA_ROUNDING = 0.005
 """A stated α is given to two decimals: a need within this of it counts as met."""
 MS_CONSISTENCY_REL = 0.05
 """Claimed speedup and the ratio of its own ms/token figures may differ by this much (rounding)."""
-
-
-@dataclass(frozen=True)
-class AlphaRange:
-    """Acceptance typical for a kind of draft, with where that comes from."""
-
-    low: float
-    high: float
-    source: str
-    quote: str = ""
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.low <= self.high <= 1.0:
-            raise ValueError(f"typical alpha range must satisfy 0 <= low <= high <= 1, got {self.low}, {self.high}")
-
-    def text(self) -> str:
-        return f"{self.low:g}–{self.high:g}, {self.source}"
-
-
-TYPICAL_ALPHA = AlphaRange(
-    0.5, 0.9, "Leviathan et al. 2023 §4.2",
-    quote="approximation models that are a couple of orders of magnitude smaller than the target model tend to "
-          "produce α values between 0.5 and 0.9",
-)
 
 
 @dataclass(frozen=True)
@@ -297,7 +279,8 @@ def check_speedup(
     else:
         kind = "needs_alpha"
         place = "inside" if need <= typical.high else "above"
-        verdict = (f"needs α ≥ {need:.3f} at {where} ({place} the range typical for such pairs: {typical.text()})")
+        verdict = (f"needs α ≥ {need:.3f} at {where} ({place} the range typical for {typical.label}: "
+                   f"{typical.text()})")
 
     # What would have to be true, each at the reference α.
     k = draft_factor_needed(cost, speedup, a_ref, g_eval, context_tokens)
@@ -368,8 +351,8 @@ class RooflineCheck:
 
 
 def roofline_cost(pair: Pair, hardware: Hardware) -> RooflineCost:
-    """The preset cost model of ``pair`` on ``hardware`` (roofline forwards, no round overhead)."""
-    return RooflineCost(RooflineForward(pair.draft, hardware), RooflineForward(pair.target, hardware))
+    """The preset cost model of ``pair`` on ``hardware`` (:func:`sim.cost.pair_roofline_cost`)."""
+    return pair_roofline_cost(pair, hardware)
 
 
 def _weights_bytes(pair: Pair, hardware: Hardware) -> float:
@@ -541,7 +524,8 @@ def check_claim(claim: Claim) -> ClaimCheck:
     cost, pair, _ = claim.cost_model()
     ratio = pair.draft.params / pair.target.params if pair is not None else None
     verdict = check_speedup(cost, claim.speedup, claim.gamma, alpha=claim.alpha, tau=claim.tau,
-                            gamma_max=claim.gamma_max, context_tokens=claim.context_tokens, parameter_ratio=ratio)
+                            gamma_max=claim.gamma_max, context_tokens=claim.context_tokens, parameter_ratio=ratio,
+                            typical=typical_alpha(pair))
     roof = None
     if pair is not None and (claim.baseline_ms_per_token or claim.speculative_ms_per_token):
         roof = check_roofline(pair, get_hardware(claim.hardware), verdict.gamma, claim.speedup,
@@ -555,145 +539,82 @@ def check_claims(claims: tuple[Claim, ...] | None = None) -> list[ClaimCheck]:
     return [check_claim(c) for c in (CLAIMS if claims is None else claims)]
 
 
-_LEVIATHAN = "Leviathan, Kalman, Matias 2023, Fast Inference from Transformers via Speculative Decoding " \
-             "(ICML 2023, arXiv:2211.17192)"
-_LEVIATHAN_VERIFIED = ("checked against a stored text copy of the paper: Table 2 (γ, α, speed) and "
-                       "Appendix A.3 Table 4 (c \"estimated … based on profiler traces\", Exp vs Emp)")
-_LEVIATHAN_SETTING = "T5-XXL 11B target (T5 v1.1), batch 1, single TPU-v4, against the T5X implementation"
-_LEVIATHAN_ASSUMPTIONS = "cost model = Leviathan et al.'s own: draft step = c × target step (c from Table 4), " \
-                         "verify = one target step, no overhead; i.i.d. α"
+# -- the table of claims, from sim/data/claims.toml ---------------------------------------------
+CLAIMS_FILE = Path(__file__).resolve().parent / "data" / "claims.toml"
+"""The published and circulating claims (:func:`load_claims` reads and validates it)."""
 
-# (task, draft, temp, γ, α, c, speed): Table 2 with c from Table 4, as printed in the paper.
-_T5_ROWS = (
-    ("EnDe", "T5-small", 0, 7, 0.75, 0.02, 3.4), ("EnDe", "T5-base", 0, 7, 0.80, 0.04, 2.8),
-    ("EnDe", "T5-large", 0, 7, 0.82, 0.11, 1.7), ("EnDe", "T5-small", 1, 7, 0.62, 0.02, 2.6),
-    ("EnDe", "T5-base", 1, 5, 0.68, 0.04, 2.4), ("EnDe", "T5-large", 1, 3, 0.71, 0.11, 1.4),
-    ("CNNDM", "T5-small", 0, 5, 0.65, 0.02, 3.1), ("CNNDM", "T5-base", 0, 5, 0.73, 0.04, 3.0),
-    ("CNNDM", "T5-large", 0, 3, 0.74, 0.11, 2.2), ("CNNDM", "T5-small", 1, 5, 0.53, 0.02, 2.3),
-    ("CNNDM", "T5-base", 1, 3, 0.55, 0.04, 2.2), ("CNNDM", "T5-large", 1, 3, 0.56, 0.11, 1.7),
-)
-
-_ARTICLE = ("implementation-guide article, a follow-up to \"AI Daily News — September 18, 2025\" "
-            "(as quoted in specscope issue #15)")
-_ARTICLE_UNVERIFIED = ("not verified here: the article could not be found in the sources searchable from this "
-                       "session; numbers as quoted in issue #15")
-_SPEC_BENCH = ("Spec-Bench leaderboard (Xia et al. 2024, ACL Findings), github.com/hemingkx/Spec-Bench "
-               "Leaderboard.md, \"Leaderboard on A100\", Vicuna-7B-v1.3 table, Overall column")
-_SPEC_BENCH_VERIFIED = "verified against the stored Leaderboard.md (speedup and #Mean Accepted Tokens)"
-_SPEC_BENCH_SETTING = "single A100 80GB, greedy, FP16, batch 1, Vicuna-7B-v1.3 target"
-_TORCH_VELOCITY = "github.com/mmcmanus1/Torch-Velocity README.md (\"demonstrating 1.5-2.5x inference speedups\")"
-_TORCH_VELOCITY_VERIFIED = ("verified against the stored README (Models table: distilgpt2 82M draft, gpt2-medium "
-                            "355M target; \"Open velocity_demo.ipynb in Google Colab (free T4 GPU)\") and "
-                            "velocity_demo.ipynb (velocity_generate: initial_gamma=4, min_gamma=1, max_gamma=8, "
-                            "temperature=1.0)")
-_FROM_SCRATCH = "github.com/ParamChordiya/speculative-decoding README.md, \"What is Speculative Decoding?\""
-_FROM_SCRATCH_QUOTE = ("\"At a 70–80% token acceptance rate with a 10–20× cheaper draft model, this yields "
-                       "2–3× wall-clock speedup\"")
-_FROM_SCRATCH_VERIFIED = ("verified against the stored README; the same README says the decoding engine is "
-                          "\"in progress\", so the sentence is a projection, not a measurement")
+_TABLE_KEYS = ("templates", "claim")
 
 
-def _t5_claim(task: str, draft: str, temp: int, gamma: int, alpha: float, c: float, speed: float) -> Claim:
-    return Claim(
-        claim_id=f"leviathan-{task.lower()}-{draft.lower()}-t{temp}",
-        source=f"{_LEVIATHAN}, Table 2 (c: Table 4)",
-        quote=f"{task} | {draft} | temp {temp} | γ {gamma} | α {alpha:g} | {speed:g}X (Table 4: c = {c:g})",
-        verified=True, verification=_LEVIATHAN_VERIFIED,
-        setting=f"{_LEVIATHAN_SETTING}; {task}, {'argmax' if temp == 0 else 'standard sampling'}",
-        speedup=speed, gamma=gamma, alpha=alpha, cost_ratio=c, assumptions=_LEVIATHAN_ASSUMPTIONS,
-    )
+def _field_types() -> dict[str, tuple[type, ...]]:
+    """Each :class:`Claim` field and the TOML value types it takes (an int is a valid float)."""
+    out = {}
+    for name, hint in get_type_hints(Claim).items():
+        allowed = tuple(t for t in (get_args(hint) or (hint,)) if t is not type(None))
+        out[name] = allowed + ((int,) if float in allowed else ())
+    return out
 
 
-def _article(claim_id: str, quote: str, speedup: float, baseline_ms: float, speculative_ms: float,
-             preset: str, hardware: str, setting: str, assumptions: str) -> Claim:
-    return Claim(claim_id=claim_id, source=_ARTICLE, quote=quote, verified=False, verification=_ARTICLE_UNVERIFIED,
-                 setting=setting, preset=preset, hardware=hardware, speedup=speedup, gamma=4,
-                 baseline_ms_per_token=baseline_ms, speculative_ms_per_token=speculative_ms, assumptions=assumptions)
+def _claim_fields(where: str, table: object, types: dict[str, tuple[type, ...]]) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise ValueError(f"{where}: expected a table of claim fields, got {type(table).__name__}")
+    for key, value in table.items():
+        if key not in types:
+            raise ValueError(f"{where}: unknown field {key!r}; valid: {', '.join(types)}")
+        ok = isinstance(value, types[key]) and (bool in types[key] or not isinstance(value, bool))
+        if not ok:
+            want = " or ".join(t.__name__ for t in types[key])
+            raise ValueError(f"{where}: field {key!r} must be {want}, got {value!r}")
+    return dict(table)
 
 
-_LLAMA_ASSUMED = ("Llama-7B/13B mapped to the Llama-2 shapes (LLaMA-1 has the same); device not stated: A100 80GB "
-                  "bf16 batch 1 assumed (7B + 13B weights at 2 bytes, 39.5 GB, fit no 16 or 24 GB card)")
+def load_claims(path: str | Path = CLAIMS_FILE) -> tuple[Claim, ...]:
+    """The claims of a TOML file: ``[[claim]]`` tables of :class:`Claim` fields, optionally ``template = NAME``
+    taking the fields of ``[templates.NAME]`` (a field set in both is refused).
+
+    ``gamma`` left out means not stated. Bad content raises ``ValueError`` naming the file, the claim and
+    the field; each claim is then validated by :class:`Claim` itself.
+    """
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"claims file {str(path)!r}: {exc}") from None
+    extra = sorted(set(doc) - set(_TABLE_KEYS))
+    if extra:
+        raise ValueError(f"claims file {str(path)!r}: unknown top-level key(s) {extra}; valid: {', '.join(_TABLE_KEYS)}")
+    types = _field_types()
+    templates = {name: _claim_fields(f"{path.name} [templates.{name}]", t, types)
+                 for name, t in doc.get("templates", {}).items()}
+    claims: list[Claim] = []
+    for i, raw in enumerate(doc.get("claim", []), start=1):
+        where = f"{path.name} claim {i}" + (f" ({raw.get('claim_id')})" if isinstance(raw, dict) else "")
+        if not isinstance(raw, dict):
+            raise ValueError(f"{where}: expected a table, got {type(raw).__name__}")
+        raw = dict(raw)
+        base: dict[str, Any] = {}
+        if "template" in raw:
+            name = raw.pop("template")
+            if name not in templates:
+                raise ValueError(f"{where}: unknown template {name!r}; valid: {', '.join(templates) or 'none'}")
+            base = templates[name]
+        fields_ = _claim_fields(where, raw, types)
+        both = sorted(set(base) & set(fields_))
+        if both:
+            raise ValueError(f"{where}: field(s) {both} set by the claim and by its template")
+        merged = {"gamma": None, **base, **fields_}
+        missing = [n for n, f in Claim.__dataclass_fields__.items()
+                   if f.default is MISSING and f.default_factory is MISSING and n not in merged]
+        if missing:
+            raise ValueError(f"{where}: missing field(s) {missing}")
+        claims.append(Claim(**merged))
+    ids = [c.claim_id for c in claims]
+    dup = sorted({c for c in ids if ids.count(c) > 1})
+    if dup:
+        raise ValueError(f"claims file {str(path)!r}: claim id(s) {dup} given more than once")
+    if not claims:
+        raise ValueError(f"claims file {str(path)!r}: no [[claim]] tables")
+    return tuple(claims)
 
 
-def _torch_velocity(end: str, speedup: float, preset: str = "distilgpt2-gpt2-medium") -> Claim:
-    notebook = preset != "distilgpt2-gpt2-medium"
-    return Claim(
-        claim_id=f"torch-velocity-{end}",
-        source=("github.com/mmcmanus1/Torch-Velocity velocity_demo.ipynb, MODEL_CONFIGS['t4'] (USE_CONFIG = 't4')"
-                if notebook else _TORCH_VELOCITY),
-        quote=("'t4': gpt2-xl target + distilgpt2 draft, \"Larger models with 18x ratio (should show speedup)\"; "
-               "notebook headline \"achieving 1.5-2.5x inference speedups\" (2.5× checked)" if notebook else
-               f"distilgpt2 → gpt2-medium, adaptive γ, T4: {speedup:g}× ({end} end of 1.5–2.5×)"),
-        verified=True, verification=_TORCH_VELOCITY_VERIFIED,
-        setting="Colab T4, adaptive γ in 1–8, temperature 1.0 (rejection sampling)",
-        preset=preset, hardware="t4", speedup=speedup, gamma=None, gamma_max=8,
-        assumptions="T4 fp16 batch 1 roofline (the notebook loads fp32 weights: the fp16 roofline is the "
-                    "optimistic case); adaptive γ → the most favourable fixed γ in 1–8",
-    )
-
-
-def _from_scratch(end: str, cheaper: int, alpha: float, speedup: float) -> Claim:
-    return Claim(
-        claim_id=f"from-scratch-readme-{speedup:g}x", source=_FROM_SCRATCH,
-        quote=f"{_FROM_SCRATCH_QUOTE} — {end} end: α {alpha:g}, draft {cheaper}× cheaper, {speedup:g}×",
-        verified=True, verification=_FROM_SCRATCH_VERIFIED,
-        setting="no pair, device or γ; \"acceptance rate\" read as i.i.d. α",
-        cost_ratio=1 / cheaper, alpha=alpha, speedup=speedup, gamma=None,
-        assumptions=f"c = 1/{cheaper}, α = {alpha:g}, the most favourable γ in 1–16",
-    )
-
-
-def _spec_bench(method: str, speedup: float, tau: float, assumptions: str, preset: str | None = None) -> Claim:
-    return Claim(
-        claim_id=f"spec-bench-a100-{method.split()[0].lower()}", source=_SPEC_BENCH,
-        quote=f"{method} | {speedup:.2f}x overall | #Mean Accepted Tokens {tau:.2f}",
-        verified=True, verification=_SPEC_BENCH_VERIFIED, setting=_SPEC_BENCH_SETTING,
-        preset=preset, hardware="a100-80gb" if preset else None, cost_ratio=None if preset else 0.0,
-        speedup=speedup, gamma=None, tau=tau, gamma_max=8, assumptions=assumptions,
-    )
-
-
-_FREE_DRAFT = "draft cost c = 0 and verify = one target step: an upper bound"
-
-CLAIMS: tuple[Claim, ...] = (
-    _article("article-gpt2-small-large",
-             "GPT-2 Small draft / GPT-2 Large target, K = 4, greedy: 156 → 62 ms/token, 2.5×", 2.5, 156.0, 62.0,
-             "gpt2-small-large", "t4", "K = 4 drafts, greedy; device not stated",
-             "device not stated: T4 fp16, batch 1, memory-bound roofline, 512-token context assumed"),
-    _article("article-llama-7b-13b", "Llama-7B draft / Llama-13B target, K = 4, greedy: 89 → 31 ms/token, 2.9×",
-             2.9, 89.0, 31.0, "llama2-7b-13b", "a100-80gb", "K = 4 drafts, greedy; device not stated",
-             _LLAMA_ASSUMED),
-    _article("article-1000-tokens", "a 1000-token generation, 89 s → 28 s, 3.2×", 3.2, 89.0, 28.0,
-             "llama2-7b-13b", "a100-80gb", "K = 4 drafts, greedy; pair and device not stated",
-             "pair not stated: 89 s / 1000 tokens = 89 ms/token, the Llama-13B baseline above, so that pair; "
-             + _LLAMA_ASSUMED),
-    _torch_velocity("low", 1.5),
-    _torch_velocity("high", 2.5),
-    _torch_velocity("notebook-xl", 2.5, preset="distilgpt2-gpt2-xl"),
-    _from_scratch("favourable", 20, 0.8, 3.0),
-    _from_scratch("unfavourable", 10, 0.7, 2.0),
-    *(_t5_claim(*row) for row in _T5_ROWS),
-    _spec_bench("SpS", 1.49, 2.28, "draft not named on the leaderboard: the 68M Vicuna draft of NJUNLP/MCSD (the "
-                "weights Spec-Bench's Readme links for SpS) assumed; γ not stated: the γ ≥ τ − 1 most favourable "
-                "at τ = 2.28 (greedy chain, i.i.d. α)", preset="vicuna-68m-7b"),
-    _spec_bench("PLD", 1.59, 1.73, f"prompt lookup, a string match: {_FREE_DRAFT}; γ not stated"),
-    _spec_bench("EAGLE", 2.29, 3.61, f"tree drafts from a one-layer head, cost not stated: {_FREE_DRAFT} (the "
-                "chain model does not describe trees)"),
-    _spec_bench("Medusa", 1.78, 2.32, f"heads on the target, cost not stated: {_FREE_DRAFT} (tree drafts)"),
-    Claim(
-        claim_id="gpt-fast-70b-int4",
-        source="github.com/pytorch-labs/gpt-fast README.md, Benchmarks → Speculative Sampling",
-        quote="Verifier: Llama-70B (int4), Draft: Llama-7B (int4): 48.4 tok/s (baseline table: Llama-2-70B "
-              "4-bit (G=32) 25.25 tok/s) → 1.92×",
-        verified=True, verification="verified against the stored README (both tok/s figures; the speedup is their "
-                                    "ratio, computed here)",
-        setting="A100 80GB power-limited to 330 W, batch 1, 5-token prompt, int4 weights (group size 32)",
-        preset="llama2-7b-70b", hardware="a100-80gb", bytes_per_param=0.625,
-        speedup=round(48.4 / 25.25, 2), gamma=None, gamma_max=8,
-        baseline_ms_per_token=round(1000 / 25.25, 2), speculative_ms_per_token=round(1000 / 48.4, 2),
-        context_tokens=128.0,
-        assumptions="int4 g32 = 0.5 byte + a 2-byte scale and zero per 32 weights = 0.625 bytes/param; "
-                    "speculate_k not stated in the README (scripts/speculate_70B_int4.sh is not stored here): "
-                    "the most favourable γ in 1–8; short context (128 tokens)",
-    ),
-)
+CLAIMS: tuple[Claim, ...] = load_claims()

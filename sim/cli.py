@@ -40,7 +40,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from presets import HARDWARE, MODELS, PAIRS, Pair, RooflineForward, get_hardware, get_pair, make_pair
+from presets import HARDWARE, HEAD_KINDS, HEAD_PAIRS, MODELS, PAIRS, Pair, get_hardware, get_pair, make_pair
 from sim.acceptance import (
     AcceptanceModel,
     IIDAcceptance,
@@ -58,7 +58,7 @@ from sim.cliargs import (
     int_arg,
     nonempty_arg,
 )
-from sim.cost import CostModel, LeviathanCost, RooflineCost, load_cost_model
+from sim.cost import CostModel, LeviathanCost, load_cost_model, pair_roofline_cost
 from sim.policies import POLICY_KINDS, GammaSpec
 
 PROG = "python -m sim"
@@ -94,9 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predict speculative-decoding speedup from acceptance, draft length and a cost model.",
     )
     p.add_argument("--list-presets", action="store_true", help="list pairs, models and hardware, then exit")
-    p.add_argument("--preset", type=choice_arg("preset", list(PAIRS)),
-                   help=f"draft/target pair by exact name (default {DEFAULT_PRESET})")
-    p.add_argument("--draft", type=choice_arg("model", list(MODELS)), help="draft model name (with --target)")
+    p.add_argument("--preset", type=choice_arg("preset", [*PAIRS, *HEAD_PAIRS]),
+                   help=f"draft/target pair or draft head by exact name (default {DEFAULT_PRESET})")
+    p.add_argument("--draft", type=choice_arg("model or draft head", [*MODELS, *HEAD_KINDS]),
+                   help=f"draft model name, or a draft head on the target: {', '.join(HEAD_KINDS)} (with --target)")
     p.add_argument("--target", type=choice_arg("model", list(MODELS)), help="target model name (with --draft)")
     p.add_argument("--hardware", type=choice_arg("hardware", list(HARDWARE)), help="hardware profile "
                    "(default: the pair's)")
@@ -225,7 +226,9 @@ def _resolve_acceptance(args: argparse.Namespace, pair: Pair | None, gammas: lis
                                f"{args.acceptance!r} was recorded up to gamma={recorded}; use --policy fixed")
         return model
     if pair is not None:
-        return IIDAcceptance(pair.default_alpha)
+        from sim.typical import default_alpha
+
+        return IIDAcceptance(default_alpha(pair)[0])
     raise CliError("no acceptance given: use --alpha, --alpha-per-position, --tau or --acceptance")
 
 
@@ -234,8 +237,7 @@ def _resolve_cost(args: argparse.Namespace, pair: Pair | None, hardware: str | N
         return LeviathanCost(args.cost_ratio)
     if args.cost_model is not None:
         return load_cost_model(args.cost_model)
-    hw = get_hardware(hardware)
-    return RooflineCost(RooflineForward(pair.draft, hw), RooflineForward(pair.target, hw))
+    return pair_roofline_cost(pair, get_hardware(hardware))
 
 
 def _check_workload(args: argparse.Namespace, pair: Pair | None, gammas: list[int], new_tokens: int,
@@ -284,7 +286,12 @@ def resolve(args: argparse.Namespace) -> Setup:
     cost = _resolve_cost(args, pair, hardware)
     cost_ratio = cost.draft_step_ms(args.context_tokens) / cost.target_step_ms(args.context_tokens)
     from_cli = any(getattr(args, k) is not None for k in ("alpha", "alpha_per_position", "tau", "acceptance"))
-    alpha_source = None if pair is None else ("command line" if from_cli else pair.alpha_source)
+    if pair is None or from_cli:
+        alpha_source = None if pair is None else "command line"
+    else:
+        from sim.typical import default_alpha
+
+        alpha_source = default_alpha(pair)[1]
     return Setup(pair.name if pair else None, hardware, acceptance, cost, cost_ratio, gammas, pair, args.mode,
                  policy, args.context_tokens, new_tokens, serve["requests"], serve["arrival_rate"],
                  serve["max_batch"], args.seed, args.usd_per_hour, alpha_source, args.tau, args.gamma)
@@ -542,6 +549,11 @@ def list_presets() -> str:
     lines.append("hardware:")
     for h in HARDWARE.values():
         lines.append(f"  {h.name:10s} {h.description}")
+    lines.append("draft heads on their target (--preset NAME, or --draft KIND --target MODEL):")
+    for p in HEAD_PAIRS.values():
+        lines.append(f"  {p.name:24s} {p.draft.head_kind.title} on {p.target.name}  hardware={p.default_hardware}")
+    for k in HEAD_KINDS.values():
+        lines.append(f"  kind {k.name:8s} {k.architecture}")
     return "\n".join(lines)
 
 

@@ -32,6 +32,8 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
+from presets.hardware import Hardware, RooflineForward
+from presets.pairs import Pair
 from sim.files import check_schema_version, read_json
 
 COST_MODEL_SCHEMA_VERSION = 1
@@ -154,6 +156,16 @@ class RooflineCost:
             "target": self.target.describe(),
             "overhead_ms": self.overhead_ms,
         }
+
+
+def pair_roofline_cost(pair: Pair, hardware: Hardware) -> RooflineCost:
+    """The roofline cost of a preset pair on a device: both forwards on the roofline, no round overhead,
+    except a draft head's once-per-round part (EAGLE-3's fusing FC), priced on the same roofline at batch 1."""
+    overhead_ms = 0.0
+    if pair.is_head and pair.draft.round_params():
+        flops, bytes_moved = pair.draft.round_flops_and_bytes(1, hardware.bytes_per_param)
+        overhead_ms = hardware.roofline_ms(flops, bytes_moved)
+    return RooflineCost(RooflineForward(pair.draft, hardware), RooflineForward(pair.target, hardware), overhead_ms)
 
 
 @dataclass(frozen=True)

@@ -189,7 +189,7 @@ def test_gamma_folds_leave_each_gamma_out_once(run_dir):
     assert (covered == 1).all()
     with pytest.raises(ValueError, match="need at least 2 distinct head_k"):
         holdout_folds(data.cells, "k")
-    with pytest.raises(ValueError, match="valid: gamma, domain, k, none"):
+    with pytest.raises(ValueError, match="valid: auto, gamma, domain, k, none"):
         holdout_folds(data.cells, "prompt")
 
 
@@ -294,7 +294,7 @@ def test_cli_writes_outputs_and_ends_with_json(run_dir, tmp_path):
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["{run}", "--holdout", "weekday"], "unknown --holdout 'weekday'; valid: gamma, domain, k, none"),
+    (["{run}", "--holdout", "weekday"], "unknown --holdout 'weekday'; valid: auto, gamma, domain, k, none"),
     (["{tmp}/missing"], "run directory not found"),
     (["{tmp}"], "is not a run directory (no run.json)"),
     (["{run}", "--holdout", "k"], "need at least 2 distinct head_k"),
@@ -304,6 +304,53 @@ def test_cli_bad_input_is_one_line_error(run_dir, tmp_path, args, needle):
     assert r.returncode == 2
     assert needle in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+# -- the default hold-out adapts to what the runs measured ------------------------------------------
+def _one_gamma_run(path: Path, domains: tuple[str, ...]) -> Path:
+    make_run(path, seed=3, drafts=("small",), gammas=(4,), domains=domains, prompts_per_domain=2,
+             max_new_tokens=40)
+    return path
+
+
+def test_one_gamma_run_holds_out_by_domain_by_default_and_says_so(tmp_path):
+    run = _one_gamma_run(tmp_path / "g4", ("code", "chat"))
+    r = _cli(str(run), "--out", str(tmp_path / "cal"))
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert first.startswith("hold-out: domain, not gamma (the run has one γ policy, fixed:4)"), first
+    doc = json.loads((tmp_path / "cal" / "calibration.json").read_text())
+    assert doc["holdout"]["mode"] == "domain" and doc["holdout"]["note"] == first
+    assert [f["fold"] for f in doc["holdout"]["folds"]] == ["domain=chat", "domain=code"]
+    assert doc["mape"]["held_out"]["closed_form"]["n_cells"] == 2
+
+
+def test_one_gamma_one_domain_run_is_calibrated_in_sample_with_a_note(tmp_path):
+    run = _one_gamma_run(tmp_path / "g4", ("code",))
+    res = calibrate([run])
+    assert res.holdout == "none" and res.held_out.empty and res.mape_in_sample
+    assert res.holdout_choice.note.startswith("hold-out: none (one γ policy, fixed:4, one domain, code")
+    assert "in-sample only" in res.holdout_choice.note
+
+
+def test_an_explicit_gamma_holdout_on_a_one_gamma_run_names_the_fix(tmp_path):
+    run = _one_gamma_run(tmp_path / "g4", ("code", "chat"))
+    r = _cli(str(run), "--holdout", "gamma", "--out", str(tmp_path / "cal"))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "found 1 (fixed:4); use --holdout domain (2 domains) or --holdout none" in r.stderr
+    assert "leave --holdout out" in r.stderr
+
+
+def test_the_default_on_a_two_gamma_run_is_the_gamma_holdout_unchanged(run_dir, tmp_path):
+    default = _cli(str(run_dir), "--out", str(tmp_path / "auto"))
+    explicit = _cli(str(run_dir), "--holdout", "gamma", "--out", str(tmp_path / "gamma"))
+    assert default.returncode == explicit.returncode == 0, default.stderr + explicit.stderr
+    assert default.stdout.splitlines()[0] == "hold-out: gamma (the default: each of the 4 γ policies predicted from " \
+                                             "the others)"
+    docs = [json.loads((tmp_path / d / "calibration.json").read_text()) for d in ("auto", "gamma")]
+    for d in docs:
+        d.pop("created_utc")
+    assert docs[0] == docs[1] and "note" not in docs[0]["holdout"]
 
 
 # -- lookup drafts (propose nothing at some positions) -----------------------------------------

@@ -15,6 +15,7 @@ from sim.acceptance import implied_alpha_from_tau
 from sim.analytic import speedup_leviathan
 from sim.claims import (
     CLAIMS,
+    CLAIMS_FILE,
     GAMMA_LIMIT,
     TYPICAL_ALPHA,
     Claim,
@@ -24,6 +25,7 @@ from sim.claims import (
     check_claims,
     check_roofline,
     check_speedup,
+    load_claims,
     roofline_cost,
     speedup_at,
 )
@@ -151,6 +153,63 @@ def test_every_claim_has_a_source_and_a_verification_note():
             assert c.verification.startswith("not verified here")
     with pytest.raises(ValueError, match="source"):
         Claim("x", " ", "q", False, "n", "s", 2.0, 4, "a", cost_ratio=0.1)
+
+
+def test_the_claims_are_data_read_from_the_toml_file():
+    assert CLAIMS_FILE.name == "claims.toml" and CLAIMS == load_claims(CLAIMS_FILE)
+    source = (ROOT / "sim" / "claims.py").read_text()
+    assert "Leviathan, Kalman" not in source and "Spec-Bench" not in source  # no claim data left in code
+    t5 = [c for c in CLAIMS if c.claim_id.startswith("leviathan-")]
+    assert len(t5) == 12 and {c.source for c in t5} == {t5[0].source}  # the template's fields, shared
+
+
+def test_no_claim_carries_internal_wording():
+    for c in CLAIMS:
+        text = " ".join(str(v) for v in check_claim(c).row().values()).lower()
+        for needle in ("issue #", "specscope issue", "this session", "stored", "computed here", "searchable"):
+            assert needle not in text, (c.claim_id, needle)
+
+
+_GOOD = """
+[templates.t]
+source = "a paper"
+verified = true
+verification = "checked against the paper"
+
+[[claim]]
+template = "t"
+claim_id = "one"
+quote = "2x"
+setting = "s"
+speedup = 2
+assumptions = "a"
+cost_ratio = 0.1
+"""
+
+
+@pytest.mark.parametrize("edit,needle", [
+    (("speedup = 2", "speedup = \"2\""), "claim 1 (one): field 'speedup' must be float or int, got '2'"),
+    (("cost_ratio = 0.1", "cost_ratio = 0.1\ncolour = 1"), "claim 1 (one): unknown field 'colour'; valid: claim_id"),
+    (('template = "t"', 'template = "u"'), "unknown template 'u'; valid: t"),
+    (("speedup = 2", "speedup = 2\nsource = \"x\""), "field(s) ['source'] set by the claim and by its template"),
+    (('quote = "2x"\n', ""), "claim 1 (one): missing field(s) ['quote']"),
+    (("verified = true", "verified = 1"), "[templates.t]: field 'verified' must be bool, got 1"),
+    (("cost_ratio = 0.1", "cost_ratio = true"), "field 'cost_ratio' must be float or int, got True"),
+    (("[[claim]]", "[colours]\n[[claim]]"), "unknown top-level key(s) ['colours']"),
+    (("cost_ratio = 0.1", "cost_ratio = 0.1\n[[claim]]\ntemplate = \"t\"\nclaim_id = \"one\"\nquote = \"q\"\n"
+      "setting = \"s\"\nspeedup = 2\nassumptions = \"a\"\ncost_ratio = 0.2"), "claim id(s) ['one'] given more than once"),
+    (("cost_ratio = 0.1", 'preset = "gpt2-small-large"'), "a preset needs a hardware profile"),
+    (("speedup = 2", "speedup = 2 2"), "claims file"),
+])
+def test_a_bad_claims_file_is_refused_naming_the_claim_and_field(tmp_path, edit, needle):
+    path = tmp_path / "claims.toml"
+    path.write_text(_GOOD)
+    (only,) = load_claims(path)
+    assert only.gamma is None and only.source == "a paper" and only.speedup == 2.0
+    path.write_text(_GOOD.replace(*edit))
+    with pytest.raises(ValueError) as exc:
+        load_claims(path)
+    assert needle in str(exc.value)
 
 
 def test_leviathan_rows_reproduce_the_papers_expected_column():

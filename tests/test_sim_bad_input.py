@@ -162,7 +162,7 @@ SIM = [
 
 OTHER = [
     (["calibrate"], ["required", "RUN_DIR"]),
-    (["calibrate", "{d}/run", "--holdout", "bogus"], ["--holdout", "'bogus'", "valid: gamma, domain, k, none"]),
+    (["calibrate", "{d}/run", "--holdout", "bogus"], ["--holdout", "'bogus'", "valid: auto, gamma, domain, k, none"]),
     (["calibrate", "{d}/run", "--holdout", ""], ["--holdout", "''"]),
     (["calibrate", "{d}/nope"], ["run directory not found", "nope"]),
     (["calibrate", "{d}/plain.txt"], ["plain.txt", "is a file"]),

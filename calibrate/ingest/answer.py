@@ -26,10 +26,10 @@ from typing import Any
 from calibrate.ingest.detect import Ingested
 from calibrate.ingest.llamabench import cost_from_rows
 from calibrate.ingest.records import AcceptanceRecord
-from presets import RooflineForward, get_hardware, get_pair
+from presets import get_hardware, get_pair
 from sim.acceptance import AcceptanceModel, IIDAcceptance, PerPositionAcceptance
 from sim.analytic import break_even_alpha, optimal_gamma, predict
-from sim.cost import CostModel, RooflineCost, TabulatedCost, load_cost_model
+from sim.cost import CostModel, TabulatedCost, load_cost_model, pair_roofline_cost
 from sim.events import simulate_serving
 
 
@@ -107,8 +107,10 @@ def choose_cost(ing: Ingested, preset: str | None, hardware: str | None, cost_mo
     if preset is not None:
         pair = get_pair(preset)
         hw = get_hardware(hardware or pair.default_hardware)
-        cost = RooflineCost(RooflineForward(pair.draft, hw), RooflineForward(pair.target, hw))
-        return CostChoice(cost, False, f"assumed: roofline of {pair.draft.name} -> {pair.target.name} on {hw.name} "
+        cost = pair_roofline_cost(pair, hw)
+        what = (f"the {pair.draft.head_kind.title} on {pair.target.name} (its own layers and the LM head it reads)"
+                if pair.is_head else f"{pair.draft.name} -> {pair.target.name}")
+        return CostChoice(cost, False, f"assumed: roofline of {what} on {hw.name} "
                           "(datasheet bandwidth and FLOP/s x stated efficiencies, per-forward overheads)",
                           ("--preset", preset, "--hardware", hw.name),
                           context_tokens=512.0 if context_tokens is None else context_tokens)
