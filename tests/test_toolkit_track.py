@@ -211,3 +211,24 @@ def test_nothing_imports_a_tracker_library_until_asked() -> None:
             "print(sorted(m for m in ('wandb', 'mlflow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_mlflow_default_store_is_its_sqlite_file(tmp_path: Path) -> None:
+    """No MLFLOW_TRACKING_URI: MLflow's own default, ``sqlite:///mlflow.db`` in the working directory."""
+    pytest.importorskip("sqlalchemy")
+    env = _env(tmp_path, MLFLOW_TRACKING_URI=None, MLFLOW_ALLOW_FILE_STORE=None)
+    code = ("import sys; sys.path.insert(0, %r)\n"
+            "from toolkit.track import start_tracker\n"
+            "with start_tracker('mlflow', run_name='r', job_type='measure', prog='p') as t:\n"
+            "    t.log_metrics({'speedup/draft-int8': 1.5})\n"
+            "print(t.tracked.location)\n") % str(ROOT)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    db = tmp_path / "mlflow.db"
+    assert proc.stdout.strip() == f"sqlite:///{db}"
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{db}")
+    (run,) = client.search_runs([client.get_experiment_by_name("specscope-test").experiment_id])
+    assert run.data.metrics == {"speedup/draft-int8": 1.5}

@@ -16,11 +16,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+from unittest import mock
 
 import pytest
 
@@ -88,27 +91,31 @@ def wandb_table(run_dir: Path, summary_value: dict[str, Any]):
     return pd.DataFrame(doc["data"], columns=doc["columns"])
 
 
-def mlflow_runs(env: dict[str, str]) -> list[Any]:
-    """Every run of the test experiment, via ``MlflowClient`` on the file store (oldest first)."""
+@contextlib.contextmanager
+def _mlflow(env: dict[str, str]) -> Iterator[Any]:
+    """An ``MlflowClient`` on ``env``'s file store (MLflow 3 opens one only with MLFLOW_ALLOW_FILE_STORE set)."""
     from mlflow import MlflowClient
 
-    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
-    exp = client.get_experiment_by_name(env["MLFLOW_EXPERIMENT_NAME"])
-    if exp is None:
-        return []
-    return sorted(client.search_runs([exp.experiment_id]), key=lambda r: r.info.start_time)
+    with mock.patch.dict(os.environ, {"MLFLOW_ALLOW_FILE_STORE": "true"}):
+        yield MlflowClient(env["MLFLOW_TRACKING_URI"])
+
+
+def mlflow_runs(env: dict[str, str]) -> list[Any]:
+    """Every run of the test experiment, via ``MlflowClient`` on the file store (oldest first)."""
+    with _mlflow(env) as client:
+        exp = client.get_experiment_by_name(env["MLFLOW_EXPERIMENT_NAME"])
+        if exp is None:
+            return []
+        return sorted(client.search_runs([exp.experiment_id]), key=lambda r: r.info.start_time)
 
 
 def mlflow_artifacts(env: dict[str, str], run_id: str, path: str | None = None) -> list[str]:
     """Artifact paths of a run (one level, under ``path``)."""
-    from mlflow import MlflowClient
-
-    return [a.path for a in MlflowClient(env["MLFLOW_TRACKING_URI"]).list_artifacts(run_id, path)]
+    with _mlflow(env) as client:
+        return [a.path for a in client.list_artifacts(run_id, path)]
 
 
 def mlflow_table(env: dict[str, str], run: Any, name: str):
     """A table logged as ``tables/<name>.json``, via ``MlflowClient.load_table``."""
-    from mlflow import MlflowClient
-
-    return MlflowClient(env["MLFLOW_TRACKING_URI"]).load_table(run.info.experiment_id, f"tables/{name}.json",
-                                                               run_ids=[run.info.run_id])
+    with _mlflow(env) as client:
+        return client.load_table(run.info.experiment_id, f"tables/{name}.json", run_ids=[run.info.run_id])

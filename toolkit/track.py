@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence, TextIO
 
 __all__ = ["TRACKERS", "DEFAULT_PROJECT", "TrackedRun", "Tracker", "metric_name", "flatten", "number",
-           "start_tracker", "missing_library"]
+           "start_tracker", "missing_library", "usable_tracker"]
 
 #: The ``--track`` choices.
 TRACKERS = ("wandb", "mlflow")
@@ -105,9 +105,32 @@ def missing_library(kind: str) -> str | None:
     if kind not in _LIBRARIES:
         raise ValueError(f"unknown tracker {kind!r}; valid: {', '.join(TRACKERS)}")
     module, package = _LIBRARIES[kind]
-    if importlib.util.find_spec(module) is None:
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):  # a broken install, or a module blocked in sys.modules
+        spec = None
+    if spec is None:
         return f"{module} is not installed ({_INSTALL_HINT}, or pip install {package})"
     return None
+
+
+def _warning(prog: str, kind: str, reason: str) -> str:
+    return f"{prog}: warning: --track {kind}: {reason}; not tracked (the results on disk are complete)"
+
+
+def usable_tracker(kind: str | None, prog: str, stream: TextIO | None = None) -> str | None:
+    """``kind`` if its library can be imported; else the one warning line now (before the work) and ``None``.
+
+    For a CLI to call before a long measurement, so a missing library is said at
+    the start rather than after it; nothing is imported.
+    """
+    if kind is None:
+        return None
+    missing = missing_library(kind)
+    if missing:
+        print(_warning(prog, kind, missing), file=stream or sys.stderr, flush=True)
+        return None
+    return kind
 
 
 _NAME_BAD = re.compile(r"[^A-Za-z0-9_.:/ -]")
@@ -366,8 +389,7 @@ class Tracker:
         if self.failed is not None:
             return
         self.failed = " ".join(str(reason).split())[:400] or "unknown error"
-        print(f"{self.prog}: warning: --track {self.kind}: {self.failed}; not tracked (the results on disk are "
-              "complete)", file=self.stream or sys.stderr, flush=True)
+        print(_warning(self.prog, self.kind, self.failed), file=self.stream or sys.stderr, flush=True)
         if self.backend is not None:
             with contextlib.suppress(Exception), _quiet_libraries():
                 self.backend.abort()

@@ -25,6 +25,7 @@ from typing import NoReturn, Sequence
 from calibrate.ingest.answer import Answer, ServeSettings, answer, choose_cost, sim_command, summary, write_files
 from calibrate.ingest.detect import ENGINES, Ingested, ingest_files
 from calibrate.ingest.records import AcceptanceRecord
+from toolkit.track import TRACKERS, usable_tracker
 
 PROG = "python -m calibrate ingest"
 MODES = ("analytic", "serve")
@@ -74,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=int, default=100, help="serve mode: simulated requests per run (default 100)")
     p.add_argument("--new-tokens", type=int, default=128, help="serve mode: tokens per request (default 128)")
     p.add_argument("--seed", type=int, default=0, help="serve mode: seed of every random draw (default 0)")
+    p.add_argument("--track", choices=TRACKERS, metavar="wandb|mlflow", help="also log the answer (alpha_i with "
+                   "CIs, speedup per k, --out's files) to Weights & Biases or MLflow (the track extra; a tracker that "
+                   "fails costs one warning line)")
     return p
 
 
@@ -157,6 +161,7 @@ def format_answer(ans: Answer, gamma_max: int) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.track = usable_tracker(args.track, PROG)
     try:
         if args.mode not in MODES:
             raise ValueError(f"unknown --mode {args.mode!r}; valid: {', '.join(MODES)}")
@@ -194,6 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
     print("\n".join(lines))
+    if args.track:
+        from calibrate.tracking import track_ingest
+
+        track_ingest(args.track, doc, {k: v for k, v in vars(args).items() if k != "track"}, PROG, args.out)
     print(json.dumps({"optimal_k": doc["optimal_k"], "optimal_speedup": doc["optimal_speedup"],
                       "alpha_per_position": [p["alpha"] for p in doc["acceptance"]["alpha_per_position"]],
                       "iid_alpha": doc["acceptance"]["iid_alpha"],
