@@ -101,7 +101,7 @@ def _run_params(doc: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _report(cal_dir: Path, stream: TextIO | None) -> Path | None:
+def _report(cal_dir: Path, prog: str, stream: TextIO | None) -> Path | None:
     """The report directory of ``cal_dir``: ``<cal>/report`` if newer than ``calibration.json``, else drawn now.
 
     ``reports`` runs in its own process (``calibrate`` never imports it); if it
@@ -115,7 +115,7 @@ def _report(cal_dir: Path, stream: TextIO | None) -> Path | None:
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines() or [f"exit status {proc.returncode}"]
-        print(f"warning: --track: the report's charts are left out: {lines[-1]}", file=stream or sys.stderr)
+        print(f"{prog}: warning: --track: the report's charts are left out: {lines[-1]}", file=stream or sys.stderr)
         return None
     return out
 
@@ -149,7 +149,7 @@ def track_calibration(kind: str, cal_dir: str | Path, options: Mapping[str, Any]
             t.log_table("predictions", list(pred.columns), pred.to_numpy().tolist())
             _log_table(t, "mape", [{"split": s, "method": m, **v} for s, table in (doc.get("mape") or {}).items()
                                    for m, v in table.items()])
-            report = _report(cal_dir, stream) if charts else None
+            report = _report(cal_dir, prog, stream) if charts else None
             if report is not None:
                 for png in sorted(report.glob("*.png")):
                     t.log_image(png, f"charts/{png.stem}")

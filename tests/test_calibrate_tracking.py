@@ -123,3 +123,25 @@ def test_ingest_metrics_and_tracking(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert run.data.metrics[metric_name("speedup", "k=4")] == pytest.approx(doc["predictions"][3]["speedup"])
     assert len(mlflow_table(env, run, "predictions")) == doc["gamma_max"]
     assert "ingest-ingest/ingest.json" in mlflow_artifacts(env, run.info.run_id, "ingest-ingest")
+
+
+def test_a_calibration_whose_runs_moved_is_logged_without_charts(cal_dir: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture) -> None:
+    import shutil
+
+    moved = tmp_path / "moved-cal"
+    shutil.copytree(cal_dir, moved, ignore=shutil.ignore_patterns("report"))
+    doc = json.loads((moved / "calibration.json").read_text())
+    for info in doc["runs"].values():
+        info["path"] = str(tmp_path / "gone")  # the report reads the runs: it cannot be drawn
+    (moved / "calibration.json").write_text(json.dumps(doc))
+    env = use_offline_env(monkeypatch, tmp_path)
+    tracked = track_calibration("mlflow", moved, {"holdout": "gamma"}, "python -m calibrate")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert tracked is not None and len(err) == 2 and err[1] == tracked.describe()
+    assert err[0].startswith("python -m calibrate: warning: --track: the report's charts are left out: ")
+    (run,) = mlflow_runs(env)
+    assert run.data.params["runs.cpu-make-run-fresh3.path"] == str(tmp_path / "gone")
+    assert metric_name("speedup_mape_pct", "held_out", "trace") in run.data.metrics
+    assert mlflow_artifacts(env, run.info.run_id, "charts") == []
