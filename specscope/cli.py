@@ -187,6 +187,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``specscope``: dispatch to a subcommand's module; 2 with one line for an unknown command."""
     _complete()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["help"] and len(argv) == 2:  # specscope help COMMAND = specscope COMMAND --help
+        argv = [argv[1], "--help"]
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(help_text())
         return 0

@@ -40,6 +40,8 @@ def test_help_lists_every_subcommand_and_what_it_runs() -> None:
     for c in COMMANDS:
         assert f"= {c.same_as}" in out.stdout
     assert specscope().stdout == out.stdout  # no arguments: the same list
+    assert specscope("help").stdout == out.stdout
+    assert specscope("help", "check").stdout == specscope("check", "--help").stdout
 
 
 def test_the_console_script_is_declared_and_runs() -> None:
