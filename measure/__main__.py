@@ -1,19 +1,13 @@
 """Entry point: ``python -m measure`` (see :mod:`measure.cli`).
 
-With ``--engine llamacpp`` it asks OpenMP runtimes for passive waiting before
-anything loads one: llama.cpp's CPU backend and torch each run an OpenMP
-runtime, and their idle threads spinning against each other on a small CPU
-made llama.cpp decoding 10-40x slower and erratic in a sweep (the runtime
-reads the setting once, when it loads). A user's own setting is kept.
+Nothing of an engine's runtime is set here: llama.cpp runs in a process of its
+own (:mod:`measure.engines.llamacpp_native.worker`) with the environment the
+user gave, as their own ``Llama(...)`` would.
 """
 
-import os
 import sys
 
 if __name__ == "__main__":
-    argv = sys.argv[1:]
-    if "--engine=llamacpp" in argv or any(a == "--engine" and b == "llamacpp" for a, b in zip(argv, argv[1:])):
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from measure.cli import main
 
     sys.exit(main())

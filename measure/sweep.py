@@ -70,10 +70,15 @@ MAX_REPEATS = 1000
 MAX_NEW_TOKENS = 100_000
 MAX_PROMPT_TOKENS = 1_000_000
 MAX_GAMMA = 64
-MODES = ("baseline", "speculative", "peer")
+#: The modes of a visit: our baseline and speculative loop, the engine's own speculative decoding (the peer) and
+#: the engine's own plain decoding (the library baseline ours is held against), where the engine has them.
+MODES = ("baseline", "speculative", "peer", "library")
 #: How a sweep orders its cells' visits: ``sweep`` — in passes over every cell (each cell's pairs spread over
 #: the whole measurement); ``cell`` — each cell's visits back to back, one cell after the other.
 INTERLEAVE = ("sweep", "cell")
+#: Our baseline's tokens/s over the engine's own plain decoding's, same prompts in the same visits: the range in
+#: which our loop measures the engine as its users run it (outside it, the harness disturbs the engine).
+LIBRARY_RATIO_TARGET = (0.95, 1.05)
 
 
 @dataclass(frozen=True)
@@ -93,6 +98,7 @@ class SweepConfig:
     seed: int = 0
     warmup: int = 1
     peer: bool = True
+    library: bool = True
     traces: bool = True
     cost_curves: bool = True
     cost_max_tokens: int = 16
@@ -384,10 +390,13 @@ def parse_tokens(text: Any) -> tuple[int, ...]:
     return tuple(int(t) for t in str(text).split())
 
 
-def _warm(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, modes: tuple[str, ...]) -> None:
+def _warm(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, modes: tuple[str, ...]) -> set[str]:
+    """Warm ``modes`` up (never recorded); returns the modes that generated (an engine without a peer for this
+    pair, or without a library baseline, returns None there)."""
     cfg, t = ctx.config, ctx.target
     ids = ctx.enc[next(iter(ctx.enc))]
     n = min(8, cfg.max_new_tokens)
+    ran: set[str] = set()
     for _ in range(cfg.warmup):
         for mode in modes:
             g = _gen(cfg.seed, -1, t.device)
@@ -395,8 +404,13 @@ def _warm(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, modes: tup
                 autoregressive_generate(t, ids, temp, n, g, t.eos_token_ids, ctx.timer)
             elif mode == "speculative":
                 speculative_generate(t, draft, ids, spec.policy(), temp, n, g, t.eos_token_ids, ctx.timer)
-            else:
-                ctx.engine.peer_generate(t, draft, ids, spec.gamma, temp, n, cfg.seed)
+            elif mode == "peer":
+                if ctx.engine.peer_generate(t, draft, ids, spec.gamma, temp, n, cfg.seed) is None:
+                    continue
+            elif ctx.engine.library_generate(t, ids, temp, n, cfg.seed) is None:
+                continue
+            ran.add(mode)
+    return ran if cfg.warmup else set(modes)
 
 
 def _lossless(ctx: CellContext, ids: torch.Tensor, baseline: Sequence[int], other: Sequence[int]) -> LosslessCheck:
@@ -440,6 +454,7 @@ class CellSeries:
     base: list[float] = field(default_factory=list)
     spec: list[float] = field(default_factory=list)
     peer: list[float] = field(default_factory=list)
+    library: list[float] = field(default_factory=list)
     peer_drafted: int = 0
     peer_accepted: int = 0
 
@@ -469,11 +484,13 @@ def _generate(ctx: CellContext, mode: str, draft: Any, spec: GammaSpec, temp: fl
                                  _gen(seed_i, rep, t.device), t.eos_token_ids, timer)
         return Generation(r.tokens, r.wall_s, r.ttft_ms, r.token_latency_ms, r.rounds, r.drafted, r.accepted,
                           len(r.rounds), order, timer.peak_memory_bytes())
-    # the peer gets the initial γ only: it runs its engine's constant schedule whatever the policy
-    pr = ctx.engine.peer_generate(t, draft, ids, spec.gamma, temp, cfg.max_new_tokens, seed_i + rep)
+    if mode == "library":
+        pr = ctx.engine.library_generate(t, ids, temp, cfg.max_new_tokens, seed_i + rep)
+    else:  # the peer gets the initial γ only: it runs its engine's constant schedule whatever the policy
+        pr = ctx.engine.peer_generate(t, draft, ids, spec.gamma, temp, cfg.max_new_tokens, seed_i + rep)
     if pr is None:
         return None
-    return Generation(pr.tokens, pr.wall_s, None, (), (), pr.drafted, pr.accepted, pr.rounds, order,
+    return Generation(pr.tokens, pr.wall_s, pr.ttft_ms, (), (), pr.drafted, pr.accepted, pr.rounds, order,
                       timer.peak_memory_bytes())
 
 
@@ -562,6 +579,7 @@ def measurement_of(visits: Sequence[Visit]) -> CellMeasurement:
         series.base.append(_tps(by_mode["baseline"]))
         series.spec.append(_tps(by_mode["speculative"]))
         series.peer.append(_tps(peer))
+        series.library.append(_tps(by_mode.get("library")))
     return out
 
 
@@ -585,21 +603,24 @@ def _visit(ctx: CellContext, plan: CellPlan, modes: tuple[str, ...], rep: int, p
 
 
 def _warm_modes(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, name: str) -> tuple[str, ...]:
-    """Warm every mode up; a peer that cannot run this pair is recorded (``peer_errors``) and dropped."""
-    peer = ctx.config.peer and ctx.peer_ok.get(name, True)
-    modes = MODES if peer else MODES[:2]
-    try:
-        _warm(ctx, draft, spec, temp, modes)
-    except Exception as e:  # a peer that cannot run this pair is recorded, not fatal
-        if not peer:
+    """Warm every mode up; the modes the cell is measured in. A peer that fails on this pair is recorded
+    (``peer_errors``) and dropped; a peer or library baseline the engine does not have for it is dropped."""
+    cfg = ctx.config
+    modes = ["baseline", "speculative"]
+    _warm(ctx, draft, spec, temp, tuple(modes))
+    if cfg.peer and ctx.peer_ok.get(name, True):
+        try:
+            modes += sorted(_warm(ctx, draft, spec, temp, ("peer",)))
+        except records.RunInterrupted:
             raise
-        errs = dict(ctx.writer.meta.get("peer_errors", {}))
-        errs[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        ctx.writer.update(peer_errors=errs)
-        ctx.peer_ok[name] = False
-        modes = MODES[:2]
-        _warm(ctx, draft, spec, temp, modes)
-    return modes
+        except Exception as e:  # a peer that cannot run this pair is recorded, not fatal
+            errs = dict(ctx.writer.meta.get("peer_errors", {}))
+            errs[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            ctx.writer.update(peer_errors=errs)
+            ctx.peer_ok[name] = False
+    if cfg.library:
+        modes += sorted(_warm(ctx, draft, spec, temp, ("library",)))
+    return tuple(modes)
 
 
 def _cell_row(ctx: CellContext, draft: Any, cell: records.CellId, m: CellMeasurement, modes: tuple[str, ...],
@@ -610,6 +631,9 @@ def _cell_row(ctx: CellContext, draft: Any, cell: records.CellId, m: CellMeasure
     pe = stats.speedup_ci(series.base, series.peer) if "peer" in modes else stats.Estimate(None, None, None)
     tb, ts = stats.mean_ci(series.base), stats.mean_ci(series.spec)
     tp = stats.mean_ci(series.peer) if "peer" in modes else stats.Estimate(None, None, None)
+    none = stats.Estimate(None, None, None)
+    tl = stats.mean_ci(series.library) if "library" in modes else none
+    bl = stats.speedup_ci(series.library, series.base) if "library" in modes else none  # baseline ÷ library
     spec_rows = [r for r in m.gen_rows if r["mode"] == "speculative"]
     drafted = sum(r["drafted"] or 0 for r in spec_rows)
     accepted = sum(r["accepted"] or 0 for r in spec_rows)
@@ -635,7 +659,9 @@ def _cell_row(ctx: CellContext, draft: Any, cell: records.CellId, m: CellMeasure
             "speedup_peer": pe.value, "speedup_peer_lo": pe.lo, "speedup_peer_hi": pe.hi,
             "peer_acceptance_rate": peer_a / peer_d if peer_d else None,
             "baseline_cv": stab.cv, "baseline_drift": stab.drift, "unstable": stab.unstable,
-            "unstable_reason": stab.reason or None, "attempts": attempt, "hardware": ctx.hardware}
+            "unstable_reason": stab.reason or None, "attempts": attempt, "hardware": ctx.hardware,
+            "tokens_per_s_library": tl.value, "tokens_per_s_library_lo": tl.lo, "tokens_per_s_library_hi": tl.hi,
+            "baseline_vs_library": bl.value, "baseline_vs_library_lo": bl.lo, "baseline_vs_library_hi": bl.hi}
 
 
 def _trace_rows(ctx: CellContext, draft: Any, cell: records.CellId, gen_rows: list[dict]) -> list[dict]:
@@ -676,6 +702,16 @@ def _finish(ctx: CellContext, plan: CellPlan, m: CellMeasurement, modes: tuple[s
     return row
 
 
+@contextlib.contextmanager
+def _naming(what: str) -> Iterator[None]:
+    """A :class:`measure.records.RunInterrupted` (an engine's process died) raised inside says what was running."""
+    try:
+        yield
+    except records.RunInterrupted as e:
+        raise records.RunInterrupted(f"{e} while {what}; every finished visit is kept: re-run with the same "
+                                     "--out to resume") from None
+
+
 # long: the interleaving schedule (passes over repeat, prompt, cell), resume of staged visits and the
 #   until-stable re-measurement are one loop; each visit and each finished cell is a call
 def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Callable[[str], None] | None = None,
@@ -706,7 +742,10 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
         staged[v.cell_id][(v.repeat, v.prompt_index)] = v
     if ctx.bar is not None:
         ctx.bar.update(sum(len(vs) for vs in staged.values()))
-    modes = {p.cell_id: _warm_modes(ctx, p.draft, p.cell.gamma, p.cell.temperature, p.cell.draft) for p in plans}
+    modes = {}
+    for p in plans:
+        with _naming(f"warming up cell {p.cell_id}"):
+            modes[p.cell_id] = _warm_modes(ctx, p.draft, p.cell.gamma, p.cell.temperature, p.cell.draft)
     rows: dict[str, dict] = {}
     active = list(plans)
     while active:
@@ -722,13 +761,15 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                         if ctx.bar is not None:
                             ctx.bar.set_description(f"repeat {rep + 1}/{cfg.repeats} {plan.cell.draft} "
                                                     f"{plan.cell.gamma.to_str()} {plan.cell.domain}")
-                        v = _visit(ctx, plan, modes[cid], rep, pi, attempts[cid])
+                        with _naming(f"measuring cell {cid} (repeat {rep + 1}, prompt {pi + 1})"):
+                            v = _visit(ctx, plan, modes[cid], rep, pi, attempts[cid])
                         ctx.writer.stage(v.to_record())
                         staged[cid][(rep, pi)] = v
                         if ctx.bar is not None:
                             ctx.bar.update(1)
                         if between is not None:
-                            between()
+                            with _naming("timing cost-curve points between the visits"):
+                                between()
         ms = {p.cell_id: measurement_of(list(staged[p.cell_id].values())) for p in active}
         if cfg.interleave == "sweep" and len(active) > 1:  # each cell spans the run: against the pass's pace
             what = "baseline (against the machine's pace in its pass)"
@@ -752,7 +793,8 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                     ctx.bar.total += len(ctx.prompts[plan.cell.domain]) * cfg.repeats
                 again.append(plan)
                 continue
-            rows[cid] = _finish(ctx, plan, m, modes[cid], stab, attempts[cid])
+            with _naming(f"writing cell {cid} (its acceptance traces)"):
+                rows[cid] = _finish(ctx, plan, m, modes[cid], stab, attempts[cid])
             if on_row:
                 on_row(rows[cid])
         active = again
@@ -829,12 +871,19 @@ def summarize(cells: list[dict], synthetic: bool) -> dict:
         per_draft[draft] = entry
     greedy = [c for c in cells if float(c["temperature"]) == 0]
     unstable = [c for c in cells if _is_true(c.get("unstable"))]
+    vs_lib = [stats.Estimate(_num(c.get("baseline_vs_library")), _num(c.get("baseline_vs_library_lo")),
+                             _num(c.get("baseline_vs_library_hi"))) for c in cells]
+    vs_lib = [e for e in vs_lib if e.value is not None]
     out: dict[str, Any] = {
         "estimator": "speedup = mean tokens/s (method) / mean tokens/s (baseline) over (prompt, repeat) pairs; "
                      "95% CI: Fieller's interval for a ratio of paired means, Student t (n - 1 df)",
         "drafts": per_draft, "n_cells": len(cells), "n_unstable": len(unstable),
         "unstable": [unstable_message(c) for c in unstable], "synthetic": synthetic,
         "all_greedy_outputs_identical": all(_is_true(c["outputs_identical"]) for c in greedy) if greedy else None}
+    if vs_lib:
+        gm = stats.geomean_ci(vs_lib)
+        out["baseline_vs_library"] = {"geomean": gm.value, "lo": gm.lo, "hi": gm.hi, "n_cells": len(vs_lib),
+                                      "target": list(LIBRARY_RATIO_TARGET)}
     if synthetic:
         out["note"] = "synthetic (random-weight) models: timing only; acceptance is not a measurement"
     return out
@@ -853,6 +902,12 @@ def summary_lines(summary: dict) -> list[str]:
                 line += f" — {e['best_note']}"
         line += f"; {e['n_unstable']} unstable"
         lines.append(line)
+    lib = summary.get("baseline_vs_library")
+    if lib:
+        est = stats.Estimate(lib.get("geomean"), lib.get("lo"), lib.get("hi"))
+        lo, hi = lib.get("target") or LIBRARY_RATIO_TARGET
+        lines.append(f"our baseline ÷ the engine's own plain decoding, same prompts in the same visits: geometric "
+                     f"mean {est.as_text(3)} over {lib['n_cells']} cells (expected {lo:g}–{hi:g})")
     lines += summary.get("unstable") or []
     return lines
 
@@ -875,7 +930,7 @@ def fingerprint(config: SweepConfig, device: str, selection: dict, hardware: dic
             "prompts": {k: v for k, v in selection.items() if k != "file"},
             "max_new_tokens": config.max_new_tokens, "max_prompt_tokens": config.max_prompt_tokens,
             "seed": config.seed, "repeats": config.repeats, "warmup": config.warmup,
-            "interleave": config.interleave,
+            "interleave": config.interleave, "peer": config.peer, "library": config.library,
             "versions": {k: versions.get(k) for k in ("python", "torch", "transformers", "cuda")},
             "hardware": {k: hardware.get(k) for k in ("device", "cpu", "cores", "gpu")}}
 

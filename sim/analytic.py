@@ -94,23 +94,21 @@ def predict_row(
     draft = sum(probs[d] * d * cost.draft_step_ms(context_tokens, batch) for d in ds)
     verify = sum(probs[d] * cost.verify_ms(d + 1, context_tokens, batch) for d in ds)
     overhead = sum(probs[d] * cost.round_overhead_ms(d) for d in ds)
-    rt = draft + verify + overhead
-    assert math.isclose(rt, sum(probs[d] * round_time_ms(cost, d, context_tokens, batch) for d in ds), rel_tol=1e-9)
-    base = cost.target_step_ms(context_tokens, batch)
-    spec_per_tok = rt / tokens
-    return PredictionRow(
-        gamma=gamma,
-        expected_tokens_per_round=tokens,
-        round_time_ms=rt,
-        draft_ms=draft,
-        verify_ms=verify,
-        overhead_ms=overhead,
-        baseline_ms_per_token=base,
-        speculative_ms_per_token=spec_per_tok,
-        tokens_per_s_baseline=1000.0 / base,
-        tokens_per_s_speculative=1000.0 / spec_per_tok,
-        speedup=base / spec_per_tok,
-    )
+    assert math.isclose(draft + verify + overhead,
+                        sum(probs[d] * round_time_ms(cost, d, context_tokens, batch) for d in ds), rel_tol=1e-9)
+    return PredictionRow(gamma=gamma, **timing_fields(tokens, draft, verify, overhead,
+                                                      cost.target_step_ms(context_tokens, batch)))
+
+
+def timing_fields(tokens_per_round: float, draft_ms: float, verify_ms: float, overhead_ms: float,
+                  baseline_ms_per_token: float) -> dict:
+    """Every :class:`PredictionRow` field but γ, from tokens per round and the round's times (renewal-reward)."""
+    rt = draft_ms + verify_ms + overhead_ms
+    spec_per_tok = rt / tokens_per_round
+    return {"expected_tokens_per_round": tokens_per_round, "round_time_ms": rt, "draft_ms": draft_ms,
+            "verify_ms": verify_ms, "overhead_ms": overhead_ms, "baseline_ms_per_token": baseline_ms_per_token,
+            "speculative_ms_per_token": spec_per_tok, "tokens_per_s_baseline": 1000.0 / baseline_ms_per_token,
+            "tokens_per_s_speculative": 1000.0 / spec_per_tok, "speedup": baseline_ms_per_token / spec_per_tok}
 
 
 def predict(
@@ -180,4 +178,5 @@ __all__ = [
     "predict_row",
     "speedup_leviathan",
     "sweep",
+    "timing_fields",
 ]

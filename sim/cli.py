@@ -9,6 +9,7 @@ Examples::
     python -m sim --preset llama3-1b-8b --mode serve --arrival-rate 20
     python -m sim --cost-model runs/cal/cost_model-ngram.json --acceptance runs/cal/acceptance-ngram.json
     python -m sim --list-presets
+    python -m sim tree --budget 16 --advise --preset llama3-8b-70b   # token trees: sim/tree_cli.py
 
 Every bad value exits with status 2 and one line naming it, its flag and the
 valid choices or range — before any simulation runs. Flags that would be
@@ -67,7 +68,7 @@ FORMATS = ("table", "json", "csv")
 CHART_SUFFIXES = (".html", ".png", ".svg")
 DEFAULT_PRESET = "llama3-1b-3b"
 # Subcommands dispatched before the options are parsed; an unknown word lists these.
-COMMANDS: tuple[str, ...] = ("check",)
+COMMANDS: tuple[str, ...] = ("check", "tree")
 
 GAMMA_LIMIT = 64
 GAMMA_MAX_DEFAULT = 8  # not argparse's default: "--gamma 4 --gamma-max 8" must still be seen as a conflict
@@ -578,6 +579,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sim.check_cli import main as check_main
 
         return check_main(argv[1:])
+    if argv[:1] == ["tree"]:  # python -m sim tree ...: token trees (sim/tree_cli.py)
+        from sim.tree_cli import main as tree_main
+
+        return tree_main(argv[1:])
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         fail(PROG, f"unknown command {argv[0]!r}; valid commands: {', '.join(COMMANDS) or 'none'} "
                    f"(the prediction itself takes options only: {PROG} --help)")

@@ -19,7 +19,9 @@ One interface, :class:`CostModel`, three implementations:
 
 A round of speculative decoding costs
 ``gamma * draft_step_ms(ctx) + verify_ms(gamma + 1, ctx) + round_overhead_ms(gamma)``;
-the autoregressive baseline costs ``target_step_ms(ctx)`` per token.
+the autoregressive baseline costs ``target_step_ms(ctx)`` per token. A token
+tree (:mod:`sim.trees`) drafts one forward per level over that level's parents:
+:func:`draft_forward_ms` prices a draft forward over several tokens.
 """
 
 from __future__ import annotations
@@ -76,6 +78,24 @@ class CostModel(Protocol):
     def describe(self) -> dict:
         """JSON-able description."""
         ...
+
+
+def draft_forward_ms(cost: CostModel, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
+    """One draft forward over ``n_tokens`` positions per sequence (a level of a token tree: its parents).
+
+    A cost model with a multi-token draft time (``draft_forward_ms`` method:
+    :class:`RooflineCost`) gives it; the others charge one draft step whatever
+    ``n_tokens`` (Leviathan's model prices every forward the same; a fitted
+    :class:`TabulatedCost` has timed the draft at one token only). The stated
+    assumption: a small draft's forward over a few tokens is memory-bound, its
+    weights read once. ``n_tokens = 1`` is :meth:`CostModel.draft_step_ms` in every model.
+    """
+    if int(n_tokens) != n_tokens or n_tokens < 1:
+        raise ValueError(f"a draft forward needs an integer number of tokens >= 1, got {n_tokens}")
+    forward = getattr(cost, "draft_forward_ms", None)
+    if forward is None:
+        return cost.draft_step_ms(context_tokens, batch)
+    return forward(int(n_tokens), context_tokens, batch)
 
 
 def round_time_ms(cost: CostModel, gamma: int, context_tokens: float, batch: int = 1) -> float:
@@ -141,6 +161,16 @@ class RooflineCost:
 
     def verify_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
         return self.target.forward_ms(n_tokens, context_tokens, batch)
+
+    def draft_forward_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
+        """The draft's roofline forward over ``n_tokens`` positions (a token-tree level).
+
+        Medusa's heads all read the target's last hidden state once (no draft
+        tokens go back in), so a level of any width costs one head's pass.
+        """
+        if getattr(getattr(self.draft, "model", None), "kind", None) == "medusa":
+            n_tokens = 1
+        return self.draft.forward_ms(n_tokens, context_tokens, batch)
 
     def round_overhead_ms(self, gamma: int) -> float:
         return self.overhead_ms

@@ -11,7 +11,11 @@ Two modes:
   ``simpy.Resource`` never waits, so its simulated time *is* the sum of the
   sampled rounds' costs: this mode is a check of the closed forms (and of the
   cost and policy plumbing the serving mode shares), not a model of
-  contention — that is :func:`simulate_serving`.
+  contention — that is :func:`simulate_serving`. With a
+  :class:`~sim.policies.TreePolicy` each round drafts a token tree instead:
+  one draft forward per level over its parents, a verify of the tree's nodes
+  plus the root, and τ drawn from a :class:`~sim.trees.PositionalAcceptance`
+  (:class:`~sim.trees.TreeSampler`).
 * :func:`simulate_serving` — Poisson arrivals of many requests sharing one
   GPU with batched drafting and verification (iteration-level batching, as
   vLLM schedules it): each iteration every running request drafts, then one
@@ -33,8 +37,9 @@ import numpy as np
 import simpy
 
 from sim.acceptance import AcceptanceModel, drafted_distribution, sample_round
-from sim.cost import CostModel
-from sim.policies import FixedGamma, GammaPolicy, GammaSpec, make_policy
+from sim.cost import CostModel, draft_forward_ms
+from sim.policies import FixedGamma, GammaPolicy, GammaSpec, TreePolicy, make_policy
+from sim.trees import PositionalAcceptance, TreeSampler
 
 
 def _check_count(name: str, n: int) -> int:
@@ -77,10 +82,21 @@ def baseline_time_ms(cost: CostModel, n_tokens: int, context_tokens: float, batc
     return float(sum(cost.target_step_ms(context_tokens + i, batch) for i in range(n_tokens)))
 
 
+def _tree_sampler(acceptance: AcceptanceModel | PositionalAcceptance, pol: object) -> TreeSampler | None:
+    """The τ sampler of a tree policy (a chain acceptance model counts as its one-rank positional model)."""
+    if not isinstance(pol, TreePolicy):
+        if isinstance(acceptance, PositionalAcceptance):
+            raise ValueError("a positional (tree) acceptance needs a TreePolicy; for a gamma policy give its "
+                             "chain model (PositionalAcceptance.chain())")
+        return None
+    acc = acceptance if isinstance(acceptance, PositionalAcceptance) else PositionalAcceptance.from_model(acceptance)
+    return TreeSampler(pol.tree, acc)
+
+
 def simulate_request(
-    acceptance: AcceptanceModel,
+    acceptance: AcceptanceModel | PositionalAcceptance,
     cost: CostModel,
-    policy: GammaPolicy | GammaSpec | str | int,
+    policy: GammaPolicy | TreePolicy | GammaSpec | str | int,
     n_tokens: int,
     context_tokens: float = 0.0,
     seed: int = 0,
@@ -89,10 +105,14 @@ def simulate_request(
 
     One process on a capacity-1 GPU never waits: ``time_ms`` equals the sum of
     the sampled rounds' draft, verify and overhead times (module docstring).
+    A :class:`~sim.policies.TreePolicy` runs tree rounds (``drafted`` counts
+    the tree's nodes, ``accepted`` the draft tokens of the accepted path).
     """
     n_tokens = _check_count("n_tokens", n_tokens)
     pol = make_policy(policy) if isinstance(policy, (str, int, GammaSpec)) else policy
     pol.reset()
+    sampler = _tree_sampler(acceptance, pol)
+    widths = sampler.tree.frontier_widths if sampler is not None else ()
     rng = np.random.default_rng(seed)
     env = simpy.Environment()
     gpu = simpy.Resource(env, capacity=1)
@@ -102,13 +122,16 @@ def simulate_request(
     def request() -> simpy.events.ProcessGenerator:
         ctx = float(context_tokens)
         while totals["produced"] < n_tokens:
-            gamma = pol.gamma
-            # what the round drafts (a lookup draft may propose fewer than γ) and accepts
-            drafted, accepted = sample_round(acceptance, gamma, rng)
+            if sampler is not None:  # a tree: one draft forward per level, over that level's parents
+                drafted, accepted = sampler.tree.n_nodes, sampler.sample(rng) - 1
+                forwards = [(w, ctx + level) for level, w in enumerate(widths)]
+            else:  # a chain: what the round drafts (a lookup draft may propose fewer than γ) and accepts
+                drafted, accepted = sample_round(acceptance, pol.gamma, rng)  # type: ignore[arg-type]
+                forwards = [(1, ctx + i) for i in range(drafted)]
             with gpu.request() as slot:
                 yield slot
-                for i in range(drafted):
-                    t = cost.draft_step_ms(ctx + i)
+                for width, at in forwards:
+                    t = draft_forward_ms(cost, width, at)
                     totals["draft_ms"] += t
                     yield env.timeout(t)
                 t = cost.verify_ms(drafted + 1, ctx)

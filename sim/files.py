@@ -2,7 +2,7 @@
 
 Every problem is a one-line ``ValueError`` that names the file: not found, a
 directory, unreadable, not UTF-8, not JSON (with line and column), a
-non-standard constant (``NaN``/``Infinity``), the wrong top-level type, or a
+non-standard constant (``NaN``/``Infinity``), nesting too deep to parse, the wrong top-level type, or a
 ``schema_version`` newer than this code knows.
 """
 
@@ -37,6 +37,8 @@ def read_json(path: str | Path, what: str) -> Any:
     except json.JSONDecodeError as exc:
         raise ValueError(f"{what} {str(p)!r} is not valid JSON: {exc.msg} at line {exc.lineno} "
                          f"column {exc.colno}") from None
+    except RecursionError:
+        raise ValueError(f"{what} {str(p)!r} nests JSON arrays or objects too deeply to read") from None
 
 
 def check_schema_version(d: Mapping[str, Any], known: int, what: str) -> None:

@@ -14,12 +14,19 @@ from a spec string) builds a fresh policy:
 * ``threshold:G`` — raise γ by one when the rolling acceptance (accepted /
   drafted over the last ``window`` rounds) is above ``high``, lower it by one
   below ``low``; γ stays in [1, ``gamma_max``].
+
+Next to them, :class:`TreePolicy` drafts the same token tree every round
+(:class:`sim.trees.TokenTree`; the event simulator charges its levels, its
+verify and samples τ from a :class:`sim.trees.PositionalAcceptance`).
 """
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from dataclasses import dataclass, field
+
+from sim.trees import TokenTree
 
 POLICY_KINDS = ("fixed", "heuristic", "threshold")
 
@@ -108,6 +115,31 @@ class ThresholdGamma:
 
     def spec(self) -> str:
         return GammaSpec("threshold", self.initial_gamma).to_str()
+
+
+@dataclass
+class TreePolicy:
+    """Draft ``tree`` every round (a static tree, as vLLM's ``speculative_token_tree``); feedback changes nothing."""
+
+    tree: TokenTree
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tree, TokenTree):
+            raise ValueError(f"a tree policy needs a TokenTree, got {type(self.tree).__name__}")
+
+    @property
+    def gamma(self) -> int:
+        """Draft tokens per round: the tree's nodes."""
+        return self.tree.n_nodes
+
+    def update(self, drafted: int, accepted: int) -> int:
+        return self.gamma
+
+    def reset(self) -> None:
+        pass
+
+    def spec(self) -> str:
+        return "tree:" + json.dumps(self.tree.to_lists(), separators=(",", ":"))
 
 
 GammaPolicy = FixedGamma | HeuristicGamma | ThresholdGamma

@@ -6,7 +6,7 @@ forward sleeps ``step_s`` (plus a little per token) so timings are real
 numbers of a stable size. It implements the engine seam
 (:mod:`measure.engines.base`): ``load_target`` → a target with ``model`` and
 ``new_decoder()``, ``make_draft`` (``ngram:N``), ``encode``, ``versions``,
-``peer_generate``.
+``peer_generate`` and ``library_generate`` (its "own" decoding: plain greedy).
 """
 
 from __future__ import annotations
@@ -106,6 +106,11 @@ class ToyEngine:
 
     def versions(self) -> dict:
         return {"toy": "1"}
+
+    def library_generate(self, target: ToyTarget, input_ids: torch.Tensor, temperature: float,
+                         max_new_tokens: int, seed: int) -> PeerResult:
+        """The toy's "own plain decoding": greedy, token by token, recomputing the prefix (no cache)."""
+        return self.peer_generate(target, None, input_ids, 0, temperature, max_new_tokens, seed)
 
     def peer_generate(self, target: ToyTarget, draft: Any, input_ids: torch.Tensor, gamma: int,
                       temperature: float, max_new_tokens: int, seed: int) -> PeerResult:

@@ -4,7 +4,10 @@ Decoder semantics (forward/rollback against recomputation, batched against
 one-at-a-time logits), greedy speculative decoding through the Decoder with a
 small loop that is this test's oracle (the product loop is
 measure.decoding's), the quantisation cache, the vocabulary check, the peer,
-bad input, and the near-tie criterion on constructed logits.
+bad input, and the near-tie criterion on constructed logits. Every llama.cpp
+computation runs in the engine's worker process: this process (with torch)
+never loads a llama.cpp CPU backend (checked). The worker itself, its crash
+handling and the check before trusting a build: test_llamacpp_native.py.
 """
 
 from __future__ import annotations
@@ -22,13 +25,13 @@ import torch
 from measure.decoding import speculative_generate
 from measure.engines.base import Decoder, Engine, EngineOptions, TargetModel
 from sim.policies import FixedGamma
-from measure.engines.gguf_files import GGUF_MAGIC, QUANT_TYPES, check_gguf, file_sha256, quantized_copy
+from measure.engines.gguf_files import GGUF_MAGIC, QUANT_TYPES, check_gguf, file_sha256
 from measure.engines.lossless import (NEAR_TIE_TOLERANCE, baseline_logits_at, check_greedy_lossless,
                                       count_statuses, first_divergence)
 
 HAVE_LLAMA = importlib.util.find_spec("llama_cpp") is not None
 needs_llama = pytest.mark.skipif(not HAVE_LLAMA, reason="llama-cpp-python is not installed "
-                                 "(pip install 'specscope[llamacpp]'; `make venv` installs it)")
+                                 "(python -m measure build-llamacpp; `make venv` runs it)")
 ROOT = Path(__file__).resolve().parents[1]
 MESSAGES = ("Explain the difference between a list and a tuple in Python.",
             "Give me three ideas for a healthy breakfast.")
@@ -147,17 +150,17 @@ def test_file_hash_is_cached_by_path_size_and_mtime(tmp_path):
     assert check_gguf(p, "--x ") == p.resolve()
 
 
-def test_missing_llama_cpp_names_the_extra(monkeypatch):
+def test_missing_llama_cpp_names_the_build_command(monkeypatch):
     from measure.engines import llamacpp
 
     monkeypatch.setitem(sys.modules, "llama_cpp", None)
     with pytest.raises(ImportError) as e:
         llamacpp.make_engine(EngineOptions())
-    assert "specscope[llamacpp]" in str(e.value) and "\n" not in str(e.value)
+    assert "python -m measure build-llamacpp" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_vocabulary_mismatch_compares_size_and_token_texts():
-    from measure.engines.llamacpp import vocabulary_mismatch
+    from measure.engines.llamacpp_native.runtime import vocabulary_mismatch
 
     def texts(i: int) -> bytes:
         return f"t{i}".encode()
@@ -220,15 +223,13 @@ def test_engine_target_and_decoder_follow_the_seam(engine, smollm2, prompt):
     assert ids[0] == 1 and ids[-4:] == engine.tokenize(smollm2, "<|im_start|>assistant\n", False, True)
 
 
-def test_cuda_on_a_cpu_build_is_refused_in_one_line(engine):
-    import llama_cpp
-
-    if llama_cpp.llama_supports_gpu_offload():
+def test_cuda_on_a_cpu_build_is_refused_in_one_line(engine, smollm2):
+    if engine.worker.hello["gpu_offload"]:
         assert engine.gpu_layers("cuda") == -1
         return
     with pytest.raises(ValueError) as e:
         engine.gpu_layers("cuda")
-    assert "no GPU offload" in str(e.value) and "-DGGML_CUDA=on" in str(e.value) and "\n" not in str(e.value)
+    assert "no GPU offload" in str(e.value) and "--kind cuda" in str(e.value) and "\n" not in str(e.value)
     assert engine.gpu_layers("auto") == 0 and engine.gpu_layers("cpu") == 0
     with pytest.raises(ValueError, match="valid: auto, cpu, cuda"):
         engine.gpu_layers("tpu")
@@ -321,13 +322,18 @@ def test_model_draft_samples_with_its_probabilities_and_rolls_back(engine, smoll
 
 
 @pytest.mark.slow
-def test_quantised_copy_is_cached_by_the_source_hash(smollm2, tmp_path):
+def test_quantised_copy_is_cached_by_the_source_hash(engine, smollm2, tmp_path):
     root = tmp_path / "gguf"
-    path, made = quantized_copy(smollm2.path, "q8_0", threads=1, root=root)
+
+    def quantize(qtype: str) -> tuple[Path, bool]:  # llama.cpp's quantiser runs in the worker, like all of it
+        p, made = engine.worker.call("quantize", source=str(smollm2.path), qtype=qtype, threads=1, root=str(root))
+        return Path(p), made
+
+    path, made = quantize("q8_0")
     assert made and path.name == f"{smollm2.sha256}-q8_0.gguf" and path.parent == root
     assert path.read_bytes()[:4] == GGUF_MAGIC and not list(root.glob("*.tmp"))
     mtime = path.stat().st_mtime_ns
-    again, made2 = quantized_copy(smollm2.path, "Q8_0", threads=1, root=root)
+    again, made2 = quantize("Q8_0")
     assert again == path and not made2 and path.stat().st_mtime_ns == mtime
     assert "q8_0" in QUANT_TYPES
 
@@ -366,6 +372,17 @@ def test_peer_is_llama_cpp_prompt_lookup_for_the_earliest_match_rule(engine, smo
     assert hot[0] == hot[1] and len(hot[0]) == 12  # seeded sampling reproduces
 
 
+@pytest.mark.slow
+def test_llama_cpp_computes_in_its_own_process_without_torch(engine, smollm2, prompt):
+    smollm2.new_decoder().forward_argmax(prompt, last_only=True)
+    hello = engine.worker.hello
+    assert hello["pid"] != os.getpid() and hello["torch_loaded"] is False
+    assert hello["omp_wait_policy"] == os.environ.get("OMP_WAIT_POLICY")  # the user's setting, or none: not ours
+    assert hello["cpu_backend"] and hello["cpu_backend"].startswith("libggml-cpu")
+    maps = Path("/proc/self/maps").read_text()
+    assert "libggml-cpu" not in maps  # this process (torch's) never loaded llama.cpp's compute
+
+
 def test_module_imports_without_llama_cpp():
     code = ("import sys; sys.modules['llama_cpp'] = None; import measure.engines.llamacpp as m; "
             "m.check_specs('gguf:/no.gguf', [])")
@@ -378,11 +395,15 @@ def test_module_imports_without_llama_cpp():
 @pytest.mark.slow
 @needs_llama
 def test_measure_calibrate_report_end_to_end_on_llama_cpp(tmp_path):
-    """``python -m measure --engine llamacpp`` → calibrate → reports on the packaged SmolLM2, lossless on every cell."""
+    """``python -m measure --engine llamacpp`` → calibrate → reports on the packaged SmolLM2, lossless on every cell.
+
+    One llama.cpp thread: the suite runs a test per core, and llama.cpp's threads spin-wait for each other (its
+    default runtime, kept as its users run it), so two of them beside another busy worker would crawl.
+    """
     run, cal = tmp_path / "run", tmp_path / "cal"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     cmd = [sys.executable, "-m", "measure", "--engine", "llamacpp", "--draft", "ngram:3:first", "--gamma", "2,4",
-           "--domains", "code", "--prompts", "1", "--max-new-tokens", "24", "--repeats", "1", "--threads", "2",
+           "--domains", "code", "--prompts", "1", "--max-new-tokens", "24", "--repeats", "1", "--threads", "1",
            "--cost-contexts", "32,64", "--cost-max-tokens", "5", "--quiet", "--out", str(run)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -394,6 +415,17 @@ def test_measure_calibrate_report_end_to_end_on_llama_cpp(tmp_path):
     greedy = gens[gens["mode"] != "baseline"]
     assert set(greedy["lossless"]) <= {"identical", "near_tie"} and len(greedy) >= 2
     assert (gens["mode"] == "peer").any()  # llama-cpp-python's own prompt lookup ran beside our loop
+    # llama-cpp-python's plain Llama.generate in every visit, our baseline held against it (a ratio with its CI)
+    assert (gens["mode"] == "library").sum() == 2 and (cells["tokens_per_s_library"] > 0).all()
+    assert (cells["baseline_vs_library"] > 0).all()  # one visit per cell here: no CI (the sweep tests check it)
+    assert "engine's own plain decoding" in p.stdout
+    import json
+
+    meta = json.loads((run / "run.json").read_text())
+    v = meta["versions"]  # what llama.cpp ran as: its CPU backend and features, its own process without torch
+    assert v["engine_llamacpp_cpu_backend"].startswith("libggml-cpu") and "CPU :" in v["engine_llamacpp_system_info"]
+    assert v["engine_llamacpp_process"].startswith("own process, torch not loaded")
+    assert meta["fingerprint"]["peer"] is True and meta["fingerprint"]["library"] is True
     for args in (["calibrate", str(run), "--out", str(cal)], ["reports", str(cal), "--out", str(tmp_path / "rep"),
                                                                  "--no-png"]):
         q = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env, timeout=600)

@@ -1,13 +1,17 @@
 """Tests of the SimPy event simulator: determinism, convergence to the closed form, serving."""
 
+import math
+
 import numpy as np
 import pytest
 
 from presets import RooflineForward, get_hardware, get_pair
 from sim.acceptance import IIDAcceptance, PerPositionAcceptance, ProposalAcceptance
 from sim.analytic import predict_row
-from sim.cost import LeviathanCost, RooflineCost
+from sim.cost import LeviathanCost, RooflineCost, TabulatedCost
 from sim.events import simulate_request, simulate_serving
+from sim.policies import TreePolicy
+from sim.trees import PositionalAcceptance, TokenTree, predict_tree
 
 
 def test_deterministic_for_seed():
@@ -145,3 +149,46 @@ def test_issue_example_reports_capacities_not_an_unbounded_ratio():
         assert r.latency_speedup_p50 is None and r.capacity_speedup > 1.0
     assert runs[0].baseline_capacity == runs[1].baseline_capacity  # capacity does not depend on how long we ran
     assert runs[1].baseline.latency_p50_ms > 2 * runs[0].baseline.latency_p50_ms  # the raw latency does
+
+
+# --- token trees (a TreePolicy next to the gamma policies) ------------------------------------------------
+
+TREE_ACC = PositionalAcceptance(((0.6, 0.2, 0.1), (0.5, 0.3), (0.7, 0.1, 0.05)))
+
+
+@pytest.mark.parametrize("paths,cost", [
+    ("[[0],[1],[0,0]]", LeviathanCost(0.1)),
+    ("[[0],[1],[2],[0,0],[0,1],[1,0],[0,0,0],[0,0,1]]", LeviathanCost(0.05)),
+    ("[[0],[1],[0,0],[1,0],[0,0,0],[1,0,0]]", TabulatedCost({1: 10.0, 4: 11.0, 8: 14.0}, 1.0,
+                                                              overhead_per_draft_token_ms=0.1)),
+])
+def test_tree_rounds_match_the_closed_form_within_sampling_error(paths, cost):
+    tree = TokenTree.parse(paths)
+    sim = simulate_request(TREE_ACC, cost, TreePolicy(tree), 30_000, seed=2)
+    closed = predict_tree(tree, TREE_ACC, cost)
+    probs = np.asarray(closed.accepted_length_probs)
+    taus = np.arange(1, probs.size + 1)
+    sd = math.sqrt(float(probs @ (taus - closed.expected_accepted_length) ** 2))
+    # the last round may overshoot n_tokens by < depth + 1 tokens: tokens / rounds is the mean tau up to that
+    assert abs(sim.tokens_per_round - closed.expected_accepted_length) < 4 * sd / math.sqrt(sim.rounds) + 1e-3
+    assert sim.drafted == sim.rounds * tree.n_nodes
+    # a static tree's rounds all cost the same: the speedup is off only by the mean tau's sampling error
+    assert abs(sim.speedup / closed.speedup - 1) < 4 * sd / math.sqrt(sim.rounds) / closed.expected_accepted_length
+    assert sim.time_ms == pytest.approx(sim.rounds * closed.round_time_ms, rel=1e-9)
+
+
+def test_tree_rounds_are_seeded_and_a_chain_tree_converges_like_fixed_gamma():
+    tree, cost = TokenTree.chain(4), LeviathanCost(0.1)
+    acc = IIDAcceptance(0.8)  # a chain model runs as its one-rank positional model
+    a = simulate_request(acc, cost, TreePolicy(tree), 30_000, seed=7)
+    assert a == simulate_request(acc, cost, TreePolicy(tree), 30_000, seed=7)
+    assert a != simulate_request(acc, cost, TreePolicy(tree), 30_000, seed=8)
+    closed = predict_row(acc, cost, 4)
+    probs = np.diff(np.concatenate([[0.0], 1 - acc.prefix_accept_probs(4), [1.0]]))  # P(tau = 1..5)
+    sd = math.sqrt(float(probs @ (np.arange(1, 6) - closed.expected_tokens_per_round) ** 2))
+    bound = 4 * sd / math.sqrt(a.rounds) / closed.expected_tokens_per_round  # seed 7 draws a mean 3 sd low
+    assert abs(a.speedup / closed.speedup - 1) < bound
+    with pytest.raises(ValueError, match="needs a TreePolicy"):
+        simulate_request(TREE_ACC, cost, "fixed:4", 100)
+    with pytest.raises(ValueError, match="rank-1 acceptance at depth 1"):
+        simulate_request(acc, cost, TreePolicy(TokenTree.parse("[[0],[1]]")), 100)

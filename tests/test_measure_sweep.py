@@ -44,13 +44,23 @@ def test_sweep_records_repeats_cis_and_tokens(tmp_path):
     assert len(cells) == 4 and (cells["repeats"] == 2).all()
     assert (cells["speedup_lo"] <= cells["speedup"]).all() and (cells["speedup"] <= cells["speedup_hi"]).all()
     gens = run.table("generations")
-    # 2 prompts x 2 repeats x 3 modes per cell, every mode in every position of the order
-    assert len(gens) == 4 * 2 * 2 * 3
-    assert set(gens["order"]) == {0, 1, 2}
-    for mode in ("baseline", "speculative", "peer"):
-        assert set(gens[gens["mode"] == mode]["order"]) == {0, 1, 2}
+    # 2 prompts x 2 repeats x 4 modes per cell (the toy engine has a peer and a library baseline); 4 visits per
+    # cell rotate the 4 modes through every position of the order
+    assert len(gens) == 4 * 2 * 2 * 4
+    assert set(gens["order"]) == {0, 1, 2, 3}
+    for mode in ("baseline", "speculative", "peer", "library"):
+        assert set(gens[gens["mode"] == mode]["order"]) == {0, 1, 2, 3}
     assert set(gens["repeat"]) == {0, 1}
     assert run.summary["drafts"]["ngram:2"]["geomean_speedup"] > 0
+    # the library baseline: a column per cell with its CI, our baseline over it, and the run's geometric mean
+    assert (cells["tokens_per_s_library"] > 0).all() and (cells["baseline_vs_library"] > 0).all()
+    assert (cells["baseline_vs_library_lo"] <= cells["baseline_vs_library"]).all()
+    base_mean = gens[gens["mode"] == "baseline"].groupby("cell_id")["tokens_per_s"].mean()
+    lib_mean = gens[gens["mode"] == "library"].groupby("cell_id")["tokens_per_s"].mean()
+    ratio = cells.set_index("cell_id")["baseline_vs_library"]
+    assert ((ratio - base_mean / lib_mean).abs() < 1e-9).all()
+    lib = run.summary["baseline_vs_library"]
+    assert lib["n_cells"] == 4 and lib["lo"] <= lib["geomean"] <= lib["hi"] and lib["target"] == [0.95, 1.05]
     assert "estimator" in run.summary
     assert len(run.table("cost_target")) == 2 * 2 * 2  # contexts x n x repeats, interleaved
 

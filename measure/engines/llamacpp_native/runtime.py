@@ -1,0 +1,381 @@
+"""What the llama.cpp worker does with llama-cpp-python: models, contexts, tokens, and the library's own loops.
+
+Runs only in a process without torch (the worker, the check decode): numpy
+arrays in and out, llama.cpp left in its default runtime (no thread or
+OpenMP setting of ours). Objects:
+
+* :class:`Model` — a ``llama_model`` from a GGUF (weights shared by every
+  context made from it);
+* :class:`Context` — one ``llama_context`` (a KV-cached sequence, batch size 1):
+  ``forward`` feeds ``n`` tokens in **one** ``llama_decode`` with logits for
+  every fed position (or the last), ``argmax`` the same with only the greedy
+  ids coming back, ``rollback(m)`` removes positions ``m..`` with
+  ``llama_memory_seq_rm``; a full-size sliding-window cache (``swa_full``)
+  keeps the rollback exact for SWA models (Gemma-3);
+* :meth:`Runtime.peer_generate` — llama-cpp-python's own prompt lookup
+  (``Llama(draft_model=LlamaPromptLookupDecoding(...)).generate``), and
+  :meth:`Runtime.library_generate` — its plain ``Llama.generate``: the
+  library as its users call it, with the same context size, threads and
+  sampling (pure temperature) as our contexts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.metadata
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+_LOGGER_NAME = "llama-cpp-python"
+#: Tokens whose texts are compared between a draft's and the target's vocabulary.
+VOCAB_SAMPLE_TOKENS = 512
+
+
+def vocabulary_mismatch(n_a: int, n_b: int, text_a: Any, text_b: Any,
+                        sample: int = VOCAB_SAMPLE_TOKENS) -> str | None:
+    """Why two vocabularies differ (size, or the first sampled token whose text differs), None if they agree.
+
+    ``text_a(i)`` / ``text_b(i)`` give token ``i``'s text; ``sample`` evenly spaced ids are compared.
+    """
+    if n_a != n_b:
+        return f"vocabulary size {n_b}, the target has {n_a}"
+    for i in sorted({int(x) for x in np.linspace(0, n_a - 1, min(sample, n_a))}):
+        if text_a(i) != text_b(i):
+            return f"token {i} is {text_b(i)!r}, the target's is {text_a(i)!r}"
+    return None
+
+
+@dataclass(frozen=True)
+class ContextSettings:
+    """The ``llama_context_params`` every context of a run uses (ours, the peer's, the library's).
+
+    ``n_ctx = n_batch = max_len_tokens`` (a prefill is one batch), ``n_ubatch ≤ 512``, one thread count for
+    single-token and batch decodes, flash attention off (``Llama``'s default), a full-size SWA cache.
+    """
+
+    max_len_tokens: int
+    threads: int
+    gpu_layers: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_len_tokens < 2:
+            raise ValueError(f"max_len_tokens {self.max_len_tokens}: must be >= 2")
+        if not 1 <= self.threads <= 1024:
+            raise ValueError(f"threads {self.threads}: must be in 1..1024")
+
+
+class Model:
+    """A ``llama_model`` loaded from a GGUF (freed when this object is collected)."""
+
+    def __init__(self, ll: Any, path: Path, gpu_layers: int, vocab_only: bool = False) -> None:
+        params = ll.llama_model_default_params()
+        params.n_gpu_layers = int(gpu_layers)
+        params.vocab_only = bool(vocab_only)
+        ptr = ll.llama_model_load_from_file(str(path).encode(), params)
+        if not ptr:
+            raise ValueError(f"llama.cpp could not load {path} (unsupported architecture or damaged file)")
+        self._ll, self.ptr, self.path, self.gpu_layers = ll, ptr, Path(path), int(gpu_layers)
+        self.vocab = ll.llama_model_get_vocab(ptr)
+        self.n_vocab = int(ll.llama_vocab_n_tokens(self.vocab))
+
+    def token_text(self, i: int) -> bytes:
+        return bytes(self._ll.llama_vocab_get_text(self.vocab, int(i)) or b"")
+
+    def describe(self) -> dict:
+        """Vocabulary size, end-of-generation ids, llama.cpp's description, parameter and weight counts."""
+        ll = self._ll
+        buf = ctypes.create_string_buffer(256)
+        ll.llama_model_desc(self.ptr, buf, ctypes.sizeof(buf))
+        return {"n_vocab": self.n_vocab, "eos": [i for i in range(self.n_vocab) if ll.llama_vocab_is_eog(self.vocab, i)],
+                "desc": buf.value.decode("utf-8", "replace"), "params": int(ll.llama_model_n_params(self.ptr)),
+                "weight_bytes": int(ll.llama_model_size(self.ptr))}
+
+    def __del__(self) -> None:
+        ptr, self.ptr = getattr(self, "ptr", None), None
+        if ptr:
+            self._ll.llama_model_free(ptr)
+
+
+class Context:
+    """One llama.cpp context over a :class:`Model`: a KV-cached sequence behind forward/argmax/rollback."""
+
+    def __init__(self, ll: Any, model: Model, settings: ContextSettings) -> None:
+        self._ll, self.model = ll, model
+        self.vocab_size = model.n_vocab
+        cp = context_params(ll, settings)
+        ctx = ll.llama_init_from_model(model.ptr, cp)
+        if not ctx:
+            raise RuntimeError(f"llama.cpp could not create a context of {settings.max_len_tokens} tokens")
+        self.ctx = ctx
+        self.n_ctx = int(ll.llama_n_ctx(ctx))
+        self.n_batch = int(cp.n_batch)
+        self._mem = ll.llama_get_memory(ctx)
+        self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
+        b = self._batch
+        self._tok = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
+        self._pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
+        self._logit_flags = np.ctypeslib.as_array(b.logits, shape=(self.n_batch,))
+        np.ctypeslib.as_array(b.n_seq_id, shape=(self.n_batch,))[:] = 1
+        for i in range(self.n_batch):
+            b.seq_id[i][0] = 0
+        self.n_cached = 0
+
+    def reset(self) -> None:
+        """Empty the cache (a new sequence)."""
+        self._ll.llama_memory_clear(self._mem, True)
+        self.n_cached = 0
+
+    def _decode(self, ids: list[int], out_rows: int) -> np.ndarray:
+        n = len(ids)
+        if n == 0:
+            raise ValueError("forward of 0 tokens")
+        if self.n_cached + n > self.n_ctx:
+            raise ValueError(f"llama.cpp context full: {self.n_cached} cached + {n} fed > {self.n_ctx} "
+                             "(raise max_len_tokens)")
+        if n > self.n_batch:
+            raise ValueError(f"forward of {n} tokens exceeds the llama.cpp batch of {self.n_batch} (max_len_tokens)")
+        self._tok[:n] = ids
+        self._pos[:n] = np.arange(self.n_cached, self.n_cached + n)
+        self._logit_flags[:n] = 0
+        self._logit_flags[n - out_rows:n] = 1
+        self._batch.n_tokens = n
+        rc = self._ll.llama_decode(self.ctx, self._batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode of {n} tokens at position {self.n_cached} failed (return code {rc})")
+        self.n_cached += n
+        ptr = self._ll.llama_get_logits(self.ctx)
+        return np.ctypeslib.as_array(ptr, shape=(out_rows, self.vocab_size))  # a view of llama.cpp's buffer
+
+    def forward(self, ids: list[int], last_only: bool = False) -> np.ndarray:
+        """Feed ``ids`` in one ``llama_decode`` → a float32 copy of the logits ``[n, V]`` (``[1, V]`` if ``last_only``)."""
+        return self._decode(ids, 1 if last_only else len(ids)).copy()
+
+    def argmax(self, ids: list[int], last_only: bool = False) -> list[int]:
+        """Like :meth:`forward`, but only the greedy token of each row comes back."""
+        return self._decode(ids, 1 if last_only else len(ids)).argmax(-1).tolist()
+
+    def rollback(self, n_tokens: int) -> None:
+        """Keep the first ``n_tokens`` cached positions (``llama_memory_seq_rm`` of the rest)."""
+        if n_tokens < 0:
+            raise ValueError(f"rollback to {n_tokens} tokens")
+        if n_tokens >= self.n_cached:
+            return
+        if not self._ll.llama_memory_seq_rm(self._mem, 0, int(n_tokens), -1):
+            raise RuntimeError(f"llama.cpp could not remove positions {n_tokens}.. from its cache")
+        self.n_cached = int(n_tokens)
+
+    def __del__(self) -> None:
+        ll = getattr(self, "_ll", None)
+        if ll is None:
+            return
+        if getattr(self, "_batch", None) is not None:
+            ll.llama_batch_free(self._batch)
+            self._batch = None
+        ctx, self.ctx = getattr(self, "ctx", None), None
+        if ctx:
+            ll.llama_free(ctx)
+
+
+def context_params(ll: Any, s: ContextSettings) -> Any:
+    """The ``llama_context_params`` of :class:`ContextSettings`."""
+    cp = ll.llama_context_default_params()
+    cp.n_ctx = int(s.max_len_tokens)
+    cp.n_batch = int(s.max_len_tokens)
+    cp.n_ubatch = min(int(s.max_len_tokens), 512)
+    cp.n_seq_max = 1
+    cp.n_threads = cp.n_threads_batch = int(s.threads)
+    cp.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    cp.swa_full = True
+    cp.no_perf = True
+    return cp
+
+
+@dataclass(frozen=True)
+class LibraryResult:
+    """A generation by llama-cpp-python's own code: tokens, wall time from the call to the last token (prefill
+    included), time to the first token, and for the prompt lookup its proposals and acceptances."""
+
+    tokens: list[int]
+    wall_s: float
+    ttft_ms: float | None
+    drafted: int | None = None
+    accepted: int | None = None
+    rounds: int | None = None
+
+
+class Runtime:
+    """llama-cpp-python, loaded once per process (see module docstring).
+
+    ``variant``: load only this CPU backend library (the check decode tries
+    variants one by one); by default llama.cpp loads its backends itself, from
+    the build's ``GGML_BACKEND_DIR``, as any user's ``Llama(...)`` does.
+    """
+
+    def __init__(self, variant: Path | None = None, quiet: bool = True) -> None:
+        import llama_cpp
+
+        if variant is not None:
+            ggml = ctypes.CDLL("libggml.so.0")  # already loaded by libllama: the same library
+            ggml.ggml_backend_load.restype = ctypes.c_void_p
+            ggml.ggml_backend_load.argtypes = [ctypes.c_char_p]
+            if not ggml.ggml_backend_load(str(variant).encode()):
+                raise RuntimeError(f"llama.cpp could not load the CPU backend {variant}")
+        llama_cpp.llama_backend_init()
+        self.ll = llama_cpp
+        logging.getLogger(_LOGGER_NAME).setLevel(logging.ERROR if quiet else logging.WARNING)
+        self.quiet = quiet
+        self._llamas: dict[tuple, Any] = {}
+
+    # -- what is loaded ----------------------------------------------------------------------
+    def system_info(self) -> str:
+        """llama.cpp's own line of the CPU features its loaded backend uses."""
+        return self.ll.llama_print_system_info().decode("utf-8", "replace").strip()
+
+    @staticmethod
+    def cpu_backend() -> str | None:
+        """The CPU backend library this process mapped (``libggml-cpu-haswell.so`` …), from /proc/self/maps."""
+        try:
+            with open("/proc/self/maps") as f:
+                for line in f:
+                    name = line.rsplit("/", 1)[-1].strip()
+                    if name.startswith("libggml-cpu") and name.endswith(".so"):
+                        return name
+        except OSError:
+            pass
+        return None
+
+    def versions(self) -> dict:
+        try:
+            ver = importlib.metadata.version("llama-cpp-python")
+        except importlib.metadata.PackageNotFoundError:
+            ver = getattr(self.ll, "__version__", None)
+        return {"llama_cpp_python": ver, "gpu_offload": bool(self.ll.llama_supports_gpu_offload()),
+                "system_info": self.system_info(), "cpu_backend": self.cpu_backend(),
+                "library": str(Path(self.ll.llama_cpp._lib._name).resolve())}
+
+    # -- models, contexts, tokens ----------------------------------------------------------------
+    def load_model(self, path: Path, gpu_layers: int, vocab_only: bool = False) -> Model:
+        return Model(self.ll, path, gpu_layers, vocab_only)
+
+    def new_decoder(self, model: Model, max_len_tokens: int, threads: int) -> Context:
+        return Context(self.ll, model, ContextSettings(max_len_tokens, threads, model.gpu_layers))
+
+    def tokenize(self, model: Model, text: str, add_special: bool, parse_special: bool) -> list[int]:
+        data = text.encode("utf-8")
+        cap = len(data) + 16
+        buf = (self.ll.llama_token * cap)()
+        n = self.ll.llama_tokenize(model.vocab, data, len(data), buf, cap, add_special, parse_special)
+        if n < 0:
+            cap = -n
+            buf = (self.ll.llama_token * cap)()
+            n = self.ll.llama_tokenize(model.vocab, data, len(data), buf, cap, add_special, parse_special)
+        return list(buf[:n])
+
+    def encode(self, model: Model, text: str, max_prompt_tokens: int) -> list[int]:
+        """Token ids of a user message: the GGUF's chat template when it has one (rendered as llama-cpp-python's
+        chat completion renders it), else the plain text; the last ``max_prompt_tokens`` kept."""
+        tmpl = self.ll.llama_model_chat_template(model.ptr, None)
+        if tmpl:
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+            def tok_text(i: int) -> str:
+                return model.token_text(i).decode("utf-8", "replace") if i >= 0 else ""
+
+            fmt = Jinja2ChatFormatter(tmpl.decode("utf-8"), eos_token=tok_text(self.ll.llama_vocab_eos(model.vocab)),
+                                      bos_token=tok_text(self.ll.llama_vocab_bos(model.vocab)))
+            prompt = fmt(messages=[{"role": "user", "content": text}]).prompt
+            ids = self.tokenize(model, prompt, add_special=False, parse_special=True)
+        else:
+            ids = self.tokenize(model, text, add_special=True, parse_special=False)
+        return ids[-max_prompt_tokens:]
+
+    # -- the library's own loops ----------------------------------------------------------------
+    def _llama(self, model: Model, s: ContextSettings, lookup: bool) -> Any:
+        """A ``Llama`` over ``model``'s file with settings ``s`` (with a prompt-lookup draft when ``lookup``)."""
+        key = (str(model.path), s, lookup)
+        if key not in self._llamas:
+            from llama_cpp import Llama
+            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+            self._llamas[key] = Llama(
+                model_path=str(model.path), n_gpu_layers=s.gpu_layers, n_ctx=s.max_len_tokens,
+                n_batch=s.max_len_tokens, n_ubatch=min(s.max_len_tokens, 512), n_threads=s.threads,
+                n_threads_batch=s.threads, flash_attn=False, swa_full=True, no_perf=True,
+                draft_model=LlamaPromptLookupDecoding() if lookup else None, verbose=False)
+            logging.getLogger(_LOGGER_NAME).setLevel(logging.ERROR if self.quiet else logging.WARNING)
+        return self._llamas[key]
+
+    @staticmethod
+    def _run(llm: Any, prompt: list[int], eos: set[int], temperature: float, max_new_tokens: int,
+             seed: int) -> tuple[list[int], float, float | None]:
+        llm.set_seed(int(seed))
+        llm.reset()  # no KV-cache reuse from the previous generation: every generation prefills its prompt
+        out: list[int] = []
+        ttft = None
+        t0 = time.perf_counter()
+        for tok in llm.generate(prompt, temp=float(temperature), top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0,
+                                repeat_penalty=1.0, reset=True):
+            if ttft is None:
+                ttft = (time.perf_counter() - t0) * 1e3
+            out.append(int(tok))
+            if len(out) >= max_new_tokens or tok in eos:
+                break
+        return out, time.perf_counter() - t0, ttft
+
+    def library_generate(self, model: Model, s: ContextSettings, prompt: list[int], eos: set[int],
+                         temperature: float, max_new_tokens: int, seed: int) -> LibraryResult:
+        """llama-cpp-python's plain ``Llama.generate`` (pure temperature sampling, seeded)."""
+        tokens, wall_s, ttft = self._run(self._llama(model, s, lookup=False), prompt, eos, temperature,
+                                         max_new_tokens, seed)
+        return LibraryResult(tokens, wall_s, ttft)
+
+    def peer_generate(self, model: Model, s: ContextSettings, prompt: list[int], eos: set[int], max_ngram: int,
+                      gamma: int, temperature: float, max_new_tokens: int, seed: int) -> LibraryResult:
+        """llama-cpp-python's own prompt lookup (``LlamaPromptLookupDecoding(max_ngram_size, num_pred_tokens=γ)``).
+
+        Its rule is the earliest earlier match of the longest n-gram that has
+        one (the sweep's ``ngram:N:first``). ``drafted``/``accepted``/``rounds``
+        are counted from the proposals the library asked for and the tokens it
+        then emitted.
+        """
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        calls: list[tuple[int, list[int]]] = []
+
+        class CountingLookup(LlamaPromptLookupDecoding):
+            def __call__(self, ids: Any, /, **kw: Any) -> Any:
+                out = super().__call__(ids, **kw)
+                calls.append((int(ids.shape[0]), out.tolist()))
+                return out
+
+        llm = self._llama(model, s, lookup=True)
+        llm.draft_model = CountingLookup(max_ngram_size=int(max_ngram), num_pred_tokens=int(gamma))
+        out, wall_s, ttft = self._run(llm, prompt, eos, temperature, max_new_tokens, seed)
+        accepted = 0
+        for seq_len, proposal in calls:
+            emitted = out[seq_len - len(prompt):seq_len - len(prompt) + len(proposal)]
+            accepted += next((i for i, (a, b) in enumerate(zip(proposal, emitted)) if a != b),
+                             min(len(proposal), len(emitted)))
+        return LibraryResult(out, wall_s, ttft, drafted=sum(len(p) for _, p in calls), accepted=accepted,
+                             rounds=len(calls))
+
+    def quantize(self, source: Path, qtype: str, threads: int, root: Path) -> tuple[str, bool]:
+        """The ``qtype`` copy of ``source`` cached under ``root`` (:func:`measure.engines.gguf_files.quantized_copy`)."""
+        from measure.engines.gguf_files import quantized_copy
+
+        path, made = quantized_copy(source, qtype, threads=threads, root=root)
+        return str(path), made
+
+    @staticmethod
+    def environment() -> dict:
+        """What this process is: its pid, whether torch is in it, the OpenMP wait policy it sees."""
+        import sys
+
+        return {"pid": os.getpid(), "torch_loaded": "torch" in sys.modules,
+                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY")}
