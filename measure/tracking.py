@@ -12,7 +12,9 @@ is on disk) and hands :mod:`toolkit.track` what to log:
   ``speedup_lo``/``speedup_hi``, tokens/s with their CIs, acceptance, the
   ``unstable`` flag as 0/1, ...), the per-position acceptance ``alpha_<i>``
   with its 95% Wilson interval ``alpha_<i>_lo``/``_hi`` from ``rounds.csv``,
-  and per draft the run summary's ``geomean_speedup`` and its CI;
+  and per draft the run summary's ``geomean_speedup`` and its CI; the
+  engine's own plain decoding (``tokens_per_s_library``, ``baseline_vs_library``
+  per cell, ``geomean_baseline_vs_library`` over the run) where it was run;
 * tables: ``cells`` (every column of ``cells.csv``, one row per cell) and
   ``acceptance_per_position`` (cell, position, judged, accepted, α_i, CI);
 * the run directory itself as an artifact.
@@ -27,7 +29,7 @@ from typing import Any, TextIO
 
 from toolkit.track import TrackedRun, metric_name, number, start_tracker
 
-__all__ = ["CELL_METRICS", "run_params", "cell_metrics", "acceptance_rows", "track_run"]
+__all__ = ["CELL_METRICS", "CELL_IDENTITY", "run_params", "cell_metrics", "acceptance_rows", "track_run"]
 
 #: ``cells.csv`` columns logged per cell (those present and numeric; CIs beside their value).
 CELL_METRICS = (
@@ -37,8 +39,14 @@ CELL_METRICS = (
     "tokens_per_s_peer", "tokens_per_s_peer_lo", "tokens_per_s_peer_hi",
     "speedup_peer", "speedup_peer_lo", "speedup_peer_hi",
     "acceptance_rate", "peer_acceptance_rate", "mean_accepted_per_round", "n_rounds",
-    "baseline_cv", "baseline_drift", "unstable", "outputs_identical", "n_lossless_failures",
+    "baseline_cv", "baseline_drift", "unstable", "outputs_identical", "n_lossless_failures", "n_near_tie",
+    "tokens_per_s_library", "tokens_per_s_library_lo", "tokens_per_s_library_hi",
+    "baseline_vs_library", "baseline_vs_library_lo", "baseline_vs_library_hi",
 )
+#: ``cells.csv`` columns that say which cell it is and how it was run: in the ``cells`` table, not metrics.
+#: Every column of the format is in exactly one of the two (a test checks), so a new column is a decision.
+CELL_IDENTITY = ("cell_id", "draft", "gamma_policy", "gamma", "temperature", "domain", "head_k", "n_prompts",
+                 "new_tokens", "repeats", "attempts", "synthetic", "unstable_reason", "hardware")
 #: run-summary fields logged per draft (``<metric>/draft-<draft>``)
 DRAFT_METRICS = ("geomean_speedup", "geomean_speedup_lo", "geomean_speedup_hi")
 #: run.json fields logged as parameters beside ``config`` and ``fingerprint``
@@ -97,6 +105,11 @@ def cell_metrics(cells, acceptance: list[dict[str, Any]], summary: dict) -> dict
         v = number(summary.get(key))
         if v is not None:
             out[key] = v
+    lib = summary.get("baseline_vs_library") or {}  # our baseline ÷ the engine's own decoding, over all cells
+    for key, field in (("", "geomean"), ("_lo", "lo"), ("_hi", "hi")):
+        v = number(lib.get(field))
+        if v is not None:
+            out[f"geomean_baseline_vs_library{key}"] = v
     return out
 
 

@@ -20,8 +20,8 @@ pytest.importorskip("wandb")
 pytest.importorskip("mlflow")
 
 from measure.analysis import per_position_acceptance  # noqa: E402
-from measure.records import load_run  # noqa: E402
-from measure.tracking import acceptance_rows, cell_metrics, track_run  # noqa: E402
+from measure.records import TABLE_COLUMNS, load_run  # noqa: E402
+from measure.tracking import CELL_IDENTITY, CELL_METRICS, acceptance_rows, cell_metrics, track_run  # noqa: E402
 from toolkit.track import TRACKERS, metric_name  # noqa: E402
 from trackers import (  # noqa: E402
     mlflow_artifacts,
@@ -66,6 +66,29 @@ def test_cell_metrics_name_every_cell_and_leave_out_what_is_missing() -> None:
     draft = run.summary["drafts"]["ngram:3"]
     assert m[metric_name("geomean_speedup", "draft=ngram:3")] == pytest.approx(draft["geomean_speedup"])
     assert m["n_cells"] == 6
+
+
+def test_every_cells_column_is_a_metric_or_says_which_cell() -> None:
+    # a column added to the run format must be sorted into one of the two, or it is silently never tracked
+    assert not set(CELL_METRICS) & set(CELL_IDENTITY)
+    assert set(CELL_METRICS) | set(CELL_IDENTITY) == set(TABLE_COLUMNS["cells"])
+
+
+def test_the_engines_own_decoding_is_logged_where_it_was_run() -> None:
+    # fresh3 predates the library mode; its cells with the library columns filled in, as a run with it writes them
+    run = load_run(RUN)
+    cells = run.table("cells").copy()
+    cells["tokens_per_s_library"], cells["tokens_per_s_library_lo"], cells["tokens_per_s_library_hi"] = 50.0, 48.0, 52.0
+    cells["baseline_vs_library"], cells["baseline_vs_library_lo"], cells["baseline_vs_library_hi"] = 0.97, 0.9, 1.04
+    summary = {**run.summary, "baseline_vs_library": {"geomean": 0.97, "lo": 0.93, "hi": 1.01, "n_cells": 6}}
+    m = cell_metrics(cells, [], summary)
+    cell = cells["cell_id"][0]
+    assert m[metric_name("tokens_per_s_library_hi", cell)] == 52.0
+    assert m[metric_name("baseline_vs_library_lo", cell)] == 0.9
+    assert (m["geomean_baseline_vs_library"], m["geomean_baseline_vs_library_lo"],
+            m["geomean_baseline_vs_library_hi"]) == (0.97, 0.93, 1.01)
+    without = cell_metrics(run.table("cells"), [], run.summary)  # not run: nothing logged, not NaN
+    assert not [k for k in without if "library" in k]
 
 
 @pytest.mark.parametrize("kind", TRACKERS)

@@ -90,6 +90,24 @@ def test_a_real_measure_run_is_tracked(kind: str, entry: list[str], tmp_path: Pa
         assert params["run_id"] == run_json["run_id"]
 
 
+@pytest.mark.slow
+def test_a_tracker_that_fails_after_a_real_measurement_costs_one_line(tmp_path: Path) -> None:
+    # the server is found unreachable when the tracker opens, after the sweep: the run stands as without --track
+    port = _free_port()
+    env = _env(tmp_path, MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}")
+    out = tmp_path / "run"
+    proc = _run(["-m", "measure", *SMALL, "--out", str(out), "--track", "mlflow"], env)
+    assert proc.returncode == 0, proc.stderr
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert last["run_dir"] == str(out) and last["status"] == "complete"
+    assert json.loads((out / "run.json").read_text())["status"] == "complete"
+    assert len(pd.read_csv(out / "cells.csv")) == 1
+    warnings = [line for line in proc.stderr.splitlines() if "--track" in line]
+    assert warnings == [f"python -m measure: warning: --track mlflow: cannot reach http://127.0.0.1:{port} "
+                        "(Connection refused); not tracked (the results on disk are complete)"]
+    assert "Traceback" not in proc.stderr
+
+
 @pytest.mark.parametrize("kind", ["wandb", "mlflow"])
 def test_a_calibration_is_tracked(kind: str, tmp_path: Path) -> None:
     env = _env(tmp_path)
