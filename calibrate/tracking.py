@@ -39,7 +39,7 @@ from typing import Any, Mapping, TextIO
 
 from toolkit.track import TrackedRun, Tracker, metric_name, number, start_tracker
 
-__all__ = ["calibration_metrics", "track_calibration", "ingest_metrics", "track_ingest"]
+__all__ = ["calibration_label", "calibration_metrics", "track_calibration", "ingest_metrics", "track_ingest"]
 
 #: measured per cell (``predictions.csv`` column → metric), logged once per cell
 MEASURED = {"measured_speedup": "speedup", "measured_speedup_lo": "speedup_lo",
@@ -132,11 +132,17 @@ def _announce(tracked: TrackedRun | None, stream: TextIO | None) -> TrackedRun |
     return tracked
 
 
+def calibration_label(cal_dir: Path) -> str:
+    """What a calibration is called in the tracker: its directory, or the run's for the default ``<run>/calibration``."""
+    return cal_dir.parent.name if cal_dir.name == "calibration" and cal_dir.parent.name else cal_dir.name
+
+
 def track_calibration(kind: str, cal_dir: str | Path, options: Mapping[str, Any], prog: str,
                       stream: TextIO | None = None, charts: bool = True) -> TrackedRun | None:
     """Log the calibration directory ``cal_dir`` (written by ``python -m calibrate`` with ``options``)."""
     cal_dir = Path(cal_dir)
-    with start_tracker(kind, run_name=f"calibrate {cal_dir.name}", job_type="calibrate", prog=prog,
+    label = calibration_label(cal_dir)
+    with start_tracker(kind, run_name=f"calibrate {label}", job_type="calibrate", prog=prog,
                        tags=("calibrate",), stream=stream) as t:
         if t.active:
             import pandas as pd
@@ -154,7 +160,7 @@ def track_calibration(kind: str, cal_dir: str | Path, options: Mapping[str, Any]
                 for png in sorted(report.glob("*.png")):
                     t.log_image(png, f"charts/{png.stem}")
                 t.log_html(report / "report.html", "report/report")
-            t.log_files(cal_dir, f"calibration-{cal_dir.name}", "calibration")
+            t.log_files(cal_dir, f"calibration-{label}", "calibration")
     return _announce(t.tracked, stream)
 
 

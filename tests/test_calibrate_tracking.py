@@ -72,6 +72,8 @@ def test_a_calibration_is_logged_and_read_back(kind: str, cal_dir: Path, tmp_pat
     assert tracked is not None
     cells = pd.read_csv(RUN / "cells.csv")
     charts = sorted(p.stem for p in (cal_dir / "report").glob("*.png"))
+    label = cal_dir.parent.name  # the default <run>/calibration is named after its run, not "calibration"
+    assert label != "calibration"
     assert "predicted_vs_measured" in charts  # the report was drawn for the tracker
     if kind == "wandb":
         (run_dir,) = wandb_run_dirs(env)
@@ -82,7 +84,7 @@ def test_a_calibration_is_logged_and_read_back(kind: str, cal_dir: Path, tmp_pat
         assert {f"charts/{c}" for c in charts} <= set(values)
         assert values["charts/predicted_vs_measured"]["_type"] == "image-file"
         pred = wandb_table(run_dir, values["predictions"])
-        art = wandb_artifacts(run_dir)["calibration-calibration"]
+        art = wandb_artifacts(run_dir)[f"calibration-{label}"]
         assert {"calibration.json", "predictions.csv", "report/report.html"} <= set(art["paths"])
     else:
         (run,) = mlflow_runs(env)
@@ -92,8 +94,9 @@ def test_a_calibration_is_logged_and_read_back(kind: str, cal_dir: Path, tmp_pat
         assert {f"charts/{c}.png" for c in charts} <= set(mlflow_artifacts(env, run.info.run_id, "charts"))
         assert "report/report.html" in mlflow_artifacts(env, run.info.run_id, "report")
         pred = mlflow_table(env, run, "predictions")
-        assert "calibration-calibration/calibration.json" in mlflow_artifacts(env, run.info.run_id,
-                                                                              "calibration-calibration")
+        assert run.info.run_name == f"calibrate {label}"
+        files = mlflow_artifacts(env, run.info.run_id, f"calibration-{label}")
+        assert f"calibration-{label}/calibration.json" in files
     mape = json.loads((cal_dir / "calibration.json").read_text())["mape"]
     for method, v in mape["held_out"].items():
         assert values[metric_name("speedup_mape_pct", "held_out", method)] == pytest.approx(v["speedup_mape_pct"])
