@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="fit cells measured on different machines together (refused otherwise; noted when pooled)")
     ap.add_argument("--allow-incomplete", action="store_true",
                     help="use runs that are not complete (interrupted, failed, still running)")
+    ap.add_argument("--exclude-damaged", action="store_true",
+                    help="leave out (and name) finished cells whose rows on disk are incomplete or written twice, "
+                         "instead of refusing the run")
     ap.add_argument("--track", default=None, type=choice_arg("--track", TRACKERS), metavar="wandb|mlflow",
                     help="also log the calibration (MAPE, per-cell predictions, the report's charts) to Weights & "
                          "Biases or MLflow (the track extra; a tracker that fails costs one warning line)")
@@ -102,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
         res = calibrate(args.runs, holdout=args.holdout, seed=args.seed,
                         allow_incomplete=args.allow_incomplete,
-                        pool_hardware=args.pool_hardware)
+                        pool_hardware=args.pool_hardware, exclude_damaged=args.exclude_damaged)
         summary = write_outputs(res, out)
     except ValueError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)

@@ -501,6 +501,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for target, drafts, o in jobs:
             results.append(_one(args, target, drafts, o, command, check))
     except KeyboardInterrupt as e:
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while the process winds down: no traceback
         sig = "SIGTERM" if type(e).__name__ == "Terminated" else "interrupted"
         print(f"{sig}: finished cells are kept in {jobs[len(results)][2]} (re-run with the same --out "
               "to resume)", file=sys.stderr)

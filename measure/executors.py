@@ -177,6 +177,7 @@ class RowCollector:
         self.meta: dict[str, Any] = {}
         self.tables: dict[str, list[dict]] = {t: [] for t in CELL_TABLES}
         self.row: dict | None = None
+        self.repairs: list[str] = []  # nothing staged here, so nothing to repair or quarantine
 
     def append(self, table: str, rows: list[dict]) -> int:
         self.tables.setdefault(table, []).extend(dict(r) for r in rows)

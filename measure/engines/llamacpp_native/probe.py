@@ -191,11 +191,26 @@ def select_variant(b: Build, model: Path | None = None, force: bool = False) -> 
     cpu, key = cpu_identity()
     chosen = b.backends_dir / "selected.json"
     have = Selection.read(chosen)
-    if have is not None and not force and have.cpu_key == key and (b.backends_dir / have.variant).exists():
+    linked = not b.variants()  # a native build: its one CPU backend is linked in, nothing to choose
+    if have is not None and not force and have.cpu_key == key and \
+            (linked or (b.backends_dir / have.variant).exists()):
         return have
     model = model or default_check_model()
     if model is None:
         return None
+    if linked:
+        res = check_decode(model)
+        if not res.ok:
+            raise RuntimeError(f"the llama.cpp build {b.key} does not decode on this {cpu} ({res.outcome}); "
+                               f"rebuild it: {BUILD_COMMAND} --kind {b.kind} --force")
+        b.backends_dir.mkdir(exist_ok=True)
+        sel = Selection(res.cpu_backend or "libggml-cpu.so (linked in, compiled for this CPU)", 0, cpu, key,
+                        (("libggml-cpu.so", "ok"),), str(model), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                        res.system_info)
+        tmp = chosen.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(sel.describe(), indent=2) + "\n")
+        os.replace(tmp, chosen)
+        return sel
     variants = b.variants()
     scores = variant_scores(variants)
     ranked = sorted((v for v in variants if scores.get(v.name, 0) > 0), key=lambda v: -scores[v.name])
