@@ -133,7 +133,7 @@ def _announce(tracked: TrackedRun | None, stream: TextIO | None) -> TrackedRun |
 
 
 def calibration_label(cal_dir: Path) -> str:
-    """What a calibration is called in the tracker: its directory, or the run's for the default ``<run>/calibration``."""
+    """A calibration's name in the tracker: its directory's, or its run's for the default ``<run>/calibration``."""
     return cal_dir.parent.name if cal_dir.name == "calibration" and cal_dir.parent.name else cal_dir.name
 
 

@@ -17,7 +17,7 @@ is on disk) and hands :mod:`toolkit.track` what to log:
   per cell, ``geomean_baseline_vs_library`` over the run) where it was run;
 * tables: ``cells`` (every column of ``cells.csv``, one row per cell) and
   ``acceptance_per_position`` (cell, position, judged, accepted, α_i, CI);
-* the run directory itself as an artifact.
+* the run directory itself as an artifact (less the writer's lock file).
 
 A tracker that fails costs one warning line (:mod:`toolkit.track`), never the run.
 """
@@ -124,7 +124,7 @@ def track_run(kind: str, run_dir: str | Path, prog: str, job_type: str = "measur
     with start_tracker(kind, run_name=f"{job_type} {run_dir.name}", job_type=job_type, prog=prog,
                        tags=(job_type,), stream=stream) as t:
         if t.active:
-            from measure.records import load_run
+            from measure.records import LOCK_FILE, load_run
 
             run = load_run(run_dir)
             cells = run.table("cells")
@@ -135,7 +135,7 @@ def track_run(kind: str, run_dir: str | Path, prog: str, job_type: str = "measur
             if acceptance:
                 cols = list(acceptance[0])
                 t.log_table("acceptance_per_position", cols, _table(acceptance, cols))
-            t.log_files(run_dir, f"{job_type}-run-{run_dir.name}", "run-directory")
+            t.log_files(run_dir, f"{job_type}-run-{run_dir.name}", "run-directory", exclude=(LOCK_FILE,))
     if t.tracked is not None:
         import sys
 

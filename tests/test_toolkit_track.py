@@ -61,6 +61,7 @@ def _log_everything(kind: str, tmp_path: Path) -> track.Tracker:
     (data / "sub").mkdir(parents=True)
     (data / "run.json").write_text('{"a": 1}')
     (data / "sub" / "cells.csv").write_text("cell_id,speedup\nx,1.1\n")
+    (data / ".specscope.lock").write_text("123\n")  # a writer's lock: left out by name
     with start_tracker(kind, run_name="unit run", job_type="measure", prog="unit", tags=("measure",)) as t:
         assert t.active
         t.log_params({"config": {"gammas": ["fixed:2"], "seed": 7}, "fingerprint": {"target": "smollm2-135m"},
@@ -69,7 +70,7 @@ def _log_everything(kind: str, tmp_path: Path) -> track.Tracker:
                        metric_name("speedup_hi", CELL): 1.4, metric_name("unstable", CELL): True,
                        "missing": None, "nan": math.nan, "text": "n/a"})
         t.log_table("cells", ["cell_id", "speedup", "note"], [[CELL, 1.25, None], ["other", math.nan, "x"]])
-        t.log_files(data, "measure-run-rundir", "run-directory")
+        t.log_files(data, "measure-run-rundir", "run-directory", exclude=(".specscope.lock",))
     return t
 
 
@@ -109,6 +110,7 @@ def test_a_run_is_logged_and_read_back(kind: str, tmp_path: Path, monkeypatch: p
         cells = mlflow_table(env, run, "cells")
         assert sorted(mlflow_artifacts(env, run.info.run_id, "measure-run-rundir")) == [
             "measure-run-rundir/run.json", "measure-run-rundir/sub"]
+        assert mlflow_artifacts(env, run.info.run_id, "measure-run-rundir/sub") == ["measure-run-rundir/sub/cells.csv"]
     assert list(cells["cell_id"]) == [CELL, "other"] and cells["speedup"].iloc[0] == 1.25
     assert cells["speedup"].isna().iloc[1]  # NaN travels as a missing value
 

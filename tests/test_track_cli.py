@@ -84,7 +84,9 @@ def test_a_real_measure_run_is_tracked(kind: str, entry: list[str], tmp_path: Pa
     run_json = json.loads((out / "run.json").read_text())
     if kind == "wandb":
         assert params["fingerprint"]["target"] == run_json["fingerprint"]["target"]
-        assert "run.json" in wandb_artifacts(wandb_run_dirs(env)[0])["measure-run-run"]["paths"]
+        paths = wandb_artifacts(wandb_run_dirs(env)[0])["measure-run-run"]["paths"]
+        assert "run.json" in paths and "cells.csv" in paths
+        assert (out / ".specscope.lock").exists() and ".specscope.lock" not in paths  # the writer's lock: not data
     else:
         assert params["fingerprint.target"] == run_json["fingerprint"]["target"]
         assert params["run_id"] == run_json["run_id"]

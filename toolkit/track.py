@@ -243,11 +243,10 @@ class _WandbBackend:
     def log_table(self, name: str, columns: Sequence[str], rows: Sequence[Sequence[Scalar]]) -> None:
         self.run.log({name: self._wandb.Table(columns=list(columns), data=[list(r) for r in rows])})
 
-    def log_files(self, path: Path, name: str, kind: str) -> None:
+    def log_files(self, path: Path, name: str, kind: str, exclude: frozenset[str]) -> None:
         art = self._wandb.Artifact(_artifact_name(name), type=kind)
-        files = [path] if path.is_file() else sorted(f for f in path.rglob("*") if f.is_file())
-        for f in files:  # file by file: add_dir prints a progress line that silent=True does not reach
-            art.add_file(str(f), name=f.name if f == path else f.relative_to(path).as_posix())
+        for f, rel in _files(path, exclude):  # file by file: add_dir prints a progress line silent=True misses
+            art.add_file(str(f), name=rel)
         self.run.log_artifact(art)
 
     def log_image(self, path: Path, name: str) -> None:
@@ -315,11 +314,13 @@ class _MlflowBackend:
         data = {c: [r[i] for r in rows] for i, c in enumerate(columns)}
         self.client.log_table(self.run_id, data=data, artifact_file=f"tables/{name}.json")
 
-    def log_files(self, path: Path, name: str, kind: str) -> None:
-        if path.is_dir():
+    def log_files(self, path: Path, name: str, kind: str, exclude: frozenset[str]) -> None:
+        if path.is_dir() and not exclude:
             self.client.log_artifacts(self.run_id, str(path), artifact_path=name)
-        else:
-            self.client.log_artifact(self.run_id, str(path), artifact_path=name)
+            return
+        for f, rel in _files(path, exclude):
+            folder = str(Path(name, rel).parent)
+            self.client.log_artifact(self.run_id, str(f), artifact_path=folder)
 
     def log_image(self, path: Path, name: str) -> None:
         self.client.log_artifact(self.run_id, str(path), artifact_path=str(Path(name).parent)
@@ -355,6 +356,19 @@ def _probe(url: str, timeout_s: float = 5.0) -> None:
         socket.create_connection((u.hostname, port), timeout=timeout_s).close()
     except OSError as exc:
         raise TrackerUnavailable(f"cannot reach {url} ({exc.strerror or exc})") from None
+
+
+def _files(path: Path, exclude: frozenset[str]) -> list[tuple[Path, str]]:
+    """The files to log under ``path`` (itself if a file) with their relative names, leaving out any file or
+    folder named in ``exclude``."""
+    if path.is_file():
+        return [(path, path.name)]
+    out = []
+    for f in sorted(path.rglob("*")):
+        rel = f.relative_to(path)
+        if f.is_file() and not exclude.intersection(rel.parts):
+            out.append((f, rel.as_posix()))
+    return out
 
 
 def _artifact_name(name: str) -> str:
@@ -436,13 +450,15 @@ class Tracker:
             raise ValueError(f"table {name!r}: duplicate column names {list(columns)}")
         self._call("log_table", name, list(columns), [[_cell(v) for v in r] for r in rows])
 
-    def log_files(self, path: str | os.PathLike, name: str, kind: str = "files") -> None:
-        """A file or a directory: a W&B artifact of type ``kind``; MLflow artifacts under ``name/``."""
+    def log_files(self, path: str | os.PathLike, name: str, kind: str = "files", exclude: Sequence[str] = ()) -> None:
+        """A file or a directory: a W&B artifact of type ``kind``; MLflow artifacts under ``name/``.
+
+        ``exclude``: names of files or folders in the directory to leave out (e.g. a lock file)."""
         p = Path(path)
         if not p.exists():
             self._fail(f"{str(p)!r} does not exist")
             return
-        self._call("log_files", p, name, kind)
+        self._call("log_files", p, name, kind, frozenset(exclude))
 
     def log_image(self, path: str | os.PathLike, name: str) -> None:
         """A PNG: a W&B image under ``name``; MLflow an artifact in ``name``'s folder."""
