@@ -23,6 +23,7 @@ from typing import Any, Sequence
 
 from sim.policies import GammaSpec
 from toolkit.cli import OneLineParser, choice_arg, csv_items, exit_on_next_interrupt, fail, float_arg, int_arg
+from toolkit.track import TRACKERS, usable_tracker
 
 DEFAULT_TARGET = "smollm2-135m"
 #: Chosen by measurement on the 2-core CPU (results/2026-11-24-readme-evidence.md §5):
@@ -120,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="silence third-party loading output (weights, GGUF "
                    "conversion); the sweep's own progress bar and table stay")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--track", default=None, choices=TRACKERS, metavar="wandb|mlflow",
+                   help="also log the finished run to Weights & Biases or MLflow (the track extra; honours WANDB_MODE, "
+                        "WANDB_DIR, WANDB_PROJECT, MLFLOW_TRACKING_URI; a tracker that fails costs one warning line)")
     return p
 
 
@@ -364,6 +368,10 @@ def _one(args, target: str, drafts: list[str], out: Path, command: str, check: d
     for line in summary_lines(run.summary):
         print(line)
     print(f"run directory: {run.path}")
+    if args.track:  # after the run is on disk: the tracker reads it back, and cannot cost it
+        from measure.tracking import track_run
+
+        track_run(args.track, run.path, "python -m measure")
     return {"run_dir": str(run.path), "status": run.status, **run.summary}
 
 
@@ -463,6 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python -m measure " + " ".join(shlex.quote(a) for a in argv)
     out = Path(args.out) if args.out else Path("runs") / time.strftime("measure-%Y%m%d-%H%M%S")
     _early_checks(args, out)
+    args.track = usable_tracker(args.track, "python -m measure")  # a missing library: one line now, not after
     _executor(args)  # before any model loads: a bad --ray-address, or Ray missing
     drafts = _split_drafts(args.draft) if args.draft else list(DEFAULT_DRAFTS)
     target = args.target or DEFAULT_TARGET

@@ -37,6 +37,7 @@ from sim.limits import (
     SIMULATED_TOKENS_LIMIT,
 )
 from toolkit.cli import OneLineParser, choice_arg, float_arg, float_list_arg, int_arg, nonempty_arg
+from toolkit.track import TRACKERS, usable_tracker
 
 PROG = "python -m calibrate ingest"
 MODES = ("analytic", "serve")
@@ -81,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--new-tokens", type=int_arg(1, NEW_TOKENS_LIMIT),
                    help="serve mode: tokens per request (default 128)")
     p.add_argument("--seed", type=int_arg(0, SEED_LIMIT), help="serve mode: seed of every random draw (default 0)")
+    p.add_argument("--track", choices=TRACKERS, metavar="wandb|mlflow", help="also log the answer (alpha_i with "
+                   "CIs, speedup per k, --out's files) to Weights & Biases or MLflow (the track extra; a tracker that "
+                   "fails costs one warning line)")
     return p
 
 
@@ -184,6 +188,7 @@ def format_answer(ans: Answer, gamma_max: int) -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.track = usable_tracker(args.track, PROG)
     try:
         serve = serve_settings(args)  # before any file is read: a serve run too big to finish is refused at once
         ing: Ingested = ingest_files(list(args.files), args.engine, args.spec_tokens)
@@ -210,6 +215,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
     print("\n".join(lines))
+    if args.track:
+        from calibrate.tracking import track_ingest
+
+        track_ingest(args.track, doc, {k: v for k, v in vars(args).items() if k != "track"}, PROG, args.out)
     print(json.dumps({"optimal_k": doc["optimal_k"], "optimal_speedup": doc["optimal_speedup"],
                       "alpha_per_position": [p["alpha"] for p in doc["acceptance"]["alpha_per_position"]],
                       "iid_alpha": doc["acceptance"]["iid_alpha"],
