@@ -48,7 +48,7 @@ import pandas as pd
 
 from calibrate.fit_acceptance import AcceptanceFit, fit_acceptance, interpolate_models, trace_model
 from calibrate.fit_cost import CostFit, LinearFit, TargetCurve, fit_cost, ols, target_curve
-from measure.records import Run, hardware_label, load_run
+from measure.records import Run, damaged_cells, hardware_label, load_run
 from sim.acceptance import AcceptanceModel, RunTraceAcceptance
 from sim.analytic import predict_row
 from sim.cost import CostModel
@@ -90,20 +90,25 @@ class Dataset:
     notes: tuple[str, ...] = ()
 
 
-def load_runs(paths: list[str | Path], allow_incomplete: bool = False, pool_hardware: bool = False) -> Dataset:
+def load_runs(paths: list[str | Path], allow_incomplete: bool = False, pool_hardware: bool = False,
+              exclude_damaged: bool = False) -> Dataset:
     """Load run directories (validated by :func:`measure.records.load_run`).
 
     One-line ``ValueError`` for a missing directory, a bad file, or a run
     that is not ``complete`` (running, interrupted, failed — a dead writer
-    reads as interrupted) unless ``allow_incomplete``. The same run given
-    twice (same directory, or a copy with the same ``run_id``) is counted
-    once, with a note in ``Dataset.notes``.
+    reads as interrupted) unless ``allow_incomplete``; for a run with a
+    finished cell whose rows are incomplete or written twice
+    (:func:`measure.records.damaged_cells`, the check a resume makes) unless
+    ``exclude_damaged``, which leaves those cells out and names them. The
+    same run given twice (same directory, or a copy with the same
+    ``run_id``) is counted once, with a note in ``Dataset.notes``.
     """
     if not paths:
         raise ValueError("give at least one run directory")
     runs: dict[str, Run] = {}
     seen: dict[str, str] = {}
     notes: list[str] = []
+    excluded: dict[str, set[str]] = {}
     for p in paths:
         p = Path(p)
         run = load_run(p)
@@ -121,16 +126,27 @@ def load_runs(paths: list[str | Path], allow_incomplete: bool = False, pool_hard
         if not (p / "generations.csv").exists():
             raise ValueError(f"{p}: no generations.csv (a run written before measure recorded every generation); "
                              "calibrate needs it for prompt lengths and prefill times: re-measure with python -m measure")
+        damage = damaged_cells(p, run.meta.get("config"))
+        if damage:
+            named = "; ".join(f"{d.cell_id}: {d.reason}" for d in damage[:3]) + (" ..." if len(damage) > 3 else "")
+            if not exclude_damaged or any(d.cell_id == "*" for d in damage):
+                raise ValueError(f"{p}: {len(damage)} finished cell(s) have damaged rows ({named}); re-run measure "
+                                 "with the same --out to re-measure them" +
+                                 ("" if any(d.cell_id == "*" for d in damage) else ", or pass --exclude-damaged"))
+            notes.append(f"{p}: left out {len(damage)} damaged cell(s) (--exclude-damaged): {named}")
         label = p.resolve().name or "run"
         base, i = label, 2
         while label in runs:
             label = f"{base}-{i}"
             i += 1
         runs[label] = run
+        excluded[label] = {d.cell_id for d in damage}
         seen[ident] = seen[run.run_id] = str(p)
 
     def stack(name: str) -> pd.DataFrame:
         frames = [r.table(name).assign(run=label) for label, r in runs.items()]
+        frames = [f[~f["cell_id"].isin(excluded[label])] if excluded[label] else f
+                  for f, label in zip(frames, runs)]
         frames = [f for f in frames if len(f)]
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -654,7 +670,8 @@ def group_traces(data: Dataset) -> dict[AcceptanceGroup, RunTraceAcceptance]:
 
 
 def calibrate(paths: list[str | Path], holdout: str = "auto", seed: int = 0,
-              allow_incomplete: bool = False, pool_hardware: bool = False) -> CalibrationResult:
+              allow_incomplete: bool = False, pool_hardware: bool = False,
+              exclude_damaged: bool = False) -> CalibrationResult:
     """Fit on the run directories and validate on held-out cells (see module docstring).
 
     Unstable cells (``cells.csv`` ``unstable``) stay in the cost fit with the
@@ -668,7 +685,8 @@ def calibrate(paths: list[str | Path], holdout: str = "auto", seed: int = 0,
     """
     if holdout not in HOLDOUT_MODES:
         raise ValueError(f"unknown --holdout {holdout!r}; valid: {', '.join(HOLDOUT_MODES)}")
-    data = load_runs(paths, allow_incomplete=allow_incomplete, pool_hardware=pool_hardware)
+    data = load_runs(paths, allow_incomplete=allow_incomplete, pool_hardware=pool_hardware,
+                     exclude_damaged=exclude_damaged)
     choice = choose_holdout(data.cells, holdout)
     holdout = choice.mode
     folds = holdout_folds(data.cells, holdout)

@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from sim.cliargs import OneLineParser, check_output_dir, fail, int_arg, nonempty_arg
+from toolkit.cli import OneLineParser, check_output_dir, fail, int_arg, nonempty_arg
 
 PROG = "python -m calibrate serve"
 

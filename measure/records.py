@@ -24,11 +24,21 @@ strict JSON (``null``, never ``NaN``) and carries the writer's ``pid``,
 ``host`` and a ``heartbeat_utc``, so a reader recognises a run whose process
 died as ``interrupted``. SIGTERM is handled like Ctrl-C (:meth:`RunWriter.recording`).
 
+One writer: a :class:`RunWriter` holds an OS lock (``flock`` on
+``.specscope.lock``) from before it reads anything until it closes; a second
+writer (or ``--force-new``) on a locked directory is refused in one line
+naming the holder's pid (:class:`RunLocked`).
+
 Resume: opening a :class:`RunWriter` on a directory that already holds a
 ``run.json`` compares the stored ``fingerprint`` with the new one (refused in
 one line naming the fields that differ), drops a torn last line of every
-table, keeps the rows of finished cells (``cell_id`` in ``cells.csv``) and
-drops the rows of unfinished ones. A sweep that interleaves its cells
+table, checks every finished cell's rows against what a finished cell must
+have (:func:`damaged_cells`: generations, rounds, latencies and traces by
+count; its ``cells.csv`` row once) and treats a damaged cell as unfinished —
+the tables as they were are first copied to ``damaged-<UTC>/`` with the
+reasons, so nothing measured is deleted — then keeps the rows of finished
+cells and drops the rows of unfinished ones. A directory with measured data
+but no ``run.json`` is refused, not started over. A sweep that interleaves its cells
 stages every finished (prompt, repeat) visit of a cell not finished yet in
 ``visits.partial.jsonl`` (:meth:`RunWriter.stage`), so an interruption loses
 at most the visit that was running; a resume reads them back
@@ -40,10 +50,12 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime as _dt
+import fcntl
 import io
 import json
 import math
 import os
+import shutil
 import signal
 import socket
 import tempfile
@@ -60,6 +72,12 @@ READABLE_SCHEMAS = (1, 2)
 RUN_JSON = "run.json"
 #: Finished visits of cells not finished yet (a sweep interleaves its cells; :meth:`RunWriter.stage`).
 STAGED_VISITS = "visits.partial.jsonl"
+#: Staged lines that failed validation, kept with the reason (never pooled, never deleted).
+QUARANTINE = "visits.quarantine.jsonl"
+#: Held (``flock``) by the one process writing the run, for as long as it writes.
+LOCK_FILE = ".specscope.lock"
+#: Where a resume moves what it will not trust (copies of the tables as they were, and why).
+DAMAGED_PREFIX = "damaged-"
 STATUSES = ("running", "complete", "interrupted", "failed")
 #: A ``running`` run whose heartbeat is older than this (and whose pid cannot be checked) is interrupted.
 STALE_HEARTBEAT_S = 900.0
@@ -358,6 +376,153 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, handled like Ctrl-C: the run is closed ``interrupted`` and finished cells kept."""
 
 
+class RunLocked(ValueError):
+    """Another process holds the run directory's lock (it is writing that run)."""
+
+
+def acquire_run_lock(path: Path) -> int:
+    """Take the run directory's lock (``flock``, exclusive, not waiting) and write our pid into the lock file;
+    :class:`RunLocked` naming the holder when another process has it. Returns the descriptor (close it to
+    release)."""
+    f_path = path / LOCK_FILE
+    fd = os.open(f_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        raise RunLocked(f"{path}: another specscope process (pid {holder}) is writing this run; wait for it to "
+                        "finish, or choose another --out") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def has_measured_data(path: Path) -> bool:
+    """Whether ``path`` holds staged visits or a non-empty table (data a run measured)."""
+    if (path / STAGED_VISITS).is_file() and (path / STAGED_VISITS).stat().st_size > 0:
+        return True
+    return any((path / f"{t}.csv").is_file() and (path / f"{t}.csv").stat().st_size > 0 for t in TABLE_COLUMNS)
+
+
+@dataclass(frozen=True)
+class CellDamage:
+    """A finished cell whose rows on disk are not what a finished cell has."""
+
+    cell_id: str
+    reason: str
+
+
+def _raw_table(path: Path, table: str) -> tuple[list[str], list[list[str]], int]:
+    """(header, rows with the header's field count, other rows) of ``<table>.csv`` as written.
+
+    A last line without its newline is a write cut short (the visit or cell in
+    flight, never finished): it is left out, not counted as unreadable.
+    """
+    f_path = path / f"{table}.csv"
+    if not f_path.is_file():
+        return [], [], 0
+    with f_path.open(newline="", encoding="utf-8", errors="replace") as f:
+        lines = [line.replace("\0", "") for line in f]
+    if lines and not lines[-1].endswith("\n") and len(lines) > 1:
+        lines.pop()
+    rows = list(csv.reader(lines))
+    if not rows:
+        return [], [], 0
+    header = rows[0]
+    good = [r for r in rows[1:] if len(r) == len(header)]
+    return header, good, len(rows) - 1 - len(good)
+
+
+def _int(text: Any) -> int | None:
+    try:
+        v = float(text)
+    except (TypeError, ValueError):
+        return None
+    return int(v) if math.isfinite(v) and v == int(v) else None
+
+
+def damaged_cells(path: str | os.PathLike, config: Mapping[str, Any] | None = None) -> list[CellDamage]:
+    """The finished cells (rows of ``cells.csv``) whose rows in the other tables are not complete.
+
+    A finished cell of a sweep has ``n_prompts × repeats`` visits, each with a
+    generation of every mode it ran (baseline, speculative; the peer and the
+    library baseline when its row has their tokens/s), ``n_rounds`` rounds,
+    one latency per new token of its baseline and speculative generations, and
+    (``config["traces"]``, default on) one trace value per new token of its
+    repeat-0 baseline per prompt. Checks need the fields a row has (rows of
+    older runs without them are not checked on those counts). A ``cells.csv``
+    that cannot be read makes every cell of the other tables suspect: each is
+    named. Reads the CSV text (no pandas), so a writer can run it before trusting anything.
+    """
+    path = Path(path)
+    cfg = dict(config or {})
+    header, cells, torn = _raw_table(path, "cells")
+    written = (path / "cells.csv").is_file() and (path / "cells.csv").stat().st_size > 0
+    if written and "cell_id" not in header:
+        gh, gens, _ = _raw_table(path, "generations")
+        ids = sorted({r[gh.index("cell_id")] for r in gens}) if "cell_id" in gh else []
+        return [CellDamage(c, "cells.csv cannot be read (no header)") for c in ids] or \
+            [CellDamage("*", "cells.csv cannot be read (no header)")]
+    if not header:
+        return []
+    col = {c: i for i, c in enumerate(header)}
+    by_cell: dict[str, list[list[str]]] = {}
+    for r in cells:
+        by_cell.setdefault(r[col["cell_id"]], []).append(r)
+    tables = {t: _raw_table(path, t) for t in ("generations", "rounds", "token_latency", "traces")}
+    counts: dict[str, dict[str, int]] = {t: {} for t in tables}
+    base_tokens: dict[str, int] = {}
+    lat_tokens: dict[str, int] = {}
+    trace_tokens: dict[str, int] = {}
+    for t, (h, rows, _) in tables.items():
+        if "cell_id" not in h:
+            continue
+        ci = h.index("cell_id")
+        for r in rows:
+            counts[t][r[ci]] = counts[t].get(r[ci], 0) + 1
+    gh, grows, _ = tables["generations"]
+    if {"cell_id", "mode", "new_tokens"} <= set(gh):
+        gi = {c: i for i, c in enumerate(gh)}
+        for r in grows:
+            n = _int(r[gi["new_tokens"]]) or 0
+            if r[gi["mode"]] in ("baseline", "speculative"):
+                lat_tokens[r[gi["cell_id"]]] = lat_tokens.get(r[gi["cell_id"]], 0) + n
+            if r[gi["mode"]] == "baseline" and "repeat" in gi and _int(r[gi["repeat"]]) == 0:
+                trace_tokens[r[gi["cell_id"]]] = trace_tokens.get(r[gi["cell_id"]], 0) + n
+        base_tokens = lat_tokens
+    out: list[CellDamage] = []
+    for cid, rows in by_cell.items():
+        row = rows[0]
+
+        def field(name: str) -> str:
+            return row[col[name]] if name in col else ""
+
+        problems = []
+        if len(rows) > 1:
+            problems.append(f"its cells.csv row is written {len(rows)} times")
+        n_prompts, repeats = _int(field("n_prompts")), _int(field("repeats"))
+        if n_prompts and repeats:
+            modes = 2 + (field("tokens_per_s_peer") != "") + (field("tokens_per_s_library") != "")
+            want, have = n_prompts * repeats * modes, counts["generations"].get(cid, 0)
+            if have != want:
+                problems.append(f"{have} of its {want} generations")
+        n_rounds = _int(field("n_rounds"))
+        if n_rounds is not None and counts["rounds"].get(cid, 0) != n_rounds:
+            problems.append(f"{counts['rounds'].get(cid, 0)} of its {n_rounds} rounds")
+        if tables["token_latency"][0] and cid in base_tokens and \
+                counts["token_latency"].get(cid, 0) != base_tokens[cid]:
+            problems.append(f"{counts['token_latency'].get(cid, 0)} of its {base_tokens[cid]} token latencies")
+        if cfg.get("traces", True) and tables["traces"][0] and cid in trace_tokens and \
+                counts["traces"].get(cid, 0) != trace_tokens[cid]:
+            problems.append(f"{counts['traces'].get(cid, 0)} of its {trace_tokens[cid]} trace values")
+        if problems:
+            out.append(CellDamage(cid, "; ".join(problems)))
+    if torn:
+        out.append(CellDamage("*", f"cells.csv has {torn} unreadable row(s)"))
+    return out
+
+
 class RunWriter:
     """Writes one run directory; resumes it if ``run.json`` is already there.
 
@@ -375,11 +540,28 @@ class RunWriter:
     def __init__(self, path: str | os.PathLike, meta: Mapping[str, Any] | None = None,
                  resume: bool = True, fingerprint: Mapping[str, Any] | None = None) -> None:
         self.path = Path(path)
+        #: What opening the run repaired or set aside, in words (a sweep prints them).
+        self.repairs: list[str] = []
         if self.path.exists() and not self.path.is_dir():
             raise ValueError(f"--out {str(self.path)!r} is a file, not a directory; choose a directory path")
         try:
             self.path.mkdir(parents=True, exist_ok=True)
-            probe = self.path / ".write_probe"
+        except OSError as e:
+            raise ValueError(f"output directory {str(self.path)!r} is not writable (cannot be made: "
+                             f"{e.strerror or e})") from None
+        try:
+            self._lock_fd: int | None = acquire_run_lock(self.path)
+        except OSError as e:
+            raise ValueError(f"output directory {str(self.path)!r} is not writable: {e.strerror or e}") from None
+        try:
+            self._open(meta, resume, fingerprint)
+        except BaseException:
+            self.release()
+            raise
+
+    def _open(self, meta: Mapping[str, Any] | None, resume: bool, fingerprint: Mapping[str, Any] | None) -> None:
+        try:
+            probe = self.path / f".write_probe.{os.getpid()}.{uuid.uuid4().hex[:8]}"
             probe.write_text("")
             probe.unlink()
         except OSError as e:
@@ -394,15 +576,18 @@ class RunWriter:
                 raise ValueError(f"{existing}: written with schema_version {self.meta.get('schema_version')}; "
                                  f"resuming needs schema {SCHEMA_VERSION} (use --force-new or a new --out)")
             st, _ = effective_status(self.meta)
-            if st == "running" and self.meta.get("pid") not in (None, os.getpid()):
-                raise ValueError(f"{existing}: another process (pid {self.meta.get('pid')}) is still writing this "
-                                 "run; wait for it or choose a new --out")
             if fingerprint is not None and "fingerprint" in self.meta:
                 self.check_fingerprint(fingerprint)
             self.meta.setdefault("resumed_utc", []).append(utc_now())
-            self._drop_torn_lines()
+            self._repair_staged_tail()
             self._finished = self._read_finished()
+            self._set_aside_damaged()  # copies the tables as found, before anything below rewrites them
+            self._drop_torn_lines()
             self._drop_unfinished_rows()
+        elif has_measured_data(self.path):
+            raise ValueError(f"{self.path}: holds measured data (tables or staged visits) but no {RUN_JSON}: not "
+                             "resuming it and not starting a new run over it; move that data away, or choose "
+                             "another --out")
         else:
             self.meta = {"schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex, "created_utc": utc_now(),
                          "summary": {}, "config": {}}
@@ -490,7 +675,8 @@ class RunWriter:
         _append_bytes(self.path / STAGED_VISITS, (strict_dumps(record) + "\n").encode("utf-8"))
 
     def staged(self) -> list[dict]:
-        """The staged visits of cells not finished yet, in the order written (a torn line is skipped)."""
+        """The staged visits of cells not finished yet, in the order written. A line that is not a JSON object
+        with a ``cell_id`` is quarantined (:meth:`quarantine`), never returned."""
         f_path = self.path / STAGED_VISITS
         if not f_path.exists():
             return []
@@ -499,10 +685,23 @@ class RunWriter:
             try:
                 rec = json.loads(line)
             except ValueError:
-                continue  # a line torn by a crash mid-write
-            if isinstance(rec, dict) and rec.get("cell_id") not in self._finished:
+                self.quarantine(line, "not a JSON line")
+                continue
+            if not isinstance(rec, dict) or not isinstance(rec.get("cell_id"), str):
+                self.quarantine(line, "not a visit record (no cell_id)")
+                continue
+            if rec["cell_id"] not in self._finished:
                 out.append(rec)
         return out
+
+    def quarantine(self, record: Any, reason: str) -> None:
+        """Keep a staged visit that failed validation in ``visits.quarantine.jsonl`` with the reason (it is
+        never pooled), and say so in :attr:`repairs`."""
+        text = record if isinstance(record, str) else strict_dumps(record)
+        _append_bytes(self.path / QUARANTINE, (strict_dumps({"reason": reason, "line": text}) + "\n").encode())
+        cid = record.get("cell_id") if isinstance(record, dict) else None
+        self.repairs.append(f"a staged visit{f' of {cid}' if cid else ''} failed validation ({reason}); kept in "
+                            f"{self.path / QUARANTINE}, not used")
 
     def clear_staged(self) -> None:
         """Remove ``visits.partial.jsonl`` (every cell it served is finished)."""
@@ -527,7 +726,17 @@ class RunWriter:
         self._write_meta()
 
     def close(self, status: str = "complete") -> None:
-        self.update(status=status, finished_utc=utc_now())
+        """Record the final status and release the run's lock."""
+        try:
+            self.update(status=status, finished_utc=utc_now())
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Release the run directory's lock (the process exiting releases it too)."""
+        fd, self._lock_fd = getattr(self, "_lock_fd", None), None
+        if fd is not None:
+            os.close(fd)
 
     @contextlib.contextmanager
     def recording(self) -> Iterator["RunWriter"]:
@@ -548,7 +757,18 @@ class RunWriter:
             self.meta = before
             self.meta["status"] = self._previous_status
             self._write_meta()
+            self.release()
             raise
+        except OSError as e:  # the run directory itself failed (full or read-only disk): one line, resumable
+            where = f" ({e.filename})" if e.filename else ""
+            msg = f"cannot write the run directory {self.path}{where}: {e.strerror or e}"
+            with contextlib.suppress(OSError):
+                self.update(interruption=msg)
+            with contextlib.suppress(OSError):
+                self.close("interrupted")
+            self.release()
+            raise RunInterrupted(f"{msg}; finished visits are kept: free the space or fix the permission, then "
+                                 "re-run with the same --out to resume") from None
         except KeyboardInterrupt:
             self.close("interrupted")
             raise
@@ -583,6 +803,9 @@ class RunWriter:
             if not f_path.exists() or f_path.stat().st_size == 0:
                 continue
             data = f_path.read_bytes()
+            first = next(csv.reader([data[:max(data.find(b"\n"), 0)].decode("utf-8", "replace")]), [])
+            if not first or first[0] != cols[0]:  # no readable header: damage, set aside whole, never cut here
+                continue
             keep = len(data)
             if not data.endswith(b"\n"):
                 keep = data.rfind(b"\n") + 1
@@ -598,42 +821,71 @@ class RunWriter:
                 with f_path.open("r+b") as f:
                     f.truncate(keep)
 
+    def _repair_staged_tail(self) -> None:
+        """Cut a torn last line of ``visits.partial.jsonl`` (a write cut short) and say so; the visit it held is
+        measured again."""
+        f_path = self.path / STAGED_VISITS
+        if not f_path.is_file():
+            return
+        data = f_path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            keep = data.rfind(b"\n") + 1
+            with f_path.open("r+b") as f:
+                f.truncate(keep)
+            self.repairs.append(f"{f_path.name}: cut a torn last line of {len(data) - keep} bytes (a write cut "
+                                "short); that visit is measured again")
+
     def _read_finished(self) -> set[str]:
-        f_path = self.path / f"{self.finish_table}.csv"
-        if not f_path.exists():
+        header, rows, _ = _raw_table(self.path, self.finish_table)
+        if "cell_id" not in header:
             return set()
-        with f_path.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f))
-        if not rows:
-            return set()
-        header = rows[0]
         i = header.index("cell_id")
-        return {r[i] for r in rows[1:] if len(r) == len(header) and r[i]}
+        return {r[i] for r in rows if r[i]}
+
+    def _set_aside_damaged(self) -> None:
+        """Finished cells whose rows are incomplete become unfinished (measured again); the tables as they were
+        are copied to ``damaged-<UTC>/`` first, with ``damage.json`` saying which cells and why."""
+        damage = damaged_cells(self.path, self.meta.get("config"))
+        if not damage:
+            return
+        aside = self.path / f"{DAMAGED_PREFIX}{utc_now().replace(':', '')}"
+        aside.mkdir(exist_ok=True)
+        for t in TABLE_COLUMNS:
+            if (self.path / f"{t}.csv").is_file():
+                shutil.copy2(self.path / f"{t}.csv", aside / f"{t}.csv")
+        (aside / "damage.json").write_text(strict_dumps([{"cell_id": d.cell_id, "reason": d.reason}
+                                                         for d in damage], indent=1) + "\n")
+        bad = {d.cell_id for d in damage}
+        self._finished = set() if "*" in bad else self._finished - bad  # "*": cells.csv itself is damaged
+        names = "; ".join(f"{d.cell_id}: {d.reason}" for d in damage[:3]) + (" ..." if len(damage) > 3 else "")
+        self.repairs.append(f"{len(damage)} finished cell(s) have damaged or missing rows ({names}); measuring "
+                            f"them again; the tables as they were are kept in {aside}")
 
     def _drop_unfinished_rows(self) -> None:
+        """Rewrite each table with the rows of finished cells only (a table whose header is damaged restarts
+        empty: :meth:`_set_aside_damaged` kept a copy)."""
         for table, cols in TABLE_COLUMNS.items():
             if "cell_id" not in cols:
                 continue
             f_path = self.path / f"{table}.csv"
-            if not f_path.exists():
+            if not f_path.exists() or f_path.stat().st_size == 0:
                 continue
-            with f_path.open(newline="", encoding="utf-8") as f:
-                rows = list(csv.reader(f))
-            if not rows:
-                continue
-            header, body = rows[0], rows[1:]
+            header, body, torn = _raw_table(self.path, table)
+            bad_header = "cell_id" not in header
+            if bad_header:
+                header, body = list(cols), []
             i = header.index("cell_id")
             seen: set[str] = set()
             kept = []
             for r in body:
-                if len(r) != len(header) or r[i] not in self._finished:
+                if r[i] not in self._finished:
                     continue
                 if table == self.finish_table:  # finished twice (a crash between two writes): keep the first
                     if r[i] in seen:
                         continue
                     seen.add(r[i])
                 kept.append(r)
-            if len(kept) == len(body):
+            if len(kept) == len(body) and not torn and not bad_header:
                 continue
             fd, tmp = tempfile.mkstemp(dir=self.path, prefix=f".{table}.", suffix=".tmp")
             with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:

@@ -272,7 +272,7 @@ class CostCurves:
     machine in the same slow and fast modes as the cells they are compared
     with: timed in one block before the cells, a run's 2- and 3-token
     forwards once cost what its 1-token forward did for the whole block
-    (3 tokens: 1.03x) and 1.27x inside the loop (``results/cpu-make-run-interleaved-a``).
+    (3 tokens: 1.03x) and 1.27x inside the loop (``results/2026-11-24-readme-evidence.md`` §3.4).
     ``verified`` ``(n_max, r)``: the token counts 1..n_max (those the
     sweep's cells verify) get ``max(repeats, r)`` repeats. ``done_target`` / ``done_draft``: keys ``(n_tokens,
     context_tokens, repeat)`` / ``(draft, context_tokens, repeat)`` already
@@ -552,8 +552,37 @@ class Visit:
 
     @classmethod
     def from_record(cls, rec: dict) -> "Visit":
-        return cls(str(rec["cell_id"]), int(rec["attempt"]), int(rec["repeat"]), int(rec["prompt_index"]),
+        """The visit a staged record holds; ``ValueError`` naming the field that is missing or of the wrong type."""
+        for key in ("attempt", "repeat", "prompt_index"):
+            v = rec.get(key)
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ValueError(f"{key} {v!r} is not an integer")
+        for key in ("generations", "token_latency", "rounds"):
+            rows = rec.get(key)
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                raise ValueError(f"{key} is not a list of rows")
+        if not isinstance(rec.get("cell_id"), str):
+            raise ValueError(f"cell_id {rec.get('cell_id')!r} is not a string")
+        return cls(rec["cell_id"], rec["attempt"], rec["repeat"], rec["prompt_index"],
                    tuple(rec["generations"]), tuple(rec["token_latency"]), tuple(rec["rounds"]))
+
+    def problem(self, repeats: int, n_prompts: int, modes: Sequence[str]) -> str | None:
+        """Why this visit cannot belong to a cell measured with ``repeats`` repeats of ``n_prompts`` prompts in
+        ``modes`` (None if it can): indices out of range, rows of another cell, a generation per mode."""
+        if not 0 <= self.repeat < repeats:
+            return f"repeat {self.repeat} is outside the run's {repeats} repeats"
+        if not 0 <= self.prompt_index < n_prompts:
+            return f"prompt_index {self.prompt_index} is outside the cell's {n_prompts} prompts"
+        if self.attempt < 1:
+            return f"attempt {self.attempt} is not >= 1"
+        rows = (*self.gen_rows, *self.lat_rows, *self.round_rows)
+        if any(r.get("cell_id") != self.cell_id for r in rows):
+            return "it holds rows of another cell"
+        got = sorted(str(r.get("mode")) for r in self.gen_rows)
+        if got != sorted(modes) or any(not isinstance(r.get("tokens_per_s"), (int, float, type(None)))
+                                       for r in self.gen_rows):
+            return f"its generations are {got}, the cell measures {sorted(modes)}"
+        return None
 
 
 def _tps(row: dict | None) -> float:
@@ -733,19 +762,34 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
     wanted = {p.cell_id for p in plans}
     staged: dict[str, dict[tuple[int, int], Visit]] = {cid: {} for cid in wanted}
     attempts = {cid: 1 for cid in wanted}
-    for rec in ctx.writer.staged():
-        v = Visit.from_record(rec)
-        if v.cell_id not in wanted or v.attempt < attempts[v.cell_id]:
-            continue
-        if v.attempt > attempts[v.cell_id]:  # a later attempt supersedes the visits of an earlier one
-            attempts[v.cell_id], staged[v.cell_id] = v.attempt, {}
-        staged[v.cell_id][(v.repeat, v.prompt_index)] = v
-    if ctx.bar is not None:
-        ctx.bar.update(sum(len(vs) for vs in staged.values()))
     modes = {}
     for p in plans:
         with _naming(f"warming up cell {p.cell_id}"):
             modes[p.cell_id] = _warm_modes(ctx, p.draft, p.cell.gamma, p.cell.temperature, p.cell.draft)
+    n_prompts = {p.cell_id: len(ctx.prompts[p.cell.domain]) for p in plans}
+    n_repairs = len(ctx.writer.repairs)
+    for rec in ctx.writer.staged():
+        try:
+            v = Visit.from_record(rec)
+        except ValueError as e:
+            ctx.writer.quarantine(rec, str(e))
+            continue
+        if v.cell_id not in wanted:
+            continue
+        why = v.problem(cfg.repeats, n_prompts[v.cell_id], modes[v.cell_id])
+        if why is not None:
+            ctx.writer.quarantine(rec, why)
+            continue
+        if v.attempt < attempts[v.cell_id]:
+            continue
+        if v.attempt > attempts[v.cell_id]:  # a later attempt supersedes the visits of an earlier one
+            attempts[v.cell_id], staged[v.cell_id] = v.attempt, {}
+        staged[v.cell_id][(v.repeat, v.prompt_index)] = v
+    for note in ctx.writer.repairs[n_repairs:]:
+        if on_attempt:
+            on_attempt(note)
+    if ctx.bar is not None:
+        ctx.bar.update(sum(len(vs) for vs in staged.values()))
     rows: dict[str, dict] = {}
     active = list(plans)
     while active:
@@ -944,11 +988,19 @@ def target_fingerprint(target: Any, engine: Any) -> dict:
 
 
 def set_aside(path: Path) -> Path | None:
-    """``--force-new``: move an existing run directory to ``<path>.replaced-<UTC>`` (nothing is deleted)."""
-    if not (path / records.RUN_JSON).exists():
+    """``--force-new``: move an existing run directory to ``<path>.replaced-<UTC>`` (nothing is deleted).
+
+    Holds the directory's lock while it renames it: a run another process is writing is refused
+    (:class:`measure.records.RunLocked`), never moved away under it.
+    """
+    if not path.is_dir() or not ((path / records.RUN_JSON).exists() or records.has_measured_data(path)):
         return None
-    dest = path.with_name(f"{path.name}.replaced-{records.utc_now().replace(':', '')}")
-    path.rename(dest)
+    fd = records.acquire_run_lock(path)
+    try:
+        dest = path.with_name(f"{path.name}.replaced-{records.utc_now().replace(':', '')}")
+        path.rename(dest)
+    finally:
+        os.close(fd)
     return dest
 
 
@@ -1034,6 +1086,8 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         hardware = CLUSTER_HARDWARE
     fp = fingerprint(config, device, selection, hardware, versions)
     writer = records.RunWriter(out, fingerprint=fp)  # refuses a different fingerprint before writing
+    for note in writer.repairs:
+        say(note)
     meta = dict(command=command, **source, hardware=hardware, versions=versions, config=config.as_dict(),
                 prompt_selection=selection, **({"system_check": system_check} if system_check is not None else {}))
     if distributed:

@@ -341,7 +341,7 @@ def build_serving_report(src: str | Path, out: str | Path | None = None, png: bo
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sim.cliargs import OneLineParser, nonempty_arg
+    from toolkit.cli import OneLineParser, nonempty_arg
 
     p = OneLineParser(prog="python -m reports.serving", description=__doc__.splitlines()[0])
     p.add_argument("cal_dir", type=nonempty_arg("calibration directory"))

@@ -39,6 +39,14 @@ def test_build_key_names_version_kind_and_changes_with_every_flag():
         B.BuildSpec(kind="fast")
 
 
+def test_native_links_its_cpu_backend_and_portable_loads_variants():
+    # llama.cpp's CMake refuses GGML_NATIVE with GGML_BACKEND_DL (and GGML_BACKEND_DIR without it)
+    native, portable = B.BuildSpec(kind="native").flags, B.BuildSpec(kind="portable").flags
+    assert "-DGGML_NATIVE=ON" in native and "-DGGML_BACKEND_DL=OFF" in native and "-DGGML_BACKEND_DL=ON" not in native
+    assert not B.BuildSpec(kind="native").dynamic_backends and B.BuildSpec(kind="cuda").dynamic_backends
+    assert "-DGGML_BACKEND_DL=ON" in portable and "-DGGML_CPU_ALL_VARIANTS=ON" in portable
+
+
 def test_only_the_listed_cpu_variants_are_built(tmp_path):
     lines = [f"        ggml_add_cpu_backend_variant({v}  SSE42)\n" for v in B._ALL_X86_VARIANTS]
     arm = "            ggml_add_cpu_backend_variant(armv8.2_1    DOTPROD)\n"

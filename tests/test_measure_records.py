@@ -78,7 +78,7 @@ def test_resume_keeps_finished_and_drops_unfinished(tmp_path):
     w = records.RunWriter(path)
     a, b = records.cell_id("d", "fixed:1", 0, "code"), records.cell_id("d", "fixed:2", 0, "code")
     w.append("rounds", [_round(a, 0), _round(a, 1)])
-    w.finish_cell(_cell(a))
+    w.finish_cell(_cell(a) | {"n_rounds": 2})
     w.append("rounds", [_round(b, 0)])  # b never finished: the run was interrupted here
     w.close("interrupted")
     assert json.loads((path / "run.json").read_text())["status"] == "interrupted"

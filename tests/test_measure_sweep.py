@@ -122,7 +122,7 @@ def test_until_stable_remeasures_an_unstable_cell(tmp_path, monkeypatch):
                          drift_threshold=5.0), tmp_path / "r", engine=ToyEngine(), show_bar=False)
     cell = run.table("cells").iloc[0]
     assert cell["attempts"] == 2 and not cell["unstable"]
-    assert len(run.table("generations")) == 2 * 2 * 3  # only the last attempt's rows are kept
+    assert len(run.table("generations")) == 2 * 2 * len(sweep.MODES)  # only the last attempt's rows are kept
 
 
 _KILL_SCRIPT = """
@@ -180,7 +180,7 @@ def test_kill_during_a_run_then_resume(tmp_path, sig):
     cells = again.table("cells")
     assert again.status == "complete" and len(cells) == 6 and cells["cell_id"].is_unique
     gens = again.table("generations")
-    assert (gens.groupby("cell_id").size() == 2 * 2 * 3).all()  # no half cell left behind
+    assert (gens.groupby("cell_id").size() == 2 * 2 * len(sweep.MODES)).all()  # no half cell left behind
     final = {(r["cell_id"], r["prompt_id"], r["repeat"], r["mode"]): r["wall_s"] for r in gens.to_dict("records")}
     assert all(final[k] == pytest.approx(w) for k, w in kept.items())  # the staged visits, not re-measured
     assert not (out / records.STAGED_VISITS).exists()  # every cell finished: nothing staged is left

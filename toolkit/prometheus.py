@@ -4,13 +4,14 @@ A scrape is ``# HELP``/``# TYPE`` comments and samples
 ``name{label="value",...} number [timestamp]``. Lines that are neither (a
 truncated copy, a shell prompt) are counted as skipped, never fatal: that is
 why this is a small line parser rather than ``prometheus_client``'s parser,
-which rejects the whole file on the first bad line. ``calibrate ingest``
-reads users' scrapes with it and ``measure serve`` the servers it measures.
+which rejects the whole file on the first bad line. ``NaN`` and ``±Inf`` values
+are kept as read: whoever uses a sample checks it (``calibrate.ingest.records.check_counters``),
+so a NaN counter is refused by name instead of vanishing from a sum. ``calibrate
+ingest`` reads users' scrapes with it and ``measure serve`` the servers it measures.
 """
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 
@@ -81,9 +82,6 @@ def parse_scrape(text: str) -> Scrape:
             skipped += 1
             continue
         value = float(m.group("value").replace("Inf", "inf"))
-        if math.isnan(value):
-            skipped += 1
-            continue
         samples.append(Sample(m.group("name"), labels, value))
     return Scrape(tuple(samples), comments, skipped)
 
@@ -92,6 +90,11 @@ def looks_like_scrape(text: str) -> bool:
     """At least one sample line and more sample/comment lines than anything else."""
     s = parse_scrape(text)
     return len(s.samples) > 0 and len(s.samples) + s.comments > s.skipped
+
+
+def sample_text(s: Sample) -> str:
+    """A sample as the exposition writes it: ``name{label="value",...}``."""
+    return s.name + ("{" + ",".join(f'{k}="{v}"' for k, v in s.labels) + "}" if s.labels else "")
 
 
 def counter_delta(before: Scrape, after: Scrape, base: str, where: dict[str, str] | None = None) -> float | None:

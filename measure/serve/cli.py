@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from measure.cli import OneLineParser, csv_items, fail, int_in
+from toolkit.cli import OneLineParser, csv_items, fail, int_arg
 from measure.serve.units import LoadSpec, ServeConfig, UnitRow
 
 PROG = "python -m measure serve"
@@ -51,21 +51,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gamma", default=None, help="comma list of draft lengths k, 1..64 (default 4); fixed:K too")
     p.add_argument("--concurrency", default=None, help="comma list of closed-loop concurrencies, 1..1024")
     p.add_argument("--rate", default=None, help="comma list of open-loop Poisson arrival rates, requests/s > 0")
-    p.add_argument("--requests", type=int_in(1, 100_000), default=16, help="requests per unit (default 16)")
-    p.add_argument("--max-new-tokens", type=int_in(1, 8192), default=64, help="tokens per request (default 64)")
-    p.add_argument("--repeats", type=int_in(1, 100), default=3,
+    p.add_argument("--requests", type=int_arg(1, 100_000), default=16, help="requests per unit (default 16)")
+    p.add_argument("--max-new-tokens", type=int_arg(1, 8192), default=64, help="tokens per request (default 64)")
+    p.add_argument("--repeats", type=int_arg(1, 100), default=3,
                    help="repeats of every (configuration, load), in alternating blocks (default 3)")
-    p.add_argument("--slots", type=int_in(1, 256), default=None,
+    p.add_argument("--slots", type=int_arg(1, 256), default=None,
                    help="llama-server slots -np (default: the largest concurrency, step-cost ones too, else 4)")
-    p.add_argument("--threads", type=int_in(1, 1024), default=None, help="llama-server threads -t (default: "
+    p.add_argument("--threads", type=int_arg(1, 1024), default=None, help="llama-server threads -t (default: "
                    "every core)")
-    p.add_argument("--batch-size", type=int_in(1, 1 << 20), default=2048, help="llama-server -b (default 2048)")
-    p.add_argument("--ctx-per-slot", type=int_in(64, 1 << 20), default=None,
+    p.add_argument("--batch-size", type=int_arg(1, 1 << 20), default=2048, help="llama-server -b (default 2048)")
+    p.add_argument("--ctx-per-slot", type=int_arg(64, 1 << 20), default=None,
                    help="context per slot (default: room for the longest prompt and the new tokens)")
     p.add_argument("--domains", default=None, help="comma list of prompt domains (default: all)")
-    p.add_argument("--prompts", type=int_in(1, 10_000), default=None, help="prompts per domain (default 2)")
+    p.add_argument("--prompts", type=int_arg(1, 10_000), default=None, help="prompts per domain (default 2)")
     p.add_argument("--prompts-file", default=None, metavar="FILE", help="your own prompts (as python -m measure)")
-    p.add_argument("--seed", type=int_in(0, 2**31 - 1), default=0, help="prompt selection and arrival times")
+    p.add_argument("--seed", type=int_arg(0, 2**31 - 1), default=0, help="prompt selection and arrival times")
     p.add_argument("--step-cost", action="store_true",
                    help="also time what a server step costs: synthetic-acceptance units (every draft rejected) "
                         "at each --step-cost-gamma x --step-cost-concurrency x --step-cost-prompt-tokens")
@@ -77,9 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
                    f"(default {','.join(map(str, DEFAULT_STEP_COST_PROMPTS))})")
     p.add_argument("--llama-server", default=None, metavar="PATH", help="this llama-server binary instead of the "
                    "project's build (python -m measure build-llamacpp); also $SPECSCOPE_LLAMA_SERVER")
-    p.add_argument("--step-cost-requests", type=int_in(1, 100_000), default=None,
+    p.add_argument("--step-cost-requests", type=int_arg(1, 100_000), default=None,
                    help="requests per step-cost unit (default: --requests)")
-    p.add_argument("--step-cost-repeats", type=int_in(1, 100), default=None,
+    p.add_argument("--step-cost-repeats", type=int_arg(1, 100), default=None,
                    help="repeats of the step-cost units, at most --repeats (default: --repeats)")
     p.add_argument("--url", default=None, help="measure this running OpenAI-compatible server instead of "
                    "starting llama-server (vLLM, SGLang, TGI, llama-server)")

@@ -108,7 +108,15 @@ class BuildSpec:
     @property
     def flags(self) -> tuple[str, ...]:
         """The CMake flags, GGML_BACKEND_DIR aside (it names the build's own directory)."""
-        return COMMON_FLAGS + KIND_FLAGS[self.kind] + tuple(self.extra_flags)
+        common = COMMON_FLAGS if self.dynamic_backends else tuple(
+            "-DGGML_BACKEND_DL=OFF" if f == "-DGGML_BACKEND_DL=ON" else f for f in COMMON_FLAGS)
+        return common + KIND_FLAGS[self.kind] + tuple(self.extra_flags)
+
+    @property
+    def dynamic_backends(self) -> bool:
+        """Whether the CPU backend is loaded at run time (one library per level): not for ``native``, whose
+        ``GGML_NATIVE`` llama.cpp's CMake refuses with ``GGML_BACKEND_DL`` (its CPU backend is linked in)."""
+        return self.kind != "native"
 
     @property
     def key(self) -> str:
@@ -149,7 +157,8 @@ class Build:
         return self.bin_dir / name
 
     def variants(self) -> list[Path]:
-        """The CPU backend libraries this build has (one per instruction-set level; one for ``native``)."""
+        """The CPU backend libraries this build loads at run time, one per instruction-set level (none for
+        ``native``: its one CPU backend, compiled for this CPU, is linked in)."""
         return sorted(self.variants_dir.glob("libggml-cpu*.so"))
 
     def describe(self) -> dict:
@@ -240,12 +249,12 @@ def build(spec: BuildSpec, jobs: int | None = None, force: bool = False) -> Buil
          f"log: {log}")
     backends = root / "backends"
     _run(["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(root / "build"), *spec.flags,
-          f"-DGGML_BACKEND_DIR={backends}"], log)
+          *([f"-DGGML_BACKEND_DIR={backends}"] if spec.dynamic_backends else [])], log)
     _run(["cmake", "--build", str(root / "build"), "-j", str(jobs), "--target", *TARGETS], log)
     bin_dir, variants = root / "build" / "bin", root / "variants"
     variants.mkdir(exist_ok=True)
     backends.mkdir(exist_ok=True)
-    for lib in sorted(bin_dir.glob("libggml-*.so")):
+    for lib in sorted(bin_dir.glob("libggml-*.so")) if spec.dynamic_backends else ():  # native: linked in
         if lib.name in _CORE_GGML:
             continue
         if lib.name.startswith("libggml-cpu"):  # out of the tools' own directory: nothing picks one unchecked
@@ -254,7 +263,8 @@ def build(spec: BuildSpec, jobs: int | None = None, force: bool = False) -> Buil
             _relink(backends / lib.name, lib)
     missing = [t for t in TOOLS if not (bin_dir / t).is_file()] + [v for v in ("libllama.so",)
                                                                     if not (bin_dir / v).is_file()]
-    if missing or not any(variants.glob("libggml-cpu*.so")):
+    linked_cpu = not spec.dynamic_backends and (bin_dir / "libggml-cpu.so").is_file()
+    if missing or not (linked_cpu or any(variants.glob("libggml-cpu*.so"))):
         raise RuntimeError(f"the llama.cpp build in {root} lacks {', '.join(missing) or 'a CPU backend'}; "
                            f"log: {log}")
     elapsed = time.perf_counter() - t0

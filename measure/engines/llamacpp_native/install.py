@@ -33,4 +33,6 @@ def install(kind: str = "portable", jobs: int | None = None, extra_flags: tuple[
     b = build(BuildSpec(kind=kind, extra_flags=tuple(extra_flags), compiler=_compiler()), jobs=jobs, force=force)
     if bindings:
         install_bindings(b)
+    elif not b.variants():  # a native build's CPU backend is linked in: only its own bindings can check it
+        return Installed(b, None)
     return Installed(b, select_variant(b, force=force))

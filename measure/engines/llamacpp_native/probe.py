@@ -25,7 +25,6 @@ variant's score from llama.cpp's own ``ggml_backend_score``.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -38,6 +37,7 @@ from pathlib import Path
 
 from measure.engines.gguf_files import PACKAGED
 from measure.engines.llamacpp_native.build import BUILD_COMMAND, Build, bindings_lib_dir, cache_dir, installed_build
+from toolkit.cli import OneLineParser, int_arg
 
 #: Tokens the check decodes greedily after a short prompt.
 CHECK_TOKENS = 8
@@ -191,11 +191,26 @@ def select_variant(b: Build, model: Path | None = None, force: bool = False) -> 
     cpu, key = cpu_identity()
     chosen = b.backends_dir / "selected.json"
     have = Selection.read(chosen)
-    if have is not None and not force and have.cpu_key == key and (b.backends_dir / have.variant).exists():
+    linked = not b.variants()  # a native build: its one CPU backend is linked in, nothing to choose
+    if have is not None and not force and have.cpu_key == key and \
+            (linked or (b.backends_dir / have.variant).exists()):
         return have
     model = model or default_check_model()
     if model is None:
         return None
+    if linked:
+        res = check_decode(model)
+        if not res.ok:
+            raise RuntimeError(f"the llama.cpp build {b.key} does not decode on this {cpu} ({res.outcome}); "
+                               f"rebuild it: {BUILD_COMMAND} --kind {b.kind} --force")
+        b.backends_dir.mkdir(exist_ok=True)
+        sel = Selection(res.cpu_backend or "libggml-cpu.so (linked in, compiled for this CPU)", 0, cpu, key,
+                        (("libggml-cpu.so", "ok"),), str(model), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                        res.system_info)
+        tmp = chosen.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(sel.describe(), indent=2) + "\n")
+        os.replace(tmp, chosen)
+        return sel
     variants = b.variants()
     scores = variant_scores(variants)
     ranked = sorted((v for v in variants if scores.get(v.name, 0) > 0), key=lambda v: -scores[v.name])
@@ -298,12 +313,13 @@ def _scores_child(paths: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m measure.engines.llamacpp_native.probe")
+    """The child's command line (``decode`` or ``scores``); a bad one is one line, exit 2."""
+    p = OneLineParser(prog="python -m measure.engines.llamacpp_native.probe")
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("decode", help="load a model and decode a few tokens greedily; print one JSON line")
     d.add_argument("--model", required=True)
     d.add_argument("--variant", default=None, help="the only CPU backend library to load")
-    d.add_argument("--threads", type=int, default=None)
+    d.add_argument("--threads", type=int_arg(1, 1024), default=None)
     s = sub.add_parser("scores", help="llama.cpp's score of each CPU backend library for this CPU")
     s.add_argument("libs", nargs="+")
     args = p.parse_args(argv)
