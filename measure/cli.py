@@ -253,7 +253,10 @@ class TablePrinter:
         v, lo, hi = _num(row.get(key)), _num(row.get(f"{key}_lo")), _num(row.get(f"{key}_hi"))
         if v is None:
             return "-"
-        return f"{v:.{nd}f}" + (f" [{lo:.{nd}f},{hi:.{nd}f}]" if lo is not None and hi is not None else "")
+        if lo is None or hi is None:  # no interval: say why (measure.stats: fewer than 2 samples, or too noisy)
+            n = int((_num(row.get("n_prompts")) or 0) * (_num(row.get("repeats")) or 0))
+            return f"{v:.{nd}f} " + (f"(n={n}, no CI)" if 0 < n < 2 else "(noisy, no CI)")
+        return f"{v:.{nd}f} [{lo:.{nd}f},{hi:.{nd}f}]"
 
     def row(self, r: dict) -> None:
         from measure.sweep import _is_true

@@ -219,3 +219,20 @@ def test_cli_unwritable_out_and_mismatched_vocab(tiny_dir, tmp_path):
                                                      num_key_value_heads=1, head_dim=8)).save_pretrained(other)
     p = _run("--target", tiny_dir, "--draft", f"model:{other}", "--out", str(tmp_path / "r2"), *BASE, check=False)
     assert p.returncode != 0 and "must share a tokenizer" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_the_table_says_why_a_cell_has_no_interval():
+    """A cell of one (prompt, repeat) pair: its tokens/s and speedup have no interval, and the row says so."""
+    import io
+
+    from measure.cli import TablePrinter
+
+    buf = io.StringIO()
+    row = {"cell_id": "x", "draft": "ngram:3", "gamma_policy": "fixed:4", "temperature": 0.0, "domain": "code",
+           "n_prompts": 1, "repeats": 1, "tokens_per_s_baseline": 17.59, "tokens_per_s_speculative": 20.1,
+           "speedup": 1.143}
+    TablePrinter(buf).row(row)
+    TablePrinter(buf).row({**row, "repeats": 3, "speedup_lo": None})
+    lines = buf.getvalue().splitlines()
+    assert "17.59 (n=1, no CI)" in lines[1] and "1.143 (n=1, no CI)" in lines[1]
+    assert "1.143 (noisy, no CI)" in lines[3]
