@@ -151,8 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-traces", action="store_true", help="skip teacher-forced acceptance traces")
     p.add_argument("--no-cost", action="store_true", help="skip the cost curves")
     p.add_argument("--no-system-check", action="store_true", help="skip the pre-run check of the machine")
-    p.add_argument("--cost-contexts", default="64,160,256", help="context lengths of the cost curves")
-    p.add_argument("--cost-max-tokens", type=int_in(1, 1024), default=16)
+    p.add_argument("--cost-contexts", default=None, help="context lengths of the cost curves (default: sized to "
+                   "the run, from the shortest prompt to the longest prompt + --max-new-tokens)")
+    p.add_argument("--cost-max-tokens", type=int_in(1, 1024), default=None,
+                   help="token counts 1..N of the cost curves (default: γ_max + 1, what the cells verify)")
     p.add_argument("--executor", default="local", choices=("local", "ray"),
                    help="where the cells run: here, or one Ray task per cell on a Ray cluster (the ray extra)")
     p.add_argument("--ray-address", default=None, metavar="auto|HOST:PORT",
@@ -205,7 +207,7 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
             g = GammaSpec("fixed", int(g)).to_str()
         gammas.append(g)
     contexts = []
-    for c in csv_items("--cost-contexts", args.cost_contexts):
+    for c in csv_items("--cost-contexts", args.cost_contexts) if args.cost_contexts is not None else ():
         if not c.isdigit() or int(c) < 1:
             fail(prog, f"--cost-contexts {c!r}: expected comma-separated integers >= 1")
         contexts.append(int(c))
@@ -217,7 +219,7 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
                            max_prompt_tokens=args.max_prompt_tokens, device=args.device, dtype=args.dtype,
                            seed=args.seed, warmup=args.warmup, peer=not args.no_peer, library=not args.no_library,
                            traces=not args.no_traces,
-                           cost_curves=not args.no_cost, cost_contexts=tuple(contexts),
+                           cost_curves=not args.no_cost, cost_contexts=tuple(contexts) or None,
                            cost_max_tokens=args.cost_max_tokens, repeats=args.repeats,
                            cv_threshold=args.cv_threshold, drift_threshold=args.drift_threshold,
                            until_stable=args.until_stable, engine=args.engine, threads=args.threads,

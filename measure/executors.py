@@ -243,7 +243,9 @@ class CellWorker:
         d_rows: list[dict] = []
         if cost_curves:
             t_rows, d_rows = sweep.cost_curves_for(self.config, self.target, drafts, self.ctx.timer,
-                                                   done_target, done_draft).measure()
+                                                   done_target, done_draft,
+                                                   prompt_tokens=sweep.prompt_lengths(self.prompts, self.enc)
+                                                   ).measure()
         return Preparation(
             worker=self.info, target_fingerprint=self.target_fingerprint,
             models={"target": self.target.describe(), "drafts": {d.name: d.describe() for d in drafts}},
