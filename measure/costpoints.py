@@ -3,6 +3,18 @@
 Torch-free (numpy and pandas on the tables), so ``calibrate`` screens a run's
 ``cost_target.csv`` exactly as the sweep did.
 
+**Screened** (:func:`screen_and_retime`). The fits use the median of a point's
+repeats, which one slow repeat cannot move; a machine busy for a while can
+slow most of them (issue #28: a 6-token forward at 1,764 ms among 53-ms
+neighbours, and the prediction at γ = 5 fell to 0.07×). After the last point
+the sweep compares each point's median with its neighbours' on the curve (n ± 1
+tokens at its context); one over :data:`OUTLIER_RATIO` times theirs is timed
+again (as many repeats again); if the re-timing is in line it replaces the
+first timings (kept on disk, listed as ``superseded``), else the point is left
+out of the fit. Both are said in the run's output and in ``run.json``
+``cost_screening``; ``calibrate`` screens every run's table the same way
+(runs written before, cost curves timed on a Ray worker) and says so in its notes.
+
 **Sized to the run** (:func:`plan_cost_points`). The cost curves time target
 forwards of ``n`` tokens after ``c`` cached, and draft steps after ``c``. A
 run's cells verify 1..γ_max + 1 tokens at contexts from their shortest prompt
@@ -41,7 +53,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: The default run's (prompt, repeat) pairs per cell, at which the repeats are the full ones below.
 FULL_PAIRS = 6
@@ -159,3 +174,173 @@ def context_bound(config: CostSettings) -> int:
     if config.cost_contexts:
         return max(config.cost_contexts) + n
     return max(config.max_prompt_tokens + config.max_new_tokens + config.gamma_max, 1 + n)
+
+
+# -- which points a fit may trust -------------------------------------------------------------------------------
+#: A point whose median is this many times above the median of its neighbours' is out of line: CPU
+#: shape effects move a forward by up to 1.6x between neighbouring token counts (4 tokens after 3 on the 2-core
+#: VM), a machine busy for a while by 20-30x (a 6-token forward at 1,764 ms among 53-ms neighbours, issue #28).
+#: Of the 34 committed cost tables (results/, hogged runs included) none has a point out of line at 1.7x, one
+#: at 1.5x, 14 at 1.3x.
+OUTLIER_RATIO = 2.0
+#: A point's median over fewer repeats is a mean (of 1 or 2 timings), not robust enough to call it out of line.
+MIN_SCREEN_REPEATS = 3
+
+
+@dataclass(frozen=True)
+class CostOutlier:
+    """A target forward whose median over its repeats is out of line with its neighbours on the curve (n ± 1 at
+    its context), and what was done: ``re-timed`` (the re-timing is in line: it replaces the first timings) or
+    ``dropped`` (still out of line, or not re-timed: left out of the fit)."""
+
+    n_tokens: int
+    context_tokens: int
+    median_ms: float
+    expected_ms: float
+    repeats: int
+    action: str
+    retimed_ms: float | None = None
+
+    def as_text(self) -> str:
+        """The point and what was done, in words (the run's output, ``run.json``, calibration notes)."""
+        what = (f"a {self.n_tokens}-token forward after {self.context_tokens} cached took {self.median_ms:,.1f} ms "
+                f"(median of {self.repeats}) against {self.expected_ms:,.1f} ms around it")
+        if self.action == "re-timed":
+            return f"{what}: re-timed, {self.retimed_ms:,.1f} ms, in line; the re-timing replaces it"
+        if self.retimed_ms is not None:
+            return f"{what}: re-timed, still {self.retimed_ms:,.1f} ms; dropped from the fit"
+        return f"{what}: dropped from the fit"
+
+    def as_dict(self) -> dict:
+        """``run.json`` ``cost_screening.outliers`` entry."""
+        return {"n_tokens": self.n_tokens, "context_tokens": self.context_tokens, "median_ms": self.median_ms,
+                "expected_ms": self.expected_ms, "repeats": self.repeats, "action": self.action,
+                "retimed_ms": self.retimed_ms, "text": self.as_text()}
+
+
+@dataclass(frozen=True)
+class Screening:
+    """A ``cost_target`` table screened: ``kept`` the rows a fit may use (superseded repeats and out-of-line
+    points left out), ``outliers`` the points left out, each dropped."""
+
+    kept: "pd.DataFrame"
+    outliers: tuple[CostOutlier, ...]
+
+
+Key = tuple[int, int, int]  # (n_tokens, context_tokens, repeat) of a cost_target row
+
+
+def _neighbours(med: dict[tuple[int, int], float], n: int, c: int) -> list[float]:
+    """The medians of the curve's neighbours of (n, c): the next smaller and larger token count at context c."""
+    ns = sorted(k[0] for k in med if k[1] == c)
+    i = ns.index(n)
+    return [med[(m, c)] for m in ns[max(i - 1, 0):i] + ns[i + 1:i + 2]]
+
+
+def out_of_line(cost_target: "pd.DataFrame", ratio: float = OUTLIER_RATIO
+                ) -> list[tuple[int, int, float, float, int]]:
+    """The target points whose median is over ``ratio`` times their neighbours' median, as ``(n, context,
+    median ms, neighbours' median ms, repeats)``, the most extreme first.
+
+    Only too slow: a busy machine makes a timing slower, never faster, and a point faster than its neighbours
+    is what an in-line point next to a busy one looks like. Iterative: the most extreme point is set aside
+    before the next is judged, so one busy point never makes its neighbours look out of line. A point is judged
+    only with :data:`MIN_SCREEN_REPEATS` repeats or more and at least one neighbour.
+    """
+    import numpy as np
+
+    if cost_target.empty:
+        return []
+    g = cost_target.groupby(["n_tokens", "context_tokens"])["ms"]
+    med = {(int(n), int(c)): float(v) for (n, c), v in g.median().items()}
+    reps = {(int(n), int(c)): int(v) for (n, c), v in g.size().items()}
+    found = []
+    while True:
+        worst = None
+        for (n, c), m in med.items():
+            if reps[(n, c)] < MIN_SCREEN_REPEATS:
+                continue
+            near = _neighbours(med, n, c)
+            if not near or m <= 0:
+                continue
+            expected = float(np.median(near))
+            off = math.log(m / expected) if expected > 0 else math.inf
+            if off > math.log(ratio) and (worst is None or off > worst[0]):
+                worst = (off, n, c, m, expected)
+        if worst is None:
+            return found
+        _, n, c, m, expected = worst
+        found.append((n, c, m, expected, reps[(n, c)]))
+        del med[(n, c)]
+
+
+def screen_target(cost_target: "pd.DataFrame", superseded: "set[Key] | list" = (),
+                  retimed: "dict[tuple[int, int], CostOutlier] | None" = None) -> Screening:
+    """``cost_target`` without its superseded repeats (``run.json`` ``cost_screening.superseded``) and without
+    the points :func:`out_of_line` finds in what is left (each a ``dropped`` :class:`CostOutlier`; ``retimed``:
+    the first timings of points re-timed, to say so)."""
+    sup = {tuple(int(x) for x in k) for k in superseded}
+    df = cost_target
+    if sup and not df.empty:
+        keys = list(zip(df["n_tokens"].astype(int), df["context_tokens"].astype(int), df["repeat"].astype(int)))
+        df = df[[k not in sup for k in keys]]
+    bad = out_of_line(df)
+    outliers = []
+    for n, c, m, expected, reps in bad:
+        first = (retimed or {}).get((n, c))
+        if first is not None:
+            outliers.append(CostOutlier(n, c, first.median_ms, first.expected_ms, first.repeats, "dropped", m))
+        else:
+            outliers.append(CostOutlier(n, c, m, expected, reps, "dropped"))
+    if bad:
+        drop = {(n, c) for n, c, *_ in bad}
+        pairs = list(zip(df["n_tokens"].astype(int), df["context_tokens"].astype(int)))
+        df = df[[p not in drop for p in pairs]]
+    return Screening(df, tuple(outliers))
+
+
+def screen_and_retime(cost_target: "pd.DataFrame", prior: Mapping | None = None,
+                      retime: "Callable[[list[Key]], pd.DataFrame] | None" = None) -> dict:
+    """Screen a run's target points and re-time the out-of-line ones once (``retime(keys)`` times the
+    ``(n, context, repeat)`` keys given, records them, and returns their rows; None: drop them).
+
+    ``prior``: the run's ``cost_screening`` so far (a resumed or extended run): its superseded repeats stay
+    superseded and its re-timed points stay reported. Returns ``run.json`` ``cost_screening``: ``superseded``
+    (the first timings of re-timed points), ``outliers`` and ``notes`` (in words, for the run's output).
+    """
+    import pandas as pd
+
+    prior = dict(prior or {})
+    sup = {tuple(int(x) for x in k) for k in prior.get("superseded", [])}
+    first = screen_target(cost_target, sup)
+    retimed: dict[tuple[int, int], CostOutlier] = {}
+    table = cost_target
+    if first.outliers and retime is not None:
+        next_rep = int(cost_target["repeat"].max()) + 1
+        keys = [(o.n_tokens, o.context_tokens, next_rep + i) for o in first.outliers
+                for i in range(max(o.repeats, MIN_SCREEN_REPEATS))]
+        table = pd.concat([cost_target, retime(keys)], ignore_index=True)
+        for o in first.outliers:
+            sup |= {(int(r.n_tokens), int(r.context_tokens), int(r.repeat)) for r in cost_target.itertuples()
+                    if (int(r.n_tokens), int(r.context_tokens)) == (o.n_tokens, o.context_tokens)}
+            retimed[(o.n_tokens, o.context_tokens)] = o
+    final = screen_target(table, sup, retimed)
+    dropped = {(o.n_tokens, o.context_tokens) for o in final.outliers}
+    kept_med = final.kept.groupby(["n_tokens", "context_tokens"])["ms"].median() if len(final.kept) else {}
+    outliers = list(final.outliers) + [
+        CostOutlier(o.n_tokens, o.context_tokens, o.median_ms, o.expected_ms, o.repeats, "re-timed",
+                    float(kept_med[(o.n_tokens, o.context_tokens)]))
+        for k, o in retimed.items() if k not in dropped]
+    now = {(o.n_tokens, o.context_tokens) for o in outliers}
+    earlier = [o for o in prior.get("outliers", []) if o.get("action") == "re-timed"
+               and (int(o["n_tokens"]), int(o["context_tokens"])) not in now | dropped]
+    notes = [f"cost curves: {o.as_text()}" for o in sorted(outliers, key=lambda o: (o.n_tokens, o.context_tokens))]
+    entries = earlier + [o.as_dict() for o in outliers]
+    entries.sort(key=lambda o: (int(o["n_tokens"]), int(o["context_tokens"])))
+    return {"superseded": sorted(list(k) for k in sup), "outliers": entries, "notes": notes, "rule": SCREEN_RULE}
+
+
+#: How :func:`out_of_line` judges a point, in words (``run.json`` ``cost_screening.rule``).
+SCREEN_RULE = (f"a point whose median is over {OUTLIER_RATIO:g}x the median of its neighbours' on the curve "
+               f"(n ± 1 tokens at its context), judged with "
+               f"{MIN_SCREEN_REPEATS} or more repeats; re-timed once, dropped from the fit if still out of line")

@@ -406,6 +406,7 @@ def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWr
                 writer.append("cost_draft", prep.cost_draft)
                 writer.append("cost_target", prep.cost_target)
                 writer.update(cost_hardware=prep.worker.label)
+                sweep.screen_cost(writer, None, say)  # timed on a worker: an out-of-line point is dropped
             done_cells = on_disk.table("cells").to_dict("records")
             for c in done_cells:
                 if on_cell:

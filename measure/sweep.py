@@ -1139,6 +1139,8 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         finally:
             if bar is not None:
                 bar.close()
+        if config.cost_curves and (cost is not None or "cost_screening" not in writer.meta):
+            screen_cost(writer, cost, say)
         writer.update(summary=summarize(done_cells, synthetic))
     return records.load_run(writer.path)
 
@@ -1198,6 +1200,28 @@ def _record_cost(writer: records.RunWriter, rows: tuple[list[dict], list[dict]])
     t_rows, d_rows = rows
     writer.append("cost_target", t_rows)
     writer.append("cost_draft", d_rows)
+
+
+def screen_cost(writer: records.RunWriter, cost: CostCurves | None, say: Callable[[str], None]) -> None:
+    """Screen the run's target cost points against their neighbours (:func:`measure.costpoints.screen_and_retime`):
+    an out-of-line point is re-timed once with ``cost`` (None: dropped), what was done said in words and recorded
+    in ``run.json`` ``cost_screening``."""
+    import pandas as pd
+
+    retime = None
+    if cost is not None:
+        def retime(keys: list[tuple[int, int, int]]) -> pd.DataFrame:
+            cost.warm_up = [CostPoint(-1, c, n) for n, c in dict.fromkeys((n, c) for n, c, _ in keys)]
+            cost.pending.extend(CostPoint(r, c, n) for n, c, r in keys)
+            rows = cost.measure()
+            _record_cost(writer, rows)
+            return pd.DataFrame(rows[0], columns=records.TABLE_COLUMNS["cost_target"])
+
+    table = records.load_run(writer.path).table("cost_target")
+    screening = costpoints.screen_and_retime(table, writer.meta.get("cost_screening"), retime)
+    writer.update(cost_screening=screening)
+    for note in screening["notes"]:
+        say(note)
 
 
 def _run_cells(ctx: CellContext, drafts: list[Any], todo: list[PendingCell], done_cells: list[dict],

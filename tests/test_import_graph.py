@@ -10,11 +10,13 @@ so the rules hold for code paths no test happens to run:
 * ``sim`` never imports ``measure``, ``calibrate`` or ``reports`` (nor any plotting library);
 * ``measure`` never imports ``calibrate`` or ``reports``;
 * ``calibrate`` never imports ``reports``, and of ``measure`` only the torch-free
-  ``measure.records`` (the run format) and ``measure.analysis`` (analysis of records);
+  ``measure.records`` (the run format), ``measure.analysis`` (analysis of records) and
+  ``measure.costpoints`` (which cost points a fit may trust);
 * ``reports`` reads files and never runs a fit: no ``calibrate``, no fitting library
   (``scipy.optimize``, ``scipy.stats``, ``sklearn``, ``statsmodels``), no ``numpy.polyfit``/``lstsq``;
   of ``measure`` only ``measure.records``;
 * ``measure.records`` reads and writes the run format only: it imports no other ``measure`` module;
+  ``measure.costpoints`` neither, and no torch (calibrate screens cost tables with it);
 * ``calibrate.outputs`` writes what was fitted and calls no fit.
 
 The scanner itself is checked on a synthetic source and must find imports the
@@ -39,7 +41,7 @@ FORBIDDEN = {
     "reports": {"calibrate", "scipy.optimize", "scipy.stats", "sklearn", "statsmodels"},
 }
 #: the only ``measure`` modules a package above it may import (torch-free, about files)
-MEASURE_ALLOWED = {"calibrate": {"measure", "measure.records", "measure.analysis"},
+MEASURE_ALLOWED = {"calibrate": {"measure", "measure.records", "measure.analysis", "measure.costpoints"},
                    "reports": {"measure", "measure.records"}}
 FIT_CALLS = {"polyfit", "lstsq", "curve_fit", "least_squares", "minimize"}  # in reports: none of these
 
@@ -165,6 +167,8 @@ def test_records_only_reads_and_writes() -> None:
     g = graph()
     other = sorted(n for n in g["measure.records"] if _violates(n, {"measure", "torch"}))
     assert not other, f"measure.records imports {other}: analysis belongs in measure.analysis"
+    other = sorted(n for n in g["measure.costpoints"] if _violates(n, {"measure", "torch"}))
+    assert not other, f"measure.costpoints imports {other}: calibrate imports it, torch-free"
 
 
 def test_calibrate_outputs_fits_nothing() -> None:
