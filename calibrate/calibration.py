@@ -125,6 +125,8 @@ def load_runs(paths: list[str | Path], allow_incomplete: bool = False, pool_hard
                 raise ValueError(f"{p}: run is {status}{why}, not complete; finish it (re-run measure with the same "
                                  "--out) or pass --allow-incomplete")
             notes.append(f"{p}: run is {status}{why}; used as is (--allow-incomplete)")
+        if run.extension_status[1]:  # an unfinished extension: the run's cells are complete, some added ones missing
+            notes.append(f"{p}: {run.extension_status[1]}; its finished cells are used")
         if not (p / "generations.csv").exists():
             raise ValueError(f"{p}: no generations.csv (a run written before measure recorded every generation); "
                              "calibrate needs it for prompt lengths and prefill times: re-measure with python -m measure")

@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "an existing run directory is resumed if its fingerprint matches")
     p.add_argument("--force-new", action="store_true", help="start afresh: an existing run in --out is moved "
                    "to <out>.replaced-<time>")
+    p.add_argument("--extend", action="store_true", help="add cells to the complete run in --out: this command's "
+                   "γ policies, drafts and domains may add to the run's (every recorded one still given); recorded "
+                   "in run.json extensions, the run's own config and command kept")
     p.add_argument("--no-peer", action="store_true", help="skip the engine's own speculative decoding")
     p.add_argument("--no-library", action="store_true", help="skip the engine's own plain decoding (llama.cpp: "
                    "llama-cpp-python's Llama.generate), measured in every visit to hold our baseline against")
@@ -358,7 +361,7 @@ def _one(args, target: str, drafts: list[str], out: Path, command: str, check: d
     try:
         run = run_sweep(cfg, out, command=command, progress=lambda m: print(m, file=sys.stderr, flush=True),
                         show_bar=not args.no_progress, on_cell=printer.row, force_new=args.force_new,
-                        system_check=check, quiet=args.quiet, executor=_executor(args))
+                        system_check=check, quiet=args.quiet, executor=_executor(args), extend=args.extend)
     except CellsFailed as e:
         print(f"python -m measure: error: {e}", file=sys.stderr)
         raise SystemExit(1)
@@ -383,6 +386,8 @@ def _early_checks(args: argparse.Namespace, out: Path) -> None:
     prog = "python -m measure"
     if args.pair and (args.target or args.draft):
         fail(prog, f"--pair {args.pair!r} sets both target and draft; do not combine it with --target/--draft")
+    if args.extend and args.force_new:
+        fail(prog, "--extend adds cells to the run in --out; --force-new starts a new one there: give one of them")
     if args.pair and args.prompts_file:
         fail(prog, "--pair uses synthetic random-weight models (timing only); --prompts-file is not used there")
     for flag, v in (("--target", args.target), ("--draft", args.draft), ("--pair", args.pair)):

@@ -55,7 +55,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import torch
 
-from measure import costpoints, records, stats
+from measure import costpoints, records, runplan, stats
 from measure.decoding import acceptance_trace, autoregressive_generate, proposal_runs, speculative_generate
 from measure.engines import check_specs, make_engine
 from measure.engines.base import CACHES, EngineOptions
@@ -1066,12 +1066,14 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
               progress: Callable[[str], None] | None = None, show_bar: bool = True,
               on_cell: Callable[[dict], None] | None = None, force_new: bool = False,
               system_check: dict | None = None, quiet: bool = False, engine: Any = None,
-              executor: Any = None) -> records.Run:
+              executor: Any = None, extend: bool = False) -> records.Run:
     """Run (or resume) the sweep into ``out_dir``; returns the run read back.
 
     ``on_cell`` sees each finished cell's row (the CLI prints the table as
-    cells finish). A resume with a different fingerprint raises
-    :class:`measure.records.FingerprintMismatch` (nothing written).
+    cells finish). A resume with a different fingerprint, or asking for other
+    cells than the run holds, raises :class:`measure.records.FingerprintMismatch`
+    (nothing written); ``extend`` (``--extend``) lets a complete run gain γ
+    policies, drafts or domains, recorded as an extension (:mod:`measure.runplan`).
     ``engine``: an engine object to use instead of ``make_engine(config.engine, ...)`` (tests).
     ``executor`` (:class:`measure.executors.ExecutorConfig`; None: local) may
     send the cells to a Ray cluster (:func:`measure.executors.run_distributed`);
@@ -1092,9 +1094,14 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
 
         hardware = CLUSTER_HARDWARE
     fp = fingerprint(config, device, selection, hardware, versions)
-    writer = records.RunWriter(out, fingerprint=fp)  # refuses a different fingerprint before writing
+    asked = runplan.PlanRequest(runplan.Plan.of(config.drafts, config.gammas, config.temperatures, list(prompts)),
+                                extend, {p.prompt_id: p.message for ps in prompts.values() for p in ps})
+    # refuses a different fingerprint, or other cells than the run holds (unless --extend adds them), before writing
+    writer = records.RunWriter(out, fingerprint=fp, plan=asked.opener(out, fp))
     for note in writer.repairs:
         say(note)
+    if writer.opening is not None:
+        say(runplan.opening_text(writer.opening, len(writer.finished_cells)))
     meta = dict(command=command, **source, hardware=hardware, versions=versions, config=config.as_dict(),
                 prompt_selection=selection, **({"system_check": system_check} if system_check is not None else {}))
     if distributed:

@@ -63,6 +63,10 @@ def test_a_sweep_times_the_points_its_plan_names_and_records_the_plan(tmp_path):
     run = run_sweep(cfg, tmp_path / "r", engine=ToyEngine(), show_bar=False, progress=notes.append)
     plan = run.meta["cost_plan"]
     ct, cd = run.table("cost_target"), run.table("cost_draft")
+    retimed = {(o["n_tokens"], o["context_tokens"]) for o in run.meta["cost_screening"]["outliers"]}
+    extra = ct[ct["repeat"] >= 14]  # re-timings of points out of line (a busy machine), numbered after the plan's
+    assert set(zip(extra["n_tokens"], extra["context_tokens"])) <= retimed
+    ct = ct[ct["repeat"] < 14]
     per_n = ct.groupby("n_tokens")["repeat"].nunique().to_dict()
     assert per_n == {n: 14 if n <= 3 else 3 for n in range(1, 17)}  # 2 pairs: 14 and 3 repeats (not 40 and 5)
     prompt = next(iter(run.meta["prompts"].values()))["prompt_tokens"]
@@ -130,11 +134,12 @@ def test_screen_and_retime_keeps_an_in_line_retiming_and_drops_a_point_still_out
 
 
 class BusyPointToy(ToyEngine):
-    """The toy engine on a machine busy while one cost point (4 tokens after 16 cached) is timed: its first
-    ``busy_calls`` forwards (the warm-up and its repeats) take 60 ms more; later ones (a re-timing) do not."""
+    """The toy engine (10-ms forwards: a loaded test machine's scheduling noise stays well under 2x) on a machine
+    busy while one cost point (4 tokens after 16 cached) is timed: its first ``busy_calls`` forwards (the warm-up
+    and its repeats) take 300 ms more; later ones (a re-timing) do not."""
 
     def __init__(self, busy_calls: int) -> None:
-        super().__init__()
+        super().__init__(step_s=0.01)
         self.busy_calls = busy_calls
 
     def load_target(self, spec, *, device, dtype, seed):
@@ -148,7 +153,7 @@ class BusyPointToy(ToyEngine):
             def slow(input_ids, last_only=False):
                 if dec.n_cached == 16 and input_ids.shape[1] == 4 and engine.busy_calls > 0:
                     engine.busy_calls -= 1
-                    time.sleep(0.06)
+                    time.sleep(0.3)
                 return forward(input_ids, last_only)
 
             dec.forward = slow
@@ -167,7 +172,7 @@ def test_a_sweep_retimes_a_busy_cost_point_says_so_and_records_it(tmp_path, busy
     run = run_sweep(cfg, tmp_path / "r", engine=BusyPointToy(busy_calls), show_bar=False, progress=notes.append)
     screening = run.meta["cost_screening"]
     found = [o for o in screening["outliers"] if (o["n_tokens"], o["context_tokens"]) == (4, 16)]
-    assert len(found) == 1 and found[0]["action"] == action and found[0]["median_ms"] > 60
+    assert len(found) == 1 and found[0]["action"] == action and found[0]["median_ms"] > 300
     said = [n for n in notes if n.startswith("cost curves: a 4-token forward after 16 cached")]
     assert said and (("in line" in said[0]) if action == "re-timed" else ("dropped from the fit" in said[0]))
     ct = run.table("cost_target")
@@ -189,15 +194,12 @@ def test_calibrate_leaves_a_busy_cost_point_out_and_says_so(tmp_path, monkeypatc
     cfg = SweepConfig(target="toy", drafts=("ngram:2",), gammas=("fixed:2", "fixed:3"), domains=("code",),
                       prompts_per_domain=2, max_new_tokens=12, repeats=2, warmup=0, device="cpu",
                       cost_contexts=(8, 16, 24), cost_max_tokens=6, cost_repeats=3, cost_repeats_verified=3)
-    run_sweep(cfg, tmp_path / "r", engine=ToyEngine(), show_bar=False)
+    run_sweep(cfg, tmp_path / "r", engine=ToyEngine(step_s=0.01), show_bar=False)  # 10 ms: steadier under load
     f = tmp_path / "r" / "cost_target.csv"
     ct = pd.read_csv(f)
     busy = (ct["n_tokens"] == 5) & (ct["context_tokens"] == 16)
-    ct.loc[busy, "ms"] *= 100  # every repeat of it: the median cannot hide it
-    ct.to_csv(f, index=False)
-    meta = json.loads((tmp_path / "r" / "run.json").read_text())
-    meta.pop("cost_screening", None)
-    (tmp_path / "r" / "run.json").write_text(json.dumps(meta))
+    ct.loc[busy, "ms"] *= 1000  # every repeat of it: the median cannot hide it
+    ct.to_csv(f, index=False)  # (the run's own screening, in run.json, saw it in line)
 
     def closed_form(res):
         c = res.curves[res.curves["method"] == "closed_form"].sort_values("gamma")
@@ -206,8 +208,8 @@ def test_calibrate_leaves_a_busy_cost_point_out_and_says_so(tmp_path, monkeypatc
     res = cal.calibrate([tmp_path / "r"])
     said = [n for n in res.data.notes if "cost curves: a 5-token forward after 16 cached" in n]
     assert len(said) == 1 and "dropped from the fit" in said[0]
-    assert not [n for n in res.data.notes if "jumps" in n]
-    curve = closed_form(res)
+    assert not [n for n in res.data.notes if "jumps" in n and "at γ = 4:" in n]  # (the toy's own noise may jump
+    curve = closed_form(res)                                                      # elsewhere on a loaded machine)
     assert 0.5 < curve[4] / curve[3] < 2
     with monkeypatch.context() as m:  # the same calibration without the screening
         m.setattr(cal, "screen_target", lambda table, superseded=(): Screening(table, ()))
