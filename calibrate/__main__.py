@@ -13,11 +13,12 @@ JSON line. Bad input: one-line error, exit status 2.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
-from sim.cliargs import OneLineParser, check_output_dir, choice_arg, fail, int_arg, nonempty_arg
+from toolkit.cli import OneLineParser, check_output_dir, choice_arg, fail, int_arg, nonempty_arg
+from toolkit.jsonio import strict_dumps
+from toolkit.track import TRACKERS, usable_tracker
 
 # the same names as calibrate.calibration.HOLDOUT_MODES (a test checks), here so a bad value fails before
 # pandas and scipy are imported
@@ -89,14 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exclude-damaged", action="store_true",
                     help="leave out (and name) finished cells whose rows on disk are incomplete or written twice, "
                          "instead of refusing the run")
+    ap.add_argument("--track", default=None, type=choice_arg("--track", TRACKERS), metavar="wandb|mlflow",
+                    help="also log the calibration (MAPE, per-cell predictions, the report's charts) to Weights & "
+                         "Biases or MLflow (the track extra; a tracker that fails costs one warning line)")
     args = ap.parse_args(argv)
     check_run_dirs(args.runs)
+    args.track = usable_tracker(args.track, PROG)
     out = Path(args.out) if args.out else Path(args.runs[0]) / "calibration"
     try:
         check_output_dir("--out", out)
         from calibrate.calibration import calibrate
         from calibrate.outputs import write_outputs
-        from measure.records import strict_dumps
 
         res = calibrate(args.runs, holdout=args.holdout, seed=args.seed,
                         allow_incomplete=args.allow_incomplete,
@@ -110,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     for note in res.data.notes:
         print(f"note: {note}", file=sys.stderr)
     print(f"calibration written to {out / 'calibration.json'}")
+    if args.track:
+        from calibrate.tracking import track_calibration
+
+        track_calibration(args.track, out, {k: v for k, v in vars(args).items() if k != "track"}, PROG)
     print(strict_dumps(summary))
     return 0
 

@@ -142,11 +142,10 @@ def plan_cost_points(config: CostSettings, prompt_tokens: Mapping[str, Sequence[
     pairs = min(len(v) for v in prompt_tokens.values()) * config.repeats if prompt_tokens else config.repeats
     n_verified = config.gamma_max + 1
     sized = []
+    max_tokens = max_tokens_of(config)
     if config.cost_max_tokens:
-        max_tokens = config.cost_max_tokens
         sized.append(f"token counts 1-{max_tokens} as given (--cost-max-tokens)")
     else:
-        max_tokens = max(n_verified, CURVE_MAX_TOKENS)
         sized.append(f"token counts 1-{n_verified} (the cells verify up to γ_max + 1) with more repeats, up to "
                      f"{max_tokens} for the fit's slope and the speedup curve")
     if config.cost_contexts:
@@ -166,11 +165,16 @@ def plan_cost_points(config: CostSettings, prompt_tokens: Mapping[str, Sequence[
     return CostPlan(contexts, max_tokens, n_verified, rep, rep_v, tuple(sized))
 
 
+def max_tokens_of(config: CostSettings) -> int:
+    """The largest token count the cost points time: ``--cost-max-tokens``, else max(γ_max + 1, 16)."""
+    return config.cost_max_tokens or max(config.gamma_max + 1, CURVE_MAX_TOKENS)
+
+
 def context_bound(config: CostSettings) -> int:
     """The longest sequence the cost points can reach (context + tokens), known before any prompt is encoded:
     what the engine's static cache must hold for them. Planned contexts stay within what the cells reach
     (longest prompt + new tokens + γ_max), so they never make the cache longer than the cells do."""
-    n = config.cost_max_tokens or max(config.gamma_max + 1, CURVE_MAX_TOKENS)
+    n = max_tokens_of(config)
     if config.cost_contexts:
         return max(config.cost_contexts) + n
     return max(config.max_prompt_tokens + config.max_new_tokens + config.gamma_max, 1 + n)

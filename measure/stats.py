@@ -63,8 +63,8 @@ CONFIDENCE = 0.95
 #: a few visits (6 in the default run) and so noisy itself: with the VM's ordinary noise (one baseline
 #: generation varies ~8% around its pace) a drift between two thirds of 2 values each is ~N(0, 8%), so a 10%
 #: drift threshold fires on 21% of quiet cells and a 10% CV one on 17% (6 values: P(χ²₅ > 5·(10/8)²)); at
-#: 10% / 10% they would flag 21 of the 48 cells of eight quiet default runs (results/cpu-make-run-interleaved-c
-#: … -j). At 15% / 20% (1.9 and 2.5 times that σ; 0.4% and 1.2% by the same arithmetic) they flag 3 of 48, and
+#: 10% / 10% they would flag 21 of the 48 cells of eight quiet default runs (interleaved-c … -j in
+#: results/2026-11-24-readme-evidence.md §3.2). At 15% / 20% (1.9 and 2.5 times that σ; 0.4% and 1.2% by the same arithmetic) they flag 3 of 48, and
 #: still 4 of 6 cells in each of the two runs with a CPU hog beside them (-hog, -hog2: CV up to 38%, drift up
 #: to 40%). The price: on seeded synthetic cells (8% noise) one visit slowed by 35% is flagged 80% of the
 #: time (10% / 10%: 99.8%), two in a row 99%; tests/test_measure_stats.py checks these rates.

@@ -276,7 +276,7 @@ class CostCurves:
     machine in the same slow and fast modes as the cells they are compared
     with: timed in one block before the cells, a run's 2- and 3-token
     forwards once cost what its 1-token forward did for the whole block
-    (3 tokens: 1.03x) and 1.27x inside the loop (``results/cpu-make-run-interleaved-a``).
+    (3 tokens: 1.03x) and 1.27x inside the loop (``results/2026-11-24-readme-evidence.md`` §3.4).
     ``verified`` ``(n_max, r)``: the token counts 1..n_max (those the
     sweep's cells verify) get ``max(repeats, r)`` repeats. ``done_target`` / ``done_draft``: keys ``(n_tokens,
     context_tokens, repeat)`` / ``(draft, context_tokens, repeat)`` already

@@ -14,7 +14,7 @@ import json
 import sys
 from pathlib import Path
 
-from sim.cliargs import OneLineParser, check_output_dir, fail, nonempty_arg
+from toolkit.cli import OneLineParser, check_output_dir, fail, nonempty_arg
 
 PROG = "python -m reports"
 

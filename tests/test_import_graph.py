@@ -17,6 +17,8 @@ so the rules hold for code paths no test happens to run:
   of ``measure`` only ``measure.records``;
 * ``measure.records`` reads and writes the run format only: it imports no other ``measure`` module;
   ``measure.costpoints`` neither, and no torch (calibrate screens cost tables with it);
+* ``specscope`` (the ``specscope`` command) is the top layer: it may import every package, and no
+  package imports it;
 * ``calibrate.outputs`` writes what was fitted and calls no fit.
 
 The scanner itself is checked on a synthetic source and must find imports the
@@ -31,14 +33,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("toolkit", "presets", "sim", "measure", "calibrate", "reports")
+PACKAGES = ("toolkit", "presets", "sim", "measure", "calibrate", "reports", "specscope")
 FORBIDDEN = {
     "toolkit": {"presets", "sim", "measure", "calibrate", "reports", "specscope", "torch"},
-    "presets": {"sim", "measure", "calibrate", "reports"},
-    "sim": {"measure", "calibrate", "reports", "altair", "matplotlib", "vl_convert", "torch"},
-    "measure": {"calibrate", "reports"},
-    "calibrate": {"reports"},
-    "reports": {"calibrate", "scipy.optimize", "scipy.stats", "sklearn", "statsmodels"},
+    "presets": {"sim", "measure", "calibrate", "reports", "specscope"},
+    "sim": {"measure", "calibrate", "reports", "specscope", "altair", "matplotlib", "vl_convert", "torch"},
+    "measure": {"calibrate", "reports", "specscope"},
+    "calibrate": {"reports", "specscope"},
+    "reports": {"calibrate", "specscope", "scipy.optimize", "scipy.stats", "sklearn", "statsmodels"},
+    "specscope": set(),  # the top layer: it may import every package
 }
 #: the only ``measure`` modules a package above it may import (torch-free, about files)
 MEASURE_ALLOWED = {"calibrate": {"measure", "measure.records", "measure.analysis", "measure.costpoints"},
@@ -124,12 +127,13 @@ def test_scanner_reads_the_real_code() -> None:
     for pkg in PACKAGES:
         assert package_files(pkg), f"no source files found for {pkg}"
     assert "toolkit.__init__" in g, "the toolkit package is scanned"
+    assert "specscope.cli" in g, "the specscope package is scanned"
     # imports the code is known to have, top-level and lazy: the scan is not empty
     assert "presets" in g["sim.cli"] and "sim.acceptance" in g["sim.cli"]
     assert "measure.records" in g["calibrate.calibration"] and "sim.acceptance" in g["calibrate.calibration"]
     assert "reports.charts" in g["reports.prediction_chart"]  # a lazy import inside render()
     assert "calibrate.calibration" in g["calibrate.__main__"]  # lazy, after the arguments are checked
-    assert any(n.startswith("sim.") for n in g["calibrate.__main__"])
+    assert "toolkit.cli" in g["calibrate.__main__"] and "toolkit.jsonio" in g["sim.cost"]
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
@@ -141,6 +145,15 @@ def test_dependencies_point_one_way(package: str) -> None:
         if names:
             bad[str(path.relative_to(ROOT))] = names
     assert not bad, f"{package} must not import {sorted(FORBIDDEN[package])}: {bad}"
+
+
+def test_nothing_imports_the_top_layer() -> None:
+    """``specscope`` sits on top: a package below it that imported it would close a cycle."""
+    g = graph()
+    assert "specscope.cli" in g["specscope.__main__"]  # the scan sees specscope's own imports
+    bad = sorted(m for m, names in g.items() if not m.startswith("specscope")
+                 and any(_violates(n, {"specscope"}) for n in names))
+    assert not bad, f"no package may import specscope (the top layer): {bad}"
 
 
 def test_reports_runs_no_fit() -> None:

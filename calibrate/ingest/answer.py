@@ -18,10 +18,8 @@ came from llama-bench, and ``ingest.json`` with everything.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from calibrate.ingest.detect import Ingested
 from calibrate.ingest.llamabench import cost_from_rows
@@ -31,6 +29,7 @@ from sim.acceptance import AcceptanceModel, IIDAcceptance, PerPositionAcceptance
 from sim.analytic import break_even_alpha, optimal_gamma, predict
 from sim.cost import CostModel, TabulatedCost, load_cost_model, pair_roofline_cost
 from sim.events import simulate_serving
+from toolkit.jsonio import clean_json, strict_dumps
 
 
 @dataclass(frozen=True)
@@ -193,16 +192,6 @@ def answer(ing: Ingested, cost: CostChoice, gamma_max: int, serve: ServeSettings
                   _inputs(ing.record, cost, gamma_max, ctx), tuple(batch_rows), tuple(serve_rows))
 
 
-def _clean(o: Any) -> Any:
-    if isinstance(o, dict):
-        return {str(k): _clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o]
-    if isinstance(o, float) and (math.isnan(o) or math.isinf(o)):
-        return None
-    return o
-
-
 def sim_command(ans: Answer, out: Path, gamma_max: int) -> str:
     """The ``python -m sim`` line that reproduces the closed-form table from the written files."""
     cost_args = ("--cost-model", str(out / "cost_model.json")) if ans.cost.write_file else ans.cost.sim_args
@@ -222,16 +211,16 @@ def write_files(ans: Answer, out: Path, gamma_max: int) -> dict[str, str]:
         ans.cost.cost.save(p)
         written["cost_model"] = str(p)
     p = out / "ingest.json"
-    p.write_text(json.dumps(_clean(summary(ans, gamma_max) | {"files": written,
-                                                               "sim_command": sim_command(ans, out, gamma_max)}),
-                            indent=2) + "\n")
+    p.write_text(strict_dumps(summary(ans, gamma_max) | {"files": written,
+                                                         "sim_command": sim_command(ans, out, gamma_max)},
+                              indent=2) + "\n")
     written["ingest"] = str(p)
     return written
 
 
 def summary(ans: Answer, gamma_max: int) -> dict:
     """Everything as one JSON-able dict."""
-    return _clean({
+    return clean_json({
         "acceptance": ans.record.as_dict(),
         "acceptance_model": ans.acceptance.describe(),
         "cost_model": ans.cost.cost.describe(),

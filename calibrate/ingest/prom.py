@@ -4,7 +4,9 @@ A scrape is ``# HELP``/``# TYPE`` comments and samples
 ``name{label="value",...} number [timestamp]``. Lines that are neither (a
 truncated copy, a shell prompt) are counted as skipped, never fatal: that is
 why this is a small line parser rather than ``prometheus_client``'s parser,
-which rejects the whole file on the first bad line.
+which rejects the whole file on the first bad line. ``NaN`` and ``±Inf`` values
+are kept as read: whoever uses a sample checks it (:func:`check_counters`), so
+a NaN counter is refused by name instead of vanishing from a sum.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Iterable
+
+from calibrate.ingest.records import ImpossibleFigure
 
 _SAMPLE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)"
@@ -80,9 +85,6 @@ def parse_scrape(text: str) -> Scrape:
             skipped += 1
             continue
         value = float(m.group("value").replace("Inf", "inf"))
-        if math.isnan(value):
-            skipped += 1
-            continue
         samples.append(Sample(m.group("name"), labels, value))
     return Scrape(tuple(samples), comments, skipped)
 
@@ -91,6 +93,19 @@ def looks_like_scrape(text: str) -> bool:
     """At least one sample line and more sample/comment lines than anything else."""
     s = parse_scrape(text)
     return len(s.samples) > 0 and len(s.samples) + s.comments > s.skipped
+
+
+def sample_text(s: Sample) -> str:
+    """A sample as the exposition writes it: ``name{label="value",...}``."""
+    return s.name + ("{" + ",".join(f'{k}="{v}"' for k, v in s.labels) + "}" if s.labels else "")
+
+
+def check_counters(path: str, samples: Iterable[Sample]) -> None:
+    """Every sample a finite number >= 0 (counters, and the gauges of accept length and rate); else one line."""
+    for s in samples:
+        if not math.isfinite(s.value) or s.value < 0:
+            raise ImpossibleFigure(f"{path}: {sample_text(s)} is {s.value:g}: a spec-decode counter or gauge must be "
+                                   "a finite number >= 0")
 
 
 def counter_total(scrape: Scrape, base: str, where: dict[str, str] | None = None) -> float | None:

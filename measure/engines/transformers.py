@@ -406,12 +406,23 @@ def peer_generate(target: Any, draft: Any, input_ids: torch.Tensor, gamma: int, 
 
 
 def check_specs(target_spec: str, draft_specs: tuple[str, ...] | list[str]) -> None:
-    """Draft specs by :func:`measure.drafts.parse_draft_spec` (syntax; layer bounds need the loaded target)."""
+    """Draft specs by :func:`measure.drafts.parse_draft_spec` (syntax; layer bounds need the loaded target).
+
+    The target is not checked here: a sweep may be handed an engine of its own for any name (tests); the
+    CLI checks model specs with :func:`measure.models.check_model_spec`.
+    """
     from measure.drafts import parse_draft_spec
 
-    del target_spec  # a hub id or path is resolved by transformers at load
+    del target_spec
     for d in draft_specs:
         parse_draft_spec(d)
+
+
+def context_tokens(spec: str) -> int | None:
+    """:func:`measure.models.context_tokens`: the training context of model ``spec``, without its weights."""
+    from measure.models import context_tokens as model_context_tokens
+
+    return model_context_tokens(spec)
 
 
 def make_engine(options: EngineOptions) -> TransformersEngine:

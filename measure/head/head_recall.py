@@ -108,7 +108,7 @@ def _ints(text: str, option: str) -> list[int]:
 # long: a CLI entry: argument checks (one-line errors before any model loads), then the recall table
 def main(argv: list[str] | None = None) -> int:
     """``python -m measure head-recall``: one-line errors (exit 2) before any model loads."""
-    from measure.cli import OneLineParser, csv_items, int_in
+    from toolkit.cli import OneLineParser, csv_items, int_arg
     from measure.head.head_sweep import MAX_HEAD_K, check_model_draft
 
     prog = "python -m measure head-recall"
@@ -118,13 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="head sizes K (comma list, each >= 1)")
     ap.add_argument("--ranks", default="32,64", help="ranks of the low-rank scorer (comma list, each >= 1)")
     ap.add_argument("--domains", default="code,conversation")
-    ap.add_argument("--prompts-per-domain", type=int_in(1, 10_000), default=40)
-    ap.add_argument("--max-tokens", type=int_in(2, 1_000_000), default=256,
+    ap.add_argument("--prompts-per-domain", type=int_arg(1, 10_000), default=40)
+    ap.add_argument("--max-tokens", type=int_arg(2, 1_000_000), default=256,
                     help="tokens of held-out text per prompt (>= 2: one position is predicted from the one before)")
-    ap.add_argument("--n-clusters", type=int_in(1, MAX_HEAD_K), default=3000)
-    ap.add_argument("--moment-texts", type=int_in(1, 100_000), default=64)
-    ap.add_argument("--calibration-texts", type=int_in(1, 100_000), default=300)
-    ap.add_argument("--seed", type=int_in(0, 2**31 - 1), default=0)
+    ap.add_argument("--n-clusters", type=int_arg(1, MAX_HEAD_K), default=3000)
+    ap.add_argument("--moment-texts", type=int_arg(1, 100_000), default=64)
+    ap.add_argument("--calibration-texts", type=int_arg(1, 100_000), default=300)
+    ap.add_argument("--seed", type=int_arg(0, 2**31 - 1), default=0)
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--out", required=True, help="directory for recall.csv and recall.json")
     args = ap.parse_args(argv)

@@ -59,7 +59,8 @@ from measure.models import resolve_device, resolve_dtype
 from measure.head.profiling import profile_rows_to_records, profile_step
 from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
 from measure.head.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
-from measure.cli import OneLineParser, csv_items, fail, int_in, quiet_third_party
+from measure.cli import quiet_third_party
+from toolkit.cli import OneLineParser, csv_items, exit_on_next_interrupt, fail, int_arg
 from measure.sweep import (CellContext, CellPlan, SweepConfig, cell_estimate, environment, fingerprint,
                            measure_cells, parse_tokens, select_prompts, silenced, summarize, summary_lines,
                            target_fingerprint)
@@ -491,24 +492,24 @@ def add_head_sweep_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentPar
     p.add_argument("--ks", default=",".join(d.head_ks), help="head sizes K, comma separated; 'full' = dense")
     p.add_argument("--variants", default=",".join(d.variants), help=f"subset of {','.join(SWEEP_VARIANTS)}")
     p.add_argument("--domains", default=",".join(d.domains), help=f"subset of {','.join(DOMAINS)}")
-    p.add_argument("--prompts-per-domain", type=int_in(1, 10_000), default=d.prompts_per_domain)
-    p.add_argument("--max-new-tokens", type=int_in(1, 100_000), default=d.max_new_tokens)
-    p.add_argument("--gamma", type=int_in(1, 64), default=d.gamma, help="fixed draft length γ of the end-to-end runs")
-    p.add_argument("--repeats", type=int_in(1, 1000), default=d.repeats, help="repeats per prompt and cell")
-    p.add_argument("--until-stable", type=int_in(0, 100), default=0, help="re-measure an unstable cell up to N times")
-    p.add_argument("--n-clusters", type=int_in(1, MAX_HEAD_K), default=d.n_clusters)
+    p.add_argument("--prompts-per-domain", type=int_arg(1, 10_000), default=d.prompts_per_domain)
+    p.add_argument("--max-new-tokens", type=int_arg(1, 100_000), default=d.max_new_tokens)
+    p.add_argument("--gamma", type=int_arg(1, 64), default=d.gamma, help="fixed draft length γ of the end-to-end runs")
+    p.add_argument("--repeats", type=int_arg(1, 1000), default=d.repeats, help="repeats per prompt and cell")
+    p.add_argument("--until-stable", type=int_arg(0, 100), default=0, help="re-measure an unstable cell up to N times")
+    p.add_argument("--n-clusters", type=int_arg(1, MAX_HEAD_K), default=d.n_clusters)
     p.add_argument("--scoring", default=d.scoring, choices=("cosine", "mean", "max_norm"), help="cluster scoring")
-    p.add_argument("--rank", type=int_in(1, 65_536), default=d.lowrank_rank,
+    p.add_argument("--rank", type=int_arg(1, 65_536), default=d.lowrank_rank,
                    help="rank r of the low-rank selector's scorer")
-    p.add_argument("--moment-texts", type=int_in(1, 100_000), default=d.moment_texts,
+    p.add_argument("--moment-texts", type=int_arg(1, 100_000), default=d.moment_texts,
                    help="calibration conversations the low-rank scorer's hidden-state moment is estimated on")
-    p.add_argument("--calibration-texts", type=int_in(1, 100_000), default=d.calibration_texts)
-    p.add_argument("--context-tokens", type=int_in(1, 1_000_000), default=d.context_tokens)
-    p.add_argument("--head-repeats", type=int_in(1, 100_000), default=d.head_repeats)
+    p.add_argument("--calibration-texts", type=int_arg(1, 100_000), default=d.calibration_texts)
+    p.add_argument("--context-tokens", type=int_arg(1, 1_000_000), default=d.context_tokens)
+    p.add_argument("--head-repeats", type=int_arg(1, 100_000), default=d.head_repeats)
     p.add_argument("--device", default=d.device)
     p.add_argument("--dtype", default=d.dtype)
-    p.add_argument("--seed", type=int_in(0, 2**31 - 1), default=d.seed)
-    p.add_argument("--threads", type=int_in(1, 1024), default=None,
+    p.add_argument("--seed", type=int_arg(0, 2**31 - 1), default=d.seed)
+    p.add_argument("--threads", type=int_arg(1, 1024), default=None,
                    help="torch CPU threads (default: torch's); 1 avoids OpenMP stalls on a shared machine")
     p.add_argument("--no-profile", action="store_true", help="skip the profiler split")
     p.add_argument("--cache-dir", default=None, help="cluster cache (default ~/.cache/specscope/clusters)")
@@ -574,6 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         fail(prog, str(e))
     except KeyboardInterrupt:
+        exit_on_next_interrupt(130)
         print(f"interrupted: finished cells are kept in {out} (re-run with the same --out to resume)",
               file=sys.stderr)
         return 130
