@@ -42,8 +42,6 @@ DEFAULT_GAMMAS = ("fixed:2", "fixed:4")
 DEFAULT_REPEATS = 3
 GPU_DEFAULT_PAIRS = ("gpt2-small-large", "llama3-1b-3b")
 SUBCOMMANDS = ("head-sweep", "head-recall", "serve", "build-llamacpp")
-DEFAULT_COST_CONTEXTS = "64,160,256"
-DEFAULT_COST_MAX_TOKENS = 16
 
 
 # long: the argparse declarations of every option: a list, not logic
@@ -100,16 +98,19 @@ def build_parser() -> argparse.ArgumentParser:
                    "an existing run directory is resumed if its fingerprint matches")
     p.add_argument("--force-new", action="store_true", help="start afresh: an existing run in --out is moved "
                    "to <out>.replaced-<time>")
+    p.add_argument("--extend", action="store_true", help="add cells to the complete run in --out: this command's "
+                   "γ policies, drafts and domains may add to the run's (every recorded one still given); recorded "
+                   "in run.json extensions, the run's own config and command kept")
     p.add_argument("--no-peer", action="store_true", help="skip the engine's own speculative decoding")
     p.add_argument("--no-library", action="store_true", help="skip the engine's own plain decoding (llama.cpp: "
                    "llama-cpp-python's Llama.generate), measured in every visit to hold our baseline against")
     p.add_argument("--no-traces", action="store_true", help="skip teacher-forced acceptance traces")
     p.add_argument("--no-cost", action="store_true", help="skip the cost curves")
     p.add_argument("--no-system-check", action="store_true", help="skip the pre-run check of the machine")
-    p.add_argument("--cost-contexts", default=None, help=f"context lengths of the cost curves (default "
-                   f"{DEFAULT_COST_CONTEXTS})")
+    p.add_argument("--cost-contexts", default=None, help="context lengths of the cost curves (default: sized to "
+                   "the run, from the shortest prompt to the longest prompt + --max-new-tokens)")
     p.add_argument("--cost-max-tokens", type=int_arg(1, 1024), default=None,
-                   help=f"most tokens a cost-curve forward feeds (default {DEFAULT_COST_MAX_TOKENS})")
+                   help="token counts 1..N of the cost curves (default: γ_max + 1, what the cells verify)")
     p.add_argument("--executor", default="local", choices=("local", "ray"),
                    help="where the cells run: here, or one Ray task per cell on a Ray cluster (the ray extra)")
     p.add_argument("--ray-address", default=None, metavar="auto|HOST:PORT",
@@ -166,7 +167,7 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
             g = GammaSpec("fixed", int(g)).to_str()
         gammas.append(g)
     contexts = []
-    for c in csv_items("--cost-contexts", args.cost_contexts or DEFAULT_COST_CONTEXTS):
+    for c in csv_items("--cost-contexts", args.cost_contexts) if args.cost_contexts is not None else ():
         if not c.isdigit() or int(c) < 1:
             fail(prog, f"--cost-contexts {c!r}: expected comma-separated integers >= 1")
         contexts.append(int(c))
@@ -178,8 +179,8 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
                           max_prompt_tokens=args.max_prompt_tokens, device=args.device, dtype=args.dtype,
                           seed=args.seed, warmup=args.warmup, peer=not args.no_peer, library=not args.no_library,
                           traces=not args.no_traces,
-                          cost_curves=not args.no_cost, cost_contexts=tuple(contexts),
-                          cost_max_tokens=args.cost_max_tokens or DEFAULT_COST_MAX_TOKENS, repeats=args.repeats,
+                          cost_curves=not args.no_cost, cost_contexts=tuple(contexts) or None,
+                          cost_max_tokens=args.cost_max_tokens, repeats=args.repeats,
                           cv_threshold=args.cv_threshold, drift_threshold=args.drift_threshold,
                           until_stable=args.until_stable, engine=args.engine, threads=args.threads,
                           cache=args.cache or CACHES[0], compile=args.compile, interleave=args.interleave,
@@ -195,6 +196,7 @@ def _check_models(cfg: Any) -> None:
     transformers engine cannot load (:func:`measure.models.check_model_spec`; llama.cpp's are checked by its
     ``check_specs``) and a sequence longer than the target or a ``model:`` draft was trained for
     (``--max-prompt-tokens 9000`` on a 1,024-position model was accepted, issue 32)."""
+    from measure import costpoints
     from measure.engines import context_tokens
     from measure.models import check_model_spec
 
@@ -219,11 +221,12 @@ def _check_models(cfg: Any) -> None:
                    "lower --max-prompt-tokens and --max-new-tokens")
             fail(prog, f"--max-prompt-tokens {cfg.max_prompt_tokens} + --max-new-tokens {new} + γ {gamma} = "
                        f"{longest} positions, more than the {window} the {role} ({spec}) was trained for; {fix}")
-        if cfg.cost_curves and max(cfg.cost_contexts) + cfg.cost_max_tokens > window:
-            fail(prog, f"--cost-contexts {max(cfg.cost_contexts)} + --cost-max-tokens {cfg.cost_max_tokens} = "
-                       f"{max(cfg.cost_contexts) + cfg.cost_max_tokens} positions, more than the {window} the "
-                       f"{role} ({spec}) was trained for; valid: contexts up to "
-                       f"{window - cfg.cost_max_tokens}, or --no-cost")
+        reach = costpoints.context_bound(cfg)  # the cost points' longest sequence (sized to the run, or as given)
+        if cfg.cost_curves and reach > window:
+            n = costpoints.max_tokens_of(cfg)
+            fail(prog, f"--cost-contexts {reach - n} + --cost-max-tokens {n} = {reach} positions, more than the "
+                       f"{window} the {role} ({spec}) was trained for; valid: contexts up to {window - n}, "
+                       "or --no-cost")
 
 
 def _fmt(v: object, nd: int = 2) -> str:
@@ -252,7 +255,10 @@ class TablePrinter:
         v, lo, hi = _num(row.get(key)), _num(row.get(f"{key}_lo")), _num(row.get(f"{key}_hi"))
         if v is None:
             return "-"
-        return f"{v:.{nd}f}" + (f" [{lo:.{nd}f},{hi:.{nd}f}]" if lo is not None and hi is not None else "")
+        if lo is None or hi is None:  # no interval: say why (measure.stats: fewer than 2 samples, or too noisy)
+            n = int((_num(row.get("n_prompts")) or 0) * (_num(row.get("repeats")) or 0))
+            return f"{v:.{nd}f} " + (f"(n={n}, no CI)" if 0 < n < 2 else "(noisy, no CI)")
+        return f"{v:.{nd}f} [{lo:.{nd}f},{hi:.{nd}f}]"
 
     def row(self, r: dict) -> None:
         from measure.sweep import _is_true
@@ -352,7 +358,7 @@ def _one(args, target: str, drafts: list[str], out: Path, command: str, check: d
     try:
         run = run_sweep(cfg, out, command=command, progress=lambda m: print(m, file=sys.stderr, flush=True),
                         show_bar=not args.no_progress, on_cell=printer.row, force_new=args.force_new,
-                        system_check=check, quiet=args.quiet, executor=_executor(args))
+                        system_check=check, quiet=args.quiet, executor=_executor(args), extend=args.extend)
     except CellsFailed as e:
         print(f"python -m measure: error: {e}", file=sys.stderr)
         raise SystemExit(1)
@@ -381,6 +387,8 @@ def _early_checks(args: argparse.Namespace, out: Path) -> None:
     prog = "python -m measure"
     if args.pair and (args.target or args.draft):
         fail(prog, f"--pair {args.pair!r} sets both target and draft; do not combine it with --target/--draft")
+    if args.extend and args.force_new:
+        fail(prog, "--extend adds cells to the run in --out; --force-new starts a new one there: give one of them")
     ignored = []  # flags the chosen engine or --no-cost would ignore (issue 32: refused, as sim does)
     if args.engine != "transformers":
         ignored += [(f, f"--engine {args.engine} has no such setting (transformers engine only)")

@@ -291,7 +291,9 @@ class CellWorker:
         d_rows: list[dict] = []
         if cost_curves:
             t_rows, d_rows = sweep.cost_curves_for(self.config, self.target, drafts, self.ctx.timer,
-                                                   done_target, done_draft).measure()
+                                                   done_target, done_draft,
+                                                   prompt_tokens=sweep.prompt_lengths(self.prompts, self.enc)
+                                                   ).measure()
         return Preparation(
             worker=self.info, target_fingerprint=self.target_fingerprint,
             models={"target": self.target.describe(), "drafts": {d.name: d.describe() for d in drafts}},
@@ -453,6 +455,7 @@ def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWr
                 writer.append("cost_draft", prep.cost_draft)
                 writer.append("cost_target", prep.cost_target)
                 writer.update(cost_hardware=prep.worker.label)
+                sweep.screen_cost(writer, None, say)  # timed on a worker: an out-of-line point is dropped
             done_cells = on_disk.table("cells").to_dict("records")
             for c in done_cells:
                 if on_cell:

@@ -55,7 +55,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import torch
 
-from measure import records, stats
+from measure import costpoints, records, runplan, stats
 from measure.decoding import acceptance_trace, autoregressive_generate, proposal_runs, speculative_generate
 from measure.engines import check_specs, make_engine
 from measure.engines.base import CACHES, EngineOptions
@@ -101,14 +101,17 @@ class SweepConfig:
     library: bool = True
     traces: bool = True
     cost_curves: bool = True
-    cost_max_tokens: int = 16
-    cost_contexts: tuple[int, ...] = (64, 160, 256)
-    cost_repeats: int = 5
+    #: the cost points: None sizes each to the run (measure.costpoints: token counts 1..γ_max + 1, contexts over
+    #: the cells' prompts, repeats in proportion to a cell's pairs); a value is used as given
+    cost_max_tokens: int | None = None
+    cost_contexts: tuple[int, ...] | None = None
+    cost_repeats: int | None = None
     #: repeats of the token counts the cells verify (1..γ_max + 1): the held-out predictions of a run are as
     #: good as those points (single timings vary 10-17% here). Re-fitting runs g-j with only the first 5, 10
     #: or all 20 repeats gave a mean held-out speedup MAPE (event simulator) of 8.0%, 6.9%, 5.7%: about one
-    #: point per doubling, so 40 (300 more forwards at a median 70 ms: ≈ 21 s more on the default run)
-    cost_repeats_verified: int = 40
+    #: point per doubling, so 40 at the default run's 6 pairs per cell (300 more forwards at a median 70 ms:
+    #: ≈ 21 s more on the default run), fewer for smaller cells (measure.costpoints)
+    cost_repeats_verified: int | None = None
     repeats: int = 2
     cv_threshold: float = stats.CV_THRESHOLD
     drift_threshold: float = stats.DRIFT_THRESHOLD
@@ -141,7 +144,7 @@ class SweepConfig:
                   "repeats": MAX_REPEATS}
         for name, hi in bounds.items():
             v = getattr(self, name)
-            if not 1 <= v <= hi:
+            if v is not None and not 1 <= v <= hi:
                 raise ValueError(f"--{name.replace('_', '-')} {v}: must be an integer in 1..{hi}")
         if self.prompts_per_domain is not None and not 1 <= self.prompts_per_domain <= 10_000:
             raise ValueError(f"--prompts {self.prompts_per_domain}: must be an integer in 1..10000")
@@ -154,7 +157,8 @@ class SweepConfig:
             if not (math.isfinite(v) and 0 < v <= 10):
                 raise ValueError(f"--{name.replace('_', '-')} {v}: must be a number in (0, 10] (a fraction, "
                                  "0.1 = 10%)")
-        if any(not 1 <= c <= MAX_PROMPT_TOKENS for c in self.cost_contexts) or not self.cost_contexts:
+        if self.cost_contexts is not None and (not self.cost_contexts or
+                                               any(not 1 <= c <= MAX_PROMPT_TOKENS for c in self.cost_contexts)):
             raise ValueError(f"--cost-contexts {self.cost_contexts}: need integers in 1..{MAX_PROMPT_TOKENS}")
         if self.interleave not in INTERLEAVE:
             raise ValueError(f"--interleave {self.interleave!r}: unknown; valid: {', '.join(INTERLEAVE)}")
@@ -276,8 +280,11 @@ class CostCurves:
     ``verified`` ``(n_max, r)``: the token counts 1..n_max (those the
     sweep's cells verify) get ``max(repeats, r)`` repeats. ``done_target`` / ``done_draft``: keys ``(n_tokens,
     context_tokens, repeat)`` / ``(draft, context_tokens, repeat)`` already
-    on disk (a resumed run), not timed again.
+    on disk (a resumed run), not timed again. ``plan``: the sizing these points came from, when a sweep
+    made them (:func:`cost_curves_for`).
     """
+
+    plan: costpoints.CostPlan | None = None
 
     def __init__(self, target: Any, drafts: list[Any], timer: Timer, contexts: tuple[int, ...], max_tokens: int,
                  repeats: int, seed: int, done_target: set[tuple[int, int, int]] = frozenset(),
@@ -1050,7 +1057,7 @@ def engine_options(config: SweepConfig, device: str, threads: int | None, quiet:
     """The engine settings of a sweep (its static cache sized for the longest sequence it will see)."""
     return EngineOptions(device=device, threads=threads, cache=config.cache, compile=config.compile,
                          max_len_tokens=max(config.max_prompt_tokens + config.max_new_tokens + config.gamma_max,
-                                            max(config.cost_contexts) + config.cost_max_tokens) + 1,
+                                            costpoints.context_bound(config)) + 1,
                          quiet=quiet)
 
 
@@ -1059,12 +1066,14 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
               progress: Callable[[str], None] | None = None, show_bar: bool = True,
               on_cell: Callable[[dict], None] | None = None, force_new: bool = False,
               system_check: dict | None = None, quiet: bool = False, engine: Any = None,
-              executor: Any = None) -> records.Run:
+              executor: Any = None, extend: bool = False) -> records.Run:
     """Run (or resume) the sweep into ``out_dir``; returns the run read back.
 
     ``on_cell`` sees each finished cell's row (the CLI prints the table as
-    cells finish). A resume with a different fingerprint raises
-    :class:`measure.records.FingerprintMismatch` (nothing written).
+    cells finish). A resume with a different fingerprint, or asking for other
+    cells than the run holds, raises :class:`measure.records.FingerprintMismatch`
+    (nothing written); ``extend`` (``--extend``) lets a complete run gain γ
+    policies, drafts or domains, recorded as an extension (:mod:`measure.runplan`).
     ``engine``: an engine object to use instead of ``make_engine(config.engine, ...)`` (tests).
     ``executor`` (:class:`measure.executors.ExecutorConfig`; None: local) may
     send the cells to a Ray cluster (:func:`measure.executors.run_distributed`);
@@ -1085,9 +1094,14 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
 
         hardware = CLUSTER_HARDWARE
     fp = fingerprint(config, device, selection, hardware, versions)
-    writer = records.RunWriter(out, fingerprint=fp)  # refuses a different fingerprint before writing
+    asked = runplan.PlanRequest(runplan.Plan.of(config.drafts, config.gammas, config.temperatures, list(prompts)),
+                                extend, {p.prompt_id: p.message for ps in prompts.values() for p in ps})
+    # refuses a different fingerprint, or other cells than the run holds (unless --extend adds them), before writing
+    writer = records.RunWriter(out, fingerprint=fp, plan=asked.opener(out, fp))
     for note in writer.repairs:
         say(note)
+    if writer.opening is not None:
+        say(runplan.opening_text(writer.opening, len(writer.finished_cells)))
     meta = dict(command=command, **source, hardware=hardware, versions=versions, config=config.as_dict(),
                 prompt_selection=selection, **({"system_check": system_check} if system_check is not None else {}))
     if distributed:
@@ -1109,12 +1123,16 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
             if on_cell:
                 on_cell(c)
         todo = pending_cells(config, [d.name for d in drafts], list(prompts), writer)
-        cost = _cost_curves(config, target, drafts, timer, on_disk)
+        cost = _cost_curves(config, target, drafts, timer, on_disk, prompt_lengths(prompts, enc))
+        if cost is not None:
+            writer.update(cost_plan=cost.plan.describe(len(drafts)))
         if cost is not None and (config.interleave == "cell" or not todo):
-            say("timing cost curves (repeats interleaved across token counts and contexts)")
+            say(f"timing cost curves ({cost.plan.summary(len(drafts))}, sized to the run; repeats interleaved "
+                "across token counts and contexts)")
             _record_cost(writer, cost.measure())
         elif cost is not None:
-            say(f"timing the cost curves' {len(cost)} points a few at a time between the visits")
+            say(f"timing the cost curves' {len(cost)} points a few at a time between the visits "
+                f"({cost.plan.summary(len(drafts))}, sized to the run)")
         bar = None
         if show_bar:
             from tqdm import tqdm
@@ -1128,6 +1146,8 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         finally:
             if bar is not None:
                 bar.close()
+        if config.cost_curves and (cost is not None or "cost_screening" not in writer.meta):
+            screen_cost(writer, cost, say)
         writer.update(summary=summarize(done_cells, synthetic))
     return records.load_run(writer.path)
 
@@ -1147,12 +1167,17 @@ def _load_models(engine: Any, config: SweepConfig, device: str, writer: records.
 
 
 def _cost_curves(config: SweepConfig, target: Any, drafts: list[Any], timer: Timer,
-                 run: records.Run) -> CostCurves | None:
+                 run: records.Run, prompt_tokens: dict[str, list[int]]) -> CostCurves | None:
     """The cost-curve points ``run`` (as on disk) still has to time (None: none, or no cost curves asked for)."""
     if not config.cost_curves:
         return None
-    cost = cost_curves_for(config, target, drafts, timer, *cost_points_done(run))
+    cost = cost_curves_for(config, target, drafts, timer, *cost_points_done(run), prompt_tokens=prompt_tokens)
     return cost if len(cost) else None
+
+
+def prompt_lengths(prompts: dict[str, list[Prompt]], enc: dict[str, torch.Tensor]) -> dict[str, list[int]]:
+    """Per domain, the token counts of its encoded prompts (what sizes the cost points)."""
+    return {d: [int(enc[p.prompt_id].shape[1]) for p in ps] for d, ps in prompts.items()}
 
 
 def cost_points_done(run: records.Run) -> tuple[set[tuple[int, int, int]], set[tuple[str, int, int]]]:
@@ -1166,11 +1191,15 @@ def cost_points_done(run: records.Run) -> tuple[set[tuple[int, int, int]], set[t
 
 def cost_curves_for(config: SweepConfig, target: Any, drafts: list[Any], timer: Timer,
                     done_target: set[tuple[int, int, int]] = frozenset(),
-                    done_draft: set[tuple[str, int, int]] = frozenset()) -> CostCurves:
-    """The cost curves a sweep's config asks for (the token counts its cells verify with more repeats)."""
-    return CostCurves(target, drafts, timer, config.cost_contexts, config.cost_max_tokens, config.cost_repeats,
-                      config.seed, done_target=done_target, done_draft=done_draft,
-                      verified=(config.gamma_max + 1, config.cost_repeats_verified))
+                    done_draft: set[tuple[str, int, int]] = frozenset(), *,
+                    prompt_tokens: dict[str, list[int]]) -> CostCurves:
+    """The cost curves a sweep's config asks for, sized to the run (:func:`measure.costpoints.plan_cost_points`:
+    the token counts its cells verify with more repeats); ``prompt_tokens``: :func:`prompt_lengths`."""
+    plan = costpoints.plan_cost_points(config, prompt_tokens)
+    cost = CostCurves(target, drafts, timer, plan.contexts, plan.max_tokens, plan.repeats, config.seed,
+                      done_target=done_target, done_draft=done_draft, verified=(plan.n_verified, plan.repeats_verified))
+    cost.plan = plan
+    return cost
 
 
 def _record_cost(writer: records.RunWriter, rows: tuple[list[dict], list[dict]]) -> None:
@@ -1178,6 +1207,28 @@ def _record_cost(writer: records.RunWriter, rows: tuple[list[dict], list[dict]])
     t_rows, d_rows = rows
     writer.append("cost_target", t_rows)
     writer.append("cost_draft", d_rows)
+
+
+def screen_cost(writer: records.RunWriter, cost: CostCurves | None, say: Callable[[str], None]) -> None:
+    """Screen the run's target cost points against their neighbours (:func:`measure.costpoints.screen_and_retime`):
+    an out-of-line point is re-timed once with ``cost`` (None: dropped), what was done said in words and recorded
+    in ``run.json`` ``cost_screening``."""
+    import pandas as pd
+
+    retime = None
+    if cost is not None:
+        def retime(keys: list[tuple[int, int, int]]) -> pd.DataFrame:
+            cost.warm_up = [CostPoint(-1, c, n) for n, c in dict.fromkeys((n, c) for n, c, _ in keys)]
+            cost.pending.extend(CostPoint(r, c, n) for n, c, r in keys)
+            rows = cost.measure()
+            _record_cost(writer, rows)
+            return pd.DataFrame(rows[0], columns=records.TABLE_COLUMNS["cost_target"])
+
+    table = records.load_run(writer.path).table("cost_target")
+    screening = costpoints.screen_and_retime(table, writer.meta.get("cost_screening"), retime)
+    writer.update(cost_screening=screening)
+    for note in screening["notes"]:
+        say(note)
 
 
 def _run_cells(ctx: CellContext, drafts: list[Any], todo: list[PendingCell], done_cells: list[dict],

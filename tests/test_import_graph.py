@@ -10,13 +10,15 @@ so the rules hold for code paths no test happens to run:
 * ``sim`` never imports ``measure``, ``calibrate`` or ``reports`` (nor any plotting library);
 * ``measure`` never imports ``calibrate`` or ``reports``;
 * ``calibrate`` never imports ``reports``, and of ``measure`` only the torch-free
-  ``measure.records`` (the run format), ``measure.analysis`` (analysis of records) and
-  ``measure.serve.units`` (a serving run's identities, rows and summaries), which itself
-  imports no other ``measure`` module than ``measure.records`` and ``measure.stats``, and no torch;
+  ``measure.records`` (the run format), ``measure.analysis`` (analysis of records),
+  ``measure.costpoints`` (which cost points a fit may trust) and ``measure.serve.units`` (a serving
+  run's identities, rows and summaries, which itself imports no other ``measure`` module than
+  ``measure.records`` and ``measure.stats``, and no torch);
 * ``reports`` reads files and never runs a fit: no ``calibrate``, no fitting library
   (``scipy.optimize``, ``scipy.stats``, ``sklearn``, ``statsmodels``), no ``numpy.polyfit``/``lstsq``;
   of ``measure`` only ``measure.records``;
 * ``measure.records`` reads and writes the run format only: it imports no other ``measure`` module;
+  ``measure.costpoints`` neither, and no torch (calibrate screens cost tables with it);
 * ``specscope`` (the ``specscope`` command) is the top layer: it may import every package, and no
   package imports it;
 * ``calibrate.outputs`` writes what was fitted and calls no fit.
@@ -44,7 +46,8 @@ FORBIDDEN = {
     "specscope": set(),  # the top layer: it may import every package
 }
 #: the only ``measure`` modules a package above it may import (torch-free, about files)
-MEASURE_ALLOWED = {"calibrate": {"measure", "measure.records", "measure.analysis", "measure.serve.units"},
+MEASURE_ALLOWED = {"calibrate": {"measure", "measure.records", "measure.analysis", "measure.serve.units",
+                                 "measure.costpoints"},
                    "reports": {"measure", "measure.records"}}
 FIT_CALLS = {"polyfit", "lstsq", "curve_fit", "least_squares", "minimize"}  # in reports: none of these
 
@@ -180,6 +183,8 @@ def test_records_only_reads_and_writes() -> None:
     g = graph()
     other = sorted(n for n in g["measure.records"] if _violates(n, {"measure", "torch"}))
     assert not other, f"measure.records imports {other}: analysis belongs in measure.analysis"
+    other = sorted(n for n in g["measure.costpoints"] if _violates(n, {"measure", "torch"}))
+    assert not other, f"measure.costpoints imports {other}: calibrate imports it, torch-free"
 
 
 def test_serve_units_stay_torch_free() -> None:

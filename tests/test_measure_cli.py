@@ -73,31 +73,53 @@ def test_cli_run_writes_run_directory(tiny_dir, tmp_path):
 
 def test_cli_resume_skips_finished_cells(tiny_dir, tmp_path):
     out = tmp_path / "run"
-    _run("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "1", "--domains", "code", "--out", str(out),
-         "--no-peer", *BASE)
+    args = ("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "1,3", "--domains", "code", "--out", str(out),
+            "--no-peer", *BASE)
+    _run(*args)
     first = records.load_run(out)
+    keep = records.cell_id("ngram:2", "fixed:1", 0, "code")
     gen_before = first.table("generations")
-    # an interrupted second cell: rows on disk, no cells.csv row, status interrupted
+    gen_before = gen_before[gen_before.cell_id == keep]
+    # an interrupted run: its second cell's rows on disk without its cells.csv row, and a stray row
+    cells_csv = out / "cells.csv"
+    lines = cells_csv.read_text().splitlines(keepends=True)
+    cells_csv.write_text("".join(ln for ln in lines if "fixed:3" not in ln))
     w = records.RunWriter(out)
     bad = records.cell_id("ngram:2", "fixed:3", 0, "code")
     w.append("rounds", [{"cell_id": bad, "prompt_id": "x", "round": 0, "gamma": 3, "context_tokens": 1,
                          "drafted": 3, "accepted": 0, "draft_ms": 1.0, "verify_ms": 1.0, "overhead_ms": 0.0,
                          "repeat": 0}])
     w.close("interrupted")
-    p = _run("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "1,3", "--domains", "code", "--out", str(out),
-             "--no-peer", *BASE)
+    p = _run(*args)
     run = records.load_run(out)
     assert run.status == "complete" and len(run.meta["resumed_utc"]) == 2
     cells = run.table("cells")
     assert sorted(cells["gamma"]) == [1, 3]
     gens = run.table("generations")
-    old = gens[gens.cell_id == first.table("cells")["cell_id"][0]]
+    old = gens[gens.cell_id == keep]
     assert len(old) == len(gen_before)  # the finished cell was not re-run
     assert old["wall_s"].tolist() == gen_before["wall_s"].tolist()
     rounds = run.table("rounds")
     assert "x" not in set(rounds["prompt_id"])  # unfinished rows were dropped
     assert len(run.table("cost_target")) == len(first.table("cost_target"))  # not re-timed
     assert json.loads(p.stdout.strip().splitlines()[-1])["n_cells"] == 2
+    # another γ on the same --out: refused in one line naming --extend, before any model loads ...
+    more = [a if a != "1,3" else "1,3,4" for a in args]
+    p = _run(*more, check=False)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "--extend" in p.stderr
+    assert "adds γ fixed:4" in p.stderr and "loading" not in p.stderr
+    assert records.load_run(out).meta == run.meta  # nothing written
+    # ... and added, recorded as an extension, with --extend
+    p = _run(*more, "--extend")
+    assert "--extend: adding γ fixed:4 to the run (its 2 finished cells are kept" in p.stderr
+    ext = records.load_run(out)
+    assert ext.status == "complete" and sorted(ext.table("cells")["gamma"]) == [1, 3, 4]
+    assert ext.meta["config"] == run.meta["config"] and ext.meta["command"] == run.meta["command"]
+    (e,) = ext.meta["extensions"]
+    assert e["added"] == {"gammas": ["fixed:4"]} and e["status"] == "complete" and "--extend" in e["command"]
+    assert e["config"]["gammas"] == ["fixed:1", "fixed:3", "fixed:4"]
+    p = _run(*more, "--extend", "--force-new", check=False)
+    assert p.returncode == 2 and "give one of them" in p.stderr
 
 
 NO_MODEL = "specscope-tests/no-such-model"  # a hub id never cached: any attempt to load it fails differently
@@ -336,3 +358,20 @@ def test_cli_unwritable_out_and_mismatched_vocab(tiny_dir, tmp_path):
                                                      num_key_value_heads=1, head_dim=8)).save_pretrained(other)
     p = _run("--target", tiny_dir, "--draft", f"model:{other}", "--out", str(tmp_path / "r2"), *BASE, check=False)
     assert p.returncode != 0 and "must share a tokenizer" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_the_table_says_why_a_cell_has_no_interval():
+    """A cell of one (prompt, repeat) pair: its tokens/s and speedup have no interval, and the row says so."""
+    import io
+
+    from measure.cli import TablePrinter
+
+    buf = io.StringIO()
+    row = {"cell_id": "x", "draft": "ngram:3", "gamma_policy": "fixed:4", "temperature": 0.0, "domain": "code",
+           "n_prompts": 1, "repeats": 1, "tokens_per_s_baseline": 17.59, "tokens_per_s_speculative": 20.1,
+           "speedup": 1.143}
+    TablePrinter(buf).row(row)
+    TablePrinter(buf).row({**row, "repeats": 3, "speedup_lo": None})
+    lines = buf.getvalue().splitlines()
+    assert "17.59 (n=1, no CI)" in lines[1] and "1.143 (n=1, no CI)" in lines[1]
+    assert "1.143 (noisy, no CI)" in lines[3]
