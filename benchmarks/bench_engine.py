@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -63,6 +62,7 @@ from measure.seam import EngineOptions  # noqa: E402
 from measure.prompts import encode_prompt, load_prompts  # noqa: E402
 from measure.head.pruned_head import PrunedLMHead  # noqa: E402
 from sim.policies import FixedGamma  # noqa: E402
+from toolkit.env import cpu_name  # noqa: E402
 
 SECTIONS = ("baseline", "lookup", "selfdraft", "pruned")
 #: the commit this change started from (main when the engine work began)
@@ -439,13 +439,7 @@ def main(argv: list[str] | None = None) -> int:
 
     before = load_before(args.before)
     domains = [d.strip() for d in args.domains.split(",") if d.strip()]
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    res: dict = {"meta": {"cpu": cpu, "threads": torch.get_num_threads(), "torch": torch.__version__,
+    res: dict = {"meta": {"cpu": cpu_name(), "threads": torch.get_num_threads(), "torch": torch.__version__,
                           "transformers": transformers.__version__, "device": args.device, "before": args.before,
                           "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
                           "args": vars(args)},

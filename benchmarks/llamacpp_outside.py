@@ -29,11 +29,13 @@ import platform
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pandas as pd  # noqa: E402
 
+from measure.costpoints import context_bound  # noqa: E402
 from measure.stats import Estimate, mean_ci, overlaps, speedup_ci  # noqa: E402 (arithmetic, no measurement)
 
 
@@ -65,8 +67,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     model = meta["models"]["target"]["source"].removeprefix("gguf:")
     threads = int(meta["versions"]["engine_llamacpp_threads"])
+    shape = SimpleNamespace(gamma_max=int(max(cells["gamma"])), **{k: cfg.get(k) for k in (
+        "max_new_tokens", "max_prompt_tokens", "cost_contexts", "cost_max_tokens")})
     n_ctx = max(cfg["max_prompt_tokens"] + cfg["max_new_tokens"] + max(cells["gamma"]),
-                max(cfg["cost_contexts"]) + cfg["cost_max_tokens"]) + 1
+                context_bound(shape)) + 1  # the run's engine cache (measure.sweep.engine_options)
     n_new = int(cfg["max_new_tokens"])
     prompts = {pid: (m["domain"], [int(t) for t in m["tokens"].split()]) for pid, m in meta["prompts"].items()}
 

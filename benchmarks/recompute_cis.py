@@ -8,7 +8,7 @@ it did from the paired BCa bootstrap to Fieller's interval, see
 checked to be unchanged); the original is not touched. Then ``python -m
 calibrate OUT`` and ``benchmarks/compare_runs.py`` read the copy.
 
-    python benchmarks/recompute_cis.py results/cpu-make-run-a /tmp/run-a-fieller
+    python benchmarks/recompute_cis.py RUN_DIR /tmp/run-fieller
 """
 from __future__ import annotations
 

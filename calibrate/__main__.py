@@ -1,7 +1,9 @@
 """``python -m calibrate RUN_DIR [RUN_DIR ...] [--holdout auto|gamma|domain|k|none] [--out DIR]``.
 
 ``python -m calibrate ingest FILE...`` reads an engine's metrics instead (see
-:mod:`calibrate.ingest.cli`).
+:mod:`calibrate.ingest.cli`); ``python -m calibrate serve RUN_DIR`` (or a
+serving run given as the RUN_DIR) calibrates the serving simulator on a
+``measure serve`` run (:mod:`calibrate.serve_cli`).
 
 Fits the simulator's cost and acceptance models to the run directories,
 predicts every measured configuration (closed form, trace replay, event
@@ -13,10 +15,13 @@ JSON line. Bad input: one-line error, exit status 2.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
-from sim.cliargs import OneLineParser, check_output_dir, choice_arg, fail, int_arg, nonempty_arg
+from toolkit.cli import OneLineParser, check_output_dir, choice_arg, fail, int_arg, nonempty_arg
+from toolkit.jsonio import strict_dumps
+from toolkit.track import TRACKERS, usable_tracker
 
 # the same names as calibrate.calibration.HOLDOUT_MODES (a test checks), here so a bad value fails before
 # pandas and scipy are imported
@@ -66,12 +71,27 @@ def print_report(res) -> None:
               "left out of the MAPE: " + ", ".join(res.unstable_cells))
 
 
+def _is_serving_run(first: list[str]) -> bool:
+    """Whether the first argument is a run directory written by ``python -m measure serve``."""
+    if not first or first[0].startswith("-"):
+        return False
+    try:
+        meta = json.loads((Path(first[0]) / "run.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and (meta.get("config") or {}).get("kind") == "serve"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["ingest"]:  # subcommand: an engine's spec-decode metrics and llama-bench costs -> sim
         from calibrate.ingest.cli import main as ingest_main
 
         return ingest_main(argv[1:])
+    if argv[:1] == ["serve"] or _is_serving_run(argv[:1]):  # a measure serve run: the serving simulator
+        from calibrate.serve_cli import main as serve_main
+
+        return serve_main(argv[1:] if argv[:1] == ["serve"] else argv)
     ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", type=nonempty_arg("run directory"),
                     help="run directories written by python -m measure")
@@ -88,14 +108,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exclude-damaged", action="store_true",
                     help="leave out (and name) finished cells whose rows on disk are incomplete or written twice, "
                          "instead of refusing the run")
+    ap.add_argument("--track", default=None, type=choice_arg("--track", TRACKERS), metavar="wandb|mlflow",
+                    help="also log the calibration (MAPE, per-cell predictions, the report's charts) to Weights & "
+                         "Biases or MLflow (the track extra; a tracker that fails costs one warning line)")
     args = ap.parse_args(argv)
     check_run_dirs(args.runs)
+    args.track = usable_tracker(args.track, PROG)
     out = Path(args.out) if args.out else Path(args.runs[0]) / "calibration"
     try:
         check_output_dir("--out", out)
         from calibrate.calibration import calibrate
         from calibrate.outputs import write_outputs
-        from measure.records import strict_dumps
 
         res = calibrate(args.runs, holdout=args.holdout, seed=args.seed,
                         allow_incomplete=args.allow_incomplete,
@@ -109,6 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     for note in res.data.notes:
         print(f"note: {note}", file=sys.stderr)
     print(f"calibration written to {out / 'calibration.json'}")
+    if args.track:
+        from calibrate.tracking import track_calibration
+
+        track_calibration(args.track, out, {k: v for k, v in vars(args).items() if k != "track"}, PROG)
     print(strict_dumps(summary))
     return 0
 

@@ -47,7 +47,9 @@ import numpy as np
 import pandas as pd
 
 from calibrate.fit_acceptance import AcceptanceFit, fit_acceptance, interpolate_models, trace_model
+from calibrate.checks import curve_jumps
 from calibrate.fit_cost import CostFit, LinearFit, TargetCurve, fit_cost, ols, target_curve
+from measure.costpoints import screen_target
 from measure.records import Run, damaged_cells, hardware_label, load_run
 from sim.acceptance import AcceptanceModel, RunTraceAcceptance
 from sim.analytic import predict_row
@@ -124,6 +126,8 @@ def load_runs(paths: list[str | Path], allow_incomplete: bool = False, pool_hard
                 raise ValueError(f"{p}: run is {status}{why}, not complete; finish it (re-run measure with the same "
                                  "--out) or pass --allow-incomplete")
             notes.append(f"{p}: run is {status}{why}; used as is (--allow-incomplete)")
+        if run.extension_status[1]:  # an unfinished extension: the run's cells are complete, some added ones missing
+            notes.append(f"{p}: {run.extension_status[1]}; its finished cells are used")
         if not (p / "generations.csv").exists():
             raise ValueError(f"{p}: no generations.csv (a run written before measure recorded every generation); "
                              "calibrate needs it for prompt lengths and prefill times: re-measure with python -m measure")
@@ -406,12 +410,20 @@ class Calibrator:
         self.seed = seed
         self.sim_prompts = sim_prompts
         self._targets: dict[str, TargetCurve | ValueError] = {}
+        #: what fitting found and the calibration's notes say (cost points left out, in words)
+        self.notes: list[str] = []
 
     def _target_curve(self, run_label: str) -> TargetCurve:
-        """The run's target forward fit: ``cost_target.csv`` is shared by every fold, so it is fitted once."""
+        """The run's target forward fit: ``cost_target.csv`` is shared by every fold, so it is fitted once, on
+        the points the run's screening kept (:func:`measure.costpoints.screen_target`: its superseded repeats
+        and every point out of line with its neighbours left out, and said)."""
         if run_label not in self._targets:
+            run = self.data.runs[run_label]
+            screened = screen_target(run.table("cost_target"),
+                                     (run.meta.get("cost_screening") or {}).get("superseded", []))
+            self.notes += [f"{run_label}: cost curves: {o.as_text()}" for o in screened.outliers]
             try:
-                self._targets[run_label] = target_curve(self.data.runs[run_label].table("cost_target"))
+                self._targets[run_label] = target_curve(screened.kept)
             except ValueError as exc:
                 self._targets[run_label] = exc
         found = self._targets[run_label]
@@ -718,6 +730,7 @@ def calibrate(paths: list[str | Path], holdout: str = "auto", seed: int = 0,
                           "notes": fold_notes})
     held_out = add_errors(pd.concat(held, ignore_index=True)) if held else pd.DataFrame()
     curves = cal.curves(data.cells, all_models, CURVE_GAMMAS)
+    data = replace(data, notes=data.notes + tuple(dict.fromkeys(cal.notes)) + tuple(curve_jumps(curves)))
     return CalibrationResult(data, holdout, all_models, in_sample, held_out, mape_table(in_sample),
                              mape_table(held_out) if len(held_out) else {}, tuple(fold_info), curves,
                              unstable_table(held_out) if len(held_out) else unstable_table(in_sample),

@@ -32,32 +32,14 @@ Files written into the output directory:
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from calibrate.calibration import CALIBRATION_SCHEMA_VERSION, HOLDOUT_EXPLANATION, CalibrationResult, slug
 from measure.records import utc_now
-
-
-def _clean(o):
-    """JSON-safe: NaN/inf → None, numpy scalars → Python."""
-    if isinstance(o, dict):
-        return {str(k): _clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o]
-    if isinstance(o, (np.floating, float)):
-        f = float(o)
-        return None if math.isnan(f) or math.isinf(f) else f
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.bool_):
-        return bool(o)
-    return o
+from toolkit.jsonio import strict_dumps
 
 
 def _cost_file_name(run: str, draft: str, head_k: float | None, several_runs: bool) -> str:
@@ -68,7 +50,7 @@ def _cost_file_name(run: str, draft: str, head_k: float | None, several_runs: bo
 
 
 def _write_json(path: Path, obj: Any, indent: int | None = 2) -> None:
-    path.write_text(json.dumps(_clean(obj), indent=indent) + "\n")
+    path.write_text(strict_dumps(obj, indent=indent) + "\n")
 
 
 def _write_cost(res: CalibrationResult, out: Path, files: dict) -> dict:
@@ -104,7 +86,7 @@ def _write_acceptance(res: CalibrationResult, out: Path, files: dict) -> dict:
         pp_rows.append(fit.per_position.assign(group=key, chosen=fit.chosen))
         for f in fit.families:
             fam_rows.append({"group": key, "family": f.name, "n_params": f.n_params, "loglik": f.loglik,
-                             "aic": f.aic, "bic": f.bic, "chosen": f.name == fit.chosen, "params": json.dumps(_clean(f.params))})
+                             "aic": f.aic, "bic": f.bic, "chosen": f.name == fit.chosen, "params": strict_dumps(f.params)})
         if grp is not None:
             name = grp.file_name()
             _write_json(out / name, fit.describe_model())

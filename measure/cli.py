@@ -18,14 +18,19 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from measure.records import Run
 from measure.rows import CellRow
 from sim.policies import GammaSpec
+from toolkit.cli import OneLineParser, choice_arg, csv_items, exit_on_next_interrupt, fail, float_arg, int_arg
+from toolkit.track import TRACKERS, usable_tracker
+
+if TYPE_CHECKING:
+    from measure.sweep import SweepConfig
 
 DEFAULT_TARGET = "smollm2-135m"
-#: Chosen by measurement on the 2-core CPU (README, "Measured on this CPU"):
+#: Chosen by measurement on the 2-core CPU (results/2026-11-24-readme-evidence.md §5):
 #: ``python -m measure --draft ngram:3,int8,bf16 --gamma 4 --prompts 2 --max-new-tokens 64
 #: --no-cost --no-peer`` gave 1.16x / 0.89x / 0.97x (code / conversation / docs) for
 #: prompt lookup, 1.17x / 0.85x / 0.84x for an int8 copy and 1.01x / 1.03x / 0.98x for a
@@ -35,63 +40,12 @@ DEFAULT_DRAFTS = ("ngram:3",)
 DEFAULT_GAMMAS = ("fixed:2", "fixed:4")
 #: Repeats per cell: 3, so each cell has 6 (prompt, repeat) pairs. With the visits interleaved across the
 #: cells, one pair's speedup varies by 6.6-8.1% on this 2-core VM (``benchmarks/pair_noise.py`` on
-#: results/cpu-make-run-interleaved-c, -d), so 4 pairs left a cell's mean about ±4% from its truth:
+#: the runs interleaved-c, -d of results/2026-11-24-readme-evidence.md §3.5), so 4 pairs left a cell's mean about ±4% from its truth:
 #: close to the 5% the calibration is judged by. Each repeat of
 #: the default job (6 cells × 2 prompts × 3 modes × 64 tokens) takes about 2.5 min here.
 DEFAULT_REPEATS = 3
 GPU_DEFAULT_PAIRS = ("gpt2-small-large", "llama3-1b-3b")
-SUBCOMMANDS = ("head-sweep", "head-recall", "build-llamacpp")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse with one-line errors (``prog: error: ...``, exit 2) and no usage dump (usage stays in --help)."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{self.prog}: error: {message} (see --help)", file=sys.stderr)
-        raise SystemExit(2)
-
-
-def fail(prog: str, message: str) -> NoReturn:
-    """Print ``prog: error: message`` on one line and exit 2."""
-    print(f"{prog}: error: {' '.join(str(message).split())}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-def int_in(lo: int, hi: int) -> Callable[[str], int]:
-    """argparse type: an integer in ``lo..hi`` (the message names the range)."""
-    def parse(text: str) -> int:
-        try:
-            v = int(str(text).strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (valid: {lo}..{hi})") from None
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{v} is out of range (valid: {lo}..{hi})")
-        return v
-    parse.__name__ = "integer"
-    return parse
-
-
-def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
-    """argparse type: a finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
-    def parse(text: str) -> float:
-        try:
-            v = float(str(text).strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-        rng = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
-        if not math.isfinite(v) or v < lo or v > hi or (lo_open and v == lo):
-            raise argparse.ArgumentTypeError(f"{text} is out of range (valid: {rng})")
-        return v
-    parse.__name__ = "number"
-    return parse
-
-
-def csv_items(flag: str, text: str, prog: str = "python -m measure") -> list[str]:
-    """Comma list → items; an empty item (``1,,2``, a trailing comma) is an error, never dropped."""
-    items = [t.strip() for t in str(text).split(",")]
-    if any(not t for t in items):
-        fail(prog, f"{flag} {text!r}: empty item in the comma list")
-    return items
+SUBCOMMANDS = ("head-sweep", "head-recall", "serve", "build-llamacpp")
 
 
 # long: the argparse declarations of every option: a list, not logic
@@ -102,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = OneLineParser(prog="python -m measure", description=__doc__.splitlines()[0],
                       epilog="subcommands: python -m measure head-sweep --help (pruned draft head K sweep, "
-                             "cells of the same sweep), python -m measure head-recall --help (selector recall, offline)")
+                             "cells of the same sweep), python -m measure head-recall --help (selector recall, offline), "
+                             "python -m measure serve --help (a server under load)")
     p.add_argument("--target", default=None, help=f"target model spec (default {DEFAULT_TARGET})")
     p.add_argument("--draft", default=None,
                    help="comma list of draft kinds: ngram[:N], early:N, layers:a-b,.. (use ';' between), "
@@ -114,21 +69,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", default="0", help="comma list of temperatures >= 0 (0 = greedy)")
     p.add_argument("--domains", default=None, help="comma list of prompt domains (default: all; with "
                    "--prompts-file: the file's)")
-    p.add_argument("--prompts", type=int_in(1, 10_000), default=None,
+    p.add_argument("--prompts", type=int_arg(1, 10_000), default=None,
                    help="prompts per domain (default 2; with --prompts-file: all of the file's)")
     p.add_argument("--prompts-file", default=None, metavar="FILE",
                    help="your own prompts: JSONL {\"prompt\", \"domain\"}, Spec-Bench question.jsonl, ShareGPT JSON "
                         "or plain text (blank-line-separated); its SHA-256 is recorded")
-    p.add_argument("--max-new-tokens", type=int_in(1, MAX_NEW_TOKENS), default=64)
-    p.add_argument("--max-prompt-tokens", type=int_in(1, MAX_PROMPT_TOKENS), default=256)
-    p.add_argument("--repeats", type=int_in(1, MAX_REPEATS), default=DEFAULT_REPEATS,
+    p.add_argument("--max-new-tokens", type=int_arg(1, MAX_NEW_TOKENS), default=64)
+    p.add_argument("--max-prompt-tokens", type=int_arg(1, MAX_PROMPT_TOKENS), default=256)
+    p.add_argument("--repeats", type=int_arg(1, MAX_REPEATS), default=DEFAULT_REPEATS,
                    help=f"repeats of every prompt per cell, in rotating order (default {DEFAULT_REPEATS})")
-    p.add_argument("--cv-threshold", type=float_in(0, 10, lo_open=True), default=stats.CV_THRESHOLD,
+    p.add_argument("--cv-threshold", type=float_arg(0, 10, lo_open=True), default=stats.CV_THRESHOLD,
                    help="a cell is unstable when its baseline's coefficient of variation exceeds this "
                         f"(fraction; default {stats.CV_THRESHOLD})")
-    p.add_argument("--drift-threshold", type=float_in(0, 10, lo_open=True), default=stats.DRIFT_THRESHOLD,
+    p.add_argument("--drift-threshold", type=float_arg(0, 10, lo_open=True), default=stats.DRIFT_THRESHOLD,
                    help=f"... or its start-to-end drift exceeds this (fraction; default {stats.DRIFT_THRESHOLD})")
-    p.add_argument("--until-stable", type=int_in(0, 100), default=0, metavar="N",
+    p.add_argument("--until-stable", type=int_arg(0, 100), default=0, metavar="N",
                    help="re-measure an unstable cell up to N times (default 0)")
     p.add_argument("--interleave", default="sweep", choices=INTERLEAVE,
                    help="sweep: visit every cell in passes (prompt by prompt, repeat by repeat), so each cell's "
@@ -136,36 +91,45 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", help="auto, cpu or cuda")
     p.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     p.add_argument("--engine", default="transformers", choices=ENGINES, help="inference engine")
-    p.add_argument("--threads", type=int_in(1, 1024), default=None, help="CPU threads (default: the engine's)")
-    p.add_argument("--cache", default="static", choices=CACHES, help="KV cache kind (transformers engine)")
+    p.add_argument("--threads", type=int_arg(1, 1024), default=None, help="CPU threads (default: the engine's)")
+    p.add_argument("--cache", default=None, type=choice_arg("cache", CACHES),
+                   help=f"KV cache kind (transformers engine): {', '.join(CACHES)} (default {CACHES[0]})")
     p.add_argument("--compile", action="store_true", help="torch.compile the decode steps (transformers engine)")
-    p.add_argument("--seed", type=int_in(0, 2**31 - 1), default=0)
-    p.add_argument("--warmup", type=int_in(0, 100), default=1, help="warm-up generations per mode per cell "
+    p.add_argument("--seed", type=int_arg(0, 2**31 - 1), default=0)
+    p.add_argument("--warmup", type=int_arg(0, 100), default=1, help="warm-up generations per mode per cell "
                    "(not recorded)")
     p.add_argument("--out", default=None, help="run directory (default runs/measure-<timestamp>); "
                    "an existing run directory is resumed if its fingerprint matches")
     p.add_argument("--force-new", action="store_true", help="start afresh: an existing run in --out is moved "
                    "to <out>.replaced-<time>")
+    p.add_argument("--extend", action="store_true", help="add cells to the complete run in --out: this command's "
+                   "γ policies, drafts and domains may add to the run's (every recorded one still given); recorded "
+                   "in run.json extensions, the run's own config and command kept")
     p.add_argument("--no-peer", action="store_true", help="skip the engine's own speculative decoding")
     p.add_argument("--no-library", action="store_true", help="skip the engine's own plain decoding (llama.cpp: "
                    "llama-cpp-python's Llama.generate), measured in every visit to hold our baseline against")
     p.add_argument("--no-traces", action="store_true", help="skip teacher-forced acceptance traces")
     p.add_argument("--no-cost", action="store_true", help="skip the cost curves")
     p.add_argument("--no-system-check", action="store_true", help="skip the pre-run check of the machine")
-    p.add_argument("--cost-contexts", default="64,160,256", help="context lengths of the cost curves")
-    p.add_argument("--cost-max-tokens", type=int_in(1, 1024), default=16)
+    p.add_argument("--cost-contexts", default=None, help="context lengths of the cost curves (default: sized to "
+                   "the run, from the shortest prompt to the longest prompt + --max-new-tokens)")
+    p.add_argument("--cost-max-tokens", type=int_arg(1, 1024), default=None,
+                   help="token counts 1..N of the cost curves (default: γ_max + 1, what the cells verify)")
     p.add_argument("--executor", default="local", choices=("local", "ray"),
                    help="where the cells run: here, or one Ray task per cell on a Ray cluster (the ray extra)")
     p.add_argument("--ray-address", default=None, metavar="auto|HOST:PORT",
                    help="--executor ray: join this cluster (auto: the one started on this machine with ray start); "
                         "default: start a local Ray instance")
-    p.add_argument("--cpus-per-cell", type=int_in(1, 1024), default=None, metavar="N",
+    p.add_argument("--cpus-per-cell", type=int_arg(1, 1024), default=None, metavar="N",
                    help="--executor ray on CPU: cores each cell reserves (and torch threads it uses; default 1)")
-    p.add_argument("--max-retries", type=int_in(0, 100), default=None, metavar="N",
+    p.add_argument("--max-retries", type=int_arg(0, 100), default=None, metavar="N",
                    help="--executor ray: re-runs of a cell whose worker died (default 2)")
     p.add_argument("--quiet", action="store_true", help="silence third-party loading output (weights, GGUF "
                    "conversion); the sweep's own progress bar and table stay")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--track", default=None, choices=TRACKERS, metavar="wandb|mlflow",
+                   help="also log the finished run to Weights & Biases or MLflow (the track extra; honours WANDB_MODE, "
+                        "WANDB_DIR, WANDB_PROJECT, MLFLOW_TRACKING_URI; a tracker that fails costs one warning line)")
     return p
 
 
@@ -186,6 +150,7 @@ def _split_drafts(text: str) -> list[str]:
 
 
 def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
+    from measure.seam import CACHES
     from measure.sweep import SweepConfig
 
     prog = "python -m measure"
@@ -206,26 +171,66 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
             g = GammaSpec("fixed", int(g)).to_str()
         gammas.append(g)
     contexts = []
-    for c in csv_items("--cost-contexts", args.cost_contexts):
+    for c in csv_items("--cost-contexts", args.cost_contexts) if args.cost_contexts is not None else ():
         if not c.isdigit() or int(c) < 1:
             fail(prog, f"--cost-contexts {c!r}: expected comma-separated integers >= 1")
         contexts.append(int(c))
     domains = tuple(csv_items("--domains", args.domains)) if args.domains else None
     prompts = args.prompts if args.prompts is not None else (None if args.prompts_file else 2)
     try:
-        return SweepConfig(target=target, drafts=tuple(drafts), gammas=tuple(gammas), temperatures=tuple(temps),
-                           domains=domains, prompts_per_domain=prompts, max_new_tokens=args.max_new_tokens,
-                           max_prompt_tokens=args.max_prompt_tokens, device=args.device, dtype=args.dtype,
-                           seed=args.seed, warmup=args.warmup, peer=not args.no_peer, library=not args.no_library,
-                           traces=not args.no_traces,
-                           cost_curves=not args.no_cost, cost_contexts=tuple(contexts),
-                           cost_max_tokens=args.cost_max_tokens, repeats=args.repeats,
-                           cv_threshold=args.cv_threshold, drift_threshold=args.drift_threshold,
-                           until_stable=args.until_stable, engine=args.engine, threads=args.threads,
-                           cache=args.cache, compile=args.compile, interleave=args.interleave,
-                           prompts_file=str(args.prompts_file) if args.prompts_file else None)
+        cfg = SweepConfig(target=target, drafts=tuple(drafts), gammas=tuple(gammas), temperatures=tuple(temps),
+                          domains=domains, prompts_per_domain=prompts, max_new_tokens=args.max_new_tokens,
+                          max_prompt_tokens=args.max_prompt_tokens, device=args.device, dtype=args.dtype,
+                          seed=args.seed, warmup=args.warmup, peer=not args.no_peer, library=not args.no_library,
+                          traces=not args.no_traces,
+                          cost_curves=not args.no_cost, cost_contexts=tuple(contexts) or None,
+                          cost_max_tokens=args.cost_max_tokens, repeats=args.repeats,
+                          cv_threshold=args.cv_threshold, drift_threshold=args.drift_threshold,
+                          until_stable=args.until_stable, engine=args.engine, threads=args.threads,
+                          cache=args.cache or CACHES[0], compile=args.compile, interleave=args.interleave,
+                          prompts_file=str(args.prompts_file) if args.prompts_file else None)
     except ValueError as e:
         fail(prog, str(e))
+    _check_models(cfg)
+    return cfg
+
+
+def _check_models(cfg: SweepConfig) -> None:
+    """Refuse (one line, exit 2, before any weights load and before the run directory) a model spec the
+    transformers engine cannot load (:func:`measure.engines.transformers.models.check_model_spec`; llama.cpp's are
+    checked by its ``check_specs``) and a sequence longer than the target or a ``model:`` draft was trained for
+    (``--max-prompt-tokens 9000`` on a 1,024-position model was accepted, issue 32)."""
+    from measure import costpoints
+    from measure.engines import context_tokens
+    from measure.engines.transformers.models import check_model_spec
+
+    prog = "python -m measure"
+    new, gamma = cfg.max_new_tokens, cfg.gamma_max
+    longest = cfg.max_prompt_tokens + new + gamma
+    models = [("target", cfg.target)] + [(f"draft {d}", d[len("model:"):]) for d in cfg.drafts
+                                         if d.startswith("model:")]
+    for role, spec in models:
+        if cfg.engine == "transformers":
+            try:
+                check_model_spec(spec, "--target " if role == "target" else "--draft model:")
+            except ValueError as e:
+                fail(prog, str(e))
+        window = context_tokens(cfg.engine, spec)
+        if window is None:
+            continue
+        if longest > window:
+            room, new_room = window - new - gamma, window - cfg.max_prompt_tokens - gamma
+            fix = (f"valid: --max-prompt-tokens up to {room}" if room >= 1 else
+                   f"valid: --max-new-tokens up to {new_room}" if new_room >= 1 else
+                   "lower --max-prompt-tokens and --max-new-tokens")
+            fail(prog, f"--max-prompt-tokens {cfg.max_prompt_tokens} + --max-new-tokens {new} + γ {gamma} = "
+                       f"{longest} positions, more than the {window} the {role} ({spec}) was trained for; {fix}")
+        reach = costpoints.context_bound(cfg)  # the cost points' longest sequence (sized to the run, or as given)
+        if cfg.cost_curves and reach > window:
+            n = costpoints.max_tokens_of(cfg)
+            fail(prog, f"--cost-contexts {reach - n} + --cost-max-tokens {n} = {reach} positions, more than the "
+                       f"{window} the {role} ({spec}) was trained for; valid: contexts up to {window - n}, "
+                       "or --no-cost")
 
 
 def _fmt(v: object, nd: int = 2) -> str:
@@ -252,8 +257,10 @@ class TablePrinter:
         e = row.estimate(key)
         if e.value is None:
             return "-"
-        ci = f" [{e.lo:.{nd}f},{e.hi:.{nd}f}]" if e.lo is not None and e.hi is not None else ""
-        return f"{e.value:.{nd}f}{ci}"
+        if e.lo is None or e.hi is None:  # no interval: say why (measure.stats: fewer than 2 samples, or too noisy)
+            n = (row.n_prompts or 0) * (row.repeats or 0)
+            return f"{e.value:.{nd}f} " + (f"(n={n}, no CI)" if 0 < n < 2 else "(noisy, no CI)")
+        return f"{e.value:.{nd}f} [{e.lo:.{nd}f},{e.hi:.{nd}f}]"
 
     def row(self, r: CellRow) -> None:
         """Print ``r`` (the header first, once)."""
@@ -341,9 +348,9 @@ def _one(args, target: str, drafts: list[str], out: Path, command: str, check: d
               on_cell=printer.row, force_new=args.force_new, system_check=check, quiet=args.quiet)
     try:
         if executor.kind == "local":
-            run = run_sweep(cfg, out, **ui)
+            run = run_sweep(cfg, out, **ui, extend=args.extend)
         else:
-            run = run_sweep_distributed(cfg, out, executor, **ui)
+            run = run_sweep_distributed(cfg, out, executor, **ui, extend=args.extend)
     except CellsFailed as e:
         print(f"python -m measure: error: {e}", file=sys.stderr)
         raise SystemExit(1)
@@ -360,6 +367,10 @@ def _one(args, target: str, drafts: list[str], out: Path, command: str, check: d
     for line in summary_lines(run.summary):
         print(line)
     print(f"run directory: {run.path}")
+    if args.track:  # after the run is on disk: the tracker reads it back, and cannot cost it
+        from measure.tracking import track_run
+
+        track_run(args.track, run.path, "python -m measure")
     return {"run_dir": str(run.path), "status": run.status, **run.summary}
 
 
@@ -368,6 +379,18 @@ def _early_checks(args: argparse.Namespace, out: Path) -> None:
     prog = "python -m measure"
     if args.pair and (args.target or args.draft):
         fail(prog, f"--pair {args.pair!r} sets both target and draft; do not combine it with --target/--draft")
+    if args.extend and args.force_new:
+        fail(prog, "--extend adds cells to the run in --out; --force-new starts a new one there: give one of them")
+    ignored = []  # flags the chosen engine or --no-cost would ignore (issue 32: refused, as sim does)
+    if args.engine != "transformers":
+        ignored += [(f, f"--engine {args.engine} has no such setting (transformers engine only)")
+                    for f, given in (("--cache", args.cache is not None), ("--compile", args.compile)) if given]
+    if args.no_cost:
+        ignored += [(f, "--no-cost skips the cost curves") for f, v in
+                    (("--cost-contexts", args.cost_contexts), ("--cost-max-tokens", args.cost_max_tokens))
+                    if v is not None]
+    if ignored:
+        fail(prog, f"{ignored[0][0]} would be ignored: {ignored[0][1]}; drop it")
     if args.pair and args.prompts_file:
         fail(prog, "--pair uses synthetic random-weight models (timing only); --prompts-file is not used there")
     for flag, v in (("--target", args.target), ("--draft", args.draft), ("--pair", args.pair)):
@@ -403,10 +426,10 @@ def build_llamacpp_main(argv: list[str]) -> int:
     p = OneLineParser(prog=prog, description="Build llama.cpp (the source llama-cpp-python pins) into a cache keyed "
                       "by version and flags, install llama-cpp-python over it, build llama-server and llama-bench "
                       "from the same source, and check which CPU variant runs here.")
-    p.add_argument("--kind", default="portable", choices=KINDS,
+    p.add_argument("--kind", default="portable", type=choice_arg("kind", KINDS),
                    help="portable: runs on every x86-64 CPU, the best CPU variant that passes a test decode is "
                         "used (default); native: this CPU only; cuda: portable CPU backends plus CUDA offload")
-    p.add_argument("--jobs", type=int_in(1, 1024), default=None, help="parallel compile jobs (default: all cores)")
+    p.add_argument("--jobs", type=int_arg(1, 1024), default=None, help="parallel compile jobs (default: all cores)")
     p.add_argument("--cmake-arg", action="append", default=[], metavar="-DX=Y",
                    help="an extra CMake flag (it becomes part of the build's cache key); repeatable")
     p.add_argument("--force", action="store_true", help="rebuild and re-check even if the cache has this build")
@@ -438,6 +461,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = "python -m measure " + " ".join(shlex.quote(a) for a in argv)
     out = Path(args.out) if args.out else Path("runs") / time.strftime("measure-%Y%m%d-%H%M%S")
     _early_checks(args, out)
+    args.track = usable_tracker(args.track, "python -m measure")  # a missing library: one line now, not after
     _executor(args)  # before any model loads: a bad --ray-address, or Ray missing
     drafts = _split_drafts(args.draft) if args.draft else list(DEFAULT_DRAFTS)
     target = args.target or DEFAULT_TARGET
@@ -471,10 +495,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         for target, drafts, o in jobs:
             results.append(_one(args, target, drafts, o, command, check))
     except KeyboardInterrupt as e:
-        import signal
-
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C while the process winds down: no traceback
         sig = "SIGTERM" if type(e).__name__ == "Terminated" else "interrupted"
+        # a second Ctrl-C while the process winds down: exit now, then ignored in the shutdown; no traceback
+        exit_on_next_interrupt(143 if sig == "SIGTERM" else 130)
         print(f"{sig}: finished cells are kept in {jobs[len(results)][2]} (re-run with the same --out "
               "to resume)", file=sys.stderr)
         return 143 if sig == "SIGTERM" else 130

@@ -41,7 +41,9 @@ import hashlib
 import json
 import os
 import re
+import signal
 import socket
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +56,7 @@ from measure.rows import CellRow, CostDraftRow, CostTargetRow, Row
 from measure.devices import resolve_device
 from measure.timing import Timer
 from sim.policies import GammaSpec
+from toolkit.cli import parse_host_port
 
 #: ``--executor`` choices.
 EXECUTORS = ("local", "ray")
@@ -66,7 +69,52 @@ CELL_TABLES = ("generations", "token_latency", "rounds", "traces")
 #: Fault injection for tests: a JSON file ``{cell_id: "once" | "always"}``; the worker exits (``os._exit``)
 #: when it starts that cell (``once``: the first time only).
 FAULTS_ENV = "SPECSCOPE_TEST_FAULTS"
-_ADDRESS = re.compile(r"^(auto|(ray://)?[A-Za-z0-9._-]+:\d{1,5})$")
+_ADDRESS = re.compile(r"^(auto|(ray://)?[A-Za-z0-9._-]+:\d+)$")
+#: How long joining a Ray cluster may take before the run stops in one line (Ray itself retries for many minutes
+#: when nothing, or something else than Ray, answers at the address).
+RAY_JOIN_TIMEOUT_S = 30.0
+#: Joins the cluster at ``sys.argv[1]`` and leaves: run in a child process, killed after RAY_JOIN_TIMEOUT_S.
+_JOIN_PROBE = ("import sys, ray; ray.init(address=sys.argv[1], include_dashboard=False, log_to_driver=False, "
+               "configure_logging=False); ray.shutdown()")
+
+
+def check_ray_address(address: str) -> str:
+    """``auto``, ``HOST:PORT`` or ``ray://HOST:PORT`` with a port in 1..65535; else ``ValueError`` (one line)."""
+    if not _ADDRESS.match(address):
+        raise ValueError(f"--ray-address {address!r}: expected auto or HOST:PORT (e.g. 10.0.0.1:6379)")
+    if address != "auto":
+        try:
+            parse_host_port(address.removeprefix("ray://"))
+        except ValueError as exc:  # the port
+            raise ValueError(f"--ray-address {exc}") from None
+    return address
+
+
+def probe_ray_address(address: str, timeout_s: float = RAY_JOIN_TIMEOUT_S) -> None:
+    """Join the cluster at ``address`` from a child process and leave; ``ValueError`` (one line) when that fails
+    or takes longer than ``timeout_s`` (the child is then killed): nothing listening, or no Ray there."""
+    if address != "auto":
+        host, port = parse_host_port(address.removeprefix("ray://"))
+        try:
+            with socket.create_connection((host, port), timeout=timeout_s):
+                pass
+        except OSError as exc:
+            raise ValueError(f"--ray-address {address}: nothing answers there ({exc.strerror or exc}); start the "
+                             "cluster (ray start --head) or give its address") from None
+    child = subprocess.Popen([sys.executable, "-c", _JOIN_PROBE, address], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = child.communicate(timeout=timeout_s)
+    except BaseException as exc:  # the time is up, or Ctrl-C: the probe does not outlive this call
+        os.killpg(child.pid, signal.SIGKILL)  # its own session: the probe and anything Ray started for it
+        child.communicate()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            raise ValueError(f"--ray-address {address}: no Ray cluster answered within {timeout_s:g} s (is this "
+                             "the head's GCS port, from ray start --head?)") from None
+        raise
+    if child.returncode != 0:
+        last = next((ln for ln in reversed(err.splitlines()) if ln.strip()), f"exit status {child.returncode}")
+        raise ValueError(f"--ray-address {address}: cannot join the Ray cluster ({' '.join(last.split())[:200]})")
 
 
 @dataclass(frozen=True)
@@ -86,8 +134,8 @@ class ExecutorConfig:
     def __post_init__(self) -> None:
         if self.kind not in EXECUTORS:
             raise ValueError(f"--executor {self.kind!r}: unknown; valid: {', '.join(EXECUTORS)}")
-        if self.ray_address is not None and not _ADDRESS.match(str(self.ray_address)):
-            raise ValueError(f"--ray-address {self.ray_address!r}: expected auto or HOST:PORT (e.g. 10.0.0.1:6379)")
+        if self.ray_address is not None:
+            check_ray_address(str(self.ray_address))
         if not 1 <= self.cpus_per_cell <= 1024:
             raise ValueError(f"--cpus-per-cell {self.cpus_per_cell}: must be an integer in 1..1024")
         if not 0 <= self.max_retries <= 100:
@@ -232,7 +280,9 @@ class CellWorker:
         d_rows: list[CostDraftRow] = []
         if cost_curves:
             t_rows, d_rows = sweep.cost_curves_for(self.config, session.target, list(session.drafts), self.ctx.timer,
-                                                   done_target, done_draft).measure()
+                                                   done_target, done_draft,
+                                                   prompt_tokens=sweep.prompt_lengths(session.prompts, session.enc)
+                                                   ).measure()
         return Preparation(
             worker=self.info, target_fingerprint=session.target_fingerprint, models=session.models(),
             draft_names=tuple(d.name for d in session.drafts), prompts=session.prompts_meta(),
@@ -315,6 +365,7 @@ def _connect(ray: Any, executor: ExecutorConfig) -> bool:
     if executor.ray_address is None:  # a fresh instance on this machine only (RAY_ADDRESS still wins, as in Ray)
         ray.init(address="local", **kw)
     else:
+        probe_ray_address(executor.ray_address)  # bounded: ray.init alone would retry for many minutes
         try:
             ray.init(address=executor.ray_address, **kw)
         except Exception as e:  # noqa: BLE001 — Ray raises several kinds here; all mean "cannot join"
@@ -342,7 +393,7 @@ def cell_resources(ray: Any, config: sweep.SweepConfig, executor: ExecutorConfig
 def run_sweep_distributed(config: sweep.SweepConfig, out_dir: str | Path, executor: ExecutorConfig,
                           command: str = "", progress: Callable[[str], None] | None = None, show_bar: bool = True,
                           on_cell: Callable[[CellRow], None] | None = None, force_new: bool = False,
-                          system_check: dict | None = None, quiet: bool = False) -> records.Run:
+                          system_check: dict | None = None, quiet: bool = False, extend: bool = False) -> records.Run:
     """Run (or resume) the sweep into ``out_dir`` with its cells on the Ray cluster of ``executor``; returns the
     run read back (the arguments are :func:`measure.sweep.run_sweep`'s; module docstring).
 
@@ -350,7 +401,8 @@ def run_sweep_distributed(config: sweep.SweepConfig, out_dir: str | Path, execut
     some cells failed on their workers.
     """
     say = progress or (lambda _m: None)
-    opened = sweep.open_run(config, out_dir, command, say, force_new, system_check, cluster_hardware=CLUSTER_HARDWARE)
+    opened = sweep.open_run(config, out_dir, command, say, force_new, system_check, cluster_hardware=CLUSTER_HARDWARE,
+                            extend=extend)
     return run_distributed(config, executor, opened.writer, opened.meta, opened.prompts, opened.selection,
                            progress=say, show_bar=show_bar, on_cell=on_cell, quiet=quiet)
 
@@ -400,6 +452,7 @@ def run_distributed(config: sweep.SweepConfig, executor: ExecutorConfig, writer:
                 writer.append("cost_draft", prep.cost_draft)
                 writer.append("cost_target", prep.cost_target)
                 writer.update(cost_hardware=prep.worker.label)
+                sweep.screen_cost(writer, None, say)  # timed on a worker: an out-of-line point is dropped
             done_cells: list[CellRow] = on_disk.rows("cells")
             for c in done_cells:
                 if on_cell:

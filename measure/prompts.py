@@ -34,6 +34,9 @@ from typing import Any, Iterator
 
 import torch
 
+from toolkit.files import read_text
+from toolkit.jsonio import loads
+
 DOMAINS = ("code", "conversation", "docs")
 MAX_PROMPT_CHARS = 800
 #: ShareGPT records before this index may be evaluation prompts; calibration text starts here (one place).
@@ -246,23 +249,13 @@ def load_prompts_file(path: str | Path) -> tuple[list[Prompt], str]:
     ``<domain>/<id or line>``.
     """
     p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"--prompts-file {str(p)!r}: no such file")
-    size = p.stat().st_size
-    if size == 0:
-        raise ValueError(f"--prompts-file {str(p)!r}: the file is empty")
-    if size > MAX_PROMPTS_FILE_BYTES:
-        raise ValueError(f"--prompts-file {str(p)!r}: {size} bytes, over the {MAX_PROMPTS_FILE_BYTES} byte limit")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(f"--prompts-file {str(p)!r}: not UTF-8 text (byte {e.start})") from None
+    text = read_text(p, "--prompts-file", MAX_PROMPTS_FILE_BYTES)  # exists, within the limit, text (no NUL bytes)
     stripped = text.lstrip()
     rows: list[tuple[str, str, str]] = []  # (id, domain, text)
     if stripped.startswith("["):
         fmt = "sharegpt"
         try:
-            data = json.loads(text)
+            data = loads(text, f"--prompts-file {str(p)!r}")
         except json.JSONDecodeError as e:
             raise ValueError(f"--prompts-file {str(p)!r}: not valid JSON ({e.msg} at line {e.lineno})") from None
         if not isinstance(data, list):
@@ -279,7 +272,7 @@ def load_prompts_file(path: str | Path) -> tuple[list[Prompt], str]:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = loads(line, f"--prompts-file {str(p)!r}: line {ln}")
             except json.JSONDecodeError as e:
                 raise ValueError(f"--prompts-file {str(p)!r}: line {ln}: not valid JSON ({e.msg})") from None
             if not isinstance(rec, dict):

@@ -39,7 +39,14 @@ count; its ``cells.csv`` row once) and treats a damaged cell as unfinished —
 the tables as they were are first copied to ``damaged-<UTC>/`` with the
 reasons, so nothing measured is deleted — then keeps the rows of finished
 cells and drops the rows of unfinished ones. A directory with measured data
-but no ``run.json`` is refused, not started over. A sweep that interleaves its cells
+but no ``run.json`` is refused, not started over.
+
+Extensions: a writer opened with a ``plan`` check (:mod:`measure.runplan`)
+that decides to add cells to a complete run (``--extend``) appends an entry
+to ``run.json`` ``extensions`` and writes the extension's ``status``,
+``pid``, heartbeat, command and config there (:data:`EXTENSION_FIELDS`): the
+run's own stay as they were, so an interrupted extension leaves the run
+``complete`` and reads ``interrupted`` in its entry (:func:`extension_status`). A sweep that interleaves its cells
 stages every finished (prompt, repeat) visit of a cell not finished yet in
 ``visits.partial.jsonl`` (:meth:`RunWriter.stage`), so an interruption loses
 at most the visit that was running; a resume reads them back
@@ -63,10 +70,11 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from measure.ids import CellId, cell_id  # noqa: F401 — the run format's identities, named here too
-from measure.rows import ROW_TYPES, CellRow, Row
+from measure.rows import ROW_TYPES, Row
+from toolkit.jsonio import clean_json, strict_dumps  # noqa: F401 — the run format writes strict JSON
 
 #: Schema this code writes; :data:`READABLE_SCHEMAS` it reads (docs/RUN_FORMAT.md, "Version history").
 SCHEMA_VERSION = 2
@@ -83,6 +91,9 @@ DAMAGED_PREFIX = "damaged-"
 STATUSES = ("running", "complete", "interrupted", "failed")
 #: A ``running`` run whose heartbeat is older than this (and whose pid cannot be checked) is interrupted.
 STALE_HEARTBEAT_S = 900.0
+#: ``run.json`` fields an extension of a run records in its own ``extensions`` entry (the run's stay as they were).
+EXTENSION_FIELDS = ("status", "finished_utc", "error", "interruption", "command", "config", "git_commit", "git_dirty",
+                    "system_check")
 
 #: Columns of every table, in order (``docs/RUN_FORMAT.md``), schema 2: the fields of its row type
 #: (:mod:`measure.rows`).
@@ -101,6 +112,7 @@ _LATER_COLUMNS: dict[str, tuple[str, ...]] = {
     "cells": ("hardware", "n_near_tie", "n_lossless_failures", "tokens_per_s_library", "tokens_per_s_library_lo",
               "tokens_per_s_library_hi", "baseline_vs_library", "baseline_vs_library_lo", "baseline_vs_library_hi"),
     "generations": ("lossless", "divergence_position", "divergence_margin"),
+    "serve_units": ("other_cpu_share", "steal_share"),
 }
 #: Columns read as text and as true/false (the others must parse as numbers), from the row types' fields.
 _BOOL_COLUMNS = {c for row in ROW_TYPES.values() for c, (base, _) in row.column_types().items() if base == "bool"}
@@ -142,27 +154,6 @@ def _parse_utc(text: Any) -> float | None:
         return _dt.datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc).timestamp()
     except ValueError:
         return None
-
-
-def clean_json(obj: Any) -> Any:
-    """``obj`` with every NaN/±inf float replaced by None (recursively), for strict JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, Mapping):
-        return {str(k): clean_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [clean_json(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item) and not isinstance(obj, (str, bytes)):
-        try:
-            return clean_json(obj.item())  # numpy scalars
-        except (TypeError, ValueError):
-            pass
-    return obj
-
-
-def strict_dumps(obj: Any, **kw: Any) -> str:
-    """``json.dumps`` that writes ``null`` for NaN/inf and refuses to write a bare ``NaN``."""
-    return json.dumps(clean_json(obj), allow_nan=False, default=str, **kw)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
@@ -208,6 +199,20 @@ def pid_alive(pid: int) -> bool:
     except (OSError, ValueError, TypeError):
         return False
     return True
+
+
+def extension_status(meta: Mapping[str, Any]) -> tuple[str, str]:
+    """``(status, note)`` of a run's last extension (``("", "")`` without one; the note only when it is not
+    complete): the run's own status stays its own (its cells were complete and still are)."""
+    exts = meta.get("extensions") or []
+    if not exts:
+        return "", ""
+    st, why = effective_status(exts[-1])
+    if st == "complete":
+        return st, ""
+    added = "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in (exts[-1].get("added") or {}).items())
+    return st, (f"its extension {len(exts)} (adding {added}) is {st}{f' ({why})' if why else ''}: the cells it added "
+                f"that did not finish are not in the run (re-run {exts[-1].get('command')!r} to finish them)")
 
 
 def effective_status(meta: Mapping[str, Any]) -> tuple[str, str]:
@@ -419,11 +424,19 @@ class RunWriter:
     ``summary``, ``pid``/``host``/``heartbeat_utc`` are managed here.
     ``fingerprint``: what changes a result; a resume with a different one
     raises :class:`FingerprintMismatch` before anything is written.
+    ``finish_table``: the table whose rows mark a unit finished (``cells``; ``serve_units`` for a serving run).
     """
 
+    finish_table = "cells"
+
     def __init__(self, path: str | os.PathLike, meta: Mapping[str, Any] | None = None,
-                 resume: bool = True, fingerprint: Mapping[str, Any] | None = None) -> None:
+                 resume: bool = True, fingerprint: Mapping[str, Any] | None = None,
+                 plan: Callable[[Mapping[str, Any] | None], Any] | None = None) -> None:
         self.path = Path(path)
+        #: What ``plan`` (``measure.runplan.PlanRequest.opener``) decided when the run already existed, else None.
+        self.opening: Any = None
+        #: Index in ``run.json`` ``extensions`` of the extension this writer writes (None: the run itself).
+        self._ext_index: int | None = None
         #: What opening the run repaired or set aside, in words (a sweep prints them).
         self.repairs: list[str] = []
         if self.path.exists() and not self.path.is_dir():
@@ -438,12 +451,15 @@ class RunWriter:
         except OSError as e:
             raise ValueError(f"output directory {str(self.path)!r} is not writable: {e.strerror or e}") from None
         try:
-            self._open(meta, resume, fingerprint)
+            self._open(meta, resume, fingerprint, plan)
         except BaseException:
             self.release()
             raise
 
-    def _open(self, meta: Mapping[str, Any] | None, resume: bool, fingerprint: Mapping[str, Any] | None) -> None:
+    # long: opening a run in order (probe, resume checks: schema, plan, fingerprint, extension; repairs; or a new
+    #   run), each step relying on the one before
+    def _open(self, meta: Mapping[str, Any] | None, resume: bool, fingerprint: Mapping[str, Any] | None,
+              plan: Callable[[Mapping[str, Any] | None], Any] | None = None) -> None:
         try:
             probe = self.path / f".write_probe.{os.getpid()}.{uuid.uuid4().hex[:8]}"
             probe.write_text("")
@@ -460,9 +476,28 @@ class RunWriter:
                 raise ValueError(f"{existing}: written with schema_version {self.meta.get('schema_version')}; "
                                  f"resuming needs schema {SCHEMA_VERSION} (use --force-new or a new --out)")
             st, _ = effective_status(self.meta)
-            if fingerprint is not None and "fingerprint" in self.meta:
-                self.check_fingerprint(fingerprint)
-            self.meta.setdefault("resumed_utc", []).append(utc_now())
+            self._on_disk = json.loads(json.dumps(self.meta))  # as found: restored if the target turns out different
+            refused = None
+            try:
+                self.opening = plan(self.meta) if plan is not None else None  # refuses other cells in one line
+            except FingerprintMismatch as e:
+                refused = e
+            check = self.opening.fingerprint if self.opening is not None else fingerprint
+            if refused is not None and check is not None:  # a different setup is said first: --extend cannot help
+                check = {k: v for k, v in check.items() if k != "prompts"}
+            if check is not None and "fingerprint" in self.meta:
+                self.check_fingerprint(check)
+            if refused is not None:
+                raise refused
+            if self.opening is not None and self.opening.extension is not None:
+                exts = self.meta.setdefault("extensions", [])
+                exts.append({**self.opening.extension, "started_utc": utc_now()})
+                self._ext_index = len(exts) - 1
+            elif self.opening is not None and self.opening.resume_extension:
+                self._ext_index = len(self.meta["extensions"]) - 1
+                self._extension.setdefault("resumed_utc", []).append(utc_now())
+            else:
+                self.meta.setdefault("resumed_utc", []).append(utc_now())
             self._repair_staged_tail()
             self._finished = self._read_finished()
             self._set_aside_damaged()  # copies the tables as found, before anything below rewrites them
@@ -473,6 +508,8 @@ class RunWriter:
                              "resuming it and not starting a new run over it; move that data away, or choose "
                              "another --out")
         else:
+            if plan is not None:
+                plan(None)  # ``--extend`` of a directory with no run: refused in one line
             self.meta = {"schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex, "created_utc": utc_now(),
                          "summary": {}, "config": {}}
             self._finished = set()
@@ -483,8 +520,19 @@ class RunWriter:
             self.meta[k] = v
         if fingerprint is not None:
             self.meta["fingerprint"] = {**self.meta.get("fingerprint", {}), **dict(fingerprint)}
-        self.meta.update(status="running", pid=os.getpid(), host=socket.gethostname())
+        (self._extension if self._ext_index is not None else self.meta).update(
+            status="running", pid=os.getpid(), host=socket.gethostname())
         self._write_meta()
+
+    @property
+    def _extension(self) -> dict:
+        assert self._ext_index is not None
+        return self.meta["extensions"][self._ext_index]
+
+    @property
+    def extending(self) -> bool:
+        """Whether this writer writes an extension of the run (``run.json`` ``extensions``), not the run itself."""
+        return self._ext_index is not None
 
     # -- identity ------------------------------------------------------------------
     def check_fingerprint(self, fingerprint: Mapping[str, Any]) -> None:
@@ -510,10 +558,11 @@ class RunWriter:
     def is_finished(self, cid: str) -> bool:
         return cid in self._finished
 
-    def finish_cell(self, row: CellRow) -> None:
-        """Append the ``cells.csv`` row (last write of a cell) and rewrite ``run.json``."""
-        self.append("cells", [row])
-        self._finished.add(row.cell_id)
+    def finish_cell(self, row: Row) -> None:
+        """Append the row that marks a unit finished (``cells.csv``; ``finish_table``: ``serve_units`` for a
+        serving run), the last write of a cell, and rewrite ``run.json``."""
+        self.append(self.finish_table, [row])
+        self._finished.add(str(getattr(row, "cell_id")))
         self._write_meta()
 
     # -- tables --------------------------------------------------------------------
@@ -602,6 +651,8 @@ class RunWriter:
         """Set top-level ``run.json`` fields (e.g. ``summary=...``) and rewrite it atomically."""
         if "status" in fields and fields["status"] not in STATUSES:
             raise ValueError(f"unknown status {fields['status']!r}; valid: {', '.join(STATUSES)}")
+        if self._ext_index is not None:  # an extension's own fields go to its entry; the run's stay as they were
+            self._extension.update({k: fields.pop(k) for k in EXTENSION_FIELDS if k in fields})
         self.meta.update(fields)
         self._write_meta()
 
@@ -634,8 +685,11 @@ class RunWriter:
         try:
             yield self
         except FingerprintMismatch:
-            self.meta = before
-            self.meta["status"] = self._previous_status
+            if self._ext_index is not None:
+                self.meta, self._ext_index = self._on_disk, None
+            else:
+                self.meta = before
+                self.meta["status"] = self._previous_status
             self._write_meta()
             self.release()
             raise
@@ -668,6 +722,8 @@ class RunWriter:
     def _write_meta(self) -> None:
         self.meta["n_finished_cells"] = len(getattr(self, "_finished", ()))
         self.meta["heartbeat_utc"] = utc_now()
+        if self._ext_index is not None:
+            self._extension["heartbeat_utc"] = self.meta["heartbeat_utc"]
         _atomic_write_text(self.path / RUN_JSON, strict_dumps(self.meta, indent=2) + "\n")
 
     # -- resume --------------------------------------------------------------------
@@ -716,7 +772,7 @@ class RunWriter:
                                 "short); that visit is measured again")
 
     def _read_finished(self) -> set[str]:
-        header, rows, _ = _raw_table(self.path, "cells")
+        header, rows, _ = _raw_table(self.path, self.finish_table)
         if "cell_id" not in header:
             return set()
         i = header.index("cell_id")
@@ -760,7 +816,7 @@ class RunWriter:
             for r in body:
                 if r[i] not in self._finished:
                     continue
-                if table == "cells":  # a cell finished twice (a crash between two writes): keep the first
+                if table == self.finish_table:  # finished twice (a crash between two writes): keep the first
                     if r[i] in seen:
                         continue
                     seen.add(r[i])
@@ -874,6 +930,11 @@ class Run:
     @property
     def status_note(self) -> str:
         return effective_status(self.meta)[1]
+
+    @property
+    def extension_status(self) -> tuple[str, str]:
+        """``(status, note)`` of the run's last extension (:func:`extension_status`)."""
+        return extension_status(self.meta)
 
     @property
     def run_id(self) -> str:

@@ -19,8 +19,24 @@ a known ratio it covered the truth 82% of the time at 4 pairs (the default
 job's 2 prompts × 2 repeats), 87% at 6, 90% at 12 and 94% at 24, where
 Fieller's covered 95–96% at every n (``python benchmarks/ci_coverage.py``,
 ``results/ci-coverage.json``; ``tests/test_measure_stats.py`` checks the
-rate at 4 and 24 pairs). A tokens/s mean gets Student's t interval. Both are closed
-forms: no resampling, no seed.
+rate at 4 and 24 pairs). Where Fieller's set is unbounded or reaches 0 or below (the
+pairs vary too much to bound a positive ratio at 95%), there is no interval, and
+:attr:`Estimate.note` says why.
+
+**Positive quantities stay positive.** A mean tokens/s (or a latency) gets
+its interval on the log scale: ``mean · exp(± t · s / (mean · √n))``, the
+delta-method standard error of ``log(mean)`` with Student's t at n − 1
+degrees of freedom. To first order it is Student's t interval (at this
+project's 8% spread and 6 visits the two differ by < 0.1%), but it never
+reaches 0: Student's t at 2 or 3 samples (t = 12.7, 4.3) went below zero on
+a busy machine (``17.59 [-17.20, 52.38]`` tokens/s, issue #28). On seeded
+gamma- and lognormal-distributed samples it covers the true mean 94–95% of
+the time at a spread of 8–30% for 2 to 12 samples (Student's t: 94–95%, but
+below zero in 17% of the 2-sample intervals even at 8%), and 92–95% at a
+spread of 80% where Student's t covers 89–93%
+(``tests/test_measure_stats.py`` checks the rates). Fewer than 2 samples:
+no interval, and the note says "too few samples". All closed forms: no
+resampling, no seed.
 
 **Noise:** a cell is ``unstable`` when its baseline tokens/s (in the order
 the generations ran, relative to each prompt's mean) has a coefficient of
@@ -47,8 +63,8 @@ CONFIDENCE = 0.95
 #: a few visits (6 in the default run) and so noisy itself: with the VM's ordinary noise (one baseline
 #: generation varies ~8% around its pace) a drift between two thirds of 2 values each is ~N(0, 8%), so a 10%
 #: drift threshold fires on 21% of quiet cells and a 10% CV one on 17% (6 values: P(χ²₅ > 5·(10/8)²)); at
-#: 10% / 10% they would flag 21 of the 48 cells of eight quiet default runs (results/cpu-make-run-interleaved-c
-#: … -j). At 15% / 20% (1.9 and 2.5 times that σ; 0.4% and 1.2% by the same arithmetic) they flag 3 of 48, and
+#: 10% / 10% they would flag 21 of the 48 cells of eight quiet default runs (interleaved-c … -j in
+#: results/2026-11-24-readme-evidence.md §3.2). At 15% / 20% (1.9 and 2.5 times that σ; 0.4% and 1.2% by the same arithmetic) they flag 3 of 48, and
 #: still 4 of 6 cells in each of the two runs with a CPU hog beside them (-hog, -hog2: CV up to 38%, drift up
 #: to 40%). The price: on seeded synthetic cells (8% noise) one visit slowed by 35% is flagged 80% of the
 #: time (10% / 10%: 99.8%), two in a row 99%; tests/test_measure_stats.py checks these rates.
@@ -58,11 +74,13 @@ DRIFT_THRESHOLD = 0.20
 
 @dataclass(frozen=True)
 class Estimate:
-    """A point value with its 95% confidence interval (``lo``/``hi`` None when not computable)."""
+    """A point value with its 95% confidence interval (``lo``/``hi`` None when not computable; ``note`` then says
+    why in words, e.g. "too few samples for an interval (1 sample)")."""
 
     value: float | None
     lo: float | None
     hi: float | None
+    note: str = ""
 
     def contains(self, x: float) -> bool | None:
         """Whether ``x`` lies inside the interval (None without one)."""
@@ -71,12 +89,22 @@ class Estimate:
         return self.lo <= x <= self.hi
 
     def as_text(self, nd: int = 2) -> str:
-        """``1.12 [1.05, 1.20]`` (``-`` when no value)."""
+        """``1.12 [1.05, 1.20]``; ``1.12 (too few samples for an interval (1 sample))`` without one; ``-`` when
+        no value."""
         if self.value is None:
             return "-"
         if self.lo is None or self.hi is None:
-            return f"{self.value:.{nd}f}"
+            return f"{self.value:.{nd}f}" + (f" ({self.note})" if self.note else "")
         return f"{self.value:.{nd}f} [{self.lo:.{nd}f}, {self.hi:.{nd}f}]"
+
+
+def too_few(n: int, unit: str = "sample") -> str:
+    """The plain reason there is no interval for ``n`` < 2 values: ``too few samples for an interval (1 sample)``."""
+    return f"too few {unit}s for an interval ({n} {unit}{'' if n == 1 else 's'})"
+
+
+#: Why a ratio of two positive means has no 95% interval although it has 2 or more pairs.
+TOO_NOISY = "too noisy for an interval: the pairs vary too much to bound the ratio above 0 at 95%"
 
 
 @dataclass(frozen=True)
@@ -147,21 +175,32 @@ def speedup_ci(base_tps: Sequence[float], method_tps: Sequence[float]) -> Estima
     if not len(b):
         return Estimate(None, None, None)
     value = float(ratio_of_means(b, m))
+    if len(b) < 2:
+        return Estimate(value, None, None, too_few(len(b), "pair"))
     ci = fieller_ratio(b, m)
-    return Estimate(value, *(ci or (None, None)))
+    if ci is None or ci[0] <= 0:  # unbounded, or reaching a ratio <= 0 that positive speeds cannot have
+        return Estimate(value, None, None, TOO_NOISY)
+    return Estimate(value, *ci)
 
 
 def mean_ci(values: Sequence[float]) -> Estimate:
-    """Mean with Student's t 95% CI (NaNs dropped)."""
+    """Mean of a positive quantity (tokens/s, a latency) with its 95% CI on the log scale (NaNs dropped).
+
+    ``mean · exp(± t · s / (mean · √n))`` (module docstring): always inside (0, ∞). Fewer than 2 values, or
+    a value <= 0 (not a positive quantity): no interval, with the reason in :attr:`Estimate.note`.
+    """
     a = _finite(values)
     a = a[np.isfinite(a)]
     if not len(a):
         return Estimate(None, None, None)
     mean = float(a.mean())
     if len(a) < 2:
-        return Estimate(mean, None, None)
-    half = _student_t(len(a)) * float(a.std(ddof=1)) / math.sqrt(len(a))
-    return Estimate(mean, mean - half, mean + half)
+        return Estimate(mean, None, None, too_few(len(a)))
+    if (a <= 0).any():
+        return Estimate(mean, None, None, f"a value <= 0 ({float(a.min()):g}) among the samples: no interval on "
+                                          "the log scale")
+    half_log = _student_t(len(a)) * float(a.std(ddof=1)) / (mean * math.sqrt(len(a)))
+    return Estimate(mean, mean * math.exp(-half_log), mean * math.exp(half_log))
 
 
 def stability(base_tps_in_order: Sequence[float], cv_threshold: float = CV_THRESHOLD,
@@ -255,7 +294,7 @@ def geomean_ci(estimates: Sequence[Estimate]) -> Estimate:
     logs = np.log([e.value for e in vals])
     g = float(np.exp(logs.mean()))
     if any(e.lo is None or e.hi is None or e.lo <= 0 for e in vals):
-        return Estimate(g, None, None)
+        return Estimate(g, None, None, "a cell without an interval")
     se = np.array([(math.log(e.hi) - math.log(e.lo)) / (2 * 1.959964) for e in vals])
     half = 1.959964 * float(np.sqrt((se ** 2).sum())) / len(vals)
     return Estimate(g, float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half)))

@@ -12,7 +12,9 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 #: A process using more than this share of one core during the check counts as busy.
 BUSY_CPU_SHARE = 0.5
@@ -30,12 +32,17 @@ def _proc_times() -> dict[int, tuple[str, float]]:
         except OSError:
             continue
         name = stat[stat.find("(") + 1:stat.rfind(")")]
-        fields = stat[stat.rfind(")") + 2:].split()
         try:
-            out[int(d.name)] = (name, (int(fields[11]) + int(fields[12])) / hz)
+            out[int(d.name)] = (name, _stat_cpu_s(stat, hz))
         except (IndexError, ValueError):
             continue
     return out
+
+
+def _stat_cpu_s(stat: str, hz: int) -> float:
+    """User + system CPU seconds from a ``/proc/<pid>/stat`` line (every thread of the process)."""
+    fields = stat[stat.rfind(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / hz
 
 
 def busy_processes(sample_s: float = SAMPLE_S, exclude: set[int] | None = None) -> list[tuple[int, str, float]]:
@@ -54,6 +61,55 @@ def busy_processes(sample_s: float = SAMPLE_S, exclude: set[int] | None = None) 
         if share > BUSY_CPU_SHARE:
             out.append((pid, name, share))
     return sorted(out, key=lambda x: -x[2])
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """The machine's CPU seconds so far (busy, and stolen by the hypervisor) and those of some processes."""
+
+    at_s: float
+    busy_s: float
+    steal_s: float
+    own_s: float
+
+
+def _machine_cpu_s() -> tuple[float, float] | None:
+    """(busy, steal) CPU seconds of every core since boot, from ``/proc/stat``; None where unreadable."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return None
+    if first[0] != "cpu" or len(first) < 9:
+        return None
+    hz = os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in first[1:9])
+    return (user + nice + system + irq + softirq) / hz, steal / hz
+
+
+def _pid_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` (every thread); 0 when it is gone."""
+    try:
+        return _stat_cpu_s(Path(f"/proc/{pid}/stat").read_text(), os.sysconf("SC_CLK_TCK"))
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def cpu_sample(pids: Sequence[int]) -> CpuSample | None:
+    """Now: the machine's busy and stolen CPU seconds and those of ``pids``; None without ``/proc``."""
+    m = _machine_cpu_s()
+    if m is None:
+        return None
+    return CpuSample(time.perf_counter(), m[0], m[1], sum(_pid_cpu_s(p) for p in pids))
+
+
+def other_cpu_shares(a: CpuSample | None, b: CpuSample | None) -> tuple[float | None, float | None]:
+    """Between two samples, in cores: the CPU the *other* processes used (busy minus the sampled pids') and the
+    CPU the hypervisor stole; (None, None) without samples."""
+    if a is None or b is None or b.at_s <= a.at_s:
+        return None, None
+    wall = b.at_s - a.at_s
+    other = max((b.busy_s - a.busy_s) - (b.own_s - a.own_s), 0.0)
+    return other / wall, max(b.steal_s - a.steal_s, 0.0) / wall
 
 
 def cpu_governors() -> set[str]:

@@ -1,5 +1,8 @@
 """``python -m reports RUN_DIR_OR_CALIBRATION_DIR [--out DIR] [--no-png]``.
 
+A serving run (``python -m measure serve``) or its calibration (``python -m
+calibrate serve``) gets the serving report (:mod:`reports.serving`) instead.
+
 Writes ``report.html`` (the answer first, charts inline as SVG), one PNG and
 one interactive HTML per chart, and ``claims.html`` (published claims checked
 against the simulator, a page of its own); prints where the report is, and
@@ -14,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from sim.cliargs import OneLineParser, check_output_dir, fail, nonempty_arg
+from toolkit.cli import OneLineParser, check_output_dir, fail, nonempty_arg
 
 PROG = "python -m reports"
 
@@ -31,10 +34,21 @@ def main(argv: list[str] | None = None) -> int:
         fail(PROG, f"directory not found: {args.src!r}")
     if not src.is_dir():
         fail(PROG, f"{args.src!r} is a file; give a calibration directory (calibration.json) or a run directory")
-    if not (src / "calibration.json").is_file() and not (src / "run.json").is_file():
-        fail(PROG, f"{args.src!r} is neither a calibration directory (calibration.json) nor a run directory "
-                   "(run.json)")
+    if not any((src / f).is_file() for f in ("calibration.json", "run.json", "serve_calibration.json")):
+        fail(PROG, f"{args.src!r} is neither a calibration directory (calibration.json, serve_calibration.json) nor "
+                   "a run directory (run.json)")
     try:
+        from reports.serving import build_serving_report, serve_calibration_dir
+
+        serve = serve_calibration_dir(src)
+        if serve is not None:  # python -m measure serve, calibrated by python -m calibrate serve
+            check_output_dir("--out", Path(args.out) if args.out else serve / "report")
+            s = build_serving_report(serve, args.out, png=not args.no_png)
+            print(f"report written to {s.html_path.resolve()}")
+            print(json.dumps({"report": str(s.html_path.resolve()), "charts": list(s.charts),
+                              "pngs": [str(p) for p in s.png_paths], "calibration": str(s.calibration_dir.resolve()),
+                              "claims": None}))
+            return 0
         check_output_dir("--out", Path(args.out) if args.out else src / "report")
         from reports.page import build_report
 

@@ -37,8 +37,12 @@ from reports.summary import (
     measured_setups,
     predicted_optima,
 )
+from toolkit.jsonio import read_json
 
 CAL_JSON = "calibration.json"
+#: The columns of ``predictions.csv`` the page reads (calibrate/outputs.py writes them).
+PREDICTION_COLUMNS = ("run", "cell_id", "method", "predicted_speedup", "split")
+_AGAIN = "re-run python -m calibrate to write it again"
 
 
 # -- frames -----------------------------------------------------------------------
@@ -235,12 +239,48 @@ def _table_html(df: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
                       float_format=lambda v: floatfmt.format(v))
 
 
-def _read_csv_or_empty(path: Path) -> pd.DataFrame:
-    """A calibration table, or an empty frame when it is absent or has no columns (nothing was fitted)."""
+def _read_csv_or_empty(path: Path, required: tuple[str, ...] | None = None) -> pd.DataFrame:
+    """A calibration table, or an empty frame when it has no columns (nothing was fitted) or, unless
+    ``required`` names its columns, is absent. A table that cannot be parsed or lacks a required column is one
+    ``ValueError`` line naming the file (a damaged calibration was a pandas traceback)."""
     try:
-        return pd.read_csv(path)
-    except (FileNotFoundError, pd.errors.EmptyDataError):
+        df = pd.read_csv(path)
+    except FileNotFoundError:
+        if required is None:
+            return pd.DataFrame()
+        raise ValueError(f"calibration directory {str(path.parent)!r} has no {path.name}; {_AGAIN}") from None
+    except pd.errors.EmptyDataError:
         return pd.DataFrame()
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as exc:
+        why = " ".join(str(exc).split())[:200]
+        raise ValueError(f"{str(path)!r} is not a table this reads ({why}); {_AGAIN}") from None
+    missing = [c for c in required or () if c not in df.columns]
+    if missing and len(df.columns):
+        raise ValueError(f"{str(path)!r} has no column {', '.join(missing)}; {_AGAIN}")
+    return df
+
+
+def read_calibration(cal_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
+    """``calibration.json``, ``predictions.csv`` and ``speedup_curves.csv`` of ``cal_dir``, checked: what
+    ``python -m calibrate`` did not write whole (cut short, edited, its runs moved) is one ``ValueError`` line
+    naming the file, never a traceback half-way through the page."""
+    doc = read_json(cal_dir / CAL_JSON, "calibration file")
+    name = f"calibration file {str(cal_dir / CAL_JSON)!r}"
+    if not isinstance(doc, dict):
+        raise ValueError(f"{name} holds a JSON {type(doc).__name__}, not an object; {_AGAIN}")
+    runs = doc.get("runs")
+    if not (isinstance(runs, dict) and runs and all(isinstance(i, dict) and isinstance(i.get("path"), str)
+                                                     for i in runs.values())):
+        raise ValueError(f"{name} names no runs (an object of run labels, each with its path); {_AGAIN}")
+    for key in ("mape", "holdout"):
+        if not isinstance(doc.get(key), dict):
+            raise ValueError(f"{name} has no {key!r} object; {_AGAIN}")
+    for label, info in runs.items():
+        if not (Path(info["path"]) / "run.json").is_file():
+            raise ValueError(f"{name} names run {label!r} at {info['path']!r}, which holds no run.json (moved or "
+                             "deleted?)")
+    pred = _read_csv_or_empty(cal_dir / "predictions.csv", required=PREDICTION_COLUMNS)
+    return doc, pred, _read_csv_or_empty(cal_dir / "speedup_curves.csv")
 
 
 _CSS = """
@@ -391,9 +431,7 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
     except OSError as exc:
         raise ValueError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}") from None
     cal_dir = _load_calibration(src)
-    doc = json.loads((cal_dir / CAL_JSON).read_text())
-    pred = pd.read_csv(cal_dir / "predictions.csv")
-    curves = _read_csv_or_empty(cal_dir / "speedup_curves.csv")
+    doc, pred, curves = read_calibration(cal_dir)
 
     from measure.records import load_run
 

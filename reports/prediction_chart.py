@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from sim.cliargs import OneLineParser, nonempty_arg
+from toolkit.cli import OneLineParser, nonempty_arg
 
 KEYS = {"speedup_vs_alpha": ("alpha", "gamma", "speedup"), "speedup_vs_gamma": ("gamma", "speedup", "source",
                                                                               "optimal")}

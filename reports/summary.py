@@ -19,6 +19,8 @@ from typing import Any, Mapping
 
 import pandas as pd
 
+from measure.records import extension_status
+
 #: Prediction methods in the order the page lists them, with the names it uses.
 METHOD_NAMES: dict[str, str] = {"trace": "trace replay", "closed_form": "closed form", "event_sim": "event sim"}
 #: A predicted best γ beyond the measured ones is worth a measurement when it promises this much more speedup.
@@ -87,14 +89,19 @@ def _setup(label: str, meta: Mapping[str, Any], hardware: Mapping[str, Any] | No
     hw = hardware or meta.get("hardware") or {}
     device = hw.get("gpu") or hw.get("device_name") or hw.get("device") or "?"
     cores = f", {hw['cores']} cores" if hw.get("cores") else ""
-    gammas = ", ".join(str(g) for g in cfg.get("gammas") or ()) or str(cfg.get("gamma", "?"))
+    exts = meta.get("extensions") or []  # cells added later (--extend): the run's config is its first command's
+    added = [g for e in exts for g in (e.get("added") or {}).get("gammas", ())]
+    gammas = ", ".join(str(g) for g in [*(cfg.get("gammas") or ()), *added]) or str(cfg.get("gamma", "?"))
     domains = "domains " + (", ".join(domains_measured or cfg.get("domains") or ()) or "?")
     workload = (f"γ policies {gammas}; {domains}; {cfg.get('prompts_per_domain', '?')} prompt(s) per domain × "
                 f"{cfg.get('repeats', '?')} repeats × {cfg.get('max_new_tokens', '?')} new tokens; temperature "
                 f"{', '.join(f'{x:g}' for x in cfg.get('temperatures') or (0.0,))}")
     when = str(meta.get("created_utc") or "")[:10]
-    return MeasuredSetup(label, target, drafts, lib, f"{device}{cores}", workload,
-                         str(meta.get("command") or ""), str(meta.get("status") or "?") + (f", {when}" if when else ""))
+    command = "; then ".join(str(c) for c in [meta.get("command"), *(e.get("command") for e in exts)] if c)
+    status = str(meta.get("status") or "?") + (f", {when}" if when else "")
+    if exts:
+        status += f"; {len(exts)} extension(s), the last {extension_status(meta)[0]}"
+    return MeasuredSetup(label, target, drafts, lib, f"{device}{cores}", workload, command, status)
 
 
 def measured_setups(doc: Mapping[str, Any], run_meta: Mapping[str, Mapping[str, Any]],

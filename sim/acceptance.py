@@ -42,7 +42,8 @@ from typing import ClassVar, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from sim.files import check_schema_version, read_json
+from sim.files import check_schema_version
+from toolkit.jsonio import read_json
 
 
 def _check_alpha(name: str, value: float) -> float:

@@ -21,16 +21,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import replace
-from typing import NoReturn, Sequence
+from typing import Sequence
 
 from presets import HEAD_KINDS, HEAD_PAIRS, PAIRS, get_hardware, get_pair, make_pair
 from sim.claims import (
     CLAIMS,
     DEFAULT_CONTEXT_TOKENS,
-    GAMMA_LIMIT,
     ClaimCheck,
     RooflineCheck,
     Verdict,
@@ -40,81 +38,78 @@ from sim.claims import (
     roofline_cost,
 )
 from sim.cost import CostModel, LeviathanCost
+from sim.limits import CONTEXT_LIMIT_TOKENS, COST_RATIO_LIMIT, COST_RATIO_WHY, GAMMA_LIMIT, GAMMA_WHY
 from sim.typical import TYPICAL_ALPHA, typical_alpha
+from toolkit.cli import OneLineParser, choice_arg, float_arg, int_arg
 
 PROG = "python -m sim check"
 FORMATS = ("table", "json", "markdown")
+GAMMA_MAX_DEFAULT = 16  # not argparse's default: "--gamma 4 --gamma-max 16" must still be seen as a conflict
+#: The flags of one claim of the user's: ``--claims`` checks the built-in table and would ignore every one.
+CLAIM_FLAGS = ("speedup", "preset", "draft", "target", "hardware", "cost_ratio", "gamma", "gamma_max", "alpha",
+               "tau", "baseline_ms", "speculative_ms", "bytes_per_param", "context_tokens")
+#: Widest weight format there is (float64): more bytes per parameter than that is a typo.
+BYTES_PER_PARAM_LIMIT = 8.0
 
 
 class CheckError(Exception):
     """A user-facing error: one line, exit status 2."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad command line in one line (no usage dump) and exits 2."""
-
-    def error(self, message: str) -> NoReturn:
-        raise CheckError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Hold a claimed speculative-decoding speedup against the simulator.")
+    """The ``sim check`` options; every ``type=`` refuses NaN, ±inf and out-of-range values (:mod:`sim.limits`)."""
+    p = OneLineParser(prog=PROG, description="Hold a claimed speculative-decoding speedup against the simulator.")
     p.add_argument("--claims", action="store_true", help="check every claim of the built-in table and print it")
-    p.add_argument("--speedup", type=float, help="the claimed speedup over plain decoding (> 0)")
+    p.add_argument("--speedup", type=float_arg(0.0, lo_open=True),
+                   help="the claimed speedup over plain decoding (> 0)")
+    # names are looked up after parsing (presets' own one-line errors list the valid ones), so that
+    # --claims can first refuse them as flags it would ignore
     p.add_argument("--preset", help=f"draft/target pair by exact name (e.g. {', '.join(list(PAIRS)[:3])}, ...), or "
                    f"a draft head on its target ({', '.join(HEAD_PAIRS)})")
     p.add_argument("--draft", help=f"draft model name, or a draft head kind ({', '.join(HEAD_KINDS)}) (with "
                    "--target: a pair of your own)")
     p.add_argument("--target", help="target model name (with --draft)")
     p.add_argument("--hardware", help="hardware profile (default: the pair's)")
-    p.add_argument("--cost-ratio", type=float, metavar="C",
+    p.add_argument("--cost-ratio", type=float_arg(0.0, COST_RATIO_LIMIT, why=COST_RATIO_WHY), metavar="C",
                    help="pure Leviathan cost model instead of a preset: draft step = C x target step")
-    p.add_argument("--gamma", type=int, help=f"the claim's draft length, 1..{GAMMA_LIMIT} (default: the most "
-                   "favourable in 1..--gamma-max)")
-    p.add_argument("--gamma-max", type=int, default=16, help="largest γ searched when --gamma is not given "
-                   "(default 16)")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--gamma", type=int_arg(1, GAMMA_LIMIT, GAMMA_WHY), help=f"the claim's draft length, "
+                   f"1..{GAMMA_LIMIT} (default: the most favourable in 1..--gamma-max)")
+    g.add_argument("--gamma-max", type=int_arg(1, GAMMA_LIMIT, GAMMA_WHY),
+                   help=f"largest γ searched when --gamma is not given (default {GAMMA_MAX_DEFAULT})")
     a = p.add_mutually_exclusive_group()
-    a.add_argument("--alpha", type=float, help="the acceptance rate the claim states, in [0, 1]")
-    a.add_argument("--tau", type=float, help="the mean tokens per round the claim states (>= 1)")
-    p.add_argument("--baseline-ms", type=float, help="the claim's baseline ms per token (checked against the roofline)")
-    p.add_argument("--speculative-ms", type=float, help="the claim's speculative ms per token")
-    p.add_argument("--bytes-per-param", type=float, help="weight precision, overriding the hardware's (e.g. 0.5 int4)")
-    p.add_argument("--context-tokens", type=float, default=DEFAULT_CONTEXT_TOKENS,
+    a.add_argument("--alpha", type=float_arg(0.0, 1.0), help="the acceptance rate the claim states, in [0, 1]")
+    a.add_argument("--tau", type=float_arg(1.0, GAMMA_LIMIT + 1.0),
+                   help="the mean tokens per round the claim states (>= 1)")
+    p.add_argument("--baseline-ms", type=float_arg(0.0, lo_open=True),
+                   help="the claim's baseline ms per token (checked against the roofline)")
+    p.add_argument("--speculative-ms", type=float_arg(0.0, lo_open=True),
+                   help="the claim's speculative ms per token")
+    p.add_argument("--bytes-per-param", type=float_arg(0.0, BYTES_PER_PARAM_LIMIT, lo_open=True),
+                   help="weight precision, overriding the hardware's (e.g. 0.5 int4)")
+    p.add_argument("--context-tokens", type=float_arg(0.0, CONTEXT_LIMIT_TOKENS),
                    help=f"context length the costs use (default {DEFAULT_CONTEXT_TOKENS:g})")
-    p.add_argument("--format", default="table", help=f"one of {', '.join(FORMATS)} (default table)")
+    p.add_argument("--format", default="table", type=choice_arg("format", FORMATS),
+                   help=f"one of {', '.join(FORMATS)} (default table)")
     return p
 
 
-def _finite(name: str, value: float | None, low: float, low_open: bool = False) -> None:
-    if value is None:
-        return
-    bad = not math.isfinite(value) or value < low or (low_open and value == low)
-    if bad:
-        raise CheckError(f"{name} must be a finite number {'>' if low_open else '>='} {low:g}, got {value}")
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
 
 
 def _validate(args: argparse.Namespace) -> None:
-    if args.format not in FORMATS:
-        raise CheckError(f"unknown --format {args.format!r}; valid: {', '.join(FORMATS)}")
+    """Refuse what the parser cannot see: flags the mode would ignore, a missing claim, contradictory pairs."""
     if args.claims:
+        given = [_flag(n) for n in CLAIM_FLAGS if getattr(args, n) is not None]
+        if given:
+            raise CheckError(f"--claims checks the built-in table and would ignore {', '.join(given)}: drop "
+                             f"{'it' if len(given) == 1 else 'them'}, or drop --claims to check a claim of your own")
         return
     if args.format == "markdown":
         raise CheckError("--format markdown is for the --claims table; for one claim use table or json")
     if args.speedup is None:
         raise CheckError("--speedup is required (the claimed speedup), or use --claims for the built-in table")
-    _finite("--speedup", args.speedup, 0.0, low_open=True)
-    for name in ("gamma", "gamma_max"):
-        g = getattr(args, name)
-        if g is not None and not 1 <= g <= GAMMA_LIMIT:
-            raise CheckError(f"--{name.replace('_', '-')} must be in [1, {GAMMA_LIMIT}], got {g}")
-    if args.alpha is not None and not (math.isfinite(args.alpha) and 0.0 <= args.alpha <= 1.0):
-        raise CheckError(f"--alpha must be in [0, 1], got {args.alpha}")
-    _finite("--tau", args.tau, 1.0)
-    _finite("--cost-ratio", args.cost_ratio, 0.0)
-    _finite("--baseline-ms", args.baseline_ms, 0.0, low_open=True)
-    _finite("--speculative-ms", args.speculative_ms, 0.0, low_open=True)
-    _finite("--bytes-per-param", args.bytes_per_param, 0.0, low_open=True)
-    _finite("--context-tokens", args.context_tokens, 0.0)
     if (args.draft is None) != (args.target is None):
         raise CheckError("--draft and --target go together")
     if args.draft is not None and args.preset is not None:
@@ -129,6 +124,10 @@ def _validate(args: argparse.Namespace) -> None:
                                         or args.bytes_per_param):
         raise CheckError("--hardware, --baseline-ms, --speculative-ms and --bytes-per-param need a pair, "
                          "not --cost-ratio")
+    if args.gamma_max is None:
+        args.gamma_max = GAMMA_MAX_DEFAULT
+    if args.context_tokens is None:
+        args.context_tokens = DEFAULT_CONTEXT_TOKENS
 
 
 def check_user_claim(args: argparse.Namespace) -> tuple[Verdict, RooflineCheck | None, dict]:

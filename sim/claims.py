@@ -52,10 +52,8 @@ from presets.pairs import Pair
 from sim.acceptance import IIDAcceptance, implied_alpha_from_tau
 from sim.analytic import predict_row
 from sim.cost import CostModel, LeviathanCost, RooflineCost, pair_roofline_cost, round_time_ms
+from sim.limits import GAMMA_LIMIT  # the largest draft length the check accepts and searches
 from sim.typical import TYPICAL_ALPHA, AlphaRange, typical_alpha
-
-GAMMA_LIMIT = 64
-"""Largest draft length the check accepts and searches."""
 
 DEFAULT_CONTEXT_TOKENS = 512.0
 ALPHA_ROUNDING = 0.005
@@ -287,7 +285,7 @@ def check_speedup(
     # What would have to be true, each at the reference α.
     k = draft_factor_needed(cost, speedup, a_ref, g_eval, context_tokens)
     c_needed = None if k is None else k * c
-    slowdown = speedup / predicted_ref
+    slowdown = speedup / predicted_ref if predicted_ref > 0 else math.inf  # a speedup that rounds to 0
     all_g = range(1, GAMMA_LIMIT + 1)
     needs_all = {g: alpha_needed(cost, speedup, g, context_tokens) for g in all_g}
     reachable = [g for g in all_g if needs_all[g] is not None]

@@ -16,11 +16,13 @@ valid choices or range — before any simulation runs. Flags that would be
 ignored (``--policy heuristic`` in analytic mode, ``--requests`` outside serve
 mode, ``--hardware`` with a fitted cost model) are refused, not dropped.
 
-Bounds, and why: γ ≤ 64 (the chance that 64 draft tokens in a row are all
+Bounds, and why (:mod:`sim.limits`, shared with ``sim check`` and
+``calibrate ingest``): γ ≤ 64 (the chance that 64 draft tokens in a row are all
 accepted is 0.9^64 ≈ 0.001 even at α = 0.9: longer drafts cannot pay);
 context ≤ the pair's shortest position window, or 10^7 tokens without a pair;
 ``--new-tokens`` and ``--requests`` ≤ 10^6, and at most 10^7 simulated tokens
-per run (requests × new tokens × number of γ), about a minute of simulation.
+per run (requests × new tokens × number of γ), about a minute of simulation;
+``--cost-ratio`` ≤ 100 (from 1 on no speedup is possible).
 
 ``--chart`` keeps ``sim`` free of plotting: sim computes the chart data and
 hands it, as JSON on stdin, to ``python -m reports.prediction_chart`` (the
@@ -49,7 +51,22 @@ from sim.acceptance import (
     implied_alpha_from_tau,
     load_acceptance,
 )
-from sim.cliargs import (
+from sim.cost import CostModel, LeviathanCost, load_cost_model, pair_roofline_cost
+from sim.limits import (
+    ARRIVAL_RATE_LIMIT_PER_S,
+    CONTEXT_LIMIT_TOKENS,
+    COST_RATIO_LIMIT,
+    COST_RATIO_WHY,
+    GAMMA_LIMIT,
+    GAMMA_WHY,
+    MAX_BATCH_LIMIT,
+    NEW_TOKENS_LIMIT,
+    REQUESTS_LIMIT,
+    SEED_LIMIT,
+    SIMULATED_TOKENS_LIMIT,
+)
+from sim.policies import POLICY_KINDS, GammaSpec
+from toolkit.cli import (
     OneLineParser,
     check_output_file,
     choice_arg,
@@ -59,8 +76,6 @@ from sim.cliargs import (
     int_arg,
     nonempty_arg,
 )
-from sim.cost import CostModel, LeviathanCost, load_cost_model, pair_roofline_cost
-from sim.policies import POLICY_KINDS, GammaSpec
 
 PROG = "python -m sim"
 MODES = ("analytic", "event", "serve")
@@ -71,16 +86,7 @@ DEFAULT_PRESET = "llama3-1b-3b"
 # lists these.
 COMMANDS: tuple[str, ...] = ("check", "tree")
 
-GAMMA_LIMIT = 64
 GAMMA_MAX_DEFAULT = 8  # not argparse's default: "--gamma 4 --gamma-max 8" must still be seen as a conflict
-GAMMA_WHY = "0.9^64 = 0.001: a draft longer than 64 tokens is never accepted whole"
-CONTEXT_LIMIT_TOKENS = 10_000_000
-NEW_TOKENS_LIMIT = 1_000_000
-REQUESTS_LIMIT = 1_000_000
-MAX_BATCH_LIMIT = 4096
-ARRIVAL_RATE_LIMIT_PER_S = 1_000_000.0
-SIMULATED_TOKENS_LIMIT = 10_000_000
-SEED_LIMIT = 2**63 - 1
 SERVE_DEFAULTS = {"requests": 200, "arrival_rate": 5.0, "max_batch": 32}
 NEW_TOKENS_DEFAULT = {"event": 4096, "serve": 256}
 
@@ -113,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--acceptance", metavar="FILE", type=nonempty_arg("file name"),
                    help="acceptance model JSON (as written by calibrate)")
     c = p.add_mutually_exclusive_group()
-    c.add_argument("--cost-ratio", type=float_arg(0.0), metavar="C",
+    c.add_argument("--cost-ratio", type=float_arg(0.0, COST_RATIO_LIMIT, why=COST_RATIO_WHY), metavar="C",
                    help="pure Leviathan cost model: draft step = C x target step, verify = target step")
     c.add_argument("--cost-model", metavar="FILE", type=nonempty_arg("file name"),
                    help="cost model JSON (as written by calibrate)")

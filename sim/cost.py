@@ -36,7 +36,8 @@ import numpy as np
 
 from presets.hardware import Hardware, RooflineForward
 from presets.pairs import Pair
-from sim.files import check_schema_version, read_json
+from sim.files import check_schema_version
+from toolkit.jsonio import read_json
 
 COST_MODEL_SCHEMA_VERSION = 1
 

@@ -17,10 +17,14 @@ Two modes:
   plus the root, and τ drawn from a :class:`~sim.trees.PositionalAcceptance`
   (:class:`~sim.trees.TreeSampler`).
 * :func:`simulate_serving` — Poisson arrivals of many requests sharing one
-  GPU with batched drafting and verification (iteration-level batching, as
-  vLLM schedules it): each iteration every running request drafts, then one
-  batched target forward verifies them all. The autoregressive baseline is
-  simulated under the same arrivals (same seed) for the speedup.
+  GPU with batched drafting and verification (iteration-level batching): each
+  iteration every running request drafts, the batch drafting as far as its
+  longest proposal, then one batched target forward verifies them all. The
+  autoregressive baseline is simulated under the same arrivals (same seed)
+  for the speedup. It runs on :func:`sim.serving.simulate_server` (a plain
+  event loop, no SimPy) with the :func:`sim.serving.lockstep` scheduler; the
+  rounds are drawn in pools, so a seed gives other draws than the SimPy
+  version this replaced (``docs/design/serving.md``).
   :func:`serving_capacity` gives each side's highest sustainable arrival
   rate; when arrivals exceed either, the result says it is overloaded and
   gives no latency ratio (a queue that grows without bound has no speedup).
@@ -31,7 +35,7 @@ Times are in milliseconds of simulated time.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import simpy
@@ -41,11 +45,7 @@ from sim.cost import CostModel, draft_forward_ms
 from sim.policies import FixedGamma, GammaPolicy, GammaSpec, TreePolicy, make_policy
 from sim.trees import PositionalAcceptance, TreeSampler
 
-
-def _check_count(name: str, n: int) -> int:
-    if int(n) != n or n < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {n}")
-    return int(n)
+from sim.serving import LockstepCost, OpenLoop, ServeRun, Workload, check_count, lockstep, simulate_server
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def simulate_request(
     A :class:`~sim.policies.TreePolicy` runs tree rounds (``drafted`` counts
     the tree's nodes, ``accepted`` the draft tokens of the accepted path).
     """
-    n_tokens = _check_count("n_tokens", n_tokens)
+    n_tokens = check_count("n_tokens", n_tokens)
     pol = make_policy(policy) if isinstance(policy, (str, int, GammaSpec)) else policy
     pol.reset()
     sampler = _tree_sampler(acceptance, pol)
@@ -253,122 +253,32 @@ class ServingResult:
         }
 
 
-@dataclass
-class _Request:
-    """A request in the serving simulation (mutable: the iterations advance it)."""
-
-    id: int
-    arrival_ms: float
-    ctx: float  # context tokens so far
-    produced: int = 0
-    policy: GammaPolicy | None = field(default=None, repr=False)  # its own γ policy (speculative side)
-    finish_ms: float | None = None
-
-
-# long: the serving loop's SimPy processes (arrivals, batching, iterations) share one environment and its state
-def _serve(
-    arrivals_ms: np.ndarray,
-    n_tokens: int,
-    context_tokens: float,
-    max_batch: int,
-    iteration,  # (env, running requests) -> generator; advances their produced counts
-    log: list[tuple[int, float, int]] | None = None,  # receives (batch, duration ms, tokens) per iteration
-) -> ServingStats:
-    env = simpy.Environment()
-    gpu = simpy.Resource(env, capacity=1)
-    waiting: list[_Request] = []
-    done: list[_Request] = []
-    new_work = env.event()  # succeeds when a request arrives at an idle scheduler
-    batches: list[int] = []
-
-    def arrive(i: int, at_ms: float) -> simpy.events.ProcessGenerator:
-        yield env.timeout(at_ms)
-        waiting.append(_Request(i, at_ms, float(context_tokens)))
-        if not new_work.triggered:
-            new_work.succeed()
-
-    def scheduler() -> simpy.events.ProcessGenerator:
-        nonlocal new_work
-        running: list[_Request] = []
-        while len(done) < len(arrivals_ms):
-            while waiting and len(running) < max_batch:
-                running.append(waiting.pop(0))
-            if not running:
-                new_work = env.event()
-                yield new_work
-                continue
-            batches.append(len(running))
-            with gpu.request() as slot:
-                yield slot
-                start, before = env.now, sum(r.produced for r in running)
-                yield from iteration(env, running)
-                if log is not None:
-                    log.append((len(running), env.now - start, sum(r.produced for r in running) - before))
-            finished = [r for r in running if r.produced >= n_tokens]
-            for r in finished:
-                r.finish_ms = env.now
-                done.append(r)
-            running = [r for r in running if r.produced < n_tokens]
-
-    for i, t in enumerate(arrivals_ms):
-        env.process(arrive(i, float(t)))
-    env.process(scheduler())
-    env.run()
-    lat = np.array([r.finish_ms - r.arrival_ms for r in done])
-    tokens = int(sum(r.produced for r in done))
-    makespan = float(max(r.finish_ms for r in done) - float(np.min(arrivals_ms)))
+def _serve(run: ServeRun) -> ServingStats:
+    """The lockstep simulation's stats from a :func:`sim.serving.simulate_server` run."""
+    lat = run.e2e_ms
+    makespan = float(run.finish_ms.max() - run.send_ms.min())
+    tokens = int(run.tokens.sum())
+    busy = run.step_seqs > 0
     return ServingStats(
-        requests=len(done),
+        requests=int(run.tokens.size),
         tokens=tokens,
         makespan_ms=makespan,
         throughput_tokens_per_s=tokens / makespan * 1000.0,
         latency_p50_ms=float(np.percentile(lat, 50)),
         latency_p95_ms=float(np.percentile(lat, 95)),
         latency_p99_ms=float(np.percentile(lat, 99)),
-        ms_per_output_token_mean=float(np.mean(lat / np.array([r.produced for r in done]))),
-        mean_batch=float(np.mean(batches)) if batches else 0.0,
+        ms_per_output_token_mean=float(np.mean(lat / run.tokens)),
+        mean_batch=float(run.step_seqs[busy].mean()) if busy.any() else 0.0,
     )
 
 
-def _spec_iteration(acceptance: AcceptanceModel, cost: CostModel, spec: str, rng: np.random.Generator):
-    """One batched speculative iteration: every running request drafts, one batched forward verifies."""
-
-    def iteration(env: simpy.Environment, running: list[_Request]) -> simpy.events.ProcessGenerator:
-        for r in running:
-            if r.policy is None:
-                r.policy = make_policy(spec)
-        b = len(running)
-        ctx = float(np.mean([r.ctx for r in running]))
-        # each request's round: how many tokens its draft proposes and how many are accepted;
-        # the batch drafts and verifies as many positions as its longest proposal
-        rounds = [sample_round(acceptance, r.policy.gamma, rng) for r in running]
-        g_max = max(d for d, _ in rounds)
-        for i in range(g_max):
-            yield env.timeout(cost.draft_step_ms(ctx + i, b))
-        yield env.timeout(cost.verify_ms(g_max + 1, ctx, b))
-        ov = cost.round_overhead_ms(g_max)
-        if ov > 0:
-            yield env.timeout(ov)
-        for r, (d, acc) in zip(running, rounds):
-            r.produced += acc + 1
-            r.ctx += acc + 1
-            if d:
-                r.policy.update(d, acc)
-
-    return iteration
-
-
-def _base_iteration(cost: CostModel):
-    """One batched autoregressive iteration: one target forward, one token per running request."""
-
-    def iteration(env: simpy.Environment, running: list[_Request]) -> simpy.events.ProcessGenerator:
-        ctx = float(np.mean([r.ctx for r in running]))
-        yield env.timeout(cost.target_step_ms(ctx, len(running)))
-        for r in running:
-            r.produced += 1
-            r.ctx += 1
-
-    return iteration
+def _lockstep_run(arrivals_ms: np.ndarray, n_tokens: int, context_tokens: float, max_batch: int, cost: CostModel,
+                  acceptance: AcceptanceModel | None, spec: str | None, seed: int) -> ServeRun:
+    """Requests arriving at ``arrivals_ms`` on the lockstep batch (no prompt step; each iteration drafts as far
+    as its longest proposal, then one batched verify); ``spec=None``: the autoregressive baseline."""
+    work = Workload(len(arrivals_ms), n_tokens, OpenLoop(1.0), arrivals_ms=arrivals_ms)
+    return simulate_server(work, lockstep(max_batch), LockstepCost(cost, draft=spec is not None),
+                           acceptance if spec is not None else None, spec, context_tokens, seed=seed)
 
 
 def serving_capacity(
@@ -393,7 +303,7 @@ def serving_capacity(
     closed form: their capacity is measured by simulating a saturated queue
     (3 × max_batch requests arriving at once; iterations at full batch only).
     """
-    n_tokens, max_batch = _check_count("n_tokens", n_tokens), _check_count("max_batch", max_batch)
+    n_tokens, max_batch = check_count("n_tokens", n_tokens), check_count("max_batch", max_batch)
     ctx, b = float(context_tokens) + n_tokens / 2.0, max_batch
     if policy is None:
         tok_per_s = 1000.0 * b / cost.target_step_ms(ctx, b)
@@ -409,12 +319,10 @@ def serving_capacity(
         tok_per_s = 1000.0 * b * per_round / iter_ms
         return ServingCapacity(float(tok_per_s / (n_tokens + overshoot)), float(tok_per_s), b,
                                float(n_tokens + overshoot), "closed form")
-    log: list[tuple[int, float, int]] = []
-    stats = _serve(np.zeros(3 * b), n_tokens, context_tokens, b,
-                   _spec_iteration(acceptance, cost, pol.spec(), np.random.default_rng(seed)), log)
-    full = [(t, n) for batch, t, n in log if batch == b]
-    tok_per_s = 1000.0 * sum(n for _, n in full) / sum(t for t, _ in full)
-    per_request = stats.tokens / stats.requests
+    run = _lockstep_run(np.zeros(3 * b), n_tokens, context_tokens, b, cost, acceptance, pol.spec(), seed)
+    full = run.step_seqs == b
+    tok_per_s = 1000.0 * float(run.step_emitted[full].sum()) / float(run.step_ms[full].sum())
+    per_request = float(run.tokens.sum()) / run.tokens.size
     return ServingCapacity(float(tok_per_s / per_request), float(tok_per_s), b, float(per_request),
                            "saturated simulation")
 
@@ -431,18 +339,19 @@ def simulate_serving(
     seed: int = 0,
 ) -> ServingResult:
     """Poisson arrivals sharing one GPU, speculative vs autoregressive, same arrivals; each side's capacity."""
-    n_requests = _check_count("n_requests", n_requests)
-    n_tokens = _check_count("n_tokens", n_tokens)
-    max_batch = _check_count("max_batch", max_batch)
+    n_requests = check_count("n_requests", n_requests)
+    n_tokens = check_count("n_tokens", n_tokens)
+    max_batch = check_count("max_batch", max_batch)
     if not 0 < arrival_rate_per_s < math.inf:
         raise ValueError(f"arrival rate must be a finite number > 0 requests/s, got {arrival_rate_per_s}")
     spec = make_policy(policy).spec()
     arrivals_rng, accept_rng, capacity_rng = np.random.default_rng(seed).spawn(3)
     arrivals_ms = np.cumsum(arrivals_rng.exponential(1000.0 / arrival_rate_per_s, size=n_requests))
+    spec_seed = int(accept_rng.integers(2**63))
     return ServingResult(
-        speculative=_serve(arrivals_ms, n_tokens, context_tokens, max_batch,
-                           _spec_iteration(acceptance, cost, spec, accept_rng)),
-        baseline=_serve(arrivals_ms, n_tokens, context_tokens, max_batch, _base_iteration(cost)),
+        speculative=_serve(_lockstep_run(arrivals_ms, n_tokens, context_tokens, max_batch, cost, acceptance, spec,
+                                         spec_seed)),
+        baseline=_serve(_lockstep_run(arrivals_ms, n_tokens, context_tokens, max_batch, cost, None, None, 0)),
         arrival_rate_per_s=float(arrival_rate_per_s),
         policy=spec,
         speculative_capacity=serving_capacity(acceptance, cost, spec, n_tokens, context_tokens, max_batch,

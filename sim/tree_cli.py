@@ -29,19 +29,12 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from presets import HARDWARE, HEAD_KINDS, HEAD_PAIRS, MODELS, PAIRS, Pair
-from sim.cli import (
-    CONTEXT_LIMIT_TOKENS,
-    GAMMA_LIMIT,
-    GAMMA_WHY,
-    MAX_BATCH_LIMIT,
-    NEW_TOKENS_LIMIT,
-    SEED_LIMIT,
-    CliError,
-    _resolve_cost,
-    _resolve_pair,
-    _write_output,
-)
-from sim.cliargs import (
+from sim.cli import CliError, _resolve_cost, _resolve_pair, _write_output
+from sim.cost import CostModel
+from sim.limits import CONTEXT_LIMIT_TOKENS, GAMMA_LIMIT, GAMMA_WHY, MAX_BATCH_LIMIT, NEW_TOKENS_LIMIT, SEED_LIMIT
+from sim.rank_law import DEFAULT_RANK_LAW, DEFAULT_RANKS, RANK_LAWS, RankLaw
+from sim.trees import PositionalAcceptance, TokenTree, TreePrediction, load_positional
+from toolkit.cli import (
     OneLineParser,
     check_output_file,
     choice_arg,
@@ -51,9 +44,6 @@ from sim.cliargs import (
     int_arg,
     nonempty_arg,
 )
-from sim.cost import CostModel
-from sim.rank_law import DEFAULT_RANK_LAW, DEFAULT_RANKS, RANK_LAWS, RankLaw
-from sim.trees import PositionalAcceptance, TokenTree, TreePrediction, load_positional
 
 PROG = "python -m sim tree"
 FORMATS = ("text", "json")

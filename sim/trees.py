@@ -53,7 +53,8 @@ import numpy as np
 from sim.acceptance import AcceptanceModel, IIDAcceptance, PerPositionAcceptance, acceptance_from_dict
 from sim.analytic import PredictionRow, timing_fields
 from sim.cost import CostModel, draft_forward_ms
-from sim.files import check_schema_version, read_json
+from sim.files import check_schema_version
+from toolkit.jsonio import JSONTooDeep, loads, read_json
 
 Path_ = tuple[int, ...]
 SUM_TOLERANCE = 1e-9
@@ -111,8 +112,8 @@ class TokenTree:
         if isinstance(value, str):
             text = value.strip()
             try:
-                value = json.loads(text)
-            except RecursionError:
+                value = loads(text, "the path list")
+            except JSONTooDeep:
                 raise ValueError(f"{text[:20]!r}... nests lists too deeply; a path list is two levels deep, "
                                  "e.g. [[0],[1],[0,0]]") from None
             except json.JSONDecodeError:

@@ -122,3 +122,17 @@ class ToyEngine:
             out.append(tok)
             x = torch.tensor([[tok]])
         return PeerResult(tokens=tuple(out), wall_s=time.perf_counter() - t0, drafted=0, accepted=0, rounds=0)
+
+
+class InterruptedToy(ToyEngine):
+    """The toy engine, Ctrl-C'd in the middle of its ``stop_at``-th library generation (warm-ups count)."""
+
+    def __init__(self, stop_at: int) -> None:
+        super().__init__()
+        self.stop_at, self.calls = stop_at, 0
+
+    def library_generate(self, *a, **kw):
+        self.calls += 1
+        if self.calls == self.stop_at:
+            raise KeyboardInterrupt
+        return super().library_generate(*a, **kw)

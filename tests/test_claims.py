@@ -276,20 +276,36 @@ def test_cli_claims_table_and_markdown():
 @pytest.mark.parametrize("args,needle", [
     (["--preset", "nope", "--speedup", "2"], "valid: gpt2-small-large"),
     (["--preset", "gpt2-small-large", "--hardware", "v100", "--speedup", "2"], "valid: h100-sxm"),
-    (["--preset", "gpt2-small-large", "--speedup", "0"], "--speedup must be"),
-    (["--preset", "gpt2-small-large", "--speedup", "-1"], "--speedup must be"),
-    (["--preset", "gpt2-small-large", "--speedup", "nan"], "--speedup must be"),
-    (["--preset", "gpt2-small-large", "--speedup", "inf"], "--speedup must be"),
-    (["--preset", "gpt2-small-large", "--speedup", "2", "--gamma", "0"], "--gamma must be in [1, 64]"),
-    (["--preset", "gpt2-small-large", "--speedup", "2", "--gamma", "65"], "--gamma must be in [1, 64]"),
+    (["--preset", "gpt2-small-large", "--speedup", "0"], "argument --speedup: '0' is out of range; valid: a finite number > 0"),
+    (["--preset", "gpt2-small-large", "--speedup", "-1"], "argument --speedup: '-1' is out of range"),
+    (["--preset", "gpt2-small-large", "--speedup", "nan"], "argument --speedup: 'nan' is not a finite number"),
+    (["--preset", "gpt2-small-large", "--speedup", "inf"], "argument --speedup: 'inf' is not a finite number"),
+    (["--preset", "gpt2-small-large", "--speedup", "2", "--gamma", "0"], "--gamma: '0' is out of range; valid: an integer in 1..64"),
+    (["--preset", "gpt2-small-large", "--speedup", "2", "--gamma", "65"], "--gamma: '65' is out of range; valid: an integer in 1..64"),
     (["--preset", "gpt2-small-large", "--speedup", "two"], "--speedup"),
     (["--preset", "gpt2-small-large"], "--speedup is required"),
     (["--speedup", "2"], "name the pair"),
-    (["--preset", "gpt2-small-large", "--speedup", "2", "--alpha", "1.5"], "--alpha must be in [0, 1]"),
+    (["--preset", "gpt2-small-large", "--speedup", "2", "--alpha", "1.5"], "--alpha: '1.5' is out of range; valid: a finite number in [0, 1]"),
     (["--preset", "gpt2-small-large", "--speedup", "2", "--format", "xml"], "valid: table, json, markdown"),
+    # issue 32: a ZeroDivisionError, ignored flags, NaN context, an ignored --gamma-max
+    (["--cost-ratio", "1e308"], "argument --cost-ratio: '1e308' is out of range; valid: a finite number in [0, 100]"),
+    (["--claims", "--speedup", "3", "--preset", "nosuch"], "--claims checks the built-in table and would ignore "
+                                                           "--speedup, --preset: drop them"),
+    (["--claims", "--context-tokens", "512"], "would ignore --context-tokens: drop it"),
+    (["--preset", "gpt2-small-large", "--speedup", "2", "--context-tokens", "nan"],
+     "argument --context-tokens: 'nan' is not a finite number"),
+    (["--preset", "gpt2-small-large", "--speedup", "2", "--gamma", "4", "--gamma-max", "8"],
+     "argument --gamma-max: not allowed with argument --gamma"),
+    (["--preset", "gpt2-small-large", "--speedup", "2", "--bytes-per-param", "1e9"], "--bytes-per-param: '1e9'"),
 ])
 def test_cli_bad_input_one_line_exit_2(args, needle):
     r = _cli(*args)
     assert r.returncode == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr and "usage:" not in r.stderr
+
+
+def test_a_cost_ratio_whose_speedup_rounds_to_zero_gives_a_verdict():
+    # the library behind the CLI bound: 1e308 once divided by a predicted speedup of 0.0
+    v = check_speedup(LeviathanCost(1e308), 2.0, 4)
+    assert v.kind == "not_reachable" and v.bound_at_alpha1 < 1e-300

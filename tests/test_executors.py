@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -198,9 +199,49 @@ def test_cli_joins_a_cluster_by_address(cluster, tiny_dir, tmp_path):
     assert records.load_run(out).meta["executor"]["ray_address"] == address
 
 
+JOIN = ("--draft", "ngram:2", "--gamma", "1", "--domains", "code", "--prompts", "1", "--max-new-tokens", "8",
+        "--warmup", "0", "--repeats", "1", "--no-cost", "--no-peer", "--quiet", "--no-system-check", "--no-progress",
+        "--executor", "ray")
+
+
+def test_cli_address_nobody_answers_is_one_line_and_the_run_resumes(cluster, tiny_dir, tmp_path):
+    # issue 32: Ray retried for ever and the run stayed "running"; now one line at once, the run kept to resume
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free again once closed: nothing listens there
+    out = tmp_path / "run"
+    start = time.monotonic()
+    p = _cli("--target", tiny_dir, *JOIN, "--ray-address", f"127.0.0.1:{port}", "--out", str(out))
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert f"--ray-address 127.0.0.1:{port}: nothing answers there" in lines[0]
+    assert time.monotonic() - start < 120
+    run = records.load_run(out)
+    assert run.status == "failed" and "nothing answers there" in run.meta["error"]
+    address = cluster.get_runtime_context().gcs_address
+    p = _cli("--target", tiny_dir, *JOIN, "--ray-address", address, "--out", str(out))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert records.load_run(out).status == "complete" and len(records.load_run(out).table("cells")) == 1
+
+
+def test_join_gives_up_on_an_address_without_ray():
+    # something listens but it is not Ray: ray.init would retry for many minutes; the probe stops at its timeout
+    pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'specscope[ray]')")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+        start = time.monotonic()
+        with pytest.raises(ValueError, match=rf"--ray-address {address}: no Ray cluster answered within 3 s"):
+            executors.probe_ray_address(address, timeout_s=3)
+        assert time.monotonic() - start < 30
+
+
 @pytest.mark.parametrize("args, msg", [
-    (("--executor", "ray", "--cpus-per-cell", "0"), "--cpus-per-cell: invalid integer value: '0'"),
+    (("--executor", "ray", "--cpus-per-cell", "0"), "argument --cpus-per-cell: '0' is out of range"),
     (("--executor", "ray", "--ray-address", "http://x"), "--ray-address 'http://x': expected auto or HOST:PORT"),
+    (("--executor", "ray", "--ray-address", "bogus:99999"),
+     "--ray-address 'bogus:99999': port 99999 is out of range; valid: a TCP port in 1..65,535"),
     (("--ray-address", "auto"), "--ray-address needs --executor ray"),
     (("--cpus-per-cell", "2"), "--cpus-per-cell needs --executor ray"),
     (("--executor", "dask"), "invalid choice: 'dask'"),

@@ -14,14 +14,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("toolkit", "presets", "sim", "measure", "calibrate", "reports")
+PACKAGES = ("toolkit", "presets", "sim", "measure", "calibrate", "reports", "specscope")
 #: Lines of a function (``def`` to its last line, docstring included) above which it needs a reason.
 MAX_LINES = 60
 
 
 def function_lengths(source: str) -> list[tuple[str, int, int, str | None]]:
     """``(name, line, length, reason)`` of every function in ``source``; ``reason``: the text of the
-    ``# long:`` comment right above it (or above its decorators), None when there is none."""
+    ``# long:`` comment right above it (or above its decorators, or at the end of its ``def`` line), None when
+    there is none."""
     lines = source.splitlines()
     out = []
     for node in ast.walk(ast.parse(source)):
@@ -34,6 +35,9 @@ def function_lengths(source: str) -> list[tuple[str, int, int, str | None]]:
                 if text.startswith("# long:"):
                     reason = text[len("# long:"):].strip()
                 i -= 1
+            head = lines[node.lineno - 1]  # or on the def line itself: ``def f(  # long: ...``
+            if reason is None and "# long:" in head:
+                reason = head.split("# long:", 1)[1].strip()
             out.append((node.name, node.lineno, node.end_lineno - node.lineno + 1, reason))
     return out
 
@@ -41,9 +45,10 @@ def function_lengths(source: str) -> list[tuple[str, int, int, str | None]]:
 def test_the_checker_reads_length_and_reason() -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_LINES))
     src = (f"def short():\n    return 1\n\n\n# long: a table, not logic\n@dec\ndef tall():\n{body}\n\n\n"
-           f"def bare():\n{body}\n")
+           f"def bare():\n{body}\n\n\ndef inline(  # long: one loop\n):\n{body}\n")
     got = {name: (length, reason) for name, _, length, reason in function_lengths(src)}
-    assert got == {"short": (2, None), "tall": (MAX_LINES + 1, "a table, not logic"), "bare": (MAX_LINES + 1, None)}
+    assert got == {"short": (2, None), "tall": (MAX_LINES + 1, "a table, not logic"), "bare": (MAX_LINES + 1, None),
+                   "inline": (MAX_LINES + 2, "one loop")}
 
 
 @pytest.mark.parametrize("package", PACKAGES)

@@ -10,12 +10,19 @@ so the rules hold for code paths no test happens to run:
 * ``sim`` never imports ``measure``, ``calibrate`` or ``reports`` (nor any plotting library);
 * ``measure`` never imports ``calibrate`` or ``reports``;
 * ``calibrate`` never imports ``reports``, and of ``measure`` only the torch-free
-  ``measure.records`` (the run format) and ``measure.analysis`` (analysis of records);
+  ``measure.records`` (the run format), ``measure.analysis`` (analysis of records),
+  ``measure.costpoints`` (which cost points a fit may trust) and ``measure.serve.units`` (a serving
+  run's identities, rows and summaries, which itself imports no other ``measure`` module than
+  ``measure.records`` and ``measure.stats``, and no torch);
 * ``reports`` reads files and never runs a fit: no ``calibrate``, no fitting library
   (``scipy.optimize``, ``scipy.stats``, ``sklearn``, ``statsmodels``), no ``numpy.polyfit``/``lstsq``;
   of ``measure`` only ``measure.records``;
 * ``measure.records`` reads and writes the run format only: of ``measure`` it imports only the rows and
   identities it writes (``measure.rows``, ``measure.ids``; they import only ``measure.stats``), no torch;
+  ``measure.costpoints`` imports no ``measure`` module and no torch (calibrate screens cost tables with it),
+  ``measure.serve.units`` only the run format (calibrate reads serving runs through it);
+* ``specscope`` (the ``specscope`` command) is the top layer: it may import every package, and no
+  package imports it;
 * ``calibrate.outputs`` writes what was fitted and calls no fit;
 * no import cycle inside any package (the cycle is printed);
 * inside ``measure``, one-way layers (:data:`MEASURE_LAYERS`): a module imports only modules of its own
@@ -33,32 +40,37 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("toolkit", "presets", "sim", "measure", "calibrate", "reports")
+PACKAGES = ("toolkit", "presets", "sim", "measure", "calibrate", "reports", "specscope")
 FORBIDDEN = {
     "toolkit": {"presets", "sim", "measure", "calibrate", "reports", "specscope", "torch"},
-    "presets": {"sim", "measure", "calibrate", "reports"},
-    "sim": {"measure", "calibrate", "reports", "altair", "matplotlib", "vl_convert", "torch"},
-    "measure": {"calibrate", "reports"},
-    "calibrate": {"reports"},
-    "reports": {"calibrate", "scipy.optimize", "scipy.stats", "sklearn", "statsmodels"},
+    "presets": {"sim", "measure", "calibrate", "reports", "specscope"},
+    "sim": {"measure", "calibrate", "reports", "specscope", "altair", "matplotlib", "vl_convert", "torch"},
+    "measure": {"calibrate", "reports", "specscope"},
+    "calibrate": {"reports", "specscope"},
+    "reports": {"calibrate", "specscope", "scipy.optimize", "scipy.stats", "sklearn", "statsmodels"},
+    "specscope": set(),  # the top layer: it may import every package
 }
 #: the only ``measure`` modules a package above it may import (torch-free, about files)
-MEASURE_ALLOWED = {"calibrate": {"measure", "measure.records", "measure.analysis"},
+MEASURE_ALLOWED = {"calibrate": {"measure", "measure.records", "measure.analysis", "measure.serve.units",
+                                 "measure.costpoints"},
                    "reports": {"measure", "measure.records"}}
 FIT_CALLS = {"polyfit", "lstsq", "curve_fit", "least_squares", "minimize"}  # in reports: none of these
 #: ``measure``'s layers, lowest first (docs/ARCHITECTURE.md): a module imports only its own layer or those below
 #: (lazy imports count). A module is in the layer of the longest entry naming it or a package above it.
 MEASURE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run format: torch-free, what calibrate and reports read",
-     ("measure.__init__", "measure.records", "measure.rows", "measure.ids", "measure.stats", "measure.analysis")),
+     ("measure.__init__", "measure.records", "measure.rows", "measure.ids", "measure.stats", "measure.analysis",
+      "measure.costpoints", "measure.serve.units")),
     ("machine and inputs", ("measure.timing", "measure.system", "measure.prompts", "measure.devices")),
     ("the seam: every protocol that crosses layers", ("measure.seam",)),
     ("loops, drafts and heads, written against the seam", ("measure.decoding", "measure.drafts", "measure.head")),
     ("engine adapters", ("measure.engines",)),
-    ("the sweep", ("measure.sweep",)),
-    ("executors and experiments", ("measure.executors", "measure.head.head_sweep", "measure.head.head_recall",
-                                   "measure.head.profiling")),
-    ("command line: parses argv, prints tables", ("measure.cli", "measure.__main__", "measure.head.cli")),
+    ("the sweep", ("measure.sweep", "measure.runplan")),
+    ("executors, experiments and trackers", ("measure.executors", "measure.head.head_sweep",
+                                             "measure.head.head_recall", "measure.head.profiling", "measure.serve",
+                                             "measure.tracking")),
+    ("command line: parses argv, prints tables", ("measure.cli", "measure.__main__", "measure.head.cli",
+                                                  "measure.serve.cli")),
 )
 
 
@@ -223,12 +235,13 @@ def test_scanner_reads_the_real_code() -> None:
     for pkg in PACKAGES:
         assert package_files(pkg), f"no source files found for {pkg}"
     assert "toolkit.__init__" in g, "the toolkit package is scanned"
+    assert "specscope.cli" in g, "the specscope package is scanned"
     # imports the code is known to have, top-level and lazy: the scan is not empty
     assert "presets" in g["sim.cli"] and "sim.acceptance" in g["sim.cli"]
     assert "measure.records" in g["calibrate.calibration"] and "sim.acceptance" in g["calibrate.calibration"]
     assert "reports.charts" in g["reports.prediction_chart"]  # a lazy import inside render()
     assert "calibrate.calibration" in g["calibrate.__main__"]  # lazy, after the arguments are checked
-    assert any(n.startswith("sim.") for n in g["calibrate.__main__"])
+    assert "toolkit.cli" in g["calibrate.__main__"] and "toolkit.jsonio" in g["sim.cost"]
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN))
@@ -240,6 +253,15 @@ def test_dependencies_point_one_way(package: str) -> None:
         if names:
             bad[str(path.relative_to(ROOT))] = names
     assert not bad, f"{package} must not import {sorted(FORBIDDEN[package])}: {bad}"
+
+
+def test_nothing_imports_the_top_layer() -> None:
+    """``specscope`` sits on top: a package below it that imported it would close a cycle."""
+    g = graph()
+    assert "specscope.cli" in g["specscope.__main__"]  # the scan sees specscope's own imports
+    bad = sorted(m for m, names in g.items() if not m.startswith("specscope")
+                 and any(_violates(n, {"specscope"}) for n in names))
+    assert not bad, f"no package may import specscope (the top layer): {bad}"
 
 
 def test_reports_runs_no_fit() -> None:
@@ -262,9 +284,10 @@ def test_only_torch_free_measure_modules_above_measure(package: str) -> None:
     assert not bad, f"{package} may import only {sorted(allowed - {'measure'})} of measure: {bad}"
 
 
-#: The run format's own modules: what each may import of measure (torch-free, about files).
+#: The run format's own modules, torch-free: what each may import of measure (calibrate and reports read them).
 RUN_FORMAT = {"measure.records": {"measure.rows", "measure.ids"}, "measure.rows": {"measure.ids", "measure.stats"},
-              "measure.ids": set(), "measure.stats": set()}
+              "measure.ids": set(), "measure.stats": set(), "measure.costpoints": set(),
+              "measure.serve.units": {"measure.records", "measure.rows", "measure.stats"}}
 
 
 @pytest.mark.parametrize("module", sorted(RUN_FORMAT))
@@ -272,7 +295,7 @@ def test_records_only_reads_and_writes(module: str) -> None:
     allowed = RUN_FORMAT[module]
     other = sorted(n for n in graph()[module] if _violates(n, {"measure", "torch"})
                    and not any(n == a or n.startswith(a + ".") for a in allowed))
-    assert not other, f"{module} imports {other}: analysis belongs in measure.analysis"
+    assert not other, f"{module} imports {other}: calibrate and reports read it without torch"
 
 
 def test_calibrate_outputs_fits_nothing() -> None:

@@ -39,8 +39,9 @@ def tiny_dir(tmp_path_factory):
     return str(path)
 
 
-BASE = ("--prompts", "1", "--max-new-tokens", "12", "--cost-contexts", "16", "--cost-max-tokens", "3",
-        "--quiet", "--warmup", "0", "--repeats", "2", "--no-system-check", "--no-progress")
+NO_COST = ("--prompts", "1", "--max-new-tokens", "12", "--quiet", "--warmup", "0", "--repeats", "2",
+           "--no-system-check", "--no-progress", "--no-cost")
+BASE = (*NO_COST[:-1], "--cost-contexts", "16", "--cost-max-tokens", "3")
 
 
 def test_cli_run_writes_run_directory(tiny_dir, tmp_path):
@@ -73,32 +74,54 @@ def test_cli_run_writes_run_directory(tiny_dir, tmp_path):
 
 def test_cli_resume_skips_finished_cells(tiny_dir, tmp_path):
     out = tmp_path / "run"
-    _run("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "1", "--domains", "code", "--out", str(out),
-         "--no-peer", *BASE)
+    args = ("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "1,3", "--domains", "code", "--out", str(out),
+            "--no-peer", *BASE)
+    _run(*args)
     first = records.load_run(out)
+    keep = records.cell_id("ngram:2", "fixed:1", 0, "code")
     gen_before = first.table("generations")
-    # an interrupted second cell: rows on disk, no cells.csv row, status interrupted
+    gen_before = gen_before[gen_before.cell_id == keep]
+    # an interrupted run: its second cell's rows on disk without its cells.csv row, and a stray row
+    cells_csv = out / "cells.csv"
+    lines = cells_csv.read_text().splitlines(keepends=True)
+    cells_csv.write_text("".join(ln for ln in lines if "fixed:3" not in ln))
     w = records.RunWriter(out)
     bad = records.cell_id("ngram:2", "fixed:3", 0, "code")
     w.append("rounds", [RoundRow(bad, "x", 0, 3, 1, 3, 0, 1.0, 1.0, 0.0, repeat=0)])
     w.close("interrupted")
-    p = _run("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "1,3", "--domains", "code", "--out", str(out),
-             "--no-peer", *BASE)
+    p = _run(*args)
     run = records.load_run(out)
     assert run.status == "complete" and len(run.meta["resumed_utc"]) == 2
     cells = run.table("cells")
     assert sorted(cells["gamma"]) == [1, 3]
     gens = run.table("generations")
-    old = gens[gens.cell_id == first.table("cells")["cell_id"][0]]
+    old = gens[gens.cell_id == keep]
     assert len(old) == len(gen_before)  # the finished cell was not re-run
     assert old["wall_s"].tolist() == gen_before["wall_s"].tolist()
     rounds = run.table("rounds")
     assert "x" not in set(rounds["prompt_id"])  # unfinished rows were dropped
     assert len(run.table("cost_target")) == len(first.table("cost_target"))  # not re-timed
     assert json.loads(p.stdout.strip().splitlines()[-1])["n_cells"] == 2
+    # another γ on the same --out: refused in one line naming --extend, before any model loads ...
+    more = [a if a != "1,3" else "1,3,4" for a in args]
+    p = _run(*more, check=False)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "--extend" in p.stderr
+    assert "adds γ fixed:4" in p.stderr and "loading" not in p.stderr
+    assert records.load_run(out).meta == run.meta  # nothing written
+    # ... and added, recorded as an extension, with --extend
+    p = _run(*more, "--extend")
+    assert "--extend: adding γ fixed:4 to the run (its 2 finished cells are kept" in p.stderr
+    ext = records.load_run(out)
+    assert ext.status == "complete" and sorted(ext.table("cells")["gamma"]) == [1, 3, 4]
+    assert ext.meta["config"] == run.meta["config"] and ext.meta["command"] == run.meta["command"]
+    (e,) = ext.meta["extensions"]
+    assert e["added"] == {"gammas": ["fixed:4"]} and e["status"] == "complete" and "--extend" in e["command"]
+    assert e["config"]["gammas"] == ["fixed:1", "fixed:3", "fixed:4"]
+    p = _run(*more, "--extend", "--force-new", check=False)
+    assert p.returncode == 2 and "give one of them" in p.stderr
 
 
-NO_MODEL = "/nonexistent/specscope-model"  # any attempt to load it would fail with a different message
+NO_MODEL = "specscope-tests/no-such-model"  # a hub id never cached: any attempt to load it fails differently
 
 
 @pytest.mark.parametrize("args, msg", [
@@ -122,21 +145,26 @@ NO_MODEL = "/nonexistent/specscope-model"  # any attempt to load it would fail w
     (("--device", "tpu"), "unknown device 'tpu'"),
     (("--pair", "nope"), "--pair 'nope': unknown pair"),
     (("--pair", "gpt2-small-large", "--draft", "int8"), "do not combine it with --target/--draft"),
-    (("--repeats", "0"), "argument --repeats: 0 is out of range (valid: 1..1000)"),
+    (("--repeats", "0"), "argument --repeats: '0' is out of range; valid: an integer in 1..1,000"),
     (("--repeats", "abc"), "argument --repeats: 'abc' is not an integer"),
-    (("--cv-threshold", "-0.1"), "argument --cv-threshold: -0.1 is out of range"),
+    (("--cv-threshold", "-0.1"), "argument --cv-threshold: '-0.1' is out of range"),
     (("--cv-threshold", "abc"), "argument --cv-threshold: 'abc' is not a number"),
-    (("--drift-threshold", "nan"), "argument --drift-threshold: nan is out of range"),
-    (("--until-stable", "-1"), "argument --until-stable: -1 is out of range (valid: 0..100)"),
+    (("--drift-threshold", "nan"), "argument --drift-threshold: 'nan' is not a finite number"),
+    (("--until-stable", "-1"), "argument --until-stable: '-1' is out of range; valid: an integer in 0..100"),
     (("--interleave", "pass"), "argument --interleave: invalid choice: 'pass'"),
-    (("--max-new-tokens", "0"), "argument --max-new-tokens: 0 is out of range"),
+    (("--max-new-tokens", "0"), "argument --max-new-tokens: '0' is out of range"),
     (("--max-new-tokens", "1e12"), "argument --max-new-tokens: '1e12' is not an integer"),
-    (("--prompts", "-3"), "argument --prompts: -3 is out of range"),
+    (("--prompts", "-3"), "argument --prompts: '-3' is out of range"),
     (("--cost-contexts", "16,,32"), "--cost-contexts '16,,32': empty item"),
-    (("--threads", "0"), "argument --threads: 0 is out of range"),
+    (("--threads", "0"), "argument --threads: '0' is out of range"),
     (("--engine", "vllm"), "argument --engine: invalid choice: 'vllm'"),
     (("--prompts-file", "/nonexistent/p.jsonl"), "--prompts-file '/nonexistent/p.jsonl': no such file"),
-    (("--bogus",), "unrecognized arguments: --bogus"),
+    (("--bogus",), "unknown option '--bogus'"),
+    # issue 32: flags the engine or --no-cost would ignore are refused, as sim refuses them
+    (("--no-cost",), "--cost-contexts would be ignored: --no-cost skips the cost curves; drop it"),
+    (("--engine", "llamacpp", "--compile"), "--compile would be ignored: --engine llamacpp has no such setting"),
+    (("--engine", "llamacpp", "--cache", "dynamic"), "--cache would be ignored"),
+    (("--cache", "paged"), "argument --cache: unknown cache 'paged'; valid: static, dynamic"),
 ])
 def test_cli_bad_input_is_one_line_before_any_model_loads(tmp_path, args, msg):
     out = tmp_path / "r"
@@ -148,6 +176,27 @@ def test_cli_bad_input_is_one_line_before_any_model_loads(tmp_path, args, msg):
     assert not out.exists()  # no run directory, let alone one marked failed
 
 
+@pytest.mark.parametrize("args, msg", [
+    # a bad --target was found only when it loaded: the run directory was made (and closed failed) first
+    (("--target", "/nonexistent/specscope-model"), "--target /nonexistent/specscope-model: no such directory"),
+    (("--target", "./no-such-dir"), "--target ./no-such-dir: no such directory"),
+    (("--target", "gguf:{text}"), "--target gguf:{text}: not a GGUF file"),
+    (("--target", "gguf:/nonexistent/m.gguf"), "--target gguf:/nonexistent/m.gguf: no such file"),
+    (("--target", "synthetic:nope"), "--target synthetic:nope: unknown synthetic model 'nope'; valid: synthetic:"),
+    (("--target", "nosuchthing"), "--target nosuchthing: unknown model; valid: smollm2-135m"),
+    (("--target", NO_MODEL, "--draft", "model:/nonexistent/d"), "--draft model:/nonexistent/d: no such directory"),
+])
+def test_cli_bad_model_spec_is_one_line_before_the_run_directory(tmp_path, args, msg):
+    text = tmp_path / "notes.gguf"
+    text.write_text("not a model")
+    out = tmp_path / "r"
+    p = _run(*(a.replace("{text}", str(text)) for a in args), "--out", str(out), *BASE, check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert msg.replace("{text}", str(text)) in lines[0], lines[0]
+    assert not out.exists()
+
+
 def test_cli_out_is_a_file_and_unknown_subcommand(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
@@ -157,6 +206,63 @@ def test_cli_out_is_a_file_and_unknown_subcommand(tmp_path):
     assert p.returncode == 2 and "valid: head-sweep, head-recall" in p.stderr and len(p.stderr.splitlines()) == 1
 
 
+def test_cli_files_that_are_not_what_they_claim_are_one_line(tmp_path):
+    # issue 32: 4,096 NUL bytes were measured as a prompt; a 4-byte .gguf ended in struct.error
+    nul = tmp_path / "nul.txt"
+    nul.write_bytes(b"\x00" * 4096)
+    p = _run("--target", NO_MODEL, "--prompts-file", str(nul), "--out", str(tmp_path / "r"), *BASE, check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert f"--prompts-file {str(nul)!r}: not a text file (a NUL byte at character 0)" in lines[0]
+    assert not (tmp_path / "r").exists()
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF")
+    p = _run("--target", f"gguf:{gguf}", "--draft", "ngram:2", "--gamma", "2", "--domains", "code", "--no-peer",
+             "--out", str(tmp_path / "g"), *NO_COST, check=False)
+    errors = [ln for ln in p.stderr.strip().splitlines() if "error" in ln.lower()]  # after the "loading" progress line
+    assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert len(errors) == 1 and errors[0] == p.stderr.strip().splitlines()[-1], p.stderr[-2000:]
+    assert f"python -m measure: error: GGUF file {str(gguf)!r} cannot be read by transformers' GGUF reader (struct." \
+           "error: " in errors[0]
+
+
+@pytest.mark.parametrize("args, msg", [
+    # issue 32: --max-prompt-tokens 9000 beyond the model's context was accepted (tiny_dir has 512 positions)
+    (("--max-prompt-tokens", "9000"), "--max-prompt-tokens 9000 + --max-new-tokens 12 + γ 2 = 9014 positions, more "
+                                      "than the 512 the target ({tiny}) was trained for; valid: --max-prompt-tokens "
+                                      "up to 498"),
+    (("--max-new-tokens", "600"), "valid: --max-new-tokens up to 254"),
+    (("--cost-contexts", "16,510"), "--cost-contexts 510 + --cost-max-tokens 3 = 513 positions, more than the 512 "
+                                    "the target ({tiny}) was trained for; valid: contexts up to 509, or --no-cost"),
+])
+def test_cli_longer_than_the_model_was_trained_for_is_one_line(tiny_dir, tmp_path, args, msg):
+    out = tmp_path / "r"
+    args = tuple(a.replace("{tiny}", tiny_dir) for a in args)
+    p = _run("--target", tiny_dir, "--gamma", "2", "--out", str(out), *BASE, *args, check=False)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
+    assert msg.replace("{tiny}", tiny_dir) in lines[0], lines[0]
+    assert not out.exists()  # refused before any weights load, no run directory
+
+
+def test_a_draft_model_with_a_shorter_context_is_named(tmp_path):
+    # the target (smollm2-135m, 8,192 positions from its GGUF header) fits; the draft's 512 do not
+    import torch
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    short = tmp_path / "short"
+    with torch.random.fork_rng():
+        AutoModelForCausalLM.from_config(LlamaConfig(vocab_size=49152, hidden_size=16, intermediate_size=32,
+                                                     num_hidden_layers=1, num_attention_heads=2,
+                                                     num_key_value_heads=1, head_dim=8,
+                                                     max_position_embeddings=512)).save_pretrained(short)
+    p = _run("--target", "smollm2-135m", "--draft", f"model:{short}", "--gamma", "2", "--max-prompt-tokens", "1000",
+             "--out", str(tmp_path / "r"), *BASE, check=False)
+    assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr[-2000:]
+    assert f"more than the 512 the draft model:{short} ({short}) was trained for; valid: --max-prompt-tokens up " \
+           "to 498" in p.stderr
+
+
 @pytest.mark.parametrize("sub, args, msg", [
     ("head-sweep", ("--ks", "abc"), "--ks 'abc': each K must be an integer"),
     ("head-sweep", ("--ks", "0"), "--ks '0'"),
@@ -164,10 +270,10 @@ def test_cli_out_is_a_file_and_unknown_subcommand(tmp_path):
     ("head-sweep", ("--ks", "1e9"), "--ks '1e9'"),
     ("head-sweep", ("--ks", "1000,,full"), "--ks '1000,,full': empty item"),
     ("head-sweep", ("--draft", "ngram:3"), "--draft 'ngram:3': has no lm_head to prune"),
-    ("head-sweep", ("--repeats", "0"), "argument --repeats: 0 is out of range"),
+    ("head-sweep", ("--repeats", "0"), "argument --repeats: '0' is out of range"),
     ("head-recall", ("--ks", "-1"), "--ks -1: each K must be in 1.."),
     ("head-recall", ("--ranks", "0"), "--ranks 0: each rank must be in 1..65536"),
-    ("head-recall", ("--max-tokens", "0"), "argument --max-tokens: 0 is out of range"),
+    ("head-recall", ("--max-tokens", "0"), "argument --max-tokens: '0' is out of range"),
 ])
 def test_subcommand_bad_input_is_one_line_before_loading(tmp_path, sub, args, msg):
     out = tmp_path / "r"
@@ -191,15 +297,48 @@ def test_cli_prompts_file_and_fingerprint_refusal(tiny_dir, tmp_path):
     pf.write_text('{"prompt": "def add(a, b):", "domain": "mycode"}\n{"prompt": "Say hi.", "domain": "chat"}\n')
     out = tmp_path / "r"
     _run("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "2", "--prompts-file", str(pf), "--out", str(out),
-         "--no-peer", "--no-cost", *BASE)
+         "--no-peer", *NO_COST)
     run = records.load_run(out)
     assert set(run.table("cells")["domain"]) == {"mycode", "chat"}
     sel = run.meta["prompt_selection"]
     assert sel["format"] == "jsonl" and len(sel["sha256"]) == 64
     p = _run("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "2", "--prompts-file", str(pf), "--out",
-             str(out), "--no-peer", "--no-cost", *BASE, "--max-new-tokens", "8", check=False)
+             str(out), "--no-peer", *NO_COST, "--max-new-tokens", "8", check=False)
     assert p.returncode == 2 and "refusing to resume" in p.stderr and "max_new_tokens 12 -> 8" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+    # issue 32: resuming a run measured without the peer, now with it (or the reverse), was accepted
+    p = _run("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "2", "--prompts-file", str(pf), "--out",
+             str(out), *NO_COST, check=False)
+    assert p.returncode == 2 and "refusing to resume" in p.stderr and "(peer false -> true)" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_ctrl_c_twice_is_one_line_and_no_traceback(tiny_dir, tmp_path):
+    # issue 32: a second Ctrl-C landed in Python's shutdown: "Exception ignored in atexit callback" and a
+    # KeyboardInterrupt traceback from torch's library finalizers. Here Ctrl-C once while cells are measured,
+    # then again every 20 ms until the process is gone, so some land in every stage of the shutdown.
+    import signal
+    import time
+
+    out = tmp_path / "r"
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    p = subprocess.Popen([sys.executable, "-m", "measure", "--target", tiny_dir, "--draft", "ngram:2", "--gamma",
+                          "2,4", "--domains", "code,docs", "--prompts", "2", "--max-new-tokens", "200", "--repeats",
+                          "5", "--warmup", "0", "--no-cost", "--no-peer", "--no-system-check", "--no-progress",
+                          "--quiet", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while not (out / "visits.partial.jsonl").exists() and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # the first visit is staged: the sweep is measuring
+    assert p.poll() is None, p.communicate()[1][-2000:]
+    p.send_signal(signal.SIGINT)
+    while p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+        p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=10)
+    assert p.returncode == 130, (p.returncode, err[-2000:])
+    assert "Traceback" not in err and "Exception ignored" not in err, err[-2000:]
+    assert f"interrupted: finished cells are kept in {out}" in err.strip().splitlines()[-1]
 
 
 def test_cli_unwritable_out_and_mismatched_vocab(tiny_dir, tmp_path):
@@ -218,3 +357,20 @@ def test_cli_unwritable_out_and_mismatched_vocab(tiny_dir, tmp_path):
                                                      num_key_value_heads=1, head_dim=8)).save_pretrained(other)
     p = _run("--target", tiny_dir, "--draft", f"model:{other}", "--out", str(tmp_path / "r2"), *BASE, check=False)
     assert p.returncode != 0 and "must share a tokenizer" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_the_table_says_why_a_cell_has_no_interval():
+    """A cell of one (prompt, repeat) pair: its tokens/s and speedup have no interval, and the row says so."""
+    import io
+
+    from measure.cli import TablePrinter
+
+    buf = io.StringIO()
+    row = {"cell_id": "x", "draft": "ngram:3", "gamma_policy": "fixed:4", "temperature": 0.0, "domain": "code",
+           "n_prompts": 1, "repeats": 1, "tokens_per_s_baseline": 17.59, "tokens_per_s_speculative": 20.1,
+           "speedup": 1.143}
+    TablePrinter(buf).row(row)
+    TablePrinter(buf).row({**row, "repeats": 3, "speedup_lo": None})
+    lines = buf.getvalue().splitlines()
+    assert "17.59 (n=1, no CI)" in lines[1] and "1.143 (n=1, no CI)" in lines[1]
+    assert "1.143 (noisy, no CI)" in lines[3]

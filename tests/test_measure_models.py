@@ -74,7 +74,7 @@ def test_local_directory_roundtrip_and_vocab_check(tmp_path):
 
 
 def test_bad_model_device_dtype():
-    with pytest.raises(ValueError, match="unknown model 'no-such-model'; valid: smollm2-135m"):
+    with pytest.raises(ValueError, match="model 'no-such-model': unknown model; valid: smollm2-135m"):
         load_model("no-such-model")
     with pytest.raises(ValueError, match="unknown device 'tpu'"):
         resolve_device("tpu")
@@ -149,3 +149,18 @@ def test_dequantised_copies_are_used_only_when_complete_and_saved_atomically(tmp
     M._keep_dequantised(Saves("tokenizer.json"), Saves("other.safetensors"), gguf, cached)  # already there
     assert not (cached / "other.safetensors").exists()
     assert [p.name for p in cached.parent.iterdir() if p.is_dir()] == [cached.name]  # no .tmp-<pid> left
+
+
+@pytest.mark.parametrize("content", [b"GGUF", b"GGUF" + bytes(20), b"\x01\x02\x03\x04"])
+def test_a_gguf_file_the_reader_cannot_parse_is_one_line(tmp_path, monkeypatch, content):
+    # a 4-byte .gguf made the transformers engine's GGUF reader raise struct.error (issue 32); a file that does
+    # not start with the magic bytes is refused before the reader (check_model_spec)
+    monkeypatch.setenv("SPECSCOPE_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "tiny.gguf"
+    path.write_bytes(content)
+    with pytest.raises(ValueError) as exc:
+        load_model(f"gguf:{path}")
+    msg = str(exc.value)
+    start = (f"gguf:{path}: not a GGUF file (starts with" if not content.startswith(b"GGUF") else
+             f"GGUF file {str(path)!r} cannot be read by transformers' GGUF reader (")
+    assert msg.startswith(start) and "\n" not in msg

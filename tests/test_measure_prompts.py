@@ -51,6 +51,10 @@ def test_plain_text_blocks(tmp_path):
     ('[{"x": 1}]', "record 0 has no 'conversations' list"),
     ("[1, 2", "not valid JSON"),
     ("\n\n  \n", "no prompts found"),
+    ("\x00" * 4096, r"not a text file \(a NUL byte at character 0\)"),  # valid UTF-8, not a prompt (issue 32)
+    ("a prompt\x1b[31m in red", r"not a text file \(control character U\+001B at character 8\)"),
+    ("[" * 100_000 + "]" * 100_000, "nests deeper than 100 levels"),
+    ('{"prompt": ' + "[" * 5000 + "]" * 5000 + "}\n", "line 1 nests deeper than 100 levels"),
 ])
 def test_bad_prompts_files_are_one_line(tmp_path, content, msg):
     f = tmp_path / "bad.jsonl"

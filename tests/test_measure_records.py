@@ -55,6 +55,26 @@ WRITTEN_COLUMNS: dict[str, tuple[str, ...]] = {
         "mean_accepted_per_round", "kept_recall", "n_eval_tokens", "outputs_identical", "model",
         "draft", "vocab_size", "gamma", "synthetic",
     ),
+    # python -m measure serve (measure/serve)
+    "serve_units": (
+        "cell_id", "config", "spec_type", "spec_k", "spec_ngram_n", "slots", "load", "concurrency",
+        "rate_per_s", "repeat", "block", "synthetic", "n_requests", "n_errors", "new_tokens", "duration_s",
+        "completion_tokens", "throughput_tokens_per_s", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms",
+        "tpot_p95_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p95_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p95_ms",
+        "e2e_p99_ms", "metrics", "drafts", "draft_tokens", "accepted_tokens", "accepted_per_pos",
+        "tokens_predicted", "n_decode", "prompt_tokens", "client_cpu_s", "client_cpu_share",
+        "send_lag_p99_ms", "hardware", "other_cpu_share", "steal_share",
+    ),
+    "serve_requests": (
+        "cell_id", "request_index", "prompt_id", "domain", "send_s", "ttft_ms", "e2e_ms", "tpot_ms",
+        "completion_tokens", "events", "prompt_tokens", "draft_n", "draft_n_accepted", "predicted_ms", "prompt_ms",
+        "error",
+    ),
+    "serve_tokens": ("cell_id", "request_index", "event_index", "t_ms", "gap_ms"),
+    "serve_step_cost": (
+        "cell_id", "seqs", "tokens_per_seq", "context_tokens", "n_steps", "step_ms", "step_ms_lo", "step_ms_hi",
+        "prompt_tokens", "ttft_ms",
+    ),
 }
 
 

@@ -98,11 +98,11 @@ def test_resume_with_changed_max_new_tokens_is_refused(tmp_path):
     assert run.status == "complete" and len(list(tmp_path.glob("r.replaced-*"))) == 1
 
 
-def test_resume_adds_cells_without_redoing_finished_ones(tmp_path):
+def test_extend_adds_cells_without_redoing_finished_ones(tmp_path):
     run_sweep(_cfg(gammas=("fixed:2",), domains=("code",)), tmp_path / "r", engine=ToyEngine(), show_bar=False)
     first = records.load_run(tmp_path / "r").table("generations")
     run = run_sweep(_cfg(gammas=("fixed:2", "fixed:3"), domains=("code",)), tmp_path / "r", engine=ToyEngine(),
-                    show_bar=False)
+                    show_bar=False, extend=True)
     gens = run.table("generations")
     old = gens[gens["cell_id"] == first["cell_id"].iloc[0]]
     assert old["wall_s"].tolist() == first["wall_s"].tolist() and len(run.table("cells")) == 2
@@ -317,6 +317,7 @@ def test_the_token_counts_the_cells_verify_get_more_cost_repeats(tmp_path):
     run = run_sweep(_cfg(gammas=("fixed:2",), domains=("code",), cost_max_tokens=4, cost_repeats_verified=3),
                     tmp_path / "r", engine=ToyEngine(), show_bar=False)
     ct = run.table("cost_target")
+    ct = ct[ct["repeat"] < 3]  # a point out of line with its neighbours (a busy machine) is re-timed after these
     per_n = ct.groupby("n_tokens")["repeat"].nunique().to_dict()
     assert per_n == {1: 3, 2: 3, 3: 3, 4: 2}  # γ = 2 verifies up to 3 tokens; n = 4 keeps cost_repeats
     assert len(ct) == 2 * (3 * 3 + 2) and len(run.table("cost_draft")) == 2 * 2

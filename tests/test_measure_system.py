@@ -24,3 +24,25 @@ def test_a_busy_process_is_named():
     finally:
         spin.kill()
         spin.wait()
+
+
+def test_other_processes_cpu_is_what_the_sampled_ones_did_not_use():
+    a = system.CpuSample(at_s=10.0, busy_s=100.0, steal_s=5.0, own_s=40.0)
+    b = system.CpuSample(at_s=12.0, busy_s=103.0, steal_s=5.5, own_s=42.0)  # 3 s busy, 2 of them ours, in 2 s
+    assert system.other_cpu_shares(a, b) == (0.5, 0.25)
+    assert system.other_cpu_shares(a, None) == (None, None)
+
+
+def test_a_spinning_process_shows_as_other_cpu():
+    import os
+    import time
+
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)
+        a = system.cpu_sample([os.getpid()])
+        time.sleep(0.6)
+        other, steal = system.other_cpu_shares(a, system.cpu_sample([os.getpid()]))
+        assert other is not None and other > 0.4 and steal is not None and steal >= 0
+    finally:
+        spin.kill()

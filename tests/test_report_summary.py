@@ -103,6 +103,13 @@ def test_the_setup_names_models_engine_and_machine():
     assert st.drafts == ("ngram:3 (prompt lookup: the last ≤ 3 tokens matched in the context)",)
     assert st.engine.startswith("transformers 5.23.0 (torch 2.13.0") and st.hardware == "Test CPU, 2 cores"
     assert "domains code, docs" in st.workload and st.status == "complete, 2026-11-24"
+    # cells added later (--extend): their γ in the workload, their command after the run's, their status said
+    meta["extensions"] = [{"added": {"gammas": ["fixed:4"]}, "command": "python -m measure --gamma 2,4 --extend",
+                           "status": "interrupted"}]
+    (st,) = measured_setups(_doc(), {"r": meta}, _cells())
+    assert "γ policies fixed:2, fixed:4;" in st.workload
+    assert st.command == "python -m measure; then python -m measure --gamma 2,4 --extend"
+    assert st.status == "complete, 2026-11-24; 1 extension(s), the last interrupted"
 
 
 def test_labels_keep_what_tells_cells_and_groups_apart():

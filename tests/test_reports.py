@@ -4,6 +4,7 @@ browser: ``tests/test_report_screenshot.py``)."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -252,6 +253,47 @@ def test_cli_bad_dir_is_one_line_error(tmp_path):
                            (tmp_path, "neither a calibration directory")):
         r = _cli(str(target), "--out", str(tmp_path / "o"))
         assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def _damage_json(d: Path) -> None:
+    (d / "calibration.json").write_text((d / "calibration.json").read_text()[:200])
+
+
+def _set_runs(d: Path, runs: object) -> None:
+    doc = json.loads((d / "calibration.json").read_text())
+    doc["runs"] = runs
+    (d / "calibration.json").write_text(json.dumps(doc))
+
+
+def _drop_column(d: Path) -> None:
+    pred = pd.read_csv(d / "predictions.csv")
+    pred.drop(columns=["predicted_speedup"]).to_csv(d / "predictions.csv", index=False)
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (_damage_json, "calibration.json' is not valid JSON: "),
+    (lambda d: (d / "calibration.json").write_text("[" * 5000), "nests deeper than 100 levels"),
+    (lambda d: (d / "calibration.json").write_text("[1, 2]"), "holds a JSON list, not an object"),
+    (lambda d: (d / "calibration.json").write_bytes(b"\x00" * 64), "not a text file"),
+    (lambda d: _set_runs(d, {}), "names no runs"),
+    (lambda d: _set_runs(d, {"a": {"path": "/nonexistent/run"}}), "names run 'a' at '/nonexistent/run', which "
+                                                                   "holds no run.json (moved or deleted?)"),
+    (lambda d: (d / "predictions.csv").unlink(), "has no predictions.csv; re-run python -m calibrate"),
+    (lambda d: (d / "predictions.csv").write_bytes(b'a,"b\n' + bytes(range(128, 256))), "predictions.csv' is not "
+                                                                                       "a table this reads"),
+    (_drop_column, "predictions.csv' has no column predicted_speedup"),
+])
+def test_a_damaged_calibration_is_one_line(cal_dir, tmp_path, capsys, damage, needle):
+    # issue 32, bad inputs to reports: a calibration cut short, edited, or whose run moved was a traceback
+    # (RecursionError, KeyError, FileNotFoundError from pandas) part-way through the page
+    from reports.__main__ import main
+
+    d = tmp_path / "cal"
+    shutil.copytree(cal_dir, d)
+    damage(d)
+    assert main([str(d), "--out", str(tmp_path / "rep"), "--no-png"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("python -m reports: error: ") and needle in err[0], err
 
 
 def test_calibration_tables_with_nothing_fitted_read_as_empty(tmp_path):

@@ -21,7 +21,7 @@ from calibrate.calibration import load_runs
 from measure import records
 from measure.sweep import SweepConfig, run_sweep
 
-from fake_engine import ToyEngine
+from fake_engine import InterruptedToy, ToyEngine
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = 4  # baseline, speculative, the toy's peer and its library baseline
@@ -32,20 +32,6 @@ def _cfg(**kw) -> SweepConfig:
                 prompts_per_domain=2, max_new_tokens=8, repeats=2, warmup=1, cost_curves=False, device="cpu")
     base.update(kw)
     return SweepConfig(**base)
-
-
-class InterruptedToy(ToyEngine):
-    """The toy engine, Ctrl-C'd in the middle of its ``stop_at``-th library generation (warm-ups count)."""
-
-    def __init__(self, stop_at: int) -> None:
-        super().__init__()
-        self.stop_at, self.calls = stop_at, 0
-
-    def library_generate(self, *a, **kw):
-        self.calls += 1
-        if self.calls == self.stop_at:
-            raise KeyboardInterrupt
-        return super().library_generate(*a, **kw)
 
 
 @pytest.fixture(scope="module")

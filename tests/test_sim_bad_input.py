@@ -9,6 +9,7 @@ under a second; the file stays far below a minute.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -47,9 +48,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     }
     for name, doc in docs.items():
         (d / name).write_text(json.dumps(doc))
-    (d / "deep.json").write_text("[" * 100_000)
     (d / "corrupt.json").write_text('{"kind": "iid",\n "alpha": 0.5 "x": 1}')
     (d / "nan.json").write_text('{"kind": "leviathan", "cost_ratio": NaN}')
+    (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000)  # json.loads alone: RecursionError
     (d / "latin1.json").write_bytes(b'{"kind": "iid", "alpha": "\xe9"}')
     (d / "plain.txt").write_text("not a directory\n")
     (d / "subdir").mkdir()
@@ -86,9 +87,10 @@ SIM = [
     (["--tau", "3"], ["--tau", "needs --gamma"]),
     (["--tau", "9", "--gamma", "4"], ["--tau 9", "[1, 5]"]),
     (["--tau", "nan", "--gamma", "4"], ["--tau", "'nan'"]),
-    (["--cost-ratio", "inf", "--alpha", "0.5"], ["--cost-ratio", "'inf'", ">= 0"]),
+    (["--cost-ratio", "inf", "--alpha", "0.5"], ["--cost-ratio", "'inf'", "[0, 100]"]),
     (["--cost-ratio", "nan", "--alpha", "0.5"], ["--cost-ratio", "'nan'"]),
-    (["--cost-ratio", "-1", "--alpha", "0.5"], ["--cost-ratio", "'-1'", ">= 0"]),
+    (["--cost-ratio", "1e308", "--alpha", "0.5"], ["--cost-ratio", "'1e308'", "[0, 100]", "c >= 1"]),
+    (["--cost-ratio", "-1", "--alpha", "0.5"], ["--cost-ratio", "'-1'", "[0, 100]"]),
     (["--usd-per-hour", "nan"], ["--usd-per-hour", "'nan'"]),
     (["--usd-per-hour", "-2"], ["--usd-per-hour", "'-2'", ">= 0"]),
     (["--seed", "-1"], ["--seed", "'-1'"]),
@@ -133,7 +135,7 @@ SIM = [
     (["--out", "{d}/o.html", "--chart", "{d}/o.html"], ["--out and --chart", "o.html"]),
     (["--out", ""], ["--out", "empty file name"]),
     # cost-model files: the file named, the key and the problem
-    (["--alpha", "0.5", "--cost-model", "{d}/missing.json"], ["cost model file", "missing.json", "not found"]),
+    (["--alpha", "0.5", "--cost-model", "{d}/missing.json"], ["cost model file", "missing.json", "no such file"]),
     (["--alpha", "0.5", "--cost-model", "{d}/subdir"], ["cost model file", "subdir", "is a directory"]),
     (["--alpha", "0.5", "--cost-model", "{d}/list.json"], ["list.json", "JSON object", "got list"]),
     (["--alpha", "0.5", "--cost-model", "{d}/cost_wrong_type.json"], ["cost_wrong_type.json", "'draft_step_ms_ref'",
@@ -148,11 +150,12 @@ SIM = [
                                                                   "up to 1"]),
     (["--alpha", "0.5", "--cost-model", "{d}/corrupt.json"], ["corrupt.json", "not valid JSON", "line 2"]),
     (["--alpha", "0.5", "--cost-model", "{d}/nan.json"], ["nan.json", "NaN"]),
-    (["--alpha", "0.5", "--cost-model", "{d}/deep.json"], ["cost model file", "deep.json", "too deeply"]),
+    (["--alpha", "0.5", "--cost-model", "{d}/deep.json"], ["deep.json", "nests deeper than 100 levels"]),
+    (["--acceptance", "{d}/deep.json"], ["acceptance file", "deep.json", "nests deeper than 100 levels"]),
     (["--alpha", "0.5", "--cost-model", "{d}/latin1.json"], ["latin1.json", "UTF-8"]),
     (["--alpha", "0.5", "--cost-model", ""], ["--cost-model", "empty file name"]),
     # acceptance files
-    (["--acceptance", "{d}/missing.json"], ["acceptance file", "missing.json", "not found"]),
+    (["--acceptance", "{d}/missing.json"], ["acceptance file", "missing.json", "no such file"]),
     (["--acceptance", "{d}/list.json"], ["acceptance file", "list.json", "got list"]),
     (["--acceptance", "{d}/acc_future.json"], ["acc_future.json", "schema_version 2", "up to 1"]),
     (["--acceptance", "{d}/acc_str.json"], ["acc_str.json", "'alpha'", "'abc'"]),
@@ -174,7 +177,7 @@ SIM = [
     (["tree", "--paths", "[[0], [1"], ["--paths", "not a path list", "[[0],[1],[0,0]]"]),
     (["tree", "--paths", "[]"], ["--paths", "non-empty list of paths"]),
     (["tree", "--paths", "[" * 100_000], ["--paths", "nests lists too deeply"]),
-    (["tree", "--paths", "[[0]]", "--acceptance", "{d}/deep.json"], ["acceptance file", "deep.json", "too deeply"]),
+    (["tree", "--paths", "[[0]]", "--acceptance", "{d}/deep.json"], ["acceptance file", "deep.json", "nests deeper than 100 levels"]),
     (["tree", "--paths", ""], ["--paths", "empty path list"]),
     (["tree", "--paths", json.dumps([[r] for r in range(257)])], ["--paths has 257 nodes", "at most 256"]),
     (["tree", "--paths", json.dumps([[0] * d for d in range(1, 66)])], ["--paths is 65 deep", "at most 64"]),
@@ -202,7 +205,7 @@ SIM = [
      ["--paths uses rank 60000", "vocabulary of 49152", "0..49151"]),
     (["tree", "--paths", "[[0],[40000]]", "--preset", "eagle3-llama3.1-8b"],
      ["rank 40000", "eagle3-head(Llama-3.1-8B)'s own draft vocabulary of 32000 tokens", "0..31999"]),
-    (["tree", "--paths", "[[0]]", "--acceptance", "{d}/missing.json"], ["acceptance file", "missing.json", "not found"]),
+    (["tree", "--paths", "[[0]]", "--acceptance", "{d}/missing.json"], ["acceptance file", "missing.json", "no such file"]),
     (["tree", "--paths", "[[0]]", "--acceptance", "{d}/corrupt.json"], ["corrupt.json", "not valid JSON"]),
     (["tree", "--paths", "[[0]]", "--acceptance", "{d}/tree_sum.json"], ["tree_sum.json", "depth 2 sums to 1.1",
                                                                         "<= 1"]),
@@ -245,8 +248,9 @@ OTHER = [
 
 
 def _run(module: str, argv: list[str], d: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's code, whatever the venv has installed
     return subprocess.run([sys.executable, "-m", module, *[a.replace("{d}", str(d)) for a in argv]], cwd=d,
-                          capture_output=True, text=True, timeout=60, env=None)
+                          capture_output=True, text=True, timeout=60, env=env)
 
 
 def _check(r: subprocess.CompletedProcess, needles: list[str], d: Path) -> None:

@@ -119,7 +119,7 @@ def test_file_formats(tmp_path):
         with pytest.raises(ValueError, match=needle) as e:
             load_positional(f)
         assert str(f) in str(e.value)
-    with pytest.raises(ValueError, match="not found"):
+    with pytest.raises(ValueError, match="no such file"):
         load_positional(tmp_path / "missing.json")
 
 

@@ -11,7 +11,7 @@ Modules:
   normalised acceptance record (conditional α_i with counts and Wilson
   intervals, acceptance rate, mean tokens per round including the bonus token,
   conversion notes).
-* :mod:`calibrate.ingest.prom` — the Prometheus text exposition, line by line.
+* :mod:`toolkit.prometheus` — the Prometheus text exposition, line by line (shared with ``measure serve``).
 * :mod:`calibrate.ingest.vllm`, :mod:`~calibrate.ingest.sglang`,
   :mod:`~calibrate.ingest.llamacpp`, :mod:`~calibrate.ingest.tgi` — one parser
   module per engine; :mod:`calibrate.ingest.llamabench` — llama-bench output as

@@ -18,19 +18,19 @@ came from llama-bench, and ``ingest.json`` with everything.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Sequence
 
 from calibrate.ingest.detect import Ingested
 from calibrate.ingest.llamabench import cost_from_rows
 from calibrate.ingest.records import AcceptanceRecord
-from presets import get_hardware, get_pair
+from presets import Hardware, Pair, get_hardware, get_pair
 from sim.acceptance import AcceptanceModel, IIDAcceptance, PerPositionAcceptance
 from sim.analytic import break_even_alpha, optimal_gamma, predict
 from sim.cost import CostModel, TabulatedCost, load_cost_model, pair_roofline_cost
 from sim.events import simulate_serving
+from toolkit.jsonio import clean_json, strict_dumps
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,8 @@ class CostChoice:
     write_file: bool = False
     context_tokens: float = 512.0
     context_note: str = "assumed; --context-tokens"
+    pair: Pair | None = None  # a preset pair's roofline: model sizes known, so batches are checked against memory
+    hardware: Hardware | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,8 @@ class Answer:
     batch_rows: tuple[dict, ...] = ()
     serve_rows: tuple[dict, ...] = ()
     files: dict = field(default_factory=dict)
+    memory: dict | None = None  # the batch the preset GPU's memory holds (weights + KV cache), when known
+    batch_crossover: dict | None = None  # the smallest batch where speculation stops paying (closed form)
 
 
 def choose_cost(ing: Ingested, preset: str | None, hardware: str | None, cost_model: str | None,
@@ -113,7 +117,7 @@ def choose_cost(ing: Ingested, preset: str | None, hardware: str | None, cost_mo
         return CostChoice(cost, False, f"assumed: roofline of {what} on {hw.name} "
                           "(datasheet bandwidth and FLOP/s x stated efficiencies, per-forward overheads)",
                           ("--preset", preset, "--hardware", hw.name),
-                          context_tokens=512.0 if context_tokens is None else context_tokens)
+                          context_tokens=512.0 if context_tokens is None else context_tokens, pair=pair, hardware=hw)
     raise ValueError("no cost model: give llama-bench output among the files, --cost-model FILE "
                      "(calibrate's cost_model-*.json of a measure run), or --preset P [--hardware H]")
 
@@ -161,46 +165,113 @@ def answer(ing: Ingested, cost: CostChoice, gamma_max: int, serve: ServeSettings
     best = optimal_gamma(preds)
     batch_rows: list[dict] = []
     serve_rows: list[dict] = []
+    memory = None
     if serve is not None:
+        memory = batch_memory(cost, ctx, serve.new_tokens, gamma_max)
+        top = serve.max_batch if memory is None else min(serve.max_batch, memory["max_batch"])
         b = 1
-        while b <= serve.max_batch:
+        while b <= top:
             at_b = predict(acc, cost.cost, range(1, gamma_max + 1), ctx, batch=b)
             o = optimal_gamma(at_b)
-            batch_rows.append({"batch": b, "optimal_k": o.gamma if o.speedup >= 1.0 else 0,
-                               "speedup": o.speedup, "speedup_by_k": [p.speedup for p in at_b]})
+            on = o.speedup > 1.0
+            batch_rows.append({"batch": b, "best_k": o.gamma if on else 0, "speedup": o.speedup if on else 1.0,
+                               "best_k_if_on": o.gamma, "best_speedup_if_on": o.speedup,
+                               "speedup_by_k": [p.speedup for p in at_b]})
             b *= 2
+        limit = memory["max_batch"] if memory is not None else 1 << 16
+        batch_crossover = crossover_batch(acc, cost.cost, ctx, gamma_max, limit)
         for rate in serve.arrival_rates_per_s:
             per_k = []
             for g in range(1, gamma_max + 1):
                 res = simulate_serving(acc, cost.cost, f"fixed:{g}", n_requests=serve.requests,
                                        arrival_rate_per_s=rate, n_tokens=serve.new_tokens, context_tokens=ctx,
-                                       max_batch=serve.max_batch, seed=serve.seed)
+                                       max_batch=top, seed=serve.seed)
                 per_k.append((g, res))
-            # an overloaded side has no latency ratio (sim reports None: its queue grows without bound)
-            lat = max(per_k, key=lambda x: (x[1].latency_speedup_p50 or 0.0, -x[0]))
-            thr = max(per_k, key=lambda x: (x[1].throughput_speedup, -x[0]))
-            serve_rows.append({
-                "arrival_rate_per_s": rate,
-                "mean_batch_baseline": per_k[0][1].baseline.mean_batch,
-                "optimal_k_latency": lat[0] if (lat[1].latency_speedup_p50 or 0.0) >= 1.0 else 0,
-                "latency_speedup_p50": lat[1].latency_speedup_p50,
-                "optimal_k_throughput": thr[0] if thr[1].throughput_speedup >= 1.0 else 0,
-                "throughput_speedup": thr[1].throughput_speedup,
-                "latency_speedup_p50_by_k": [r.latency_speedup_p50 for _, r in per_k],
-                "throughput_speedup_by_k": [r.throughput_speedup for _, r in per_k],
-            })
+            serve_rows.append(_rate_row(rate, per_k))
     return Answer(ing.record, acc, cost, ctx, tuple(rows), best.gamma, best.speedup,
-                  _inputs(ing.record, cost, gamma_max, ctx), tuple(batch_rows), tuple(serve_rows))
+                  _inputs(ing.record, cost, gamma_max, ctx), tuple(batch_rows), tuple(serve_rows), memory=memory,
+                  batch_crossover=batch_crossover if serve is not None else None)
 
 
-def _clean(o: Any) -> Any:
-    if isinstance(o, dict):
-        return {str(k): _clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_clean(v) for v in o]
-    if isinstance(o, float) and (math.isnan(o) or math.isinf(o)):
+def crossover_batch(acc: AcceptanceModel, cost: CostModel, ctx: float, gamma_max: int, limit: int) -> dict:
+    """The smallest batch (closed form) at which no k in 1..γ_max beats speculation off, searched up to
+    ``limit`` (the largest batch memory holds, or 65,536): ``{"batch": B or None, "limit": limit}``."""
+
+    def pays(b: int) -> bool:
+        return optimal_gamma(predict(acc, cost, range(1, gamma_max + 1), ctx, batch=b)).speedup > 1.0
+
+    if not pays(1):
+        return {"batch": 1, "limit": limit}
+    lo, hi = 1, 2
+    while hi <= limit and pays(hi):
+        lo, hi = hi, hi * 2
+    if hi > limit:
+        if pays(limit):
+            return {"batch": None, "limit": limit}
+        hi = limit
+    while hi - lo > 1:  # pays(lo), not pays(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if pays(mid) else (lo, mid)
+    return {"batch": hi, "limit": limit}
+
+
+def batch_memory(cost: CostChoice, context_tokens: float, new_tokens: int, gamma_max: int) -> dict | None:
+    """The largest batch whose KV cache fits the preset GPU beside both models' weights; None when unknown.
+
+    KV per sequence: (context + new tokens + γ_max) positions × (target + draft) KV bytes per token at the
+    hardware's bytes per element. None without a preset pair on hardware with a fixed memory size.
+    """
+    pair, hw = cost.pair, cost.hardware
+    if pair is None or hw is None or hw.memory_bytes is None:
         return None
-    return o
+    weights = pair.target.weight_bytes(hw.bytes_per_param) + pair.draft.weight_bytes(hw.bytes_per_param)
+    positions = context_tokens + new_tokens + gamma_max
+    kv = positions * (pair.target.kv_bytes_per_token(hw.bytes_per_param)
+                      + pair.draft.kv_bytes_per_token(hw.bytes_per_param))
+    free = hw.memory_bytes - weights
+    if free < kv:
+        raise ValueError(f"{pair.target.name} and {pair.draft.name} ({weights / 1e9:.1f} GB of weights) leave no room "
+                         f"for one sequence's KV cache ({kv / 1e9:.2f} GB at {positions:.0f} tokens) in {hw.name}'s "
+                         f"{hw.memory_bytes / 1e9:.0f} GB")
+    return {"hardware": hw.name, "memory_bytes": hw.memory_bytes, "weights_bytes": weights,
+            "kv_bytes_per_sequence": kv, "positions_per_sequence": positions, "max_batch": int(free // kv)}
+
+
+def _rate_row(rate: float, per_k: list) -> dict:
+    """One arrival rate, one answer: the best k and its speedup in p50 latency when both sides keep up, in
+    capacity (sustainable requests/s) when either is overloaded (no latency ratio is then bounded); off (0,
+    1.0x) when no k beats speculation off."""
+    lat_ok = [(g, r) for g, r in per_k if r.latency_speedup_p50 is not None]
+    if lat_ok:
+        g, r = max(lat_ok, key=lambda x: (x[1].latency_speedup_p50, -x[0]))
+        basis, value = "p50 latency", float(r.latency_speedup_p50)
+    else:
+        g, r = max(per_k, key=lambda x: (x[1].capacity_speedup, -x[0]))
+        basis, value = "capacity", float(r.capacity_speedup)
+    on = value > 1.0
+    return {"arrival_rate_per_s": rate, "mean_batch_baseline": per_k[0][1].baseline.mean_batch,
+            "best_k": g if on else 0, "speedup": value if on else 1.0, "speedup_basis": basis,
+            "best_k_if_on": g, "best_speedup_if_on": value,
+            "latency_speedup_p50_by_k": [x.latency_speedup_p50 for _, x in per_k],
+            "throughput_speedup_by_k": [x.throughput_speedup for _, x in per_k],
+            "capacity_speedup_by_k": [x.capacity_speedup for _, x in per_k]}
+
+
+def crossover(rows: Sequence[dict], key: str, unit: str) -> str:
+    """Where speculation stops paying, in one line (``key``: the load column of ``rows``)."""
+    if not rows:
+        return ""
+    off = [r for r in rows if r["best_k"] == 0]
+    if not off:
+        return f"speculation pays at every {unit} here (up to {rows[-1][key]:g})"
+    if len(off) == len(rows):
+        return f"speculation pays at no {unit} here: leave it off"
+    first_off = off[0][key]
+    if all(r["best_k"] == 0 for r in rows if r[key] >= first_off):
+        last_on = max(r[key] for r in rows if r["best_k"] > 0)
+        return f"speculation stops paying between {unit} {last_on:g} and {first_off:g}: off from {first_off:g} on"
+    return (f"speculation pays at {unit} " + ", ".join(f"{r[key]:g}" for r in rows if r['best_k'] > 0)
+            + " and not at " + ", ".join(f"{r[key]:g}" for r in off))
 
 
 def sim_command(ans: Answer, out: Path, gamma_max: int) -> str:
@@ -222,16 +293,16 @@ def write_files(ans: Answer, out: Path, gamma_max: int) -> dict[str, str]:
         ans.cost.cost.save(p)
         written["cost_model"] = str(p)
     p = out / "ingest.json"
-    p.write_text(json.dumps(_clean(summary(ans, gamma_max) | {"files": written,
-                                                               "sim_command": sim_command(ans, out, gamma_max)}),
-                            indent=2) + "\n")
+    p.write_text(strict_dumps(summary(ans, gamma_max) | {"files": written,
+                                                         "sim_command": sim_command(ans, out, gamma_max)},
+                              indent=2) + "\n")
     written["ingest"] = str(p)
     return written
 
 
 def summary(ans: Answer, gamma_max: int) -> dict:
     """Everything as one JSON-able dict."""
-    return _clean({
+    return clean_json({
         "acceptance": ans.record.as_dict(),
         "acceptance_model": ans.acceptance.describe(),
         "cost_model": ans.cost.cost.describe(),
@@ -244,4 +315,6 @@ def summary(ans: Answer, gamma_max: int) -> dict:
         "optimal_speedup": ans.optimal_speedup,
         "by_batch": list(ans.batch_rows),
         "serving": list(ans.serve_rows),
+        "memory": ans.memory,
+        "batch_crossover": ans.batch_crossover,
     })

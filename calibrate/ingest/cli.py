@@ -20,61 +20,101 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import NoReturn, Sequence
+from typing import Sequence
 
-from calibrate.ingest.answer import Answer, ServeSettings, answer, choose_cost, sim_command, summary, write_files
+from calibrate.ingest.answer import (
+    Answer,
+    ServeSettings,
+    answer,
+    choose_cost,
+    crossover,
+    sim_command,
+    summary,
+    write_files,
+)
 from calibrate.ingest.detect import ENGINES, Ingested, ingest_files
 from calibrate.ingest.records import AcceptanceRecord
+from sim.limits import (
+    ARRIVAL_RATE_LIMIT_PER_S,
+    CONTEXT_LIMIT_TOKENS,
+    GAMMA_LIMIT,
+    GAMMA_WHY,
+    MAX_BATCH_LIMIT,
+    NEW_TOKENS_LIMIT,
+    REQUESTS_LIMIT,
+    SEED_LIMIT,
+    SIMULATED_TOKENS_LIMIT,
+)
+from toolkit.cli import OneLineParser, choice_arg, float_arg, float_list_arg, int_arg, nonempty_arg
+from toolkit.track import TRACKERS, usable_tracker
 
 PROG = "python -m calibrate ingest"
 MODES = ("analytic", "serve")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports a bad argument in one line (no usage dump), exit status 2."""
-
-    def error(self, message: str) -> NoReturn:
-        print(f"{PROG}: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
-def _rates(text: str) -> tuple[float, ...]:
-    try:
-        vals = tuple(float(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated requests/s, got {text!r}") from None
-    if not vals or any(not v > 0 for v in vals):
-        raise argparse.ArgumentTypeError(f"arrival rates must be > 0, got {text!r}")
-    return vals
+#: Arrival rates one serve run may sweep (each one simulates every k).
+ARRIVAL_RATES_LIMIT = 64
+#: The flags only ``--mode serve`` reads (``--mode analytic`` would ignore them).
+SERVE_FLAGS = ("arrival_rates", "max_batch", "requests", "new_tokens", "seed")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description="Ingest an engine's speculative-decoding metrics (vLLM, SGLang, llama.cpp, "
-                "TGI) and llama-bench costs; predict the speedup per k with sim.")
-    p.add_argument("files", nargs="+", metavar="FILE", help="log, /metrics scrape(s), response JSON, llama-bench output")
-    p.add_argument("--engine", default="auto", help=f"auto (default) or one of {', '.join(ENGINES)}")
-    p.add_argument("--spec-tokens", type=int, metavar="K", help="the draft length k the engine ran with, for inputs "
-                   "that do not state it (vLLM num_speculative_tokens, SGLang speculative_num_steps, llama.cpp "
-                   "--draft-max, TGI --speculate)")
-    p.add_argument("--out", metavar="DIR", help="write acceptance.json (+ cost_model.json) and ingest.json here")
+    """The ``ingest`` options; every number bounded as ``python -m sim`` bounds it (:mod:`sim.limits`)."""
+    p = OneLineParser(prog=PROG, description="Ingest an engine's speculative-decoding metrics (vLLM, SGLang, "
+                      "llama.cpp, TGI) and llama-bench costs; predict the speedup per k with sim.")
+    p.add_argument("files", nargs="+", metavar="FILE", type=nonempty_arg("file name"),
+                   help="log, /metrics scrape(s), response JSON, llama-bench output")
+    p.add_argument("--engine", default="auto", type=choice_arg("--engine", ("auto",) + ENGINES),
+                   help=f"auto (default) or one of {', '.join(ENGINES)}")
+    p.add_argument("--spec-tokens", type=int_arg(1, GAMMA_LIMIT, GAMMA_WHY), metavar="K",
+                   help="the draft length k the engine ran with, for inputs that do not state it (vLLM "
+                   "num_speculative_tokens, SGLang speculative_num_steps, llama.cpp --draft-max, TGI --speculate)")
+    p.add_argument("--out", metavar="DIR", type=nonempty_arg("directory"),
+                   help="write acceptance.json (+ cost_model.json) and ingest.json here")
     p.add_argument("--explain", action="store_true", help="print the conversion table: each input figure, the "
                    "engine's definition and the converted value")
     p.add_argument("--preset", help="cost: a draft/target pair's roofline (python -m sim --list-presets)")
     p.add_argument("--hardware", help="cost: hardware profile for --preset (default: the pair's)")
     p.add_argument("--cost-model", metavar="FILE", help="cost: a cost-model JSON (calibrate's cost_model-*.json of a "
                    "measure run, or the directory holding it)")
-    p.add_argument("--gamma-max", type=int, default=8, help="predict k = 1..N (default 8)")
-    p.add_argument("--context-tokens", type=float, help="context the costs use (default 512; llama-bench: the "
-                   "measured depth nearest it)")
-    p.add_argument("--mode", default="analytic", help=f"one of {', '.join(MODES)} (default analytic); serve adds "
-                   "optimal k by batch size and by arrival rate")
-    p.add_argument("--arrival-rates", type=_rates, default=ServeSettings().arrival_rates_per_s,
-                   metavar="R1,R2,...", help="serve mode: Poisson arrival rates in requests/s (default 1,4,16,64)")
-    p.add_argument("--max-batch", type=int, default=32, help="serve mode: largest batch (default 32)")
-    p.add_argument("--requests", type=int, default=100, help="serve mode: simulated requests per run (default 100)")
-    p.add_argument("--new-tokens", type=int, default=128, help="serve mode: tokens per request (default 128)")
-    p.add_argument("--seed", type=int, default=0, help="serve mode: seed of every random draw (default 0)")
+    p.add_argument("--gamma-max", type=int_arg(1, GAMMA_LIMIT, GAMMA_WHY), default=8,
+                   help="predict k = 1..N (default 8, at most 64)")
+    p.add_argument("--context-tokens", type=float_arg(0.0, CONTEXT_LIMIT_TOKENS), help="context the costs use "
+                   "(default 512; llama-bench: the measured depth nearest it)")
+    p.add_argument("--mode", default="analytic", type=choice_arg("--mode", MODES),
+                   help=f"one of {', '.join(MODES)} (default analytic); serve adds optimal k by batch size and by "
+                   "arrival rate")
+    p.add_argument("--arrival-rates", metavar="R1,R2,...", help="serve mode: Poisson arrival rates in requests/s "
+                   "(default 1,4,16,64)", type=float_list_arg(0.0, ARRIVAL_RATE_LIMIT_PER_S, lo_open=True,
+                                                              max_items=ARRIVAL_RATES_LIMIT))
+    p.add_argument("--max-batch", type=int_arg(1, MAX_BATCH_LIMIT), help="serve mode: largest batch (default 32)")
+    p.add_argument("--requests", type=int_arg(1, REQUESTS_LIMIT),
+                   help="serve mode: simulated requests per run (default 100)")
+    p.add_argument("--new-tokens", type=int_arg(1, NEW_TOKENS_LIMIT),
+                   help="serve mode: tokens per request (default 128)")
+    p.add_argument("--seed", type=int_arg(0, SEED_LIMIT), help="serve mode: seed of every random draw (default 0)")
+    p.add_argument("--track", choices=TRACKERS, metavar="wandb|mlflow", help="also log the answer (alpha_i with "
+                   "CIs, speedup per k, --out's files) to Weights & Biases or MLflow (the track extra; a tracker that "
+                   "fails costs one warning line)")
     return p
+
+
+def serve_settings(args: argparse.Namespace) -> ServeSettings | None:
+    """The serving knobs (None in analytic mode); ``ValueError`` for a knob the mode ignores or too much work."""
+    given = [f"--{n.replace('_', '-')}" for n in SERVE_FLAGS if getattr(args, n) is not None]
+    if args.mode != "serve":
+        if given:
+            raise ValueError(f"{', '.join(given)} applies to --mode serve only, not --mode {args.mode}")
+        return None
+    d = ServeSettings()
+    s = ServeSettings(tuple(args.arrival_rates or d.arrival_rates_per_s), args.max_batch or d.max_batch,
+                      args.requests or d.requests, args.new_tokens or d.new_tokens,
+                      d.seed if args.seed is None else args.seed)
+    total = len(s.arrival_rates_per_s) * args.gamma_max * s.requests * s.new_tokens
+    if total > SIMULATED_TOKENS_LIMIT:
+        raise ValueError(f"{total:.3g} simulated tokens ({len(s.arrival_rates_per_s)} arrival rate(s) x "
+                         f"{args.gamma_max} k x {s.requests:,} requests x {s.new_tokens:,} tokens) is over the limit "
+                         f"of {SIMULATED_TOKENS_LIMIT:.0e} (about a minute of simulation); lower --requests, "
+                         "--new-tokens, --gamma-max or the number of --arrival-rates")
+    return s
 
 
 def _f(v: float | None, spec: str = ".3f") -> str:
@@ -120,7 +160,7 @@ def format_explain(rec: AcceptanceRecord) -> list[str]:
     return out
 
 
-def format_answer(ans: Answer, gamma_max: int) -> list[str]:
+def format_answer(ans: Answer, gamma_max: int, max_batch: int = 0) -> list[str]:
     out = ["inputs:"] + [f"  {line}" for line in ans.inputs]
     out += [f"  {line}" for line in ans.cost.lines]
     out.append(f"predicted (closed form, context {ans.context_tokens:.0f} tokens, batch 1):")
@@ -140,33 +180,51 @@ def format_answer(ans: Answer, gamma_max: int) -> list[str]:
         at = ans.rows[k_eng - 1]["speedup"]
         out.append(f"the engine ran k = {k_eng}: predicted {at:.3f}x there")
     if ans.batch_rows:
-        out.append("by batch size (closed form, every sequence in lockstep; k = 0 means speculation off):")
-        out.append("  batch  optimal k  speedup")
+        mem = ans.memory
+        fits = ""
+        if mem is not None:
+            fits = (f"; batches that fit {mem['hardware']}'s {mem['memory_bytes'] / 1e9:.0f} GB: weights "
+                    f"{mem['weights_bytes'] / 1e9:.1f} GB + KV cache {mem['kv_bytes_per_sequence'] / 1e9:.3f} GB a "
+                    f"sequence at {mem['positions_per_sequence']:.0f} tokens")
+        out.append(f"by batch size (closed form, every sequence in lockstep{fits}):")
+        out.append("  batch  best k  speedup")
         for r in ans.batch_rows:
-            out.append(f"  {r['batch']:5d}  {r['optimal_k']:9d}  {r['speedup']:6.3f}x")
+            k = "off" if r["best_k"] == 0 else str(r["best_k"])
+            note = "" if r["best_k"] else f"  (off: best k = {r['best_k_if_on']} would be {r['best_speedup_if_on']:.3f}x)"
+            out.append(f"  {r['batch']:5d}  {k:>6s}  {r['speedup']:6.3f}x{note}")
+        if mem is not None and mem["max_batch"] < max_batch:
+            out.append(f"  batch {mem['max_batch'] + 1} and above do not fit: memory binds below --max-batch "
+                       f"{max_batch} (the serving simulation runs at batch <= {mem['max_batch']})")
+        elif mem is None:
+            out.append("  (memory not checked: the cost model carries no model sizes; --preset has them)")
+        cb = ans.batch_crossover or {}
+        if cb.get("batch") is None:
+            out.append(f"speculation pays at every batch up to {cb.get('limit')}"
+                       + (f", the largest that fits {mem['hardware']} (memory binds before speculation stops paying)"
+                          if mem is not None else " (searched)"))
+        elif cb["batch"] == 1:
+            out.append("speculation pays at no batch size: leave it off")
+        else:
+            out.append(f"speculation stops paying at batch {cb['batch']} (closed form): off from there on")
     if ans.serve_rows:
-        out.append("by arrival rate (SimPy serving simulation, same arrivals with and without speculation):")
-        out.append("  req/s  mean batch  best k (p50 latency)  latency x  best k (throughput)  throughput x")
+        out.append("by arrival rate (serving simulation, same arrivals with and without speculation; the speedup is "
+                   "p50 latency while both sides keep up, capacity when either is overloaded):")
+        out.append("  req/s  mean batch  best k  speedup")
         for r in ans.serve_rows:
-            lat = r["latency_speedup_p50"]
-            lat_text = f"{lat:8.3f}x" if lat is not None else "overload"  # a queue without bound: no latency ratio
-            out.append(f"  {r['arrival_rate_per_s']:5g}  {r['mean_batch_baseline']:10.1f}  {r['optimal_k_latency']:19d}  "
-                       f"{lat_text:>9}  {r['optimal_k_throughput']:19d}  {r['throughput_speedup']:11.3f}x")
+            k = "off" if r["best_k"] == 0 else str(r["best_k"])
+            basis = "" if r["speedup_basis"] == "p50 latency" else "  (capacity: overloaded)"
+            note = "" if r["best_k"] else f"  (off: best k = {r['best_k_if_on']} would be {r['best_speedup_if_on']:.3f}x)"
+            out.append(f"  {r['arrival_rate_per_s']:5g}  {r['mean_batch_baseline']:10.1f}  {k:>6s}  "
+                       f"{r['speedup']:6.3f}x{basis}{note}")
+        out.append(crossover(ans.serve_rows, "arrival_rate_per_s", "arrival rate"))
     return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.track = usable_tracker(args.track, PROG)
     try:
-        if args.mode not in MODES:
-            raise ValueError(f"unknown --mode {args.mode!r}; valid: {', '.join(MODES)}")
-        if args.spec_tokens is not None and args.spec_tokens < 1:
-            raise ValueError(f"--spec-tokens must be >= 1, got {args.spec_tokens}")
-        for name in ("gamma_max", "max_batch", "requests", "new_tokens"):
-            if getattr(args, name) < 1:
-                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-        if args.context_tokens is not None and args.context_tokens < 0:
-            raise ValueError(f"--context-tokens must be >= 0, got {args.context_tokens}")
+        serve = serve_settings(args)  # before any file is read: a serve run too big to finish is refused at once
         ing: Ingested = ingest_files(list(args.files), args.engine, args.spec_tokens)
         lines: list[str] = []
         if ing.record is not None:
@@ -175,11 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.explain:
                 lines += format_explain(ing.record)
         cost = choose_cost(ing, args.preset, args.hardware, args.cost_model, args.context_tokens)
-        serve = None
-        if args.mode == "serve":
-            serve = ServeSettings(args.arrival_rates, args.max_batch, args.requests, args.new_tokens, args.seed)
         ans = answer(ing, cost, args.gamma_max, serve)
-        lines += format_answer(ans, args.gamma_max)
+        lines += format_answer(ans, args.gamma_max, args.max_batch)
         doc = summary(ans, args.gamma_max)
         if args.out:
             out = Path(args.out)
@@ -194,6 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{PROG}: error: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
     print("\n".join(lines))
+    if args.track:
+        from calibrate.tracking import track_ingest
+
+        track_ingest(args.track, doc, {k: v for k, v in vars(args).items() if k != "track"}, PROG, args.out)
     print(json.dumps({"optimal_k": doc["optimal_k"], "optimal_speedup": doc["optimal_speedup"],
                       "alpha_per_position": [p["alpha"] for p in doc["acceptance"]["alpha_per_position"]],
                       "iid_alpha": doc["acceptance"]["iid_alpha"],

@@ -15,8 +15,8 @@ from typing import Callable
 
 from calibrate.ingest import llamabench, llamacpp, sglang, tgi, vllm
 from calibrate.ingest.normalise import normalise
-from calibrate.ingest.prom import Sample, Scrape, looks_like_scrape, parse_scrape
-from calibrate.ingest.records import AcceptanceRecord, Observation, ParseResult
+from calibrate.ingest.records import AcceptanceRecord, Observation, ParseResult, check_counters
+from toolkit.prometheus import Sample, Scrape, looks_like_scrape, parse_scrape, sample_text
 
 ENGINES = ("vllm", "sglang", "llamacpp", "tgi")
 #: Metric-name prefix of each engine's /metrics, and the names that hold its spec-decode figures.
@@ -99,8 +99,7 @@ def scrape_delta(engine: str, before: tuple[str, Scrape], after: tuple[str, Scra
             out.append(s)
             continue
         if s.value < prev.value - 1e-9:
-            labels = "{" + ",".join(f'{k}="{v}"' for k, v in s.labels) + "}" if s.labels else ""
-            raise ValueError(f"counters went down from {bp} to {ap} ({s.name}{labels}: {prev.value:g} -> "
+            raise ValueError(f"counters went down from {bp} to {ap} ({sample_text(s)}: {prev.value:g} -> "
                              f"{s.value:g}): give the scrapes in order (before, after) of one server that did "
                              "not restart in between")
         out.append(Sample(s.name, s.labels, s.value - prev.value))
@@ -157,8 +156,10 @@ def ingest_files(paths: list[str], engine: str = "auto", spec_tokens: int | None
             scrape = parse_scrape(text)
             e = _scrape_engine(scrape, engines)
             if e is not None:
-                if not _spec_samples(e, scrape):
+                spec = _spec_samples(e, scrape)
+                if not spec:
                     raise ValueError(f"no spec-decode counters in {path}: was speculative decoding on?")
+                check_counters(path, spec.values())
                 scrapes.setdefault(e, []).append((path, scrape))
                 files.append((path, f"{e}-prometheus"))
                 continue

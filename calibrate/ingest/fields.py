@@ -1,12 +1,20 @@
-"""Small text helpers shared by the engine parsers: ``Name: value`` fields, numbers, JSON lines, line scans."""
+"""Small text helpers shared by the engine parsers: ``Name: value`` fields, numbers, JSON lines, line scans.
+
+JSON is read by :func:`toolkit.jsonio.loads`: nesting bounded (a document
+deeper than :data:`toolkit.jsonio.MAX_DEPTH` is refused in one line, not a
+RecursionError), ``NaN``/``Infinity`` read as floats so that :func:`count`
+and the records refuse them by field name where a figure is used.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any, Callable, Iterator, TypeVar
 
-from calibrate.ingest.records import Observation, ParseResult
+from calibrate.ingest.records import ImpossibleFigure, Observation, ParseResult
+from toolkit.jsonio import JSONTooDeep, loads
 
 T = TypeVar("T")
 
@@ -47,28 +55,57 @@ def percent(text: str | None) -> float | None:
     return v / 100.0 if "%" in text else v
 
 
-def json_objects(text: str) -> Iterator[tuple[int, Any | None]]:
-    """(line number, parsed object or None if unreadable) for a JSON document or JSON lines.
+def count(source: str, obj: dict, key: str) -> int | None:
+    """``obj[key]`` as a count: None when absent or null; an :class:`ImpossibleFigure` naming ``key`` when it is
+    NaN, infinite, negative or fractional; ``TypeError``/``ValueError`` (the caller skips) when it is no number."""
+    v = obj.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise TypeError(f"{key}: {v!r} is not a number")
+    x = float(v)  # "12" -> 12.0; "abc" -> ValueError
+    if not math.isfinite(x) or x < 0 or not x.is_integer():
+        raise ImpossibleFigure(f"{source}: {key} is {v!r}: a count must be a finite whole number >= 0")
+    return int(x)
+
+
+def counts(source: str, key: str, values: Any) -> list[int]:
+    """Every item of list ``values`` (the field ``key``) as a count (:func:`count`)."""
+    if not isinstance(values, list):
+        raise TypeError(f"{key}: {values!r} is not a list")
+    out = []
+    for v in values:
+        c = count(source, {key: v}, key)
+        if c is None:
+            raise TypeError(f"{key}: null in {values!r}")
+        out.append(c)
+    return out
+
+
+def json_objects(text: str, path: str = "JSON") -> Iterator[tuple[int, Any | None]]:
+    """(line number, parsed object or None if unreadable) for a JSON document or JSON lines of file ``path``.
 
     A whole-file JSON array yields its items (line 0); otherwise every
-    non-blank line is parsed, an SSE ``data:`` prefix stripped.
+    non-blank line is parsed, an SSE ``data:`` prefix stripped. A document
+    nested too deep is refused (:class:`toolkit.jsonio.JSONTooDeep`), never skipped.
     """
     stripped = text.strip()
-    if stripped.startswith("["):
+    deep: JSONTooDeep | None = None  # the whole text too deep: JSON lines (one truncated leaves brackets open)?
+    if stripped.startswith(("[", "{")):
         try:
-            doc = json.loads(stripped)
+            doc = loads(stripped, path, constants=True)
         except json.JSONDecodeError:
             doc = None
+        except JSONTooDeep as exc:
+            doc, deep = None, exc
         if isinstance(doc, list):
             for item in doc:
                 yield 0, item
             return
-    if stripped.startswith("{"):
-        try:
-            yield 0, json.loads(stripped)
+        if doc is not None:
+            yield 0, doc
             return
-        except json.JSONDecodeError:
-            pass
+    parsed = 0
     for i, line in enumerate(text.splitlines(), start=1):
         line = line.strip()
         if line.startswith("data:"):
@@ -76,9 +113,14 @@ def json_objects(text: str) -> Iterator[tuple[int, Any | None]]:
         if not line or line == "[DONE]":
             continue
         try:
-            yield i, json.loads(line)
+            obj = loads(line, f"{path}:{i}", constants=True)
         except json.JSONDecodeError:
             yield i, None
+            continue
+        parsed += 1
+        yield i, obj
+    if deep is not None and not parsed:
+        raise deep
 
 
 def find_key(obj: Any, key: str, depth: int = 0) -> Any | None:
@@ -133,7 +175,7 @@ def scan_json(engine: str, default_fmt: str, path: str, text: str, extract: Call
     """
     obs: list[Observation] = []
     seen = skipped = 0
-    for line, obj in json_objects(text):
+    for line, obj in json_objects(text, path):
         if obj is None:
             skipped += 1
             continue

@@ -23,12 +23,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
+from calibrate.ingest.records import ImpossibleFigure
 from sim.cost import TabulatedCost
+from toolkit.jsonio import loads
 
 MAINTAINERS = ("verify cost of n tokens = llama-bench pp n at the same depth "
                "(the llama.cpp maintainers' approximation, not a speculative-decoding measurement)")
@@ -56,8 +59,13 @@ def _from_record(r: dict) -> BenchRow | None:
         n_prompt, n_gen = int(r["n_prompt"]), int(r["n_gen"])
         depth = int(r.get("n_depth", 0) or 0)
         avg_ns, std_ns = float(r["avg_ns"]), float(r.get("stddev_ns", 0.0) or 0.0)
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         return None
+    for key, v in (("avg_ns", avg_ns), ("stddev_ns", std_ns)):
+        if not math.isfinite(v) or v < 0 or (key == "avg_ns" and v == 0):
+            raise ImpossibleFigure(f"llama-bench row {r.get('model_filename') or r.get('model_type') or '?'} "
+                                   f"(n_prompt {n_prompt}, n_gen {n_gen}): {key} is {v:g}: a time must be a finite "
+                                   "number > 0")
     if (n_prompt == 0) == (n_gen == 0):  # pg tests (prompt + generation) are neither
         return None
     kind, n = ("tg", n_gen) if n_prompt == 0 else ("pp", n_prompt)
@@ -112,7 +120,7 @@ def parse_rows(text: str) -> tuple[str, list[BenchRow], int] | None:
         return None
     if s.startswith("["):
         try:
-            doc = json.loads(s)
+            doc = loads(s, "llama-bench JSON", constants=True)
         except json.JSONDecodeError:
             doc = None
         if isinstance(doc, list) and doc and all(isinstance(r, dict) and "avg_ns" in r for r in doc):
@@ -122,7 +130,7 @@ def parse_rows(text: str) -> tuple[str, list[BenchRow], int] | None:
         recs, skipped = [], 0
         for ln in s.splitlines():
             try:
-                r = json.loads(ln)
+                r = loads(ln, "llama-bench JSON line", constants=True)
             except json.JSONDecodeError:
                 skipped += 1
                 continue

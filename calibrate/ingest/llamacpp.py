@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import re
 
-from calibrate.ingest.fields import find_key, number, numbers, scan_json
+from calibrate.ingest.fields import count, find_key, number, numbers, scan_json
 from calibrate.ingest.normalise import conditional_from_unconditional, counts_from_rates, rounding_slack
-from calibrate.ingest.prom import Scrape
-from calibrate.ingest.records import Figure, Observation, ParseResult
+from calibrate.ingest.records import Figure, ImpossibleFigure, Observation, ParseResult, check_draft_capacity
 from calibrate.ingest.vllm import counter_observation
+from toolkit.prometheus import Scrape
 
 ENGINE = "llamacpp"
 COUNTERS = ("llamacpp:spec_decode_num_drafts", "llamacpp:spec_decode_num_draft_tokens",
@@ -66,8 +66,12 @@ def parse_run(path: str, text: str) -> ParseResult | None:
     n_predict, n_drafted, n_accept = (int(vals[k][0]) for k in need)
     k = int(vals["n_draft"][0]) if "n_draft" in vals else None
     rounds = n_predict - n_accept
-    if rounds <= 0 or n_accept > n_drafted:
-        return ParseResult(ENGINE, "llamacpp-speculative", (), 1)
+    if n_accept > n_drafted:
+        raise ImpossibleFigure(f"{path}: n_accept ({n_accept}) is more than n_drafted ({n_drafted}): no engine accepts "
+                               "more draft tokens than it drafted")
+    if rounds <= 0:
+        raise ImpossibleFigure(f"{path}: n_predict ({n_predict}) <= n_accept ({n_accept}): every round adds its "
+                               "accepted tokens plus one, so n_predict exceeds n_accept")
     figs = [Figure("n_draft", str(k), "maximum draft length", f"k = {k}"),
             Figure("n_predict", str(n_predict), "tokens produced (accepted + 1 per round)",
                    f"rounds = n_predict - n_accept = {rounds}; mean tokens per round = {n_predict / rounds:.3f}"),
@@ -76,9 +80,12 @@ def parse_run(path: str, text: str) -> ParseResult | None:
     if "accept" in vals:
         figs.append(Figure("accept", f"{vals['accept'][0]:.3f}%", "n_accept / n_drafted",
                            f"acceptance rate = {n_accept / n_drafted:.4f} (same definition)"))
+    names = (("k", "n_draft"), ("drafts", "n_predict - n_accept"), ("draft_tokens", "n_drafted"),
+             ("accepted_tokens", "n_accept"))
+    check_draft_capacity(path, k, rounds, n_drafted, dict(names))
     notes = [SHORT_DRAFTS] if k and n_drafted < rounds * k else []
     obs = Observation(ENGINE, "llamacpp-speculative", path, k=k, drafts=rounds, draft_tokens=n_drafted,
-                      accepted_tokens=n_accept, figures=tuple(figs), notes=tuple(notes))
+                      accepted_tokens=n_accept, figures=tuple(figs), notes=tuple(notes), names=names)
     return ParseResult(ENGINE, "llamacpp-speculative", (obs,), 0)
 
 
@@ -115,11 +122,15 @@ def parse_log(path: str, text: str) -> ParseResult | None:
             if lm:
                 figs.append(Figure("#mean acc len", lm.group(1), "1 + accepted / drafts (bonus included)",
                                    f"mean tokens per round incl. bonus = {1 + a / d:.3f}" if d else "n/a"))
-            notes = ["llama.cpp: some drafts were shorter than k (drafted != drafts x k): alpha_i of later "
-                     "positions slightly underestimated"] if per_pos and g != d * len(per_pos) else []
+            names = (("drafts", "#gen drafts"), ("draft_tokens", "#gen tokens"), ("accepted_tokens", "#acc tokens"),
+                     ("k", "the length of #acc rate/pos"))
+            check_draft_capacity(src, len(per_pos) if per_pos else None, d, g, dict(names))
+            notes = ["llama.cpp: some drafts were shorter than k (drafted < drafts x k): alpha_i of later "
+                     "positions slightly underestimated"] if per_pos and g < d * len(per_pos) else []
             stats.append(Observation(ENGINE, f"llamacpp-server-statistics ({sm.group('impl')})", src,
                                      k=len(per_pos) if per_pos else None, drafts=d, draft_tokens=g, accepted_tokens=a,
-                                     accepted_per_pos=per_pos, figures=tuple(figs + pfigs), notes=tuple(notes)))
+                                     accepted_per_pos=per_pos, figures=tuple(figs + pfigs), notes=tuple(notes),
+                                     names=names))
             continue
         nm = _NEW.search(line) if "draft acceptance =" in line else None
         om = _OLD.search(line) if nm is None else None
@@ -150,7 +161,9 @@ def parse_log(path: str, text: str) -> ParseResult | None:
                 figs += pfigs
         accs.append(Observation(ENGINE, "llamacpp-server-log" if om else "llamacpp-server-log-new", src,
                                 k=len(per_pos) if per_pos else None, drafts=drafts, draft_tokens=g, accepted_tokens=a,
-                                accepted_per_pos=per_pos, figures=tuple(figs)))
+                                accepted_per_pos=per_pos, figures=tuple(figs),
+                                names=(("accepted_tokens", "accepted"), ("draft_tokens", "generated"),
+                                       ("tau", "mean acceptance length"))))
     if not seen:
         return None
     # newer builds print both lines for the same work: the statistics line has the draft count
@@ -160,8 +173,12 @@ def parse_log(path: str, text: str) -> ParseResult | None:
 
 def _timings(source: str, t: dict) -> Observation | None:
     try:
-        g, a = int(t["draft_n"]), int(t["draft_n_accepted"])
-    except (KeyError, TypeError, ValueError):
+        g, a = count(source, t, "draft_n"), count(source, t, "draft_n_accepted")
+    except ImpossibleFigure:
+        raise
+    except (TypeError, ValueError):
+        return None
+    if g is None or a is None:
         return None
     figs = (Figure("draft_n", str(g), "drafted tokens", "drafted tokens"),
             Figure("draft_n_accepted", str(a), "accepted draft tokens", "accepted tokens"),
@@ -169,7 +186,8 @@ def _timings(source: str, t: dict) -> Observation | None:
                    "not used: rounds without a draft are not counted separately"))
     return Observation(ENGINE, "llamacpp-server-timings", source, draft_tokens=g, accepted_tokens=a, figures=figs,
                        notes=("llama-server timings have no verify-step count: mean tokens per round "
-                              "from drafted tokens / k, assuming every round drafted k",))
+                              "from drafted tokens / k, assuming every round drafted k",),
+                       names=(("draft_tokens", "draft_n"), ("accepted_tokens", "draft_n_accepted")))
 
 
 def _drafting_timings(obj: object) -> list[dict]:

@@ -29,6 +29,7 @@ import numpy as np
 from calibrate.fit_acceptance import wilson_ci
 from calibrate.ingest.records import AcceptanceRecord, Figure, Observation, PositionAcceptance
 from sim.acceptance import implied_alpha_from_tau
+from sim.limits import GAMMA_LIMIT
 
 #: How many observations' figures the conversion table keeps (the rest are aggregated the same way).
 FIGURES_KEPT = 5
@@ -167,6 +168,8 @@ def normalise(observations: Sequence[Observation], skipped_lines: int = 0,
         notes.append(f"draft length k differs between observations ({', '.join(map(str, ks))}): "
                      f"per-position counts pooled per position, k = {k} used for the i.i.d. conversions")
     if spec_tokens is not None:
+        if not 1 <= spec_tokens <= GAMMA_LIMIT:
+            raise ValueError(f"--spec-tokens {spec_tokens}: the draft length must be in 1..{GAMMA_LIMIT}")
         if k is None:
             k = int(spec_tokens)
             notes.append(f"draft length k = {k} from --spec-tokens (the input does not state it)")

@@ -13,7 +13,12 @@ The project's definitions (what every engine's numbers are converted to):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from typing import Iterable, NoReturn
+
+from sim.limits import GAMMA_LIMIT
+from toolkit.prometheus import Sample, sample_text
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,42 @@ class Figure:
     converted: str = ""
 
 
+class ImpossibleFigure(ValueError):
+    """A figure no engine can report (negative, non-finite, more accepted than drafted, k out of range).
+
+    Refused in one line naming the field, never skipped like a truncated line:
+    a parser that skips what it cannot read lets this one through.
+    """
+
+
+def check_counters(path: str, samples: Iterable[Sample]) -> None:
+    """Every sample a finite number >= 0 (counters, and the gauges of accept length and rate); else one line."""
+    for s in samples:
+        if not math.isfinite(s.value) or s.value < 0:
+            raise ImpossibleFigure(f"{path}: {sample_text(s)} is {s.value:g}: a spec-decode counter or gauge must be "
+                                   "a finite number >= 0")
+
+
+#: What a message calls each checked field when the parser gives no engine name for it.
+FIELD_NAMES = {"k": "draft length k", "drafts": "drafts", "draft_tokens": "drafted tokens",
+               "accepted_tokens": "accepted tokens", "tau": "mean tokens per round",
+               "acceptance_rate": "acceptance rate", "rounds_by_accepted": "rounds by accepted count"}
+
+
+def check_draft_capacity(source: str, k: int | None, drafts: int | None, draft_tokens: int | None,
+                         names: dict[str, str] | None = None) -> None:
+    """Drafted tokens fit in ``drafts`` drafts of at most ``k`` tokens (when all three are known), else refused.
+
+    For inputs whose k is the configured maximum (vLLM, llama.cpp counters and
+    requests); an adaptive depth or an SGLang tree would exceed it legitimately.
+    """
+    if k is None or not 1 <= k <= GAMMA_LIMIT or drafts is None or draft_tokens is None or draft_tokens <= drafts * k:
+        return  # (a k out of range is refused by the Observation, naming it)
+    n = {**FIELD_NAMES, **(names or {})}
+    raise ImpossibleFigure(f"{source}: {n['draft_tokens']} ({draft_tokens}) is more than {n['drafts']} x k = "
+                           f"{drafts} x {k} = {drafts * k}: no draft holds more than k = {k} tokens ({n['k']})")
+
+
 @dataclass(frozen=True)
 class Observation:
     """What one unit of input (a log line, a scrape or scrape delta, a request) says.
@@ -35,7 +76,9 @@ class Observation:
     (how many drafts had position i accepted), ``rounds_by_accepted[j]`` is the
     number of rounds that accepted exactly j draft tokens, ``per_round`` holds
     (drafted, accepted) per round. ``tau`` is mean tokens per round including
-    the bonus token; ``acceptance_rate`` is accepted / drafted.
+    the bonus token; ``acceptance_rate`` is accepted / drafted. ``names`` gives
+    the engine's own name of a field (``(("k", "num_spec_tokens"),)``) for the
+    one-line refusal of an impossible value (:class:`ImpossibleFigure`).
     """
 
     engine: str
@@ -52,16 +95,42 @@ class Observation:
     acceptance_rate: float | None = None
     figures: tuple[Figure, ...] = ()
     notes: tuple[str, ...] = ()
+    names: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        n = {**FIELD_NAMES, **dict(self.names)}
+
+        def refuse(why: str) -> NoReturn:
+            raise ImpossibleFigure(f"{self.source}: {why}")
+
         for name in ("k", "drafts", "draft_tokens", "accepted_tokens"):
             v = getattr(self, name)
             if v is not None and v < 0:
-                raise ValueError(f"{self.source}: {name} must be >= 0, got {v}")
+                refuse(f"{n[name]} {v}: a count must be >= 0")
+        if self.k is not None and not 1 <= self.k <= GAMMA_LIMIT:
+            refuse(f"{n['k']} {self.k} is not a draft length: valid 1..{GAMMA_LIMIT} (pass --spec-tokens K, the k "
+                   "the engine ran with, if the input's is wrong)")
+        if self.accepted_tokens is not None and self.draft_tokens is not None \
+                and self.accepted_tokens > self.draft_tokens:
+            refuse(f"{n['accepted_tokens']} ({self.accepted_tokens}) is more than {n['draft_tokens']} "
+                   f"({self.draft_tokens}): no engine accepts more draft tokens than it drafted")
+        h = self.rounds_by_accepted
+        if h is not None and any(x < 0 for x in h):
+            refuse(f"{n['rounds_by_accepted']} {list(h)}: a count must be >= 0")
+        if h is not None and self.k is not None and any(h[self.k + 1:]):
+            refuse(f"{n['rounds_by_accepted']} has rounds that accepted up to {len(h) - 1} tokens, more than "
+                   f"k = {self.k} ({n['k']})")
+        for name in ("tau", "acceptance_rate"):
+            v = getattr(self, name)
+            if v is not None and not math.isfinite(v):
+                refuse(f"{n[name]} {v}: not a finite number")
         if self.tau is not None and self.tau < 1.0:
-            raise ValueError(f"{self.source}: mean tokens per round must be >= 1, got {self.tau}")
+            refuse(f"{n['tau']} must be >= 1 (the bonus token included), got {self.tau}")
+        if self.tau is not None and self.tau > 1.0 and 0 in (self.drafts, self.draft_tokens):
+            zero = n["draft_tokens"] if self.draft_tokens == 0 else n["drafts"]
+            refuse(f"{n['tau']} {self.tau:g} with {zero} 0: without a draft there is no acceptance length")
         if self.acceptance_rate is not None and not 0.0 <= self.acceptance_rate <= 1.0:
-            raise ValueError(f"{self.source}: acceptance rate must be in [0, 1], got {self.acceptance_rate}")
+            refuse(f"{n['acceptance_rate']} must be in [0, 1], got {self.acceptance_rate}")
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,13 @@ renamed ``spec_correct_drafts_histogram``; old names kept as aliases).
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 
-from calibrate.ingest.fields import number, scan_json, scan_lines, split_fields
-from calibrate.ingest.prom import Scrape
-from calibrate.ingest.records import Figure, Observation, ParseResult
+from calibrate.ingest.fields import count, counts, number, scan_json, scan_lines, split_fields
+from calibrate.ingest.records import Figure, ImpossibleFigure, Observation, ParseResult
+from toolkit.prometheus import Scrape
 
 ENGINE = "sglang"
 _LINE = re.compile(r"Decode batch[.,]?\s*(?P<rest>#running-req.*)$")
@@ -57,7 +58,8 @@ def _window(source: str, fmt: str, tau: float, rate: float | None, spec_tokens: 
                              "tree nodes: pass --spec-tokens K (speculative_num_steps)")
     acc_rate = (tau - 1) / k if k and 0 <= (tau - 1) / k <= 1 else None
     return Observation(ENGINE, fmt, source, k=k, tau=tau, acceptance_rate=acc_rate, figures=tuple(figs),
-                       notes=tuple(notes))
+                       notes=tuple(notes), names=(("tau", names[0]), ("k", "k from --spec-tokens" if spec_tokens
+                                                  is not None else f"k inferred as {names[0]} / {names[1]} - 1")))
 
 
 def _log_line(source: str, m: re.Match, spec_tokens: int | None) -> Observation | None:
@@ -108,16 +110,22 @@ def _first(meta: dict, keys: tuple[str, ...]):
     return None, None
 
 
+# long: one request's meta_info fields read and checked one by one (an unreadable one skips the request, an
+#   impossible one refuses the input), then one figure per field
 def _request(source: str, meta: dict, spec_tokens: int | None) -> Observation | None:
     try:
-        verify = int(meta["spec_verify_ct"])
-        acc_key, acc = _first(meta, _ACC)
-        dr_key, drafted = _first(meta, _DRAFTED)
+        verify = count(source, meta, "spec_verify_ct")
+        acc_key, _ = _first(meta, _ACC)
+        dr_key, _ = _first(meta, _DRAFTED)
         hist_key, hist = _first(meta, _HIST)
-        acc = int(acc) if acc is not None else None
-        drafted = int(drafted) if drafted is not None else None
-        hist = [int(x) for x in hist] if isinstance(hist, list) and hist else None
+        acc = count(source, meta, acc_key) if acc_key else None
+        drafted = count(source, meta, dr_key) if dr_key else None
+        hist = counts(source, hist_key, hist) if isinstance(hist, list) and hist else None
+    except ImpossibleFigure:
+        raise
     except (KeyError, TypeError, ValueError):
+        return None
+    if verify is None:
         return None
     if verify <= 0:
         return None
@@ -151,14 +159,21 @@ def _request(source: str, meta: dict, spec_tokens: int | None) -> Observation | 
             return None
     tau = None
     if acc is None and hist is None and meta.get("spec_accept_length") is not None:
-        tau = float(meta["spec_accept_length"])
+        try:
+            tau = float(meta["spec_accept_length"])
+        except (TypeError, ValueError):
+            return None
         notes.append("SGLang spec_accept_length = completion tokens / verify steps: the prefill token "
                      "counts too (slight overestimate)")
     new_names = any(key in meta for key in (_ACC[0], _DRAFTED[0], _HIST[0]))
     return Observation(ENGINE, "sglang-meta-info-new" if new_names else "sglang-meta-info",
                        source, k=k, drafts=verify, draft_tokens=drafted, accepted_tokens=acc,
-                       rounds_by_accepted=tuple(hist) if hist else None, tau=tau if tau and tau >= 1 else None,
-                       figures=tuple(figs), notes=tuple(notes))
+                       rounds_by_accepted=tuple(hist) if hist else None, tau=tau if tau is None or tau >= 1 or
+                       not math.isfinite(tau) else None, figures=tuple(figs), notes=tuple(notes),
+                       names=(("drafts", "spec_verify_ct"), ("accepted_tokens", acc_key or "accepted"),
+                              ("draft_tokens", dr_key or "drafted"), ("rounds_by_accepted", hist_key or "histogram"),
+                              ("tau", "spec_accept_length"),
+                              ("k", "k (--spec-tokens)" if spec_tokens is not None else "k inferred")))
 
 
 def _meta_infos(obj: object) -> list[dict]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from calibrate.ingest.prom import Scrape, counter_total
+from toolkit.prometheus import Scrape, counter_total
 from calibrate.ingest.records import Figure, Observation
 
 ENGINE = "tgi"
@@ -74,7 +74,8 @@ def scrape_observation(path: str, scrape: Scrape) -> Observation | None:
         if steps == 0:
             raise ValueError(f"no spec-decode counters in {path}: {METRIC} has no decode steps")
         return Observation(ENGINE, "tgi-prometheus-histogram", path, k=k, drafts=steps, draft_tokens=steps * k,
-                           rounds_by_accepted=tuple(hist), figures=tuple(figs), notes=tuple(notes))
+                           rounds_by_accepted=tuple(hist), figures=tuple(figs), notes=tuple(notes),
+                           names=(("k", f"the last integer bucket of {METRIC} (--speculate)"),))
     # summary (or unusable buckets): mean only
     if count is None or total is None or count <= 0:
         raise ValueError(f"no spec-decode counters in {path}: {METRIC} has no count "

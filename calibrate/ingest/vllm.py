@@ -14,18 +14,34 @@ a line whose fields do not add up (a truncated copy) is skipped and counted.
 
 from __future__ import annotations
 
+import math
 import re
 
-from calibrate.ingest.fields import find_key, number, numbers, percent, scan_json, scan_lines, split_fields
+from calibrate.ingest.fields import (
+    count,
+    counts,
+    find_key,
+    number,
+    numbers,
+    percent,
+    scan_json,
+    scan_lines,
+    split_fields,
+)
 from calibrate.ingest.normalise import conditional_from_unconditional, counts_from_rates, rounding_slack
-from calibrate.ingest.prom import Scrape, counter_total
-from calibrate.ingest.records import Figure, Observation, ParseResult
+from calibrate.ingest.records import Figure, ImpossibleFigure, Observation, ParseResult, check_draft_capacity
+from sim.limits import GAMMA_LIMIT
+from toolkit.prometheus import Scrape, counter_total
 
 ENGINE = "vllm"
 _LINE = re.compile(r"(SpecDecoding metrics|Speculative metrics):\s*(?P<rest>.*)$")
 COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
             "vllm:spec_decode_num_accepted_tokens", "vllm:spec_decode_num_accepted_tokens_per_pos")
 THROUGHPUT_NOTE = "tokens/s over the log interval: depends on load, not used"
+#: The V1 log line's fields, by the name the records check them under.
+LOG_NAMES = (("accepted_tokens", "Accepted"), ("draft_tokens", "Drafted"), ("tau", "Mean acceptance length"),
+             ("k", "the length of the per-position list (or the speculative depth)"),
+             ("acceptance_rate", "Accepted / Drafted"))
 
 
 def _fmt_alpha(judged: tuple[int, ...], accepted: tuple[int, ...], i: int) -> str:
@@ -117,7 +133,7 @@ def _v1_line(source: str, f: dict[str, str]) -> Observation | None:
     return Observation(ENGINE, fmt, source, k=k, drafts=drafts, draft_tokens=drafted_i, accepted_tokens=acc_i,
                        accepted_per_pos=per_pos, tau=tau,
                        acceptance_rate=acc_i / drafted_i if drafted_i else None,
-                       figures=tuple(figs), notes=tuple(notes))
+                       figures=tuple(figs), notes=tuple(notes), names=LOG_NAMES)
 
 
 def _v0_line(source: str, f: dict[str, str]) -> Observation | None:
@@ -154,7 +170,9 @@ def _v0_line(source: str, f: dict[str, str]) -> Observation | None:
     note = ("vLLM V0 'Draft acceptance rate' counts draft tokens accepted after the first rejection: "
             "converted from the emitted-token count instead")
     return Observation(ENGINE, "vllm-log-v0", source, k=k, drafts=drafts, draft_tokens=dtok, accepted_tokens=acc_prefix,
-                       tau=tau, acceptance_rate=acc_prefix / dtok, figures=figs, notes=(note,))
+                       tau=tau, acceptance_rate=acc_prefix / dtok, figures=figs, notes=(note,),
+                       names=(("k", "Number of speculative tokens"), ("draft_tokens", "Number of draft tokens"),
+                              ("accepted_tokens", "Number of emitted tokens - drafts")))
 
 
 def _log_line(source: str, m: re.Match) -> Observation | None:
@@ -193,22 +211,25 @@ def counter_observation(engine: str, fmt: str, path: str, scrape: Scrape,
             Figure(counters[2], f"{acc:g}" if acc is not None else "-",
                    "accepted draft tokens (bonus not counted)", "accepted tokens")]
     notes = []
+    dtok_i = int(round(dtok)) if dtok is not None else None
+    names = (("drafts", counters[0]), ("draft_tokens", counters[1]), ("accepted_tokens", counters[2]),
+             ("k", f"the positions of {counters[3]}"))
     if per_pos is not None and drafts_i:
         try:
             judged, accepted = conditional_from_unconditional(per_pos, drafts_i)
         except ValueError as exc:
-            raise ValueError(f"{path}: {exc}") from None
+            raise ImpossibleFigure(f"{path}: {counters[3]}: {exc}") from None
         for i, c in enumerate(per_pos):
             figs.append(Figure(f'{counters[3]}{{position="{i}"}}', str(c),
                                f"drafts whose position {i + 1} was accepted (unconditional)",
                                _fmt_alpha(judged, accepted, i)))
-        if dtok is not None and int(round(dtok)) != drafts_i * len(per_pos):
-            notes.append(f"{engine}: some drafts were shorter than k (drafted != drafts x k): alpha_i of later "
+        check_draft_capacity(path, len(per_pos), drafts_i, dtok_i, dict(names))
+        if dtok_i is not None and dtok_i < drafts_i * len(per_pos):
+            notes.append(f"{engine}: some drafts were shorter than k (drafted < drafts x k): alpha_i of later "
                          "positions slightly underestimated")
     return Observation(engine, fmt, path, k=len(per_pos) if per_pos else None, drafts=drafts_i,
-                       draft_tokens=int(round(dtok)) if dtok is not None else None,
-                       accepted_tokens=int(round(acc)) if acc is not None else None,
-                       accepted_per_pos=per_pos, figures=tuple(figs), notes=tuple(notes))
+                       draft_tokens=dtok_i, accepted_tokens=int(round(acc)) if acc is not None else None,
+                       accepted_per_pos=per_pos, figures=tuple(figs), notes=tuple(notes), names=names)
 
 
 def scrape_observation(path: str, scrape: Scrape) -> Observation | None:
@@ -216,26 +237,44 @@ def scrape_observation(path: str, scrape: Scrape) -> Observation | None:
     return counter_observation(ENGINE, "vllm-prometheus", path, scrape, COUNTERS)
 
 
+#: The per-request fields, by the name the records check them under.
+REQUEST_NAMES = (("k", "num_spec_tokens"), ("drafts", "num_spec_steps"), ("draft_tokens", "num_draft_tokens"),
+                 ("accepted_tokens", "num_accepted_draft_tokens"), ("tau", "mean_acceptance_length"),
+                 ("rounds_by_accepted", "acceptance_histogram"))
+
+
 def _request(source: str, sd: dict) -> Observation | None:
     try:
-        k = int(sd["num_spec_tokens"]) if sd.get("num_spec_tokens") is not None else None
-        steps = int(sd["num_spec_steps"]) if sd.get("num_spec_steps") is not None else None
-        acc = int(sd["num_accepted_draft_tokens"]) if sd.get("num_accepted_draft_tokens") is not None else None
-        dtok = int(sd["num_draft_tokens"]) if sd.get("num_draft_tokens") is not None else None
+        k = count(source, sd, "num_spec_tokens")
+        steps = count(source, sd, "num_spec_steps")
+        acc = count(source, sd, "num_accepted_draft_tokens")
+        dtok = count(source, sd, "num_draft_tokens")
         hist = sd.get("acceptance_histogram")
-        if isinstance(hist, dict):
-            hist = [int(hist.get(str(j), hist.get(j, 0))) for j in range(max(int(x) for x in hist) + 1)] if hist else None
-        hist_t = tuple(int(x) for x in hist) if hist else None
+        if isinstance(hist, dict) and hist:
+            top = max(int(x) for x in hist)
+            if top > GAMMA_LIMIT:
+                raise ImpossibleFigure(f"{source}: acceptance_histogram has a bucket {top}: no draft accepts more "
+                                       f"than {GAMMA_LIMIT} tokens")
+            hist = [hist.get(str(j), hist.get(j, 0)) for j in range(top + 1)]
+        hist_t = tuple(counts(source, "acceptance_histogram", list(hist))) if hist else None
         per_round = None
         if sd.get("per_step_accepted") is not None and sd.get("per_step_drafted") is not None:
-            a, d = list(sd["per_step_accepted"]), list(sd["per_step_drafted"])
+            a = counts(source, "per_step_accepted", sd["per_step_accepted"])
+            d = counts(source, "per_step_drafted", sd["per_step_drafted"])
             if len(a) != len(d):
                 return None
-            per_round = tuple((int(drafted), int(accepted)) for accepted, drafted in zip(a, d))
+            per_round = tuple(zip(d, a))
+    except ImpossibleFigure:
+        raise
     except (TypeError, ValueError, KeyError):
         return None
+    check_draft_capacity(source, k, steps, dtok, dict(REQUEST_NAMES))
     tau = sd.get("mean_acceptance_length")
     rate = sd.get("draft_acceptance_rate")
+    notes = []
+    if isinstance(tau, float) and not math.isfinite(tau):  # redundant with the counts: dropped, and said so
+        notes.append(f"vLLM mean_acceptance_length {tau} dropped (not a finite number): the counts are used")
+        tau = None
     figs = [Figure("mean_acceptance_length", f"{tau}", "1 + accepted / steps (bonus included)",
                    "mean tokens per round incl. bonus"),
             Figure("draft_acceptance_rate", f"{rate}", "accepted / drafted", "acceptance rate (same definition)"),
@@ -247,7 +286,7 @@ def _request(source: str, sd: dict) -> Observation | None:
     return Observation(ENGINE, "vllm-request-detailed" if per_round else "vllm-request-summary", source, k=k,
                        drafts=steps, draft_tokens=dtok, accepted_tokens=acc, rounds_by_accepted=hist_t,
                        per_round=per_round, tau=float(tau) if isinstance(tau, (int, float)) and tau >= 1 else None,
-                       figures=tuple(figs))
+                       figures=tuple(figs), notes=tuple(notes), names=REQUEST_NAMES)
 
 
 def _speculative_decoding(obj: object) -> list[dict]:

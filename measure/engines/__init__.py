@@ -34,6 +34,12 @@ def check_specs(name: str, target_spec: str, draft_specs: tuple[str, ...] | list
     _module(name).check_specs(target_spec, draft_specs)
 
 
+def context_tokens(name: str, spec: str) -> int | None:
+    """The positions model ``spec`` was trained for, as engine ``name`` would load it, read without its weights
+    (a GGUF header, a ``config.json``, a preset); None when that is not known before loading."""
+    return _module(name).context_tokens(spec)
+
+
 def _module(name: str):
     """The adapter module of engine ``name`` (one-line ``ValueError`` for an unknown name)."""
     if name not in ENGINES:

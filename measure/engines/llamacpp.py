@@ -43,7 +43,14 @@ from typing import Any, Mapping
 import torch
 
 from measure.drafts import NGramDraft, ngram_draft
-from measure.engines.gguf_files import PACKAGED, cache_root, check_gguf, check_quant_type, file_sha256
+from measure.engines.gguf_files import (
+    PACKAGED,
+    cache_root,
+    check_gguf,
+    check_quant_type,
+    file_sha256,
+    gguf_context_tokens,
+)
 from measure.engines.lossless import NEAR_TIE_TOLERANCE
 from measure.engines.llamacpp_native.build import BUILD_COMMAND
 from measure.seam import EngineOptions, PeerResult
@@ -94,6 +101,11 @@ def check_specs(target_spec: str, draft_specs: tuple[str, ...] | list[str]) -> N
             resolve_model_path(arg, "--draft model:")
         elif kind == "ngram":
             ngram_draft(d, vocab_size=1)  # its parser's one-line ValueError if bad
+
+
+def context_tokens(spec: str) -> int | None:
+    """The training context of GGUF model ``spec`` (``gguf:FILE`` or a packaged name), from its header."""
+    return gguf_context_tokens(resolve_model_path(spec))
 
 
 def ngram_rule(draft: Any) -> str:

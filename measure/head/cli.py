@@ -14,12 +14,13 @@ import sys
 from pathlib import Path
 
 from measure import records, stats
-from measure.cli import OneLineParser, csv_items, fail, int_in, quiet_third_party
+from measure.cli import quiet_third_party
 from measure.head.head_recall import DEFAULT_KS, HeadRecallConfig, run_head_recall
 from measure.head.head_sweep import MAX_HEAD_K, SWEEP_VARIANTS, HeadSweepConfig, run_head_sweep
 from measure.prompts import DOMAINS
 from measure.sweep import summary_lines
 from measure.records import strict_dumps
+from toolkit.cli import OneLineParser, csv_items, exit_on_next_interrupt, fail, int_arg
 
 
 # -- head-sweep ---------------------------------------------------------------------------------
@@ -31,24 +32,24 @@ def add_head_sweep_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentPar
     p.add_argument("--ks", default=",".join(d.head_ks), help="head sizes K, comma separated; 'full' = dense")
     p.add_argument("--variants", default=",".join(d.variants), help=f"subset of {','.join(SWEEP_VARIANTS)}")
     p.add_argument("--domains", default=",".join(d.domains), help=f"subset of {','.join(DOMAINS)}")
-    p.add_argument("--prompts-per-domain", type=int_in(1, 10_000), default=d.prompts_per_domain)
-    p.add_argument("--max-new-tokens", type=int_in(1, 100_000), default=d.max_new_tokens)
-    p.add_argument("--gamma", type=int_in(1, 64), default=d.gamma, help="fixed draft length γ of the end-to-end runs")
-    p.add_argument("--repeats", type=int_in(1, 1000), default=d.repeats, help="repeats per prompt and cell")
-    p.add_argument("--until-stable", type=int_in(0, 100), default=0, help="re-measure an unstable cell up to N times")
-    p.add_argument("--n-clusters", type=int_in(1, MAX_HEAD_K), default=d.n_clusters)
+    p.add_argument("--prompts-per-domain", type=int_arg(1, 10_000), default=d.prompts_per_domain)
+    p.add_argument("--max-new-tokens", type=int_arg(1, 100_000), default=d.max_new_tokens)
+    p.add_argument("--gamma", type=int_arg(1, 64), default=d.gamma, help="fixed draft length γ of the end-to-end runs")
+    p.add_argument("--repeats", type=int_arg(1, 1000), default=d.repeats, help="repeats per prompt and cell")
+    p.add_argument("--until-stable", type=int_arg(0, 100), default=0, help="re-measure an unstable cell up to N times")
+    p.add_argument("--n-clusters", type=int_arg(1, MAX_HEAD_K), default=d.n_clusters)
     p.add_argument("--scoring", default=d.scoring, choices=("cosine", "mean", "max_norm"), help="cluster scoring")
-    p.add_argument("--rank", type=int_in(1, 65_536), default=d.lowrank_rank,
+    p.add_argument("--rank", type=int_arg(1, 65_536), default=d.lowrank_rank,
                    help="rank r of the low-rank selector's scorer")
-    p.add_argument("--moment-texts", type=int_in(1, 100_000), default=d.moment_texts,
+    p.add_argument("--moment-texts", type=int_arg(1, 100_000), default=d.moment_texts,
                    help="calibration conversations the low-rank scorer's hidden-state moment is estimated on")
-    p.add_argument("--calibration-texts", type=int_in(1, 100_000), default=d.calibration_texts)
-    p.add_argument("--context-tokens", type=int_in(1, 1_000_000), default=d.context_tokens)
-    p.add_argument("--head-repeats", type=int_in(1, 100_000), default=d.head_repeats)
+    p.add_argument("--calibration-texts", type=int_arg(1, 100_000), default=d.calibration_texts)
+    p.add_argument("--context-tokens", type=int_arg(1, 1_000_000), default=d.context_tokens)
+    p.add_argument("--head-repeats", type=int_arg(1, 100_000), default=d.head_repeats)
     p.add_argument("--device", default=d.device)
     p.add_argument("--dtype", default=d.dtype)
-    p.add_argument("--seed", type=int_in(0, 2**31 - 1), default=d.seed)
-    p.add_argument("--threads", type=int_in(1, 1024), default=None,
+    p.add_argument("--seed", type=int_arg(0, 2**31 - 1), default=d.seed)
+    p.add_argument("--threads", type=int_arg(1, 1024), default=None,
                    help="torch CPU threads (default: torch's); 1 avoids OpenMP stalls on a shared machine")
     p.add_argument("--no-profile", action="store_true", help="skip the profiler split")
     p.add_argument("--cache-dir", default=None, help="cluster cache (default ~/.cache/specscope/clusters)")
@@ -114,6 +115,7 @@ def head_sweep_main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         fail(prog, str(e))
     except KeyboardInterrupt:
+        exit_on_next_interrupt(130)
         print(f"interrupted: finished cells are kept in {out} (re-run with the same --out to resume)",
               file=sys.stderr)
         return 130
@@ -148,13 +150,13 @@ def head_recall_parser(prog: str) -> argparse.ArgumentParser:
     ap.add_argument("--ranks", default=",".join(map(str, d.ranks)), help="ranks of the low-rank scorer (comma "
                     "list, each >= 1)")
     ap.add_argument("--domains", default=",".join(d.domains))
-    ap.add_argument("--prompts-per-domain", type=int_in(1, 10_000), default=d.prompts_per_domain)
-    ap.add_argument("--max-tokens", type=int_in(2, 1_000_000), default=d.max_tokens,
+    ap.add_argument("--prompts-per-domain", type=int_arg(1, 10_000), default=d.prompts_per_domain)
+    ap.add_argument("--max-tokens", type=int_arg(2, 1_000_000), default=d.max_tokens,
                     help="tokens of held-out text per prompt (>= 2: one position is predicted from the one before)")
-    ap.add_argument("--n-clusters", type=int_in(1, MAX_HEAD_K), default=d.n_clusters)
-    ap.add_argument("--moment-texts", type=int_in(1, 100_000), default=d.moment_texts)
-    ap.add_argument("--calibration-texts", type=int_in(1, 100_000), default=d.calibration_texts)
-    ap.add_argument("--seed", type=int_in(0, 2**31 - 1), default=d.seed)
+    ap.add_argument("--n-clusters", type=int_arg(1, MAX_HEAD_K), default=d.n_clusters)
+    ap.add_argument("--moment-texts", type=int_arg(1, 100_000), default=d.moment_texts)
+    ap.add_argument("--calibration-texts", type=int_arg(1, 100_000), default=d.calibration_texts)
+    ap.add_argument("--seed", type=int_arg(0, 2**31 - 1), default=d.seed)
     ap.add_argument("--cache-dir", default=None)
     ap.add_argument("--out", required=True, help="directory for recall.csv and recall.json")
     return ap

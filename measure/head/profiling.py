@@ -230,29 +230,31 @@ def main(argv: list[str] | None = None) -> int:
     Prints a table and one JSON line; ``--out FILE.csv`` writes the rows
     (``profile.csv`` columns plus context). Errors are one line, exit 2.
     """
-    import argparse
     import csv
     import json
-    import sys
 
-    ap = argparse.ArgumentParser(prog="python -m measure.head.profiling", description=main.__doc__.splitlines()[0])
+    from toolkit.cli import OneLineParser, csv_items, fail, int_arg
+
+    prog = "python -m measure.head.profiling"
+    ap = OneLineParser(prog=prog, description=main.__doc__.splitlines()[0])
     ap.add_argument("--models", default="smollm2-135m,gemma3-270m",
                     help="comma-separated model specs (measure.engines.transformers.models.load_model), e.g. synthetic:gpt2")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--context-tokens", type=int, default=128)
-    ap.add_argument("--gamma", type=int, default=4, help="target step verifies gamma+1 tokens")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--context-tokens", type=int_arg(1, 1_000_000), default=128)
+    ap.add_argument("--gamma", type=int_arg(1, 64), default=4, help="target step verifies gamma+1 tokens")
+    ap.add_argument("--repeats", type=int_arg(1, 100_000), default=5)
+    ap.add_argument("--threads", type=int_arg(1, 1024), default=None)
     ap.add_argument("--out", default=None, help="CSV file for the rows")
     args = ap.parse_args(argv)
+    specs = csv_items("--models", args.models, prog)
     try:
         from measure.engines.transformers.models import load_model
 
         if args.threads is not None:
-            torch.set_num_threads(max(1, args.threads))
+            torch.set_num_threads(args.threads)
         rows: list[ProfileRow] = []
-        for spec in [s.strip() for s in args.models.split(",") if s.strip()]:
+        for spec in specs:
             lm = load_model(spec, device=args.device, dtype=args.dtype)
             rows += profile_step(lm.model, lm.name, "draft", args.context_tokens, 1, args.repeats)
             rows += profile_step(lm.model, lm.name, "target", args.context_tokens, args.gamma + 1, args.repeats)
@@ -260,8 +262,7 @@ def main(argv: list[str] | None = None) -> int:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        fail(prog, e)
     print(f"{'model':32s} {'role':6s} {'vocab':>7s} {'step ms':>9s} " + " ".join(f"{c:>14s}" for c in COMPONENTS))
     keyed: dict[tuple[str, str], dict[str, ProfileRow]] = {}
     for r in rows:

@@ -21,7 +21,8 @@ from __future__ import annotations
 from measure.sweep.cells import CellContext, CellPlan, Visit, measure_cells, rotation, run_cell
 from measure.sweep.config import (INTERLEAVE, LIBRARY_RATIO_TARGET, MAX_GAMMA, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
                                   MAX_REPEATS, MODES, SweepConfig, engine_options, select_prompts)
-from measure.sweep.cost import CostCurves, CostPoint, cost_curves_for, cost_points_done, record_cost
+from measure.sweep.cost import (CostCurves, CostPoint, cost_curves_for, cost_points_done, prompt_lengths, record_cost,
+                                screen_cost)
 from measure.sweep.driver import OpenedRun, PendingCell, open_run, pending_cells, run_sweep, set_aside
 from measure.sweep.identity import environment, fingerprint, source_state, target_fingerprint
 from measure.sweep.session import Session, open_session, prompts_meta, silenced
@@ -31,7 +32,7 @@ __all__ = [
     "INTERLEAVE", "LIBRARY_RATIO_TARGET", "MAX_GAMMA", "MAX_NEW_TOKENS", "MAX_PROMPT_TOKENS", "MAX_REPEATS", "MODES",
     "CellContext", "CellPlan", "CostCurves", "CostPoint", "OpenedRun", "PendingCell", "Session", "SweepConfig",
     "Visit", "cell_estimate", "cost_curves_for", "cost_points_done", "engine_options", "environment", "fingerprint",
-    "measure_cells", "open_run", "open_session", "pending_cells", "prompts_meta", "record_cost", "rotation",
-    "run_cell", "run_sweep", "select_prompts", "set_aside", "silenced", "source_state", "summarize", "summary_lines",
+    "measure_cells", "open_run", "open_session", "pending_cells", "prompt_lengths", "prompts_meta", "record_cost",
+    "rotation", "run_cell", "run_sweep", "screen_cost", "select_prompts", "set_aside", "silenced", "source_state", "summarize", "summary_lines",
     "target_fingerprint", "unstable_message",
 ]

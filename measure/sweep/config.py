@@ -6,7 +6,7 @@ import hashlib
 import math
 from dataclasses import asdict, dataclass
 
-from measure import stats
+from measure import costpoints, stats
 from measure.devices import resolve_dtype
 from measure.engines import check_specs
 from measure.prompts import DOMAINS, Prompt, file_sha256, load_prompts, load_prompts_file
@@ -50,13 +50,15 @@ class SweepConfig:
     library: bool = True
     traces: bool = True
     cost_curves: bool = True
-    cost_max_tokens: int = 16
-    cost_contexts: tuple[int, ...] = (64, 160, 256)
-    cost_repeats: int = 5
+    #: the cost points: None sizes each to the run (measure.costpoints: token counts 1..γ_max + 1, contexts over
+    #: the cells' prompts, repeats in proportion to a cell's pairs); a value is used as given
+    cost_max_tokens: int | None = None
+    cost_contexts: tuple[int, ...] | None = None
+    cost_repeats: int | None = None
     #: repeats of the token counts the cells verify (1..γ_max + 1), more than the other points': a run's held-out
-    #: predictions are only as good as these points (evidence: re-fits of results/cpu-make-run-interleaved-g..j
-    #: with 5, 10 and 20 of them)
-    cost_repeats_verified: int = 40
+    #: predictions are only as good as these points (measure.costpoints sizes them; evidence:
+    #: results/2026-11-24-readme-evidence.md)
+    cost_repeats_verified: int | None = None
     repeats: int = 2
     cv_threshold: float = stats.CV_THRESHOLD
     drift_threshold: float = stats.DRIFT_THRESHOLD
@@ -93,7 +95,7 @@ class SweepConfig:
                   "repeats": MAX_REPEATS}
         for name, hi in bounds.items():
             v = getattr(self, name)
-            if not 1 <= v <= hi:
+            if v is not None and not 1 <= v <= hi:
                 raise ValueError(f"--{name.replace('_', '-')} {v}: must be an integer in 1..{hi}")
         if self.prompts_per_domain is not None and not 1 <= self.prompts_per_domain <= 10_000:
             raise ValueError(f"--prompts {self.prompts_per_domain}: must be an integer in 1..10000")
@@ -106,7 +108,8 @@ class SweepConfig:
             if not (math.isfinite(v) and 0 < v <= 10):
                 raise ValueError(f"--{name.replace('_', '-')} {v}: must be a number in (0, 10] (a fraction, "
                                  "0.1 = 10%)")
-        if any(not 1 <= c <= MAX_PROMPT_TOKENS for c in self.cost_contexts) or not self.cost_contexts:
+        if self.cost_contexts is not None and (not self.cost_contexts or
+                                               any(not 1 <= c <= MAX_PROMPT_TOKENS for c in self.cost_contexts)):
             raise ValueError(f"--cost-contexts {self.cost_contexts}: need integers in 1..{MAX_PROMPT_TOKENS}")
         if self.interleave not in INTERLEAVE:
             raise ValueError(f"--interleave {self.interleave!r}: unknown; valid: {', '.join(INTERLEAVE)}")
@@ -154,5 +157,5 @@ def engine_options(config: SweepConfig, device: str, threads: int | None, quiet:
     """The engine settings of a sweep (its static cache sized for the longest sequence it will see)."""
     return EngineOptions(device=device, threads=threads, cache=config.cache, compile=config.compile,
                          max_len_tokens=max(config.max_prompt_tokens + config.max_new_tokens + config.gamma_max,
-                                            max(config.cost_contexts) + config.cost_max_tokens) + 1,
+                                            costpoints.context_bound(config)) + 1,
                          quiet=quiet)

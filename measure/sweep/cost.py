@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import collections
 import random
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import astuple, dataclass, replace
+from typing import Any, Callable
 
 import torch
 
-from measure import records
+from measure import costpoints, records
+from measure.prompts import Prompt
 from measure.rows import CostDraftRow, CostTargetRow
 from measure.seam import TargetModel
 from measure.sweep.config import SweepConfig
@@ -44,12 +45,15 @@ class CostCurves:
     interleaved sweep (:func:`measure.sweep.cells.measure_cells` ``between``),
     the curves see the machine in the same slow and fast modes as the cells
     they are compared with (timed in one block before the cells, they did not:
-    ``results/cpu-make-run-interleaved-a``).
+    ``results/2026-11-24-readme-evidence.md`` §3.4).
     ``verified`` ``(n_max, r)``: the token counts 1..n_max (those the
     sweep's cells verify) get ``max(repeats, r)`` repeats. ``done_target`` / ``done_draft``: keys ``(n_tokens,
     context_tokens, repeat)`` / ``(draft, context_tokens, repeat)`` already
-    on disk (a resumed run), not timed again.
+    on disk (a resumed run), not timed again. ``plan``: the sizing these points came from, when a sweep
+    made them (:func:`cost_curves_for`).
     """
+
+    plan: costpoints.CostPlan | None = None
 
     def __init__(self, target: TargetModel, drafts: list[Any], timer: Timer, contexts: tuple[int, ...],
                  max_tokens: int, repeats: int, seed: int, done_target: set[tuple[int, int, int]] = frozenset(),
@@ -124,12 +128,18 @@ class CostCurves:
 
 
 def cost_curves_left(config: SweepConfig, target: TargetModel, drafts: list[Any], timer: Timer,
-                 run: records.Run) -> CostCurves | None:
-    """The cost-curve points ``run`` (as on disk) still has to time (None: none, or no cost curves asked for)."""
+                     run: records.Run, prompt_tokens: dict[str, list[int]]) -> CostCurves | None:
+    """The cost-curve points ``run`` (as on disk) still has to time (None: none, or no cost curves asked for);
+    ``prompt_tokens``: :func:`prompt_lengths`."""
     if not config.cost_curves:
         return None
-    cost = cost_curves_for(config, target, drafts, timer, *cost_points_done(run))
+    cost = cost_curves_for(config, target, drafts, timer, *cost_points_done(run), prompt_tokens=prompt_tokens)
     return cost if len(cost) else None
+
+
+def prompt_lengths(prompts: dict[str, list[Prompt]], enc: dict[str, torch.Tensor]) -> dict[str, list[int]]:
+    """Per domain, the token counts of its encoded prompts (what sizes the cost points)."""
+    return {d: [int(enc[p.prompt_id].shape[1]) for p in ps] for d, ps in prompts.items()}
 
 
 def cost_points_done(run: records.Run) -> tuple[set[tuple[int, int, int]], set[tuple[str, int, int]]]:
@@ -142,11 +152,15 @@ def cost_points_done(run: records.Run) -> tuple[set[tuple[int, int, int]], set[t
 
 def cost_curves_for(config: SweepConfig, target: TargetModel, drafts: list[Any], timer: Timer,
                     done_target: set[tuple[int, int, int]] = frozenset(),
-                    done_draft: set[tuple[str, int, int]] = frozenset()) -> CostCurves:
-    """The cost curves a sweep's config asks for (the token counts its cells verify with more repeats)."""
-    return CostCurves(target, drafts, timer, config.cost_contexts, config.cost_max_tokens, config.cost_repeats,
-                      config.seed, done_target=done_target, done_draft=done_draft,
-                      verified=(config.gamma_max + 1, config.cost_repeats_verified))
+                    done_draft: set[tuple[str, int, int]] = frozenset(), *,
+                    prompt_tokens: dict[str, list[int]]) -> CostCurves:
+    """The cost curves a sweep's config asks for, sized to the run (:func:`measure.costpoints.plan_cost_points`:
+    the token counts its cells verify with more repeats); ``prompt_tokens``: :func:`prompt_lengths`."""
+    plan = costpoints.plan_cost_points(config, prompt_tokens)
+    cost = CostCurves(target, drafts, timer, plan.contexts, plan.max_tokens, plan.repeats, config.seed,
+                      done_target=done_target, done_draft=done_draft, verified=(plan.n_verified, plan.repeats_verified))
+    cost.plan = plan
+    return cost
 
 
 def record_cost(writer: records.RunWriter, rows: tuple[list[CostTargetRow], list[CostDraftRow]]) -> None:
@@ -154,3 +168,25 @@ def record_cost(writer: records.RunWriter, rows: tuple[list[CostTargetRow], list
     t_rows, d_rows = rows
     writer.append("cost_target", t_rows)
     writer.append("cost_draft", d_rows)
+
+
+def screen_cost(writer: records.RunWriter, cost: CostCurves | None, say: Callable[[str], None]) -> None:
+    """Screen the run's target cost points against their neighbours (:func:`measure.costpoints.screen_and_retime`):
+    an out-of-line point is re-timed once with ``cost`` (None: dropped), what was done said in words and recorded
+    in ``run.json`` ``cost_screening``."""
+    import pandas as pd
+
+    retime = None
+    if cost is not None:
+        def retime(keys: list[tuple[int, int, int]]) -> pd.DataFrame:
+            cost.warm_up = [CostPoint(-1, c, n) for n, c in dict.fromkeys((n, c) for n, c, _ in keys)]
+            cost.pending.extend(CostPoint(r, c, n) for n, c, r in keys)
+            rows = cost.measure()
+            record_cost(writer, rows)
+            return pd.DataFrame([astuple(r) for r in rows[0]], columns=CostTargetRow.columns())
+
+    table = records.load_run(writer.path).table("cost_target")
+    screening = costpoints.screen_and_retime(table, writer.meta.get("cost_screening"), retime)
+    writer.update(cost_screening=screening)
+    for note in screening["notes"]:
+        say(note)

@@ -17,7 +17,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import torch
 
-from measure import records
+from measure import records, runplan
 from measure.ids import CellId
 from measure.rows import CellRow
 from measure.devices import resolve_device
@@ -25,7 +25,7 @@ from measure.prompts import Prompt
 from measure.seam import Engine
 from measure.sweep.cells import CellContext, CellPlan, measure_cells
 from measure.sweep.config import SweepConfig, engine_options, select_prompts
-from measure.sweep.cost import CostCurves, cost_curves_left, record_cost
+from measure.sweep.cost import CostCurves, cost_curves_left, prompt_lengths, record_cost, screen_cost
 from measure.sweep.identity import environment, fingerprint
 from measure.sweep.session import open_session
 from measure.sweep.summary import summarize
@@ -89,10 +89,12 @@ class OpenedRun:
 
 def open_run(config: SweepConfig, out_dir: str | Path, command: str = "", say: Callable[[str], None] = lambda _m: None,
              force_new: bool = False, system_check: dict | None = None,
-             cluster_hardware: dict | None = None) -> OpenedRun:
+             cluster_hardware: dict | None = None, extend: bool = False) -> OpenedRun:
     """Open (or resume) ``out_dir`` for ``config``: prompts selected, environment read, fingerprint checked.
 
-    A resume with a different fingerprint raises :class:`measure.records.FingerprintMismatch` (nothing written).
+    A resume with a different fingerprint, or asking for other cells than the run holds, raises
+    :class:`measure.records.FingerprintMismatch` (nothing written); ``extend`` (``--extend``) lets a complete run
+    gain γ policies, drafts or domains, recorded as an extension (:mod:`measure.runplan`).
     ``cluster_hardware``: the fingerprint's hardware of a sweep whose cells run elsewhere (a Ray cluster; each
     cell records its worker's hardware), which also leaves ``config.device`` for the workers to resolve.
     """
@@ -108,9 +110,14 @@ def open_run(config: SweepConfig, out_dir: str | Path, command: str = "", say: C
     if distributed:
         hardware = dict(cluster_hardware)
     fp = fingerprint(config, device, selection, hardware, versions)
-    writer = records.RunWriter(out, fingerprint=fp)  # refuses a different fingerprint before writing
+    asked = runplan.PlanRequest(runplan.Plan.of(config.drafts, config.gammas, config.temperatures, list(prompts)),
+                                extend, {p.prompt_id: p.message for ps in prompts.values() for p in ps})
+    # refuses a different fingerprint, or other cells than the run holds (unless --extend adds them), before writing
+    writer = records.RunWriter(out, fingerprint=fp, plan=asked.opener(out, fp))
     for note in writer.repairs:
         say(note)
+    if writer.opening is not None:
+        say(runplan.opening_text(writer.opening, len(writer.finished_cells)))
     meta = dict(command=command, **source, hardware=hardware, versions=versions, config=config.as_dict(),
                 prompt_selection=selection, **({"system_check": system_check} if system_check is not None else {}))
     return OpenedRun(writer, meta, prompts, selection, device, hardware, versions)
@@ -119,17 +126,19 @@ def open_run(config: SweepConfig, out_dir: str | Path, command: str = "", say: C
 def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
               progress: Callable[[str], None] | None = None, show_bar: bool = True,
               on_cell: Callable[[CellRow], None] | None = None, force_new: bool = False,
-              system_check: dict | None = None, quiet: bool = False, engine: Engine | None = None) -> records.Run:
+              system_check: dict | None = None, quiet: bool = False, engine: Engine | None = None,
+              extend: bool = False) -> records.Run:
     """Run (or resume) the sweep into ``out_dir`` here, a cell at a time; returns the run read back.
 
     ``on_cell`` sees each finished cell's row (the CLI prints the table as
-    cells finish). A resume with a different fingerprint raises
-    :class:`measure.records.FingerprintMismatch` (nothing written).
+    cells finish). A resume with a different fingerprint, or asking for other
+    cells than the run holds, raises :class:`measure.records.FingerprintMismatch`
+    (nothing written); ``extend``: :func:`open_run`.
     ``engine``: an engine object to use instead of ``make_engine(config.engine, ...)`` (tests).
     The same sweep on a Ray cluster: :func:`measure.executors.run_sweep_distributed`.
     """
     say = progress or (lambda _m: None)
-    opened = open_run(config, out_dir, command, say, force_new, system_check)
+    opened = open_run(config, out_dir, command, say, force_new, system_check, extend=extend)
     writer = opened.writer
     with writer.recording():
         writer.update(**opened.meta)
@@ -144,12 +153,19 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
             if on_cell:
                 on_cell(c)
         todo = pending_cells(config, [d.name for d in session.drafts], list(session.prompts), writer)
-        cost = cost_curves_left(config, session.target, list(session.drafts), timer, on_disk)
-        if cost is not None and (config.interleave == "cell" or not todo):
-            say("timing cost curves (repeats interleaved across token counts and contexts)")
-            record_cost(writer, cost.measure())
-        elif cost is not None:
-            say(f"timing the cost curves' {len(cost)} points a few at a time between the visits")
+        cost = cost_curves_left(config, session.target, list(session.drafts), timer, on_disk,
+                                prompt_lengths(session.prompts, session.enc))
+        if cost is not None:
+            assert cost.plan is not None  # cost_curves_for sizes every CostCurves it makes
+            sized = cost.plan.summary(len(session.drafts))
+            writer.update(cost_plan=cost.plan.describe(len(session.drafts)))
+            if config.interleave == "cell" or not todo:
+                say(f"timing cost curves ({sized}, sized to the run; repeats interleaved across token counts and "
+                    "contexts)")
+                record_cost(writer, cost.measure())
+            else:
+                say(f"timing the cost curves' {len(cost)} points a few at a time between the visits ({sized}, sized "
+                    "to the run)")
         bar = None
         if show_bar:
             from tqdm import tqdm
@@ -163,6 +179,8 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         finally:
             if bar is not None:
                 bar.close()
+        if config.cost_curves and (cost is not None or "cost_screening" not in writer.meta):
+            screen_cost(writer, cost, say)
         writer.update(summary=summarize(done_cells, session.synthetic))
     return records.load_run(writer.path)
 

@@ -25,7 +25,6 @@ variant's score from llama.cpp's own ``ggml_backend_score``.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -38,6 +37,7 @@ from pathlib import Path
 
 from measure.engines.gguf_files import PACKAGED
 from measure.engines.llamacpp_native.build import BUILD_COMMAND, Build, bindings_lib_dir, cache_dir, installed_build
+from toolkit.cli import OneLineParser, int_arg
 
 #: Tokens the check decodes greedily after a short prompt.
 CHECK_TOKENS = 8
@@ -313,12 +313,13 @@ def _scores_child(paths: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m measure.engines.llamacpp_native.probe")
+    """The child's command line (``decode`` or ``scores``); a bad one is one line, exit 2."""
+    p = OneLineParser(prog="python -m measure.engines.llamacpp_native.probe")
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("decode", help="load a model and decode a few tokens greedily; print one JSON line")
     d.add_argument("--model", required=True)
     d.add_argument("--variant", default=None, help="the only CPU backend library to load")
-    d.add_argument("--threads", type=int, default=None)
+    d.add_argument("--threads", type=int_arg(1, 1024), default=None)
     s = sub.add_parser("scores", help="llama.cpp's score of each CPU backend library for this CPU")
     s.add_argument("libs", nargs="+")
     args = p.parse_args(argv)

@@ -8,13 +8,15 @@
 * :mod:`~measure.engines.transformers.engine` — :class:`TransformersEngine` and transformers' own
   speculative decoding as the peer.
 
-``make_engine`` and ``check_specs`` are what :func:`measure.engines.make_engine` and
-:func:`measure.engines.check_specs` call.
+``make_engine``, ``check_specs`` and ``context_tokens`` are what :func:`measure.engines.make_engine`,
+:func:`measure.engines.check_specs` and :func:`measure.engines.context_tokens` call.
 """
 
 from __future__ import annotations
 
 from measure.engines.transformers.decoder import TransformersDecoder
-from measure.engines.transformers.engine import TransformersEngine, check_specs, make_engine, peer_generate
+from measure.engines.transformers.engine import (TransformersEngine, check_specs, context_tokens, make_engine,
+                                                 peer_generate)
 
-__all__ = ["TransformersDecoder", "TransformersEngine", "check_specs", "make_engine", "peer_generate"]
+__all__ = ["TransformersDecoder", "TransformersEngine", "check_specs", "context_tokens", "make_engine",
+           "peer_generate"]

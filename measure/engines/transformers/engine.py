@@ -16,7 +16,7 @@ import torch
 
 from measure.drafts import ModelDraft, NGramDraft, parse_draft_spec
 from measure.engines.transformers.drafts import make_draft
-from measure.engines.transformers.models import load_model
+from measure.engines.transformers.models import context_tokens as model_context_tokens, load_model
 from measure.prompts import Prompt, encode_prompt
 from measure.seam import EngineOptions, PeerResult
 
@@ -125,10 +125,20 @@ def peer_generate(target: Any, draft: Any, input_ids: torch.Tensor, gamma: int, 
 
 
 def check_specs(target_spec: str, draft_specs: tuple[str, ...] | list[str]) -> None:
-    """Draft specs by :func:`measure.drafts.parse_draft_spec` (syntax; layer bounds need the loaded target)."""
-    del target_spec  # a hub id or path is resolved by transformers at load
+    """Draft specs by :func:`measure.drafts.parse_draft_spec` (syntax; layer bounds need the loaded target).
+
+    The target is not checked here: a sweep may be handed an engine of its own for any name (tests); the
+    CLI checks model specs with :func:`measure.engines.transformers.models.check_model_spec`.
+    """
+    del target_spec
     for d in draft_specs:
         parse_draft_spec(d)
+
+
+def context_tokens(spec: str) -> int | None:
+    """:func:`measure.engines.transformers.models.context_tokens`: the training context of model ``spec``, without
+    its weights."""
+    return model_context_tokens(spec)
 
 
 def make_engine(options: EngineOptions) -> TransformersEngine:

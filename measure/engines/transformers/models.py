@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import struct
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from typing import Any
 import torch
 
 from measure.devices import resolve_device, resolve_dtype
-from measure.engines.gguf_files import PACKAGED
+from measure.engines.gguf_files import PACKAGED, gguf_context_tokens
 from measure.engines.transformers.decoder import TransformersDecoder
 
 FAMILIES = ("gpt2", "llama", "gemma3")
@@ -149,11 +150,20 @@ def dequantised_dir(path: Path) -> Path:
 
 
 def _from_gguf(path: Path) -> tuple[Any, Any]:
-    """Tokenizer and float32 model dequantised from a GGUF file by transformers (tens of seconds)."""
+    """Tokenizer and float32 model dequantised from a GGUF file by transformers (tens of seconds).
+
+    A file the GGUF reader cannot parse (truncated, not GGUF) is one ``ValueError`` line naming it,
+    whatever the reader raised (``struct.error`` for a file cut short, ``KeyError`` for a missing field).
+    """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    try:
+        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    except (struct.error, ValueError, KeyError, IndexError, TypeError, EOFError, OSError) as e:
+        why = " ".join(str(e).split())[:300]
+        raise ValueError(f"GGUF file {str(path)!r} cannot be read by transformers' GGUF reader "
+                         f"({'struct.error' if isinstance(e, struct.error) else type(e).__name__}: {why})") from None
     # dequantised, it is a plain float32 model; without this transformers refuses to save it ("quantized with gguf")
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):
@@ -199,9 +209,7 @@ def _load_gguf(path: Path, name: str, source: str, device: str, dtype: str) -> L
     The copy holds exactly what the dequantiser gave (float32 safetensors, the tokenizer saved by
     transformers), so a model loaded from it is the same as one loaded from the GGUF file.
     """
-    if not path.is_file():
-        raise ValueError(f"GGUF file {str(path)!r} does not exist")
-    cached = dequantised_dir(path)
+    cached = dequantised_dir(path)  # the file was checked by check_model_spec
     loaded = _from_dequantised(cached)
     if loaded is None:
         loaded = _from_gguf(path)
@@ -210,11 +218,39 @@ def _load_gguf(path: Path, name: str, source: str, device: str, dtype: str) -> L
     return _finish(model, tok, name, source, False, device, dtype)
 
 
+def check_model_spec(spec: str, flag: str = "") -> None:
+    """Refuse, without reading any weights, a model spec :func:`load_model` cannot load (one-line ``ValueError``
+    starting with ``flag``, e.g. ``"--target "``): an unknown form, a ``gguf:`` file that is missing or not
+    GGUF, an unknown ``synthetic:`` preset, a local path that does not exist, a packaged model whose package
+    is missing. A hub id is left to ``from_pretrained``."""
+    from measure.engines.gguf_files import check_gguf
+
+    spec = str(spec)
+    who = f"{flag}{spec}" if flag else f"model {spec!r}"
+    if spec in PACKAGED:
+        PACKAGED[spec]()  # its own one line when the package is missing
+    elif spec.startswith("gguf:"):
+        check_gguf(spec[len("gguf:"):], f"{flag}gguf:")
+    elif spec.startswith("synthetic:"):
+        key, models = spec[len("synthetic:"):], preset_models()
+        if key not in models:
+            valid = ", ".join(f"synthetic:{k}" for k in models) or "(presets.models has no MODELS yet)"
+            raise ValueError(f"{who}: unknown synthetic model {key!r}; valid: {valid}")
+    elif spec.startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(spec)):
+        raise ValueError(f"{who}: no such directory (a local model is a directory holding config.json; "
+                         "a GGUF file is gguf:FILE)")
+    elif not _is_transformers_spec(spec):
+        valid = ", ".join(list(PACKAGED) + ["gguf:/path/file.gguf", "synthetic:<preset>", "<hub id>", "<local dir>"])
+        raise ValueError(f"{who}: unknown model; valid: {valid}")
+
+
 def load_model(spec: str, device: str = "cpu", dtype: str = "float32", seed: int = 0) -> LoadedModel:
-    """Load a model by spec (see module docstring). ``seed`` fixes synthetic weights."""
+    """Load a model by spec (see module docstring; :func:`check_model_spec` first). ``seed`` fixes synthetic
+    weights."""
     device = resolve_device(device)
     resolve_dtype(dtype)
     spec = str(spec)
+    check_model_spec(spec)
     if spec in PACKAGED:
         path = PACKAGED[spec]()
         return _load_gguf(path, spec, f"gguf:{path}", device, dtype)
@@ -222,27 +258,56 @@ def load_model(spec: str, device: str = "cpu", dtype: str = "float32", seed: int
         path = Path(spec[len("gguf:"):]).expanduser()
         return _load_gguf(path, path.stem, spec, device, dtype)
     if spec.startswith("synthetic:"):
-        key = spec[len("synthetic:"):]
-        models = preset_models()
-        if key not in models:
-            valid = ", ".join(f"synthetic:{k}" for k in models) or "(presets.models has no MODELS yet)"
-            raise ValueError(f"unknown synthetic model {key!r}; valid: {valid}")
-        return load_synthetic(models[key], device=device, dtype=dtype, seed=seed, name=spec)
-    if os.path.isdir(spec) or ("/" in spec and not spec.startswith((".", "/")) and not os.path.exists(spec)):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        return load_synthetic(preset_models()[spec[len("synthetic:"):]], device=device, dtype=dtype, seed=seed,
+                              name=spec)
+    # a local directory or a hub id
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        try:
-            model = AutoModelForCausalLM.from_pretrained(spec, dtype=resolve_dtype(dtype))
-        except (OSError, ValueError) as e:
-            raise ValueError(f"cannot load model {spec!r}: {str(e).splitlines()[0]}") from None
-        try:
-            tok = AutoTokenizer.from_pretrained(spec)
-        except (OSError, ValueError, TypeError, KeyError):
-            tok = None
-        src = f"dir:{os.path.abspath(spec)}" if os.path.isdir(spec) else f"hf:{spec}"
-        return _finish(model, tok, os.path.basename(spec.rstrip("/")), src, False, device, dtype)
-    valid = ", ".join(list(PACKAGED) + ["gguf:/path/file.gguf", "synthetic:<preset>", "<hub id>", "<local dir>"])
-    raise ValueError(f"unknown model {spec!r}; valid: {valid}")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(spec, dtype=resolve_dtype(dtype))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot load model {spec!r}: {str(e).splitlines()[0]}") from None
+    try:
+        tok = AutoTokenizer.from_pretrained(spec)
+    except (OSError, ValueError, TypeError, KeyError):
+        tok = None
+    src = f"dir:{os.path.abspath(spec)}" if os.path.isdir(spec) else f"hf:{spec}"
+    return _finish(model, tok, os.path.basename(spec.rstrip("/")), src, False, device, dtype)
+
+
+def _is_transformers_spec(spec: str) -> bool:
+    """A local directory, or what looks like a hub id (``org/name`` that is not a path here)."""
+    return os.path.isdir(spec) or ("/" in spec and not spec.startswith((".", "/")) and not os.path.exists(spec))
+
+
+def context_tokens(spec: str) -> int | None:
+    """The positions model ``spec`` (as :func:`load_model` reads it) was trained for, without loading weights.
+
+    A GGUF's ``<arch>.context_length``, a preset's ``max_position``, a
+    ``config.json``'s ``max_position_embeddings`` (a hub id only when it is
+    cached: no download for a check); None when not known before loading.
+    """
+    spec = str(spec)
+    try:
+        if spec in PACKAGED:
+            return gguf_context_tokens(PACKAGED[spec]())
+    except ValueError:  # the package is missing: load_model says so
+        return None
+    if spec.startswith("gguf:"):
+        return gguf_context_tokens(Path(spec[len("gguf:"):]).expanduser())
+    if spec.startswith("synthetic:"):
+        model = preset_models().get(spec[len("synthetic:"):])
+        return int(model.max_position) if model is not None else None
+    if not _is_transformers_spec(spec):
+        return None
+    from transformers import AutoConfig
+
+    try:
+        cfg = AutoConfig.from_pretrained(spec, local_files_only=True)
+    except (OSError, ValueError, KeyError):  # not cached, no config.json, an unknown model type: load_model says
+        return None
+    n = getattr(cfg.get_text_config(), "max_position_embeddings", None)
+    return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
 def load_synthetic(spec: Any, device: str = "cpu", dtype: str = "float32", seed: int = 0,

@@ -1,0 +1,546 @@
+"""Calibrate the serving simulator on a ``python -m measure serve`` run and predict loads it did not fit on.
+
+* **The step cost** (:class:`sim.serving.LinearStepCost`) is fitted by
+  non-negative least squares to the synthetic units' steps
+  (``serve_step_cost.csv``: sequences × tokens per sequence × context, the
+  median gap between the server's steps) and, for the prompt step and the
+  request's way to the server, to the TTFT of single requests (one prompt of a
+  known length, an idle server).
+* **Acceptance** per draft length k comes from the real, non-synthetic
+  training units' ``/metrics`` counter deltas (drafts, drafted and accepted
+  tokens, accepted per position) and the requests' token counts (rounds =
+  tokens − 1 − accepted): the proposal probability and conditional α_i of a
+  :class:`~sim.acceptance.ProposalAcceptance` are adjusted until the simulated
+  server's counters match the measured ones (the server caps a draft at the
+  tokens a request has left, so the raw per-position rates understate α at
+  the far positions). A k never measured takes α_i pooled over the measured k
+  that reach position i (the last one repeated beyond).
+* **Prediction**: every unit's exact workload (its requests' prompt lengths,
+  closed-loop clients or its measured send times) is simulated on
+  :func:`sim.serving.simulate_server` with llama-server's scheduler and
+  ``seeds`` draws; the unit statistics (throughput, e2e p50/p95, TTFT, TPOT) are
+  computed as the measurement computes them and averaged over repeats on the
+  log scale, then set against the measured value and its 95% CI.
+
+Held out by default: the middle draft length (when three or more were
+measured), every other concurrency and every arrival rate; the rest trains.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from measure.records import load_run
+from measure.serve.units import METRICS, LoadSpec, ServeConfig, log_interval
+from sim.acceptance import AcceptanceModel, PerPositionAcceptance, ProposalAcceptance
+from sim.serving import (
+    ClosedLoop,
+    round_pmf,
+    LinearStepCost,
+    OpenLoop,
+    ServeRun,
+    Workload,
+    llama_server,
+    simulate_server,
+)
+
+#: What is validated per group (the issue's three) and what is shown besides.
+JUDGED = ("throughput_tokens_per_s", "e2e_p50_ms", "e2e_p95_ms")
+SHOWN = JUDGED + ("ttft_p50_ms", "tpot_p50_ms")
+TARGETS_PCT = {"throughput_tokens_per_s": 5.0, "e2e_p50_ms": 10.0, "e2e_p95_ms": 15.0}
+#: Step-cost rows behind fewer steps than this are left out of the fit.
+MIN_STEPS = 3
+
+
+@dataclass(frozen=True)
+class ServeData:
+    """A serving run read back: its units (real and synthetic), requests, step costs and ``run.json``."""
+
+    path: Path
+    units: Any
+    requests: Any
+    steps: Any
+    meta: dict
+
+    @property
+    def slots(self) -> int:
+        return int(self.meta["config"]["slots"])
+
+    @property
+    def batch_tokens(self) -> int:
+        return int(self.meta["config"].get("batch_tokens") or 2048)
+
+    @property
+    def new_tokens(self) -> int:
+        return int(self.meta["config"]["max_new_tokens"])
+
+
+def load_serve(path: str | Path, allow_incomplete: bool = False) -> ServeData:
+    """Read a serving run; one-line ``ValueError`` when it is not one, is not complete, or has no real units."""
+    run = load_run(path)
+    if (run.meta.get("config") or {}).get("kind") != "serve":
+        raise ValueError(f"{str(path)!r} is not a serving run (written by python -m measure serve)")
+    if run.status != "complete" and not allow_incomplete:
+        raise ValueError(f"{str(path)!r} is {run.status}, not complete: finish it (the same command resumes) or "
+                         "pass --allow-incomplete")
+    units = run.table("serve_units")
+    if not len(units) or not (~units["synthetic"].astype(bool)).any():
+        raise ValueError(f"{str(path)!r} has no finished real (non-synthetic) units")
+    return ServeData(Path(path), units, run.table("serve_requests"), run.table("serve_step_cost"), run.meta)
+
+
+# -- the step cost ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepFit:
+    """The fitted step cost, the request overhead (client → server queue) and how well they fit."""
+
+    cost: LinearStepCost
+    request_overhead_ms: float
+    n_steps: int
+    n_ttft: int
+    median_abs_residual_pct: float
+    notes: tuple[str, ...] = ()
+
+
+def _server_prompt_ms(ttft: Any, requests: Any) -> tuple[list[float | None], float | None]:
+    """Per single-request TTFT row, the server's own prompt time (median ``timings.prompt_ms`` of the unit's
+    requests of that prompt length), and the request overhead: the median of TTFT − prompt time over them
+    (client, HTTP, tokenising: time the server is not computing). None where the server gave no timings."""
+    if requests is None or not len(requests) or "prompt_ms" not in requests:
+        return [None] * len(ttft), None
+    req = requests[requests["prompt_ms"].notna() & requests["ttft_ms"].notna() & requests["error"].isna()]
+    server, gaps = [], []
+    for r in ttft.itertuples():
+        g = req[(req["cell_id"] == r.cell_id) & (req["prompt_tokens"] == r.prompt_tokens)]
+        server.append(float(g["prompt_ms"].astype(float).median()) if len(g) else None)
+        gaps.extend((g["ttft_ms"].astype(float) - g["prompt_ms"].astype(float)).tolist())
+    return server, (float(np.median(gaps)) if gaps else None)
+
+
+def fit_step_cost(steps: Any, requests: Any = None) -> StepFit:
+    """NNLS of the synthetic units' step medians (weights: steps behind each) and single-request prompt steps.
+
+    With the server's own prompt times (``requests``' ``prompt_ms``, llama-server's ``timings``) the prompt
+    rows are those times and the request overhead is measured apart (TTFT − prompt time); without them, the
+    TTFTs with the overhead as one more unknown (which then also takes any fixed part of the prompt step).
+    """
+    from scipy.optimize import nnls
+
+    if steps is None or not len(steps):
+        raise ValueError("no step-cost rows: measure the run with --step-cost (synthetic-acceptance units time what "
+                         "a server step costs)")
+    # a group of fewer than MIN_STEPS steps is too often two slots' tokens that arrived apart, not a step
+    gen = steps[steps["prompt_tokens"].isna() & steps["step_ms"].notna() & (steps["n_steps"] >= MIN_STEPS)]
+    ttft = steps[steps["prompt_tokens"].notna() & (steps["seqs"] == 1) & steps["ttft_ms"].notna()]
+    if len(gen) < 3 or not len(ttft):
+        raise ValueError(f"too few step-cost rows to fit ({len(gen)} step rows, {len(ttft)} single-request TTFT "
+                         "rows; need >= 3 and >= 1): add --step-cost-concurrency 1 and more step-cost units")
+    server_ms, overhead_ms = _server_prompt_ms(ttft, requests)
+    rows, y, w = [], [], []
+    for r in gen.itertuples():
+        t, ctx, s = float(r.tokens_per_seq), float(r.context_tokens), float(r.seqs)
+        attn = s * t * (ctx + 0.5 * (t + 1)) / 1000.0
+        rows.append([1.0, s, s * t, 0.0, attn, 0.0])
+        y.append(float(r.step_ms))
+        w.append(math.sqrt(float(r.n_steps)))
+    measured_apart = overhead_ms is not None and all(v is not None for v in server_ms)
+    for r, srv in zip(ttft.itertuples(), server_ms):
+        p = float(r.prompt_tokens)
+        rows.append([1.0, 1.0, 0.0, p, 0.5 * p * (p + 1) / 1000.0, 0.0 if measured_apart else 1.0])
+        y.append(float(srv) if measured_apart else float(r.ttft_ms))
+        w.append(math.sqrt(max(float(r.n_steps), 1.0)) * 2.0)  # few rows: weighted up so they are fitted
+    a, b, wv = np.asarray(rows), np.asarray(y), np.asarray(w)
+    theta, _ = nnls(a * wv[:, None], b * wv)
+    base, per_seq, per_tok, per_ptok, per_attn, overhead = (float(v) for v in theta)
+    if measured_apart:
+        overhead = max(float(overhead_ms), 0.0)
+    cost = LinearStepCost(base, per_seq, per_tok, per_ptok, per_attn,
+                          metadata={"source": "calibrate serve: NNLS on serve_step_cost.csv"})
+    resid = np.abs(a @ theta - b) / b * 100.0
+    notes = []
+    if per_tok == 0.0:
+        notes.append("the fit found no cost per verified token: the step-cost units did not vary k enough")
+    if measured_apart:
+        notes.append(f"request overhead measured apart: median TTFT − server prompt time = {overhead:.1f} ms")
+    return StepFit(cost, overhead, int(gen["n_steps"].sum()), len(ttft), float(np.median(resid)), tuple(notes))
+
+
+# -- acceptance -----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Counters:
+    """What the server counted over some units of one k: rounds, drafts, drafted and accepted per position."""
+
+    k: int
+    rounds: int
+    drafts: int
+    draft_tokens: int
+    accepted_per_pos: tuple[int, ...]
+
+    @property
+    def accepted(self) -> int:
+        return int(sum(self.accepted_per_pos))
+
+
+def counters_of(units: Any, requests: Any, k: int) -> Counters | None:
+    """Pooled counters of the given (real) units of draft length ``k``; None without /metrics counters."""
+    u = units[(units["spec_k"] == k) & units["metrics"].astype(bool) & units["drafts"].notna()]
+    if not len(u):
+        return None
+    req = requests[requests["cell_id"].isin(set(u["cell_id"])) & requests["error"].isna()]
+    rounds = int((req["completion_tokens"] - 1 - req["draft_n_accepted"].fillna(0)).sum())
+    pos = np.zeros(k, dtype=np.int64)
+    for text in u["accepted_per_pos"].dropna():
+        vals = [int(x) for x in str(text).split()][:k]
+        pos[: len(vals)] += vals
+    return Counters(k, rounds, int(u["drafts"].sum()), int(u["draft_tokens"].sum()), tuple(int(v) for v in pos))
+
+
+def simulate_counters(acc: AcceptanceModel, k: int, new_tokens: int, n_requests: int,
+                      rng: np.random.Generator) -> Counters:
+    """What llama-server would count for ``n_requests`` requests of ``new_tokens`` drafting with ``acc`` at ``k``:
+    the prompt step gives the first token, every draft is capped at the tokens left minus one.
+
+    Rounds are drawn at once from the joint (drafted, accepted) distribution; a request takes them in turn,
+    whole while its budget is far, one by one (capped) in its last ``k`` tokens."""
+    pmf = round_pmf(acc, k)
+    d_of, a_of = np.nonzero(pmf > 0)
+    cdf = np.cumsum(pmf[d_of, a_of])
+    cdf[-1] = 1.0
+    budget = new_tokens - 1
+    n_draw = int(n_requests * budget / max(float((pmf * (np.arange(k + 1)[None, :] + 1)).sum()), 1.0) * 1.3) + 64
+    idx = np.searchsorted(cdf, rng.random(n_draw), side="right")
+    d, a = d_of[idx], a_of[idx]
+    cum = np.cumsum(a + 1)
+    rounds = drafts = drafted = 0
+    pos = np.zeros(k + 2, dtype=np.int64)  # histogram of accepted lengths
+    p = 0
+    for _ in range(n_requests):
+        base = int(cum[p - 1]) if p else 0
+        stop = int(np.searchsorted(cum, base + budget - k, side="left"))  # rounds that cannot meet the cap
+        stop = min(max(stop, p), n_draw)
+        if stop > p:
+            dd, aa = d[p:stop], a[p:stop]
+            rounds += stop - p
+            drafts += int(np.count_nonzero(dd))
+            drafted += int(dd.sum())
+            pos += np.bincount(aa, minlength=k + 2)[: k + 2]
+            left = budget - (int(cum[stop - 1]) - base)
+            p = stop
+        else:
+            left = budget
+        while left > 0:  # the last rounds: drafts capped at the tokens left minus one
+            if p >= n_draw:
+                i = int(np.searchsorted(cdf, rng.random(), side="right"))
+                di, ai = int(d_of[i]), int(a_of[i])
+            else:
+                di, ai = int(d[p]), int(a[p])
+                p += 1
+            di = min(di, left - 1)
+            ai = min(ai, di)
+            rounds += 1
+            if di:
+                drafts += 1
+                drafted += di
+            pos[ai] += 1
+            left -= ai + 1
+    ge = np.cumsum(pos[::-1])[::-1]  # drafts with at least j accepted, j = 0..
+    return Counters(k, rounds, drafts, drafted, tuple(int(ge[j]) for j in range(1, k + 1)))
+
+
+def fit_acceptance(c: Counters, new_tokens: int, iterations: int = 6, n_requests: int = 400,
+                   seed: int = 0) -> ProposalAcceptance:
+    """The proposal probability and α_1..α_k whose simulated counters match ``c`` (multiplicative updates)."""
+    if c.drafts == 0 or c.rounds == 0:
+        raise ValueError(f"k={c.k}: the server drafted nothing in the training units (no n-gram matches?)")
+    target_p = c.drafts / c.rounds
+    target_r = np.asarray(c.accepted_per_pos, dtype=float) / c.drafts
+
+    def conditional(r: np.ndarray) -> np.ndarray:
+        prev = np.concatenate([[1.0], r[:-1]])
+        return np.clip(np.divide(r, prev, out=np.zeros_like(r), where=prev > 0), 1e-4, 1.0 - 1e-9)
+
+    p, alphas = min(target_p, 1.0), conditional(target_r)
+    for it in range(iterations):
+        model = ProposalAcceptance(float(min(max(p, 1e-6), 1.0)), PerPositionAcceptance(tuple(alphas)))
+        sim = simulate_counters(model, c.k, new_tokens, n_requests, np.random.default_rng(seed + it))
+        sim_p = sim.drafts / max(sim.rounds, 1)
+        sim_r = np.asarray(sim.accepted_per_pos, dtype=float) / max(sim.drafts, 1)
+        p = p * target_p / max(sim_p, 1e-9)
+        alphas = np.clip(alphas * conditional(target_r) / conditional(np.maximum(sim_r, 1e-9)), 1e-4, 1.0 - 1e-9)
+    return ProposalAcceptance(float(min(max(p, 1e-6), 1.0)), PerPositionAcceptance(tuple(float(a) for a in alphas)))
+
+
+@dataclass(frozen=True)
+class PromptScale:
+    """One prompt's acceptance against its draft length's pooled model: the proposal probability times
+    ``p_ratio`` and every α_i times ``alpha_scale`` (capped below 1). Code repeats more than conversation;
+    one pooled model gives every request the same rounds and so too little spread of their latencies."""
+
+    p_ratio: float = 1.0
+    alpha_scale: float = 1.0
+
+    def apply(self, acc: ProposalAcceptance) -> ProposalAcceptance:
+        if self == PromptScale() or not isinstance(acc.inner, PerPositionAcceptance):
+            return acc
+        return ProposalAcceptance(float(min(max(acc.p_propose * self.p_ratio, 1e-4), 1.0)),
+                                  PerPositionAcceptance(tuple(min(a * self.alpha_scale, 0.995) for a in acc.inner.alphas)))
+
+
+def _bisect(f, lo: float, hi: float, target: float, steps: int = 14) -> float:
+    """x in [lo, hi] with f(x) ≈ target for an increasing f (log-scale bisection; the bound when out of reach)."""
+    if f(lo) >= target:
+        return lo
+    if f(hi) <= target:
+        return hi
+    for _ in range(steps):
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if f(mid) < target else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def fit_prompt_scale(pooled: ProposalAcceptance, k: int, new_tokens: int, rounds: int, drafted: int, accepted: int,
+                     n_requests: int = 150, seed: int = 0) -> PromptScale:
+    """The scale whose simulated requests draft per round and accept per drafted token what this prompt's
+    requests did (the server's per-request ``timings``: ``draft_n``, ``draft_n_accepted``): two bisections
+    on common random numbers, the proposal ratio first, then the α scale, twice."""
+    if rounds <= 0:
+        return PromptScale()
+    if drafted == 0:
+        return PromptScale(0.01, 1.0)
+
+    def counters(sc: PromptScale) -> Counters:
+        return simulate_counters(sc.apply(pooled), k, new_tokens, n_requests, np.random.default_rng(seed))
+
+    sc = PromptScale()
+    p_hi = 1.0 / max(pooled.p_propose, 1e-4)
+    for _ in range(2):
+        a_scale = sc.alpha_scale
+        p = _bisect(lambda x: (lambda c: c.draft_tokens / max(c.rounds, 1))(counters(PromptScale(x, a_scale))),
+                    0.01, p_hi, drafted / rounds)
+        a = _bisect(lambda x: (lambda c: c.accepted / max(c.draft_tokens, 1))(counters(PromptScale(p, x))),
+                    0.02, 5.0, accepted / drafted)
+        sc = PromptScale(p, a)
+    return sc
+
+
+def prompt_scales(requests: Any, units: Any, acceptance: dict[int, ProposalAcceptance], new_tokens: int,
+                  seed: int = 0) -> dict[str, PromptScale]:
+    """Per prompt id, the scale fitted on its requests in ``units`` (speculative, with the server's per-request
+    counts), averaged over the draft lengths weighted by rounds."""
+    spec = units[(units["spec_k"] > 0)]
+    req = requests[requests["cell_id"].isin(set(spec["cell_id"])) & requests["error"].isna()
+                   & requests["draft_n"].notna()].merge(spec[["cell_id", "spec_k"]], on="cell_id")
+    out: dict[str, PromptScale] = {}
+    for pid, g in req.groupby("prompt_id"):
+        num_p = num_a = den = 0.0
+        for k, gk in g.groupby("spec_k"):
+            if int(k) not in acceptance:
+                continue
+            acc = gk["draft_n_accepted"].fillna(0)
+            rounds = int((gk["completion_tokens"] - 1 - acc).sum())
+            sc = fit_prompt_scale(acceptance[int(k)], int(k), new_tokens, rounds, int(gk["draft_n"].sum()),
+                                  int(acc.sum()), seed=seed)
+            num_p += sc.p_ratio * rounds
+            num_a += sc.alpha_scale * rounds
+            den += rounds
+        if den > 0:
+            out[str(pid)] = PromptScale(num_p / den, num_a / den)
+    return out
+
+
+def pooled_acceptance(fits: dict[int, ProposalAcceptance], weights: dict[int, Counters], k: int) -> ProposalAcceptance:
+    """Acceptance at a draft length not trained on: α_i pooled over the fitted k reaching position i (weights: the
+    drafts that got there), the last one repeated beyond; the proposal probability pooled by rounds."""
+    if not fits:
+        raise ValueError(f"no draft length was trained on, so k={k} cannot be predicted")
+    alphas = []
+    for i in range(k):
+        num = den = 0.0
+        for kk, fit in fits.items():
+            inner = fit.inner
+            if i < kk and isinstance(inner, PerPositionAcceptance):
+                reach = weights[kk].drafts * (1.0 if i == 0 else weights[kk].accepted_per_pos[i - 1]
+                                              / max(weights[kk].drafts, 1))
+                num += reach * inner.alphas[i]
+                den += reach
+        alphas.append(num / den if den > 0 else alphas[-1])
+    p = sum(f.p_propose * weights[kk].rounds for kk, f in fits.items()) / sum(weights[kk].rounds for kk in fits)
+    return ProposalAcceptance(float(p), PerPositionAcceptance(tuple(alphas)))
+
+
+# -- prediction -------------------------------------------------------------------------------------------------
+def unit_stats(run: ServeRun) -> dict[str, float]:
+    """A simulated unit's statistics, computed as ``measure serve`` computes a measured unit's."""
+    tokens = float(run.tokens.sum())
+    dur = float(run.finish_ms.max() - run.send_ms.min())
+    e2e, ttft, tpot = run.e2e_ms, run.ttft_ms, run.tpot_ms
+    return {"throughput_tokens_per_s": tokens / dur * 1000.0, "e2e_p50_ms": float(np.percentile(e2e, 50)),
+            "e2e_p95_ms": float(np.percentile(e2e, 95)), "ttft_p50_ms": float(np.percentile(ttft, 50)),
+            "tpot_p50_ms": float(np.percentile(tpot, 50)) if tpot.size else math.nan}
+
+
+@dataclass(frozen=True)
+class Model:
+    """Everything a prediction needs: the step cost, the request overhead, acceptance per k, the server."""
+
+    step: StepFit
+    acceptance: dict[int, ProposalAcceptance]
+    slots: int
+    batch_tokens: int
+    new_tokens: int
+    prompt_scales: dict = field(default_factory=dict)
+
+    def simulate(self, config: ServeConfig, load: LoadSpec, prompt_tokens: Sequence[int], n_requests: int,
+                 send_ms: Sequence[float] | None, seed: int,
+                 prompt_ids: Sequence[str] | None = None) -> dict[str, float]:
+        wl = Workload(n_requests, self.new_tokens, ClosedLoop(load.concurrency) if load.closed
+                      else OpenLoop(load.rate_per_s), prompt_tokens=list(prompt_tokens),
+                      request_overhead_ms=self.step.request_overhead_ms,
+                      arrivals_ms=None if load.closed or send_ms is None else list(send_ms))
+        acc: Any = self.acceptance[config.k] if config.speculative else None
+        if acc is not None and prompt_ids is not None and self.prompt_scales:
+            acc = [self.prompt_scales.get(str(pid), PromptScale()).apply(acc) for pid in prompt_ids]
+        run = simulate_server(wl, llama_server(self.slots, self.batch_tokens), self.step.cost, acc,
+                              f"fixed:{config.k}" if config.speculative else None, seed=seed)
+        return unit_stats(run)
+
+
+def predict_unit(model: Model, data: ServeData, cell_id: str, seeds: int, seed: int) -> dict[str, float]:
+    """The mean over ``seeds`` simulations of one measured unit's exact workload (log scale for positives)."""
+    from measure.serve.units import UnitId
+
+    uid = UnitId.parse(cell_id)
+    req = data.requests[data.requests["cell_id"] == cell_id].sort_values("request_index")
+    prompts = [int(p) if p == p else 0 for p in req["prompt_tokens"]]
+    ids = [str(p) for p in req["prompt_id"]]
+    send = (req["send_s"].astype(float) * 1000.0).tolist()
+    send = [s - send[0] for s in send] if send else None
+    out: dict[str, list[float]] = {}
+    for i in range(seeds):
+        for k, v in model.simulate(uid.config, uid.load, prompts, len(req), send, seed + i, ids).items():
+            out.setdefault(k, []).append(v)
+    return {k: float(np.exp(np.mean(np.log(v)))) if all(x > 0 for x in v) else float(np.mean(v))
+            for k, v in out.items()}
+
+
+@dataclass(frozen=True)
+class Split:
+    """Which draft lengths and loads train the model; the rest are held out."""
+
+    train_k: tuple[int, ...]
+    test_k: tuple[int, ...]
+    train_loads: tuple[str, ...]
+    test_loads: tuple[str, ...]
+
+    def is_train(self, k: int, load: str) -> bool:
+        return (k == 0 or k in self.train_k) and load in self.train_loads
+
+
+def default_split(units: Any, holdout_k: Sequence[int] | None = None,
+                  holdout_loads: Sequence[str] | None = None) -> Split:
+    """The middle k (of three or more) and every other concurrency plus every rate held out, unless given."""
+    real = units[~units["synthetic"].astype(bool)]
+    ks = sorted(int(k) for k in real["spec_k"].unique() if k > 0)
+    loads = list(dict.fromkeys(real["load"]))
+    conc = sorted((ld for ld in loads if ld.startswith("c")), key=lambda x: int(x[1:]))
+    rates = [ld for ld in loads if ld.startswith("r")]
+    test_k = tuple(holdout_k) if holdout_k is not None else ((ks[len(ks) // 2],) if len(ks) >= 3 else ())
+    test_loads = tuple(holdout_loads) if holdout_loads is not None else tuple(conc[1::2] + rates)
+    unknown = [ld for ld in test_loads if ld not in loads]
+    if unknown:
+        raise ValueError(f"--holdout-loads {','.join(unknown)}: not measured; measured loads: {', '.join(loads)}")
+    bad_k = [k for k in test_k if k not in ks]
+    if bad_k:
+        raise ValueError(f"--holdout-k {','.join(map(str, bad_k))}: not measured; measured k: "
+                         f"{', '.join(map(str, ks))}")
+    train_k = tuple(k for k in ks if k not in test_k)
+    train_loads = tuple(ld for ld in loads if ld not in test_loads)
+    if not train_loads:
+        raise ValueError("every load is held out: nothing left to train on")
+    if ks and not train_k:
+        raise ValueError("every draft length is held out: acceptance cannot be fitted")
+    return Split(tuple(k for k in ks if k not in test_k), test_k, train_loads, test_loads)
+
+
+@dataclass(frozen=True)
+class ServeCalibration:
+    """A calibrated serving model and its predictions against every measured group."""
+
+    model: Model
+    split: Split
+    rows: list[dict]
+    counters: dict[int, Counters]
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        """MAPE, share inside the measured CIs and the targets, per metric, over the held-out groups."""
+        out: dict[str, Any] = {}
+        held = [r for r in self.rows if r["split"] == "held-out"]
+        for m in JUDGED:
+            rs = [r for r in held if r["metric"] == m and r["predicted"] is not None and r["measured"]]
+            ape = [r["ape_pct"] for r in rs]
+            inside = [r["inside_ci"] for r in rs if r["inside_ci"] is not None]
+            out[m] = {"n": len(rs), "mape_pct": float(np.mean(ape)) if ape else None,
+                      "target_pct": TARGETS_PCT[m], "n_inside_ci": int(sum(inside)), "n_with_ci": len(inside)}
+        allin = [r["inside_ci"] for r in held if r["metric"] in JUDGED and r["inside_ci"] is not None]
+        out["share_inside_ci"] = float(np.mean(allin)) if allin else None
+        return out
+
+
+def calibrate_serve(data: ServeData, split: Split, seeds: int = 8, seed: int = 0) -> ServeCalibration:
+    """Fit on the training part of ``data``; predict every real group (training and held out)."""
+    step = fit_step_cost(data.steps, data.requests)
+    real_units = data.units[~data.units["synthetic"].astype(bool)]
+    train_units = real_units[[split.is_train(int(k), ld) for k, ld in zip(real_units["spec_k"], real_units["load"])]]
+    counters, fits = {}, {}
+    notes = list(step.notes)
+    never: dict[int, ProposalAcceptance] = {}
+    for k in split.train_k:
+        c = counters_of(train_units, data.requests, k)
+        if c is None:
+            notes.append(f"k={k}: no /metrics counters in its training units: acceptance unavailable")
+            continue
+        if c.drafts == 0:  # e.g. llama.cpp's ngram-simple with k < n: copy_max < size_n, no draft at all
+            never[k] = ProposalAcceptance(0.0, PerPositionAcceptance((0.0,) * k))
+            notes.append(f"k={k}: the server never drafted in {c.rounds} rounds (llama.cpp's ngram-simple drafts "
+                         "nothing when k is below the lookup n-gram): simulated as never proposing")
+            continue
+        counters[k], fits[k] = c, fit_acceptance(c, data.new_tokens, seed=seed)
+    acceptance = {**never, **fits}
+    n_lookup = max([int(n) for n in real_units["spec_ngram_n"] if n > 0] or [0])
+    for k in sorted({int(k) for k in real_units["spec_k"] if k > 0} - set(acceptance)):
+        if k < n_lookup:
+            acceptance[k] = ProposalAcceptance(0.0, PerPositionAcceptance((0.0,) * k))
+            notes.append(f"k={k} never trained on and below the lookup n-gram ({n_lookup}): never proposing")
+            continue
+        acceptance[k] = pooled_acceptance(fits, counters, k)
+        notes.append(f"k={k} never trained on: alpha_i pooled over k = {', '.join(map(str, sorted(fits)))}")
+    scales = prompt_scales(data.requests, train_units, fits, data.new_tokens, seed=seed)  # drafting k only
+    model = Model(step, acceptance, data.slots, data.batch_tokens, data.new_tokens, scales)
+    rows = []
+    for (config, load), g in real_units.groupby(["config", "load"], sort=False):
+        cfg = ServeConfig.parse(config)
+        if cfg.speculative and cfg.k not in acceptance:
+            continue
+        preds = [predict_unit(model, data, cid, seeds, seed) for cid in g["cell_id"]]
+        split_name = "train" if split.is_train(cfg.k, load) else "held-out"
+        for m in SHOWN:
+            meas = log_interval(g[m].tolist())
+            vals = [p[m] for p in preds if p.get(m) is not None and p[m] == p[m] and p[m] > 0]
+            pred = float(np.exp(np.mean(np.log(vals)))) if vals else None
+            ape = abs(pred / meas.value - 1.0) * 100.0 if pred is not None and meas.value else None
+            rows.append({"config": config, "load": load, "k": cfg.k, "split": split_name, "metric": m,
+                         "measured": meas.value, "measured_lo": meas.lo, "measured_hi": meas.hi,
+                         "predicted": pred, "ape_pct": ape,
+                         "inside_ci": None if pred is None else meas.contains(pred), "repeats": len(g)})
+    return ServeCalibration(model, split, rows, counters, notes)
+
+
+def metric_names() -> tuple[str, ...]:
+    """The unit metrics a serving run records (for reports)."""
+    return METRICS

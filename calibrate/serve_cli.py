@@ -1,0 +1,201 @@
+"""``python -m calibrate serve RUN_DIR`` — fit the serving simulator to a ``measure serve`` run, predict held-out
+loads, advise k per concurrency.
+
+Examples::
+
+    python -m calibrate serve runs/serve-sweep
+    python -m calibrate serve runs/serve-sweep --holdout-k 4 --holdout-loads c2,r1 --out runs/serve-cal
+
+Prints per (configuration, load) the measured throughput and e2e latency p50/p95
+with their 95% CIs beside the prediction, the held-out MAPE against the targets
+(throughput 5%, p50 10%, p95 15%) and the share inside the measured CIs, then
+the best k per concurrency with the configs to paste and the advised k's regret
+against the measured best; writes ``serve_calibration.json``,
+``serve_predictions.csv``, ``serve_curves.csv`` (latency against load, for the
+report) and ``advice.json``; ends with one JSON line. Bad input: one line,
+exit status 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from toolkit.cli import OneLineParser, check_output_dir, fail, int_arg, nonempty_arg
+
+PROG = "python -m calibrate serve"
+
+
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
+    p.add_argument("run", metavar="RUN_DIR", type=nonempty_arg("run directory"),
+                   help="a run directory written by python -m measure serve")
+    p.add_argument("--holdout-k", default=None, help="comma list of draft lengths to hold out (default: the middle "
+                   "of three or more; 'none' for none)")
+    p.add_argument("--holdout-loads", default=None, help="comma list of loads to hold out, e.g. c2,r1 (default: "
+                   "every other concurrency and every rate; 'none' for none)")
+    p.add_argument("--seeds", type=int_arg(1, 1000), default=8, help="simulations per unit (default 8)")
+    p.add_argument("--seed", type=int_arg(0, 2**31 - 1), default=0, help="seed of every simulation (default 0)")
+    p.add_argument("--advice-draws", type=int_arg(1, 1000), default=12,
+                   help="acceptance draws behind each advised speedup's interval (default 12)")
+    p.add_argument("--advise-k", default=None, help="draft lengths the advice chooses from (default: the measured)")
+    p.add_argument("--out", default=None, type=nonempty_arg("directory"),
+                   help="output directory (default: RUN_DIR/calibration-serve)")
+    p.add_argument("--allow-incomplete", action="store_true", help="use a run that is not complete")
+    return p
+
+
+def _list(flag: str, text: str | None, conv: type) -> list | None:
+    if text is None:
+        return None
+    if text.strip() == "none":
+        return []
+    items = [t.strip() for t in text.split(",")]
+    if any(not t for t in items):
+        fail(PROG, f"{flag} {text!r}: empty item in the comma list")
+    try:
+        return [conv(t) for t in items]
+    except ValueError:
+        fail(PROG, f"{flag} {text!r}: expected a comma list of {'integers' if conv is int else 'loads (cN, rX)'}")
+    raise AssertionError
+
+
+def _f(v: float | None, nd: int = 1) -> str:
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+def print_table(rows: list[dict]) -> None:
+    """Measured [CI] against predicted for every group and metric judged."""
+    from calibrate.serve import JUDGED
+
+    print(f"  {'configuration':12s} {'load':6s} {'split':8s} {'metric':22s} {'measured [95% CI]':>26s} "
+          f"{'predicted':>10s} {'err%':>6s} in CI")
+    for r in rows:
+        if r["metric"] not in JUDGED:
+            continue
+        ci = (f"{_f(r['measured'])} [{_f(r['measured_lo'])}, {_f(r['measured_hi'])}]"
+              if r["measured_lo"] is not None else f"{_f(r['measured'])} (no CI)")
+        inside = {True: "yes", False: "no"}.get(r["inside_ci"], "-")
+        print(f"  {r['config']:12s} {r['load']:6s} {r['split']:8s} {r['metric']:22s} {ci:>26s} "
+              f"{_f(r['predicted']):>10s} {_f(r['ape_pct']):>6s} {inside:>5s}")
+
+
+def curves(cal, data, seeds: int, seed: int) -> list[dict]:
+    """Predicted latency and throughput against load for every configuration: concurrency 1..slots, and the
+    measured rates with points between them (the report draws them beside the measured points)."""
+    import numpy as np
+
+    from measure.serve.units import LoadSpec, ServeConfig
+
+    real = data.units[~data.units["synthetic"].astype(bool)]
+    one = data.requests[data.requests["cell_id"] == real["cell_id"].iloc[0]].sort_values("request_index")
+    prompts, n_req = [int(p) for p in one["prompt_tokens"].fillna(0)], len(one)
+    ids = [str(p) for p in one["prompt_id"]]
+    rates = sorted(float(ld[1:]) for ld in real["load"].unique() if ld.startswith("r"))
+    grid_rates = sorted(set(rates) | ({float(x) for x in np.linspace(min(rates) / 2, max(rates) * 1.2, 8)}
+                                      if rates else set()))
+    out = []
+    for config in dict.fromkeys(real["config"]):
+        cfg = ServeConfig.parse(config)
+        if cfg.speculative and cfg.k not in cal.model.acceptance:
+            continue
+        loads = [LoadSpec(concurrency=c) for c in range(1, data.slots + 1)] + [LoadSpec(rate_per_s=r)
+                                                                               for r in grid_rates]
+        for ld in loads:
+            stats = [cal.model.simulate(cfg, ld, prompts, n_req, None, seed + i, ids) for i in range(seeds)]
+            row = {"config": config, "load": ld.to_str(), "concurrency": ld.concurrency or None,
+                   "rate_per_s": ld.rate_per_s or None}
+            for m in stats[0]:
+                vals = [s[m] for s in stats if s[m] == s[m] and s[m] > 0]
+                row[f"predicted_{m}"] = float(np.exp(np.mean(np.log(vals)))) if vals else None
+            out.append(row)
+    return out
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: "" if r.get(k) is None else r[k] for k in keys})
+
+
+# long: the command from the run directory to the table, the files and the one JSON line
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    run = Path(args.run)
+    if not (run / "run.json").is_file():
+        fail(PROG, f"{args.run!r} is not a run directory (no run.json); write one with python -m measure serve")
+    out = Path(args.out) if args.out else run / "calibration-serve"
+    hk = _list("--holdout-k", args.holdout_k, int)
+    hl = _list("--holdout-loads", args.holdout_loads, str)
+    ak = _list("--advise-k", args.advise_k, int)
+    try:
+        check_output_dir("--out", out)
+        from calibrate.advice import advice_dict, advise, format_advice, regret
+        from calibrate.serve import calibrate_serve, default_split, load_serve
+        from measure.records import strict_dumps
+
+        data = load_serve(run, allow_incomplete=args.allow_incomplete)
+        split = default_split(data.units, hk, hl)
+        cal = calibrate_serve(data, split, seeds=args.seeds, seed=args.seed)
+        measured_k = sorted({int(k) for k in data.units["spec_k"] if k > 0 and k in cal.model.acceptance})
+        ks = ak if ak is not None else measured_k
+        unknown = [k for k in ks if k not in cal.model.acceptance]
+        if unknown:
+            from calibrate.serve import pooled_acceptance
+
+            fits = {k: cal.model.acceptance[k] for k in cal.counters}
+            for k in unknown:
+                cal.model.acceptance[k] = pooled_acceptance(fits, cal.counters, k)
+        rows = advise(cal.model, cal.counters, data, ks, list(range(1, data.slots + 1)), draws=args.advice_draws,
+                      seed=args.seed)
+        ngram_n = max([int(n) for n in data.units["spec_ngram_n"] if n > 0] or [3])
+        reg = regret(rows, data)
+    except ValueError as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    out.mkdir(parents=True, exist_ok=True)
+    summary = cal.summary()
+    print(f"step cost: {cal.model.step.cost.describe()}; request overhead {cal.model.step.request_overhead_ms:.2f} ms; "
+          f"median residual {cal.model.step.median_abs_residual_pct:.1f}% over {cal.model.step.n_steps} steps")
+    for k, acc in sorted(cal.model.acceptance.items()):
+        print(f"acceptance k={k}: proposes in {100 * acc.p_propose:.1f}% of rounds, alpha_i = "
+              + ", ".join(f"{a:.3f}" for a in acc.inner.alphas))
+    print(f"held out: k {list(split.test_k) or '-'}, loads {list(split.test_loads) or '-'}")
+    print_table(cal.rows)
+    for m, v in summary.items():
+        if isinstance(v, dict):
+            print(f"held-out MAPE {m}: {_f(v['mape_pct'], 2)}% (target {v['target_pct']:g}%), "
+                  f"{v['n_inside_ci']}/{v['n_with_ci']} inside the measured 95% CI ({v['n']} groups)")
+    if summary.get("share_inside_ci") is not None:
+        print(f"inside the measured CIs overall: {100 * summary['share_inside_ci']:.0f}%")
+    for line in format_advice(rows, data.slots, ngram_n):
+        print(line)
+    for g in reg:
+        ci = (f" [95% CI {100 * g.regret_lo:.1f}, {100 * g.regret_hi:.1f}, paired by repeat]"
+              if g.regret_lo is not None and g.regret_hi is not None else "")
+        noise = "; within the noise: the two are not told apart" if g.regret > 0 and g.within_noise else ""
+        print(f"regret at concurrency {g.concurrency}: advised k = {g.advised_k or 'off'}, measured best "
+              f"k = {g.measured_best_k or 'off'}: {100 * g.regret:.1f}% of throughput{ci}{noise}")
+    for note in cal.notes:
+        print(f"note: {note}", file=sys.stderr)
+    doc = {"run": str(run), "split": cal.split.__dict__, "step_cost": cal.model.step.cost.describe(),
+           "request_overhead_ms": cal.model.step.request_overhead_ms,
+           "step_fit": {"n_steps": cal.model.step.n_steps, "n_ttft": cal.model.step.n_ttft,
+                        "median_abs_residual_pct": cal.model.step.median_abs_residual_pct},
+           "acceptance": {str(k): a.to_dict() for k, a in cal.model.acceptance.items()},
+           "summary": summary, "notes": cal.notes,
+           "regret": [{**g.__dict__, "within_noise": g.within_noise} for g in reg], "advice": advice_dict(rows, data.slots, ngram_n)}
+    (out / "serve_calibration.json").write_text(strict_dumps(doc, indent=2) + "\n")
+    (out / "advice.json").write_text(strict_dumps(doc["advice"], indent=2) + "\n")
+    _write_csv(out / "serve_predictions.csv", cal.rows)
+    _write_csv(out / "serve_curves.csv", curves(cal, data, max(2, args.seeds // 2), args.seed))
+    print(f"written to {out}")
+    print(json.dumps({"out": str(out), "summary": summary,
+                      "max_regret": max((g.regret for g in reg), default=None)}, default=str))
+    return 0

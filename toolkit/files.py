@@ -1,0 +1,46 @@
+"""Reading a user's file as text, checked at the boundary: one ``ValueError`` line naming the file and the problem.
+
+:func:`read_text` is the one reader for files a person hands a CLI (prompts,
+cost and acceptance models): the path must name an existing file, within a
+size limit when one is given, holding UTF-8 text — no NUL byte or other
+control character than whitespace, so a binary file (4,096 NUL bytes are valid
+UTF-8) is refused rather than read as one long prompt.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+#: C0 control characters other than tab, newline, vertical tab, form feed and carriage return.
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1f]")
+
+
+def read_text(path: str | Path, what: str, max_bytes: int | None = None) -> str:
+    """The UTF-8 text of file ``path``; ``what`` (``--prompts-file``, ``cost model file``) starts every error."""
+    if not str(path).strip():
+        raise ValueError(f"{what}: empty file name")
+    p = Path(path)
+    name = repr(str(p))
+    if p.is_dir():
+        raise ValueError(f"{what} {name} is a directory; give a file")
+    try:
+        size = p.stat().st_size
+        if max_bytes is not None and size > max_bytes:
+            raise ValueError(f"{what} {name}: {size:,} bytes, over the {max_bytes:,} byte limit")
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise ValueError(f"{what} {name}: no such file") from None
+    except OSError as exc:
+        raise ValueError(f"{what} {name} cannot be read: {exc.strerror or exc}") from None
+    if not data:
+        raise ValueError(f"{what} {name}: the file is empty")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{what} {name}: not UTF-8 text (byte {exc.start})") from None
+    bad = _CONTROL.search(text)
+    if bad:
+        char = "a NUL byte" if bad.group() == "\x00" else f"control character U+{ord(bad.group()):04X}"
+        raise ValueError(f"{what} {name}: not a text file ({char} at character {bad.start()})")
+    return text
