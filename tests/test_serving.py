@@ -255,3 +255,23 @@ def test_linear_step_cost_features_are_what_its_coefficients_multiply():
            "per_prompt_token_ms": 0.1, "per_attn_ms": 0.0, "metadata": {}}
     assert LinearStepCost.from_dict(old).per_accepted_ms == 0.0
     assert LinearStepCost.from_dict(LinearStepCost(1.0, per_accepted_ms=2.5).describe()).per_accepted_ms == 2.5
+
+
+def test_serve_benchmark_times_the_calibrated_model_and_refuses_bad_input(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    bench = root / "benchmarks" / "bench_serve.py"
+    p = subprocess.run([sys.executable, str(bench), "--requests", "300", "--repeats", "2"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout.strip().splitlines()[-1])
+    assert doc["requests"] == 300 and len(doc["seconds"]) == 2 and doc["median_s"] > 0
+    assert doc["target_s"] == pytest.approx(60.0 * 300 / 1e6) and 0 < doc["mean_batch"] <= 8
+    for argv in (["--requests", "0"], ["--calibration", str(tmp_path / "none.json")]):
+        p = subprocess.run([sys.executable, str(bench), *argv], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=60, check=False)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
