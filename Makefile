@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specscope-installed
 RUN_DIR ?= runs/main
 
-.PHONY: run test check bench bench-head venv clean
+.PHONY: run test check bench bench-serve bench-head venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,10 @@ check: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_sim.py
+
+# the serving simulation of 10^6 requests on the model calibrated to the real llama-server sweep, median of 3
+bench-serve: $(STAMP)
+	$(PY) benchmarks/bench_serve.py
 
 bench-head: $(STAMP)
 	$(PY) benchmarks/bench_pruned_head.py --device auto --threads 1

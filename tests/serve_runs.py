@@ -25,7 +25,8 @@ TRUE_OVERHEAD_MS = 2.5
 # long: writes every table of a run: the step-cost rows, then each unit's requests and row
 def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], loads: list[LoadSpec], slots: int = 4,
                    new_tokens: int = 48, n_requests: int = 12, repeats: int = 3, noise: float = 0.03,
-                   prompts: tuple[int, ...] = (60, 140, 90), seed: int = 0) -> Path:
+                   prompts: tuple[int, ...] = (60, 140, 90), seed: int = 0,
+                   true_cost: LinearStepCost = TRUE_COST) -> Path:
     rng = np.random.default_rng(seed)
     n_ids = max([len(prompts)] + [len(a) for a in acceptance.values() if isinstance(a, list)])
     configs = [ServeConfig("off")] + [ServeConfig("ngram", k, 3) for k in sorted(acceptance)]
@@ -34,15 +35,18 @@ def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], lo
     w = ServeRunWriter(path, meta=meta, fingerprint={"kind": "serve"})
     with w.recording():
         cid0 = "config=synth:k1:p64|slots=4|load=c1|repeat=0"
+        cid_off = "config=synth:off:p64|slots=4|load=c1|repeat=0"
         rows = []
         for seqs in range(1, slots + 1):
             for t in (1, 2, 3, 5, 9):
                 for ctx in (64.0, 192.0):
+                    # synthetic acceptance: every slot drafts t - 1 tokens and emits one
                     attn = seqs * t * (ctx + 0.5 * (t + 1))
-                    ms = TRUE_COST.step_ms(seqs, seqs * t, t - 1, seqs * ctx, attn, 0, 0)
-                    rows.append(StepCostRow(cid0, seqs, t, ctx, 20, ms * float(rng.lognormal(0, noise / 3)), None, None))
+                    ms = true_cost.step_ms(seqs, seqs * t, t - 1, seqs * ctx, attn, 0, 0, seqs)
+                    rows.append(StepCostRow(cid0 if t > 1 else cid_off, seqs, t, ctx, 20,
+                                            ms * float(rng.lognormal(0, noise / 3)), None, None))
         for p in (32, 256):
-            ms = TRUE_OVERHEAD_MS + TRUE_COST.step_ms(0, p, 0, 0.0, 0.5 * p * (p + 1), p, 1)
+            ms = TRUE_OVERHEAD_MS + true_cost.step_ms(0, p, 0, 0.0, 0.5 * p * (p + 1), p, 1)
             rows.append(StepCostRow(cid0, 1, 1, float(p), 4, None, None, None, p, ms))
         w.append("serve_step_cost", rows)
         w.finish_cell(UnitRow(cid0, "synth:k1:p64", "ngram-simple", 1, 1, slots, "c1", 1, None, 0, 0, True,
@@ -59,7 +63,7 @@ def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], lo
                                   request_overhead_ms=TRUE_OVERHEAD_MS)
                     # the machine's pace this unit: every step a little slower or faster
                     pace = float(rng.lognormal(0, noise))
-                    cost = LinearStepCost(*(pace * getattr(TRUE_COST, f) for f in LinearStepCost.FIELDS))
+                    cost = LinearStepCost(*(pace * getattr(true_cost, f) for f in LinearStepCost.FIELDS))
                     acc = acceptance.get(cfg.k)  # one model, or one per prompt
                     per_req = None if acc is None else ([acc[i % len(acc)] for i in range(n_requests)]
                                                         if isinstance(acc, list) else acc)
