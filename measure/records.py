@@ -72,6 +72,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from sim.policies import GammaSpec
+from toolkit.jsonio import clean_json, strict_dumps
 
 #: Schema this code writes; :data:`READABLE_SCHEMAS` it reads (docs/RUN_FORMAT.md, "Version history").
 SCHEMA_VERSION = 2
@@ -257,27 +258,6 @@ def _parse_utc(text: Any) -> float | None:
         return _dt.datetime.strptime(str(text), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=_dt.timezone.utc).timestamp()
     except ValueError:
         return None
-
-
-def clean_json(obj: Any) -> Any:
-    """``obj`` with every NaN/±inf float replaced by None (recursively), for strict JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, Mapping):
-        return {str(k): clean_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [clean_json(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item) and not isinstance(obj, (str, bytes)):
-        try:
-            return clean_json(obj.item())  # numpy scalars
-        except (TypeError, ValueError):
-            pass
-    return obj
-
-
-def strict_dumps(obj: Any, **kw: Any) -> str:
-    """``json.dumps`` that writes ``null`` for NaN/inf and refuses to write a bare ``NaN``."""
-    return json.dumps(clean_json(obj), allow_nan=False, default=str, **kw)
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
