@@ -1,13 +1,15 @@
 # specscope — the two commands of the README:
 #   make run    set up .venv and run the main job (predict -> measure -> calibrate -> report)
-#   make test   set up .venv and run the test suite
+#   make test   set up .venv and run the test suite (every test; CI runs it)
+# and the loop for development:
+#   make check  ruff, mypy (toolkit, presets, sim) and every test not marked slow (real models)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specscope-installed
 RUN_DIR ?= runs/main
 
-.PHONY: run test bench bench-serve bench-head venv clean
+.PHONY: run test check bench bench-serve bench-head venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +45,12 @@ run: $(STAMP)
 # loadscope schedulers deadlock there (tests/test_suite_crash_safety.py)
 test: $(STAMP)
 	$(PY) -m pytest -q -n auto --dist worksteal
+
+# the fast loop: lint, types, and the tests that load no real model (pytest -m "not slow"), same scheduler as test
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(PY) -m pytest -q -n auto --dist worksteal -m "not slow"
 
 bench: $(STAMP)
 	$(PY) benchmarks/bench_sim.py

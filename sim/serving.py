@@ -50,7 +50,7 @@ import numpy as np
 
 from sim.acceptance import AcceptanceModel
 from sim.cost import CostModel
-from sim.policies import FixedGamma, GammaSpec, make_policy
+from sim.policies import FixedGamma, GammaSpec
 
 #: Draws made at once from the round distribution (refilled when used up).
 _POOL_ROUNDS = 1 << 16

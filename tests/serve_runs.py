@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from calibrate.serve import simulate_counters, unit_stats
-from measure.serve.units import LoadSpec, RequestRow, ServeConfig, ServeRunWriter, StepCostRow, UnitId, UnitRow, as_row
+from measure.serve.units import LoadSpec, RequestRow, ServeConfig, ServeRunWriter, StepCostRow, UnitId, UnitRow
 from sim.acceptance import AcceptanceModel
 from sim.serving import ClosedLoop, LinearStepCost, OpenLoop, Workload, llama_server, simulate_server
 
@@ -48,10 +48,10 @@ def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], lo
         for p in (32, 256):
             ms = TRUE_OVERHEAD_MS + true_cost.step_ms(0, p, 0, 0.0, 0.5 * p * (p + 1), p, 1)
             rows.append(StepCostRow(cid0, 1, 1, float(p), 4, None, None, None, p, ms))
-        w.append("serve_step_cost", [as_row(r) for r in rows])
-        w.finish_cell(as_row(UnitRow(cid0, "synth:k1:p64", "ngram-simple", 1, 1, slots, "c1", 1, None, 0, 0, True,
-                                     0, 0, new_tokens, 0.0, 0, None, *([None] * 12), False, *([None] * 7),
-                                     0.0, 0.0, None, "test")))
+        w.append("serve_step_cost", rows)
+        w.finish_cell(UnitRow(cid0, "synth:k1:p64", "ngram-simple", 1, 1, slots, "c1", 1, None, 0, 0, True,
+                              0, 0, new_tokens, 0.0, 0, None, *([None] * 12), False, *([None] * 7),
+                              0.0, 0.0, None, "test"))
         block = 0
         for r in range(repeats):
             for cfg in configs:
@@ -76,7 +76,7 @@ def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], lo
                                        int(run.tokens[i]), n_prompt[i], int(run.request_drafted[i]) if acc else None,
                                        int(acc_req[i]) if acc else None,
                                        None, None, None) for i in range(n_requests)]
-                    w.append("serve_requests", [as_row(x) for x in reqs])
+                    w.append("serve_requests", reqs)
                     drafts = drafted = 0
                     pos = np.zeros(0, dtype=int)
                     if acc is not None:
@@ -95,6 +95,6 @@ def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], lo
                         None, None, None, st["e2e_p50_ms"], st["e2e_p95_ms"], float(np.percentile(e2e, 99)), True,
                         drafts if acc else 0, drafted if acc else 0, int(pos.sum()) if acc else 0,
                         " ".join(map(str, pos)) if acc else None, None, None, None, 0.01, 0.001, None, "test")
-                    w.finish_cell(as_row(row))
+                    w.finish_cell(row)
                 block += 1
     return path

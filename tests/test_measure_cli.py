@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from measure import records
+from measure.rows import RoundRow
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,9 +87,7 @@ def test_cli_resume_skips_finished_cells(tiny_dir, tmp_path):
     cells_csv.write_text("".join(ln for ln in lines if "fixed:3" not in ln))
     w = records.RunWriter(out)
     bad = records.cell_id("ngram:2", "fixed:3", 0, "code")
-    w.append("rounds", [{"cell_id": bad, "prompt_id": "x", "round": 0, "gamma": 3, "context_tokens": 1,
-                         "drafted": 3, "accepted": 0, "draft_ms": 1.0, "verify_ms": 1.0, "overhead_ms": 0.0,
-                         "repeat": 0}])
+    w.append("rounds", [RoundRow(bad, "x", 0, 3, 1, 3, 0, 1.0, 1.0, 0.0, repeat=0)])
     w.close("interrupted")
     p = _run(*args)
     run = records.load_run(out)
@@ -364,14 +363,18 @@ def test_the_table_says_why_a_cell_has_no_interval():
     """A cell of one (prompt, repeat) pair: its tokens/s and speedup have no interval, and the row says so."""
     import io
 
+    from dataclasses import replace
+
     from measure.cli import TablePrinter
+    from measure.rows import CellRow
 
     buf = io.StringIO()
-    row = {"cell_id": "x", "draft": "ngram:3", "gamma_policy": "fixed:4", "temperature": 0.0, "domain": "code",
-           "n_prompts": 1, "repeats": 1, "tokens_per_s_baseline": 17.59, "tokens_per_s_speculative": 20.1,
-           "speedup": 1.143}
+    row = CellRow(cell_id="x", draft="ngram:3", gamma_policy="fixed:4", gamma=4, temperature=0.0, domain="code",
+                  head_k=None, n_prompts=1, new_tokens=24, tokens_per_s_baseline=17.59,
+                  tokens_per_s_speculative=20.1, tokens_per_s_peer=None, speedup=1.143, acceptance_rate=None,
+                  mean_accepted_per_round=None, n_rounds=None, outputs_identical=True, synthetic=False, repeats=1)
     TablePrinter(buf).row(row)
-    TablePrinter(buf).row({**row, "repeats": 3, "speedup_lo": None})
+    TablePrinter(buf).row(replace(row, repeats=3, speedup_lo=None))
     lines = buf.getvalue().splitlines()
     assert "17.59 (n=1, no CI)" in lines[1] and "1.143 (n=1, no CI)" in lines[1]
     assert "1.143 (noisy, no CI)" in lines[3]

@@ -1,7 +1,6 @@
-"""The transformers engine: a static KV cache with O(1) roll-back, optional ``torch.compile``d decode steps.
+"""One HF causal LM's KV-cached sequence: a static KV cache with O(1) roll-back, optional ``torch.compile``d steps.
 
-:class:`TransformersDecoder` is one HF causal LM's KV-cached sequence behind
-the :class:`~measure.engines.base.Decoder` seam:
+:class:`TransformersDecoder` is the :class:`~measure.seam.Decoder` of the transformers engine:
 
 * ``cache="static"`` (default): one preallocated ``[1, kv_heads, max_len, head_dim]``
   key and value tensor per layer (transformers' ``StaticLayer``), sized
@@ -25,25 +24,26 @@ Besides the seam's ``forward`` (float32 logits), the decoder has the greedy
 fast path the loops use: :meth:`TransformersDecoder.forward_argmax` returns
 token ids on the device — the argmax is taken in the model's dtype (no
 float32 copy of full-vocabulary logits) and, when the model's ``lm_head`` is
-a :class:`~measure.head.pruned_head.PrunedLMHead`, through the head's own
-``greedy`` (ids-and-logits over ``K`` rows, no ``-inf`` scatter over ``V``);
-:meth:`TransformersDecoder.forward_topk` gives the pruned head's ``K``-sized
-logits for sampling.
+a :class:`~measure.seam.KeptVocabularyHead` (the pruned draft head), through
+the head's own ``greedy`` (ids-and-logits over ``K`` rows, no ``-inf`` scatter
+over ``V``); :meth:`TransformersDecoder.forward_topk` gives that head's
+``K``-sized logits for sampling.
 
-:class:`TransformersEngine` loads targets and drafts, encodes prompts, and
-runs transformers' own assisted generation as the peer, with the same
-proposal rule, n-gram size and number of proposed tokens as our draft.
+The bare-model helpers at the end (:func:`forward_logits`, :func:`new_cache`,
+:func:`crop_cache`) serve callers that time a model outside a decoder (the
+profiler split, the head sweep's draft-step timing).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
-from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
-from measure.engines.base import EngineOptions, PeerResult
+from measure.seam import EngineOptions, KeptVocabularyHead
 
 #: the widest compiled step (tokens verified at once); wider forwards run eager
 COMPILED_MAX_TOKENS = 64
@@ -59,11 +59,11 @@ def _softcap(model: Any) -> float | None:
     return None
 
 
-def _takes_logits_to_keep(model: Any) -> bool:
-    import inspect
-
+@functools.lru_cache(maxsize=None)
+def takes_logits_to_keep(cls: type) -> bool:
+    """Whether the model class's ``forward`` has transformers' ``logits_to_keep``."""
     try:
-        return "logits_to_keep" in inspect.signature(type(model).forward).parameters
+        return "logits_to_keep" in inspect.signature(cls.forward).parameters
     except (TypeError, ValueError):
         return False
 
@@ -88,7 +88,7 @@ class TransformersDecoder:
         self.vocab_size = int(w.shape[0]) if w is not None else int(model.config.vocab_size)
         self._n = 0
         self._capacity = int(opts.max_len_tokens)
-        self._keep = _takes_logits_to_keep(model)
+        self._keep = takes_logits_to_keep(type(model))
         self._keep_idx: dict[int, torch.Tensor] = {}  # n → tensor([n - 1]) on the device, built once per n
         self._softcap = _softcap(model)
         self.compile = bool(opts.compile)
@@ -97,6 +97,8 @@ class TransformersDecoder:
         self.compile_s = 0.0
         self._compiled: dict[tuple[str, bool], Any] = {}
         self._inbuf: torch.Tensor | None = None  # static input ids of the compiled steps
+        self._head: Any = None  # the lm_head last seen, and whether it keeps part of the vocabulary
+        self._head_kept = False
         self.cache = self._new_cache()
 
     # -- cache -----------------------------------------------------------------------------
@@ -245,16 +247,22 @@ class TransformersDecoder:
             logits = logits[-1:]
         return logits.float()
 
+    def _kept_head(self) -> KeptVocabularyHead | None:
+        """``model.lm_head`` when it is a :class:`~measure.seam.KeptVocabularyHead` (it may be swapped at any
+        time; the check is redone only when it was)."""
+        head = self.model.lm_head
+        if head is not self._head:
+            self._head, self._head_kept = head, isinstance(head, KeptVocabularyHead)
+        return head if self._head_kept else None
+
     def forward_argmax(self, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         """Greedy fast path: argmax token ids ``[n]`` (``[1]`` if ``last_only``) on the device, no host sync.
 
-        Through the pruned head's ``greedy`` when ``model.lm_head`` is a
-        :class:`~measure.head.pruned_head.PrunedLMHead` (soft-capping is monotone, so
+        Through a kept-vocabulary head's ``greedy`` when ``model.lm_head`` is one
+        (:class:`~measure.seam.KeptVocabularyHead`; soft-capping is monotone, so
         the argmax is unchanged by it).
         """
-        from measure.head.pruned_head import PrunedLMHead
-
-        what = "pruned_greedy" if isinstance(self.model.lm_head, PrunedLMHead) else "argmax"
+        what = "pruned_greedy" if self._kept_head() is not None else "argmax"
         if what == "argmax" and last_only and not self._keep:
             return self._run("argmax", input_ids, False)[-1:]
         return self._run(what, input_ids, last_only)
@@ -262,12 +270,10 @@ class TransformersDecoder:
     def forward_topk(self, input_ids: torch.Tensor, last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:
         """Pruned head only: kept ids ``[n, K]`` and float32 logits ``[n, K]`` (soft-capped like the model's).
 
-        None when ``model.lm_head`` is not a pruned head (use :meth:`forward`).
+        None when ``model.lm_head`` is not a kept-vocabulary head (use :meth:`forward`).
         """
-        from measure.head.pruned_head import PrunedLMHead
-
-        head = self.model.lm_head
-        if not isinstance(head, PrunedLMHead):
+        head = self._kept_head()
+        if head is None:
             return None
         hidden = self._run("hidden", input_ids, last_only)  # [n, H]
         pl = head.project(hidden)
@@ -297,134 +303,38 @@ class TransformersDecoder:
                 "compile_mode": COMPILE_MODES.get(self.device.type, "default") if self.compile else None}
 
 
-# -- the engine --------------------------------------------------------------------------------
-class TransformersEngine:
-    """The transformers engine behind :class:`~measure.engines.base.Engine`."""
+# -- bare-model helpers (callers that time a model outside a decoder: profiling, the head sweep) --------
+def new_cache() -> Any:
+    """An empty transformers ``DynamicCache``."""
+    from transformers import DynamicCache
 
-    name = "transformers"
-    #: float32 eager/static-cache verification matched token-by-token decoding exactly in every test: demand identity
-    near_tie_tolerance = 0.0
-
-    def __init__(self, options: EngineOptions | None = None) -> None:
-        self.options = options or EngineOptions()
-        if self.options.threads is not None:
-            torch.set_num_threads(self.options.threads)
-
-    def load_target(self, spec: str, *, device: str, dtype: str, seed: int) -> Any:
-        """:func:`measure.models.load_model`; the target's ``new_decoder()`` uses this engine's options."""
-        from measure.models import load_model
-
-        return replace(load_model(spec, device=device, dtype=dtype, seed=seed), engine_options=self.options)
-
-    def make_draft(self, spec: str, target: Any, *, seed: int) -> Any:
-        """:func:`measure.drafts.make_draft`; model drafts get a decoder with this engine's options."""
-        from measure.drafts import make_draft
-
-        return make_draft(spec, target, seed=seed, options=self.options)
-
-    def encode(self, target: Any, text: str, max_prompt_tokens: int) -> torch.Tensor:
-        from measure.prompts import Prompt, encode_prompt
-
-        prompt = Prompt(prompt_id="", domain="", text=text, message=text, source="")
-        return encode_prompt(prompt, target, max_prompt_tokens, target.device)
-
-    def versions(self) -> Mapping[str, str | None]:
-        import importlib.metadata as md
-
-        def ver(pkg: str) -> str | None:
-            try:
-                return md.version(pkg)
-            except md.PackageNotFoundError:
-                return None
-
-        return {"engine": self.name, "torch": torch.__version__, "transformers": ver("transformers"),
-                "threads": str(torch.get_num_threads()), "cache": self.options.cache,
-                "compile": str(self.options.compile)}
-
-    def library_generate(self, target: Any, input_ids: torch.Tensor, temperature: float, max_new_tokens: int,
-                         seed: int) -> PeerResult | None:
-        """None: the baseline is held against transformers' own ``generate`` by ``benchmarks/bench_engine.py``,
-        not in every visit."""
-        return None
-
-    def peer_generate(self, target: Any, draft: Any, input_ids: torch.Tensor, gamma: int, temperature: float,
-                      max_new_tokens: int, seed: int) -> PeerResult | None:
-        return peer_generate(target, draft, input_ids, gamma, temperature, max_new_tokens, seed)
+    return DynamicCache()
 
 
-def peer_generate(target: Any, draft: Any, input_ids: torch.Tensor, gamma: int, temperature: float,
-                  max_new_tokens: int, seed: int, schedule: str = "constant") -> PeerResult | None:
-    """Transformers' own speculative decoding of the same pair, like for like with our draft.
+def cache_len(cache: Any) -> int:
+    return int(cache.get_seq_length()) if cache is not None else 0
 
-    * an n-gram draft → prompt lookup (``prompt_lookup_num_tokens=γ``,
-      ``max_matching_ngram_size`` = the draft's N). Transformers' rule is the
-      earliest match (our ``ngram:N:first``); with ``ngram:N`` (most recent
-      match) the rules differ and the peer is not like for like.
-    * a model draft → assisted generation with the draft's model, ``γ``
-      assistant tokens per round, ``schedule`` ``"constant"`` (or ``"heuristic"``),
-      no confidence early stop.
-    * anything else (no HF model behind the draft) → None.
 
-    ``wall_s`` runs from the call to the last token (prefill included), as our loop's.
+def crop_cache(cache: Any, n_tokens: int) -> None:
+    """Keep the first ``n_tokens`` positions of a ``DynamicCache`` (no-op if it is not longer)."""
+    extra = cache_len(cache) - n_tokens
+    if extra > 0:
+        cache.crop(-extra)  # transformers 5: a negative count removes that many tokens
+
+
+@torch.inference_mode()
+def forward_logits(model: Any, input_ids: torch.Tensor, cache: Any | None, last_only: bool = False) -> torch.Tensor:
+    """Logits ``[1, S, V]`` (float32) of ``input_ids`` ``[1, S]`` continuing ``cache`` (updated in place).
+
+    ``last_only``: only the last position's logits (``logits_to_keep`` as an
+    index tensor), result ``[1, 1, V]``. The loops use decoders instead; this
+    serves callers that time a bare HF model.
     """
-    from measure.drafts import ModelDraft, NGramDraft
-
-    if gamma < 1:
-        raise ValueError(f"peer gamma {gamma}: must be >= 1")
-    model = getattr(target, "model", None)
-    if model is None:
-        return None
-    kw: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=temperature > 0,
-                              attention_mask=torch.ones_like(input_ids))
-    if temperature > 0:
-        kw.update(temperature=temperature, top_k=0, top_p=1.0)
-    eos = list(target.eos_token_ids)
-    kw.update(eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
-    if isinstance(draft, NGramDraft):
-        kw.update(prompt_lookup_num_tokens=int(gamma), max_matching_ngram_size=draft.max_ngram)
-    elif isinstance(draft, ModelDraft) and getattr(draft, "model", None) is not None:
-        gc = draft.model.generation_config
-        gc.num_assistant_tokens = int(gamma)
-        gc.num_assistant_tokens_schedule = schedule
-        gc.assistant_confidence_threshold = 0.0
-        kw.update(assistant_model=draft.model)
-    else:
-        return None
-    dev = torch.device(getattr(target, "device", "cpu"))
-    devices = [dev.index or 0] if dev.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        t0 = time.perf_counter()
-        with torch.inference_mode():
-            out = model.generate(input_ids, **kw)  # [1, S + new]
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-        wall_s = time.perf_counter() - t0
-    return PeerResult(tokens=tuple(int(t) for t in out[0, input_ids.shape[1]:].tolist()), wall_s=wall_s)
-
-
-def check_specs(target_spec: str, draft_specs: tuple[str, ...] | list[str]) -> None:
-    """Draft specs by :func:`measure.drafts.parse_draft_spec` (syntax; layer bounds need the loaded target).
-
-    The target is not checked here: a sweep may be handed an engine of its own for any name (tests); the
-    CLI checks model specs with :func:`measure.models.check_model_spec`.
-    """
-    from measure.drafts import parse_draft_spec
-
-    del target_spec
-    for d in draft_specs:
-        parse_draft_spec(d)
-
-
-def context_tokens(spec: str) -> int | None:
-    """:func:`measure.models.context_tokens`: the training context of model ``spec``, without its weights."""
-    from measure.models import context_tokens as model_context_tokens
-
-    return model_context_tokens(spec)
-
-
-def make_engine(options: EngineOptions) -> TransformersEngine:
-    """The transformers engine configured by ``options`` (see :mod:`measure.engines`)."""
-    return TransformersEngine(options)
+    kw = {}
+    if last_only and takes_logits_to_keep(type(model)):
+        # an index tensor, not the int 1: transformers then gathers a contiguous [1, 1, H] copy of the last
+        # hidden state, where ``1`` gives a strided view that sends CPU bf16 F.linear down a path ~20x slower
+        kw["logits_to_keep"] = torch.tensor([input_ids.shape[1] - 1], device=input_ids.device)
+    out = model(input_ids=input_ids, past_key_values=cache, use_cache=cache is not None, **kw)
+    logits = out.logits
+    return (logits[:, -1:] if last_only else logits).float()

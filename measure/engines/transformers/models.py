@@ -17,7 +17,6 @@ Specs accepted by :func:`load_model`:
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import shutil
@@ -25,14 +24,14 @@ import struct
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
+from measure.devices import resolve_device, resolve_dtype
 from measure.engines.gguf_files import PACKAGED, gguf_context_tokens
+from measure.engines.transformers.decoder import TransformersDecoder
 
-DEVICES = ("auto", "cpu", "cuda")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 FAMILIES = ("gpt2", "llama", "gemma3")
 
 
@@ -40,7 +39,7 @@ FAMILIES = ("gpt2", "llama", "gemma3")
 class LoadedModel:
     """A causal LM ready for :mod:`measure.decoding` (``model`` in eval mode on ``device``).
 
-    A :class:`~measure.engines.base.TargetModel`: :meth:`new_decoder` gives its KV-cached sequence.
+    A :class:`~measure.seam.TargetModel`: :meth:`new_decoder` gives its KV-cached sequence.
     """
 
     model: Any
@@ -56,10 +55,8 @@ class LoadedModel:
     #: settings of the decoders :meth:`new_decoder` hands out (cache kind, compile, static cache size)
     engine_options: Any = None
 
-    def new_decoder(self) -> Any:
-        """A fresh :class:`~measure.engines.transformers.TransformersDecoder` over this model (the engine seam)."""
-        from measure.engines.transformers import TransformersDecoder
-
+    def new_decoder(self) -> TransformersDecoder:
+        """A fresh :class:`~measure.engines.transformers.decoder.TransformersDecoder` over this model (the seam)."""
         return TransformersDecoder(self.model, self.engine_options)
 
     def describe(self) -> dict:
@@ -67,25 +64,6 @@ class LoadedModel:
         return {"name": self.name, "source": self.source, "synthetic": self.synthetic,
                 "vocab_size": self.vocab_size, "params": self.params, "dtype": self.dtype,
                 "device": self.device}
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` → ``cuda`` when available else ``cpu``; a clear error when CUDA is asked for and absent."""
-    if device not in DEVICES and not str(device).startswith("cuda:"):
-        raise ValueError(f"unknown device {device!r}; valid: {', '.join(DEVICES)}")
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if str(device).startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r} requested but CUDA is not available here; use --device cpu or auto")
-    return str(device)
-
-
-def resolve_dtype(dtype: str) -> torch.dtype:
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; valid: {', '.join(DTYPES)}")
-    return DTYPES[dtype]
-
-
 
 
 # -- synthetic ------------------------------------------------------------------------

@@ -1,15 +1,26 @@
-"""The engine seam: what the decoding loops, drafts and sweep need from an inference engine.
+"""The seam: every protocol and small record that crosses ``measure``'s layers.
 
-Two small protocols, nothing else:
+The loops and drafts (:mod:`measure.decoding`, :mod:`measure.drafts`) are
+written against these types only, the engine adapters (:mod:`measure.engines`)
+implement them, and the sweep (:mod:`measure.sweep`) holds them together:
 
 * :class:`Decoder` — one model's KV-cached token sequence. ``forward`` feeds
   ``n`` tokens after what is cached and returns their logits; ``rollback``
   keeps a prefix. Every loop in :mod:`measure.decoding` (baseline,
   speculative rounds, teacher-forced traces, cost curves) is written against
-  it, so the loop is the same code whatever the engine.
+  it, so the loop is the same code whatever the engine. The caller makes the
+  decoder (``target.new_decoder()``) and passes it to the loops.
+* :class:`TargetModel` — a loaded model: hands out decoders, describes itself.
 * :class:`Engine` — loads a target and drafts from specs, tokenises prompts,
   names its versions for ``run.json``, and runs the engine's own speculative
-  decoding as a peer when it has one.
+  decoding as a peer when it has one (:class:`PeerResult`), configured by
+  :class:`EngineOptions`.
+* :class:`Draft` — what the speculative loop needs from a draft; a sampled
+  pruned draft returns its probabilities as :class:`SparseProbs`.
+* :class:`KeptVocabularyHead` — an output head that scores ``K`` kept tokens
+  of the vocabulary (the pruned draft head, :mod:`measure.head.pruned_head`):
+  a decoder takes its ids-and-logits fast path where a model has one.
+* :class:`GenerationResult` / :class:`RoundRecord` — what the loops return.
 
 Logits cross the seam as float32 torch tensors on the decoder's device (a
 llama.cpp engine wraps its host buffer with ``torch.from_numpy``, no copy),
@@ -25,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
 
-if TYPE_CHECKING:  # torch only in annotations: the llama.cpp worker imports this package without torch
+if TYPE_CHECKING:  # torch only in annotations: the llama.cpp worker imports the engines without torch
     import torch
 
 #: ``--engine`` choices; each names a module of this package exposing ``make_engine(options) -> Engine``.
@@ -167,3 +178,115 @@ class Engine(Protocol):
         offers none to hold our baseline against."""
         ...
 
+
+
+@dataclass(frozen=True)
+class SparseProbs:
+    """Draft probabilities supported on ``K`` tokens per row (a pruned head): ids ``[k, K]``, probs ``[k, K]``."""
+
+    ids: torch.Tensor
+    probs: torch.Tensor
+
+    def at(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``q_i(tokens[i])`` → ``[k]`` (0 where the token is outside row i's kept set)."""
+        return (self.probs * (self.ids == tokens[:, None])).sum(1)
+
+    def dense_row(self, i: int, vocab_size: int) -> torch.Tensor:
+        """Row ``i`` as a full-vocabulary distribution ``[V]``."""
+        import torch
+
+        return torch.zeros(vocab_size, device=self.probs.device).scatter_(0, self.ids[i], self.probs[i])
+
+
+class Draft(Protocol):
+    """What the speculative loop needs from a draft (see :mod:`measure.drafts`).
+
+    ``propose`` gets the whole sequence so far ``[1, L]`` (a view of the loop's
+    buffer) and returns ``[k]`` tokens on the device (``k <= γ``) and, when
+    sampling, their distributions (``[k, V]`` or :class:`SparseProbs`). A draft
+    may also have ``observe(new_tokens: list[int])``, called with each round's
+    emitted tokens (host ints) so a lookup draft keeps its index without a
+    device-to-host copy.
+    """
+
+    name: str
+
+    def start(self, prompt_ids: torch.Tensor) -> None: ...
+
+    def propose(self, tokens: torch.Tensor, gamma: int, temperature: float,
+                generator: torch.Generator | None) -> tuple[torch.Tensor, Any]: ...
+
+    def rollback(self, n_tokens: int) -> None: ...
+
+
+class KeptLogits(Protocol):
+    """Logits of the kept tokens only: ids ``[n, K]`` and their logits ``[n, K]``."""
+
+    ids: torch.Tensor
+    logits: torch.Tensor
+
+
+@runtime_checkable
+class KeptVocabularyHead(Protocol):
+    """An output head that keeps ``head_k`` of the vocabulary's rows per position (a pruned draft head).
+
+    ``greedy``: hidden states ``[n, H]`` → argmax token ids ``[n]`` over the kept
+    rows; ``project``: the kept ids and their logits (:class:`KeptLogits`), no
+    ``-inf`` scattered over the full vocabulary. A decoder whose model's output
+    head is one takes these paths (:class:`measure.engines.transformers.TransformersDecoder`).
+    """
+
+    head_k: int
+
+    def greedy(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
+    def project(self, hidden: torch.Tensor) -> KeptLogits: ...
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One speculative round. ``context_tokens``: sequence length before the round."""
+
+    round: int
+    gamma: int
+    context_tokens: int
+    drafted: int
+    accepted: int
+    draft_ms: float
+    verify_ms: float
+    overhead_ms: float
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """Output and timings of one generation (baseline or speculative).
+
+    ``tokens``: the new tokens only. ``wall_s`` runs from the first forward to
+    the last emitted token (prefill included). ``token_latency_ms[i]``: time
+    since the previous token was emitted (tokens emitted by one round share its
+    instant: the first carries the round's time, the rest 0).
+    """
+
+    tokens: tuple[int, ...]
+    prompt_tokens: int
+    wall_s: float
+    ttft_ms: float
+    token_latency_ms: tuple[float, ...]
+    rounds: tuple[RoundRecord, ...] = ()
+    peak_mem_bytes: int = 0
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s > 0 else float("nan")
+
+    @property
+    def drafted(self) -> int:
+        return sum(r.drafted for r in self.rounds)
+
+    @property
+    def accepted(self) -> int:
+        return sum(r.accepted for r in self.rounds)
