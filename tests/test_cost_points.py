@@ -189,6 +189,7 @@ def test_calibrate_leaves_a_busy_cost_point_out_and_says_so(tmp_path, monkeypatc
     import pandas as pd
 
     import calibrate.calibration as cal
+    import calibrate.prediction as prediction
     from measure.costpoints import Screening
 
     cfg = SweepConfig(target="toy", drafts=("ngram:2",), gammas=("fixed:2", "fixed:3"), domains=("code",),
@@ -212,7 +213,7 @@ def test_calibrate_leaves_a_busy_cost_point_out_and_says_so(tmp_path, monkeypatc
     curve = closed_form(res)                                                      # elsewhere on a loaded machine)
     assert 0.5 < curve[4] / curve[3] < 2
     with monkeypatch.context() as m:  # the same calibration without the screening
-        m.setattr(cal, "screen_target", lambda table, superseded=(): Screening(table, ()))
+        m.setattr(prediction, "screen_target", lambda table, superseded=(): Screening(table, ()))
         raw = cal.calibrate([tmp_path / "r"])
     assert closed_form(raw)[4] / closed_form(raw)[3] < 0.5
     (jump,) = [n for n in raw.data.notes if "jumps" in n and "(closed_form)" in n]
