@@ -10,7 +10,7 @@ Examples::
     python -m sim check --preset eagle3-llama3.1-8b --hardware h100-sxm --speedup 3.5   # a draft head
     python -m sim check --draft mtp --target Llama-3.1-8B --speedup 1.8 --gamma 1
     python -m sim check --claims                       # the table of published claims, with verdicts
-    python -m sim check --claims --format markdown     # the same, as the README's table
+    python -m sim check --claims --format markdown     # the same, as docs/guides/check-a-claim.md's table
 
 It prints the bound at α = 1, the α the claim needs, the verdict and what
 would have to be true (see :mod:`sim.claims`). Every bad value exits with
@@ -201,7 +201,7 @@ def claims_table(checks: list[ClaimCheck]) -> str:
 
 
 def claims_markdown(checks: list[ClaimCheck]) -> str:
-    """The built-in claims as the README's markdown table."""
+    """The built-in claims as a markdown table (docs/guides/check-a-claim.md, the report's claims page)."""
     lines = ["| claim | source | mapped to | claimed | γ | c | bound at α = 1 | α needed | verdict |",
              "|---|---|---|---:|---:|---:|---:|---:|---|"]
     for ch in checks:

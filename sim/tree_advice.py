@@ -35,7 +35,7 @@ from sim.trees import PositionalAcceptance, TokenTree, TreePrediction, predict_t
 
 PAYS_MARGIN = 0.03
 """A tree pays when it beats the best chain by ≥ 3%: below that the gain is inside the closed form's measured
-held-out speedup error on chains (MAPE 3-5% in the README's repeated default runs)."""
+held-out speedup error on chains (the closed form's held-out MAPE on the default job's runs: results/2026-11-24-readme-evidence.md)."""
 
 
 @dataclass(frozen=True)
