@@ -275,3 +275,18 @@ def test_serve_benchmark_times_the_calibrated_model_and_refuses_bad_input(tmp_pa
         p = subprocess.run([sys.executable, str(bench), *argv], cwd=tmp_path, capture_output=True, text=True,
                            timeout=60, check=False)
         assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_same_numbers_as_the_golden_runs():
+    """Every output of the golden runs (tests/serve_golden.py) is bit for bit what the simulator gave when the
+    fixture was written (before its loop was made faster): a rewrite must not move one ulp."""
+    import json
+
+    from tests.serve_golden import FIXTURE, golden
+
+    want = json.loads(FIXTURE.read_text())
+    got = golden()
+    assert sorted(got) == sorted(want)
+    for name in want:
+        diff = {k: (got[name][k], v) for k, v in want[name].items() if got[name][k] != v}
+        assert not diff, f"{name}: {diff}"
