@@ -32,17 +32,22 @@ far as the longest: :data:`LOCKSTEP`).
 Speed: each request's rounds are drawn when it is admitted (vectorised draws
 from the round distribution for a fixed draft length; the policy's own loop
 for adaptive ones) and added to per-step totals in a ring buffer, so the loop
-does a constant amount of work per step and per request, whatever the batch.
+does a constant amount of work per step and per request, whatever the batch:
+per request a few NumPy additions of contiguous rows, per step a read of one
+Python list (the ring is read a window of steps at a time) and, for a
+:class:`LinearStepCost`, its formula written out in the loop. Every total is
+summed as the first version of this loop summed it, so a seed gives the same
+numbers, bit for bit (``tests/serve_golden.py``).
 
 Times are in milliseconds; lengths in tokens.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import deque
 from array import array
+from bisect import bisect_left
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -54,6 +59,13 @@ from sim.policies import FixedGamma, GammaSpec
 
 #: Draws made at once from the round distribution (refilled when used up).
 _POOL_ROUNDS = 1 << 16
+#: Steps whose totals the loop reads from the ring at once (a power of two).
+_WINDOW = 16
+#: Round distributions of at most this many outcomes are drawn by comparisons (faster than a search).
+_COMPARE_CDF_MAX = 16
+#: Whole-number contexts take the shorter way of adding a request's last rounds (:meth:`_FixedRounds.admit`);
+#: False sends every run the general way (the tests hold both to the same numbers).
+_WHOLE_CONTEXTS = True
 
 
 def check_count(name: str, n: float) -> int:
@@ -426,13 +438,23 @@ def round_pmf(acceptance: AcceptanceModel, gamma: int) -> np.ndarray:
 class _FixedRounds:
     """Rounds of fixed draft length γ, drawn in pools of :data:`_POOL_ROUNDS` from :func:`round_pmf`.
 
-    Per pool it keeps what the ring needs of each round apart from the request's own context (tokens,
-    tokens produced since the pool started, attention work at context 0), so admitting a request is a
-    few slice additions, whatever its length.
+    Per pool it keeps, one row per round, what the ring adds for it apart from the request's own context
+    (:attr:`block`: 1, tokens, tokens produced since the pool started, attention work at context 0, tokens
+    emitted; :attr:`shift_rows`: what a context shift multiplies, 0, 0, 1, tokens, 0; :attr:`drafts`), so
+    admitting a request is a few additions of contiguous rows, whatever its length; and the draft, accepted
+    and running totals as integer arrays, so that finding where a request's rounds end is a bisection.
+
+    A request's last rounds (drafts capped at its budget) are written over the pool's rows they use (each
+    pool round serves one request once) and added with the rest. With whole-number contexts
+    (:attr:`whole_contexts`) every total is a whole number, summed exactly in any order, and only the rows
+    whose draft the cap shortened are rewritten; otherwise the last rounds are added at their own contexts
+    (one addition each) and the others as pool row + shift (two), as the loop always added them, so that
+    each total is rounded as it was.
     """
 
     def __init__(self, acceptance: AcceptanceModel | None, gamma: int, rng: np.random.Generator) -> None:
         self.rng, self.gamma = rng, (gamma if acceptance is not None else 0)
+        self.whole_contexts = False  # True: every context is a whole number (see admit)
         if acceptance is None:  # no speculation: every round drafts nothing
             self.cdf, self.d_of, self.a_of = np.array([1.0]), np.array([0]), np.array([0])
         else:
@@ -444,19 +466,34 @@ class _FixedRounds:
         self._refill()
 
     def _refill(self) -> None:
-        k = (np.zeros(_POOL_ROUNDS, dtype=np.int64) if self.cdf.size == 1
-             else np.searchsorted(self.cdf, self.rng.random(_POOL_ROUNDS), side="right"))
+        if self.cdf.size == 1:
+            k = np.zeros(_POOL_ROUNDS, dtype=np.int64)
+        elif self.cdf.size <= _COMPARE_CDF_MAX:  # searchsorted(cdf, u, "right") = how many cdf entries are <= u
+            u = self.rng.random(_POOL_ROUNDS)
+            k = np.zeros(_POOL_ROUNDS, dtype=np.int64)
+            for c in self.cdf[:-1]:  # the last is 1.0 > u
+                k += u >= c
+        else:
+            k = np.searchsorted(self.cdf, self.rng.random(_POOL_ROUNDS), side="right")
         d, a = self.d_of[k], self.a_of[k]
-        self.cum = np.cumsum(a + 1)  # tokens produced by pool rounds 0..i
-        self.cum_d = np.cumsum(d)
-        before = (self.cum - a - 1).astype(float)
+        cum = np.cumsum(a + 1)  # tokens produced by pool rounds 0..i
+        before = (cum - a - 1).astype(float)
         t = (d + 1).astype(float)
-        self.block = np.stack([np.ones(_POOL_ROUNDS), t, before, t * (before + 0.5 * (t + 1)),
-                               (a + 1).astype(float), t - 1.0])
-        self.dl, self.al = d.tolist(), a.tolist()
+        self.block = np.empty((_POOL_ROUNDS, 5))
+        self.block[:, 0] = 1.0
+        self.block[:, 1] = t
+        self.block[:, 2] = before
+        self.block[:, 3] = t * (before + 0.5 * (t + 1))
+        self.block[:, 4] = a + 1
+        self.shift_rows = np.zeros((_POOL_ROUNDS, 5))
+        self.shift_rows[:, 2] = 1.0
+        self.shift_rows[:, 3] = t
+        self.drafts = t - 1.0
+        self.cum, self.cum_d, self.dl, self.al = _int_array(cum), _int_array(np.cumsum(d)), _int_array(d), _int_array(a)
         self.p = 0
 
-    def admit(self, ring: "_Ring", start: int, remaining: int, ctx0: float, cap: bool) -> tuple[int, int, int]:
+    # long: the pool's slices, then the capped last rounds, written over the pool rows they use
+    def admit(self, ring: _Ring, start: int, remaining: int, ctx0: float, cap: bool) -> tuple[int, int, int]:
         """Put the rounds that produce ``remaining`` tokens into ``ring`` from step ``start`` on (contexts from
         ``ctx0``); returns (rounds, drafted, accepted).
 
@@ -468,36 +505,90 @@ class _FixedRounds:
             return remaining, 0, 0
         rounds = drafted = acc = done = 0
         margin = self.gamma if cap else 0
+        span = None  # pool rows [q0, self.p) not added yet: (q0, ring step of q0, context shift, rows shifted)
         while remaining - done > margin:  # rounds whose draft cannot reach the budget: slices of the pool
             if self.p >= _POOL_ROUNDS:
                 self._refill()
             p, cum = self.p, self.cum
-            base = int(cum[p - 1]) if p else 0
-            # first round that starts with at most `margin` tokens left (cap) / that reaches the budget
-            stop = int(np.searchsorted(cum, base + remaining - done - margin, side="left")) + (0 if cap else 1)
+            base = cum[p - 1] if p else 0
+            # first round that starts with at most `margin` tokens left (cap) / that reaches the budget; the
+            # rounds before p produced less (base), so the search starts at p
+            stop = bisect_left(cum, base + remaining - done - margin, p) + (0 if cap else 1)
             stop = max(min(stop, _POOL_ROUNDS), p + (0 if cap else 1))
             if stop > p:
-                ring.add_block(start + rounds, self.block[:, p:stop], ctx0 + done - base)
-                made = int(cum[stop - 1]) - base
+                span = (p, start + rounds, ctx0 + done - base, stop - p)
+                made = cum[stop - 1] - base
                 acc += made - (stop - p)
-                drafted += int(self.cum_d[stop - 1]) - (int(self.cum_d[p - 1]) if p else 0)
+                drafted += self.cum_d[stop - 1] - (self.cum_d[p - 1] if p else 0)
                 rounds += stop - p
                 done += made
                 self.p = stop
+                if stop == _POOL_ROUNDS:  # the pool is used up: add its rows now
+                    self._add(ring, span)
+                    span = None
             if cap and stop < _POOL_ROUNDS:
                 break
-        while cap and remaining > done:  # the last rounds one by one, drafts capped at the budget
+        if cap and remaining > done:  # the last rounds one by one, drafts capped at the budget
             if self.p >= _POOL_ROUNDS:
                 self._refill()
-            di = min(self.dl[self.p], remaining - done - 1)
-            ai = min(self.al[self.p], di)
-            ring.add_round(start + rounds, di + 1, ctx0 + done, ai + 1)
-            self.p += 1
-            rounds += 1
-            drafted += di
-            acc += ai
-            done += ai + 1
+            p, dl, al, cum, blk = self.p, self.dl, self.al, self.cum, self.block
+            whole = self.whole_contexts
+            if span is None:
+                span = (p, start + rounds, ctx0 + done - (self.cum[p - 1] if p else 0), 0)
+            capped: list[list[float]] = []
+            while remaining > done:
+                if p >= _POOL_ROUNDS:
+                    self.p = p
+                    self._add(ring, span, capped, whole)
+                    self._refill()
+                    p, dl, al, cum, blk = 0, self.dl, self.al, self.cum, self.block
+                    span, capped = (0, start + rounds, ctx0 + done, 0), []
+                di, ai, left = dl[p], al[p], remaining - done - 1
+                if di > left:
+                    di = left
+                    if ai > di:
+                        ai = di
+                    if whole:  # only this row differs from the pool's (its draft and what that changes)
+                        before = float(cum[p - 1] if p else 0)
+                        blk[p] = (1.0, di + 1, before, (di + 1) * (before + 0.5 * (di + 2)), ai + 1)
+                        self.shift_rows[p, 3] = di + 1
+                        if ring.track:
+                            self.drafts[p] = di
+                if not whole:
+                    ctx = ctx0 + done
+                    capped.append([1.0, di + 1, ctx, (di + 1) * (ctx + 0.5 * (di + 2)), ai + 1])
+                p += 1
+                rounds += 1
+                drafted += di
+                acc += ai
+                done += ai + 1
+            self.p = p
+            self._add(ring, span, capped, whole)
+        elif span is not None:
+            self._add(ring, span)
         return rounds, drafted, acc
+
+    def _add(self, ring: _Ring, span: tuple[int, int, float, int], capped: Sequence[list[float]] = (),
+             whole: bool = False) -> None:
+        """Add pool rows ``span`` to ``ring``: rows ``q0 ..`` at steps ``step ..``, the first ``n_shifted`` of them
+        (all with ``whole``) shifted, and the ``capped`` rounds, in the last rows, at their own contexts."""
+        q0, step, shift, n_shifted = span
+        q1 = self.p
+        if capped:  # over the pool rows they use: their own values
+            k = q1 - len(capped)
+            self.block[k:q1] = capped
+            if ring.track:
+                self.drafts[k:q1] = [row[1] - 1.0 for row in capped]
+        if q1 > q0:
+            n = q1 - q0 if whole else n_shifted
+            ring.add_block(step, self.block[q0:q1], shift, self.shift_rows[q0:q0 + n], self.drafts[q0:q1])
+
+
+def _int_array(x: np.ndarray) -> array:
+    """``x`` as an ``array('q')``: Python ints on indexing, and a bisection on it runs in C."""
+    out = array("q")
+    out.frombytes(np.ascontiguousarray(x, dtype=np.int64).tobytes())
+    return out
 
 
 class _PolicyRounds:
@@ -533,20 +624,57 @@ class _PolicyRounds:
 class _Ring:
     """Per-step totals for the steps ahead, in a ring buffer (constant memory over any number of steps).
 
-    Rows (one array per total, steps along the columns): generating sequences, their tokens, Σ context,
-    attention work, tokens emitted, the longest draft (kept only with ``track_max_draft``). Requests that
-    draft nothing (no speculation) are kept apart as running sums (:meth:`add_plain`): their totals at a
+    :attr:`sums`: one row per step (generating sequences, their tokens, Σ context, attention work, tokens
+    emitted); :attr:`drafts`: the longest draft of each step (kept only with ``track_max_draft``). Requests
+    that draft nothing (no speculation) are kept apart as running sums (:meth:`add_plain`): their totals at a
     step follow from how many run and their contexts' sum, so they cost nothing per round.
+
+    The loop reads the totals of the next :data:`_WINDOW` steps at once, as Python lists (:attr:`win`, one
+    ``[seqs, tokens, Σ context, attention, emitted]`` per step from step :attr:`w0` on; :attr:`win_drafts`):
+    one NumPy call per window instead of one per step. Rounds added to steps inside the window are re-read
+    (:meth:`refresh`); :meth:`advance` clears the window's steps and reads the next. Every total is the sum
+    of the same terms added in the same order as when each step's totals were a column added to one by one.
     """
 
-    def __init__(self, horizon: int, track_max_draft: bool) -> None:
-        size = 1 << max(10, int(horizon + 64).bit_length())
+    def __init__(self, horizon: int, track_max_draft: bool, window: int = 0) -> None:
+        window = window or _WINDOW
+        size = 1 << max(10, int(horizon + 64 + window).bit_length())
+        assert window & (window - 1) == 0 and window <= size, "the window is a power of two within the ring"
         self.mask = size - 1
-        self.rows = np.zeros((6, size))
+        self.sums = np.zeros((size, 5))
         self.track = track_max_draft
+        self.drafts = np.zeros(size if track_max_draft else 0)
+        self.window = window
+        self.w0 = 0
+        self.win: list[list[float]] = self.sums[:window].tolist()
+        self.win_drafts: list[float] = self.drafts[:window].tolist() if track_max_draft else [0.0] * window
         self.plain_n = 0  # requests generating one token a step
         self.plain_c = 0.0  # Σ (context at its first step − that step) over them
         self.plain_events: dict[int, list[float]] = {}  # step -> [Δ count, Δ context sum] applied at that step
+
+    def advance(self) -> int:
+        """Clear the window's steps, read the next window's; returns its first step."""
+        w = self.window
+        i = self.w0 & self.mask
+        self.sums[i:i + w] = 0.0
+        if self.track:
+            self.drafts[i:i + w] = 0.0
+        self.w0 += w
+        i = self.w0 & self.mask
+        self.win[:] = self.sums[i:i + w].tolist()
+        if self.track:
+            self.win_drafts[:] = self.drafts[i:i + w].tolist()
+        return self.w0
+
+    def refresh(self, step: int) -> None:
+        """Re-read the window from ``step`` on (after rounds were added there)."""
+        j = step - self.w0
+        if j < self.window:
+            i = (self.w0 & self.mask) + j
+            k = self.window - j
+            self.win[j:] = self.sums[i:i + k].tolist()
+            if self.track:
+                self.win_drafts[j:] = self.drafts[i:i + k].tolist()
 
     def add_plain(self, step: int, n: int, ctx: float) -> None:
         """A request that generates one token a step at steps ``step .. step + n − 1``, context ``ctx`` at the
@@ -556,47 +684,9 @@ class _Ring:
             ev[0] += sign
             ev[1] += sign * (ctx - step)
 
-    def _parts(self, step: int, n: int) -> tuple[tuple[slice, slice], ...]:
-        i = step & self.mask
-        if i + n <= self.mask + 1:
-            return ((slice(i, i + n), slice(0, n)),)
-        k = self.mask + 1 - i
-        return (slice(i, None), slice(0, k)), (slice(0, n - k), slice(k, n))
-
-    def add_block(self, step: int, block: np.ndarray, shift: float) -> None:
-        """Add pool rounds at steps ``step, step + 1, ...``: ``block`` rows are 1, tokens, context − ``shift``,
-        attention work at that context, the tokens emitted and the draft length; contexts shifted by ``shift``."""
-        rows = self.rows
-        for dst, src in self._parts(step, block.shape[1]):
-            rows[:5, dst] += block[:5, src]
-            if shift:
-                rows[2, dst] += shift
-                rows[3, dst] += shift * block[1, src]
-            if self.track:
-                np.maximum(rows[5, dst], block[5, src], out=rows[5, dst])
-
-    def add(self, step: int, t: np.ndarray, ctx: np.ndarray, emitted: np.ndarray) -> None:
-        """Add a request's rounds (tokens ``t`` at contexts ``ctx``, ``emitted`` tokens) at steps ``step, ...``."""
-        block = np.stack([np.ones_like(t), t, ctx, t * (ctx + 0.5 * (t + 1)), emitted, t - 1.0])
-        self.add_block(step, block, 0.0)
-
-    def add_round(self, step: int, tokens: int, ctx: float, emitted: int) -> None:
-        """Add one round of ``tokens`` at context ``ctx`` that emits ``emitted`` tokens at ``step``."""
-        i = step & self.mask
-        rows = self.rows
-        rows[0, i] += 1.0
-        rows[1, i] += tokens
-        rows[2, i] += ctx
-        rows[3, i] += tokens * (ctx + 0.5 * (tokens + 1))
-        rows[4, i] += emitted
-        if tokens - 1 > rows[5, i]:
-            rows[5, i] = tokens - 1
-
-    def pop(self, step: int) -> list[float]:
-        i = step & self.mask
-        col = self.rows[:, i]
-        out = col.tolist()
-        col[:] = 0.0
+    def plain(self, step: int, seqs: float, tokens: float, ctx_sum: float, attn: float,
+              emitted: float) -> tuple[float, float, float, float, float]:
+        """The step's totals with the one-token-a-step requests added."""
         ev = self.plain_events.pop(step, None)
         if ev is not None:
             self.plain_n += int(ev[0])
@@ -604,12 +694,43 @@ class _Ring:
         n = self.plain_n
         if n:
             ctx = self.plain_c + n * step
-            out[0] += n
-            out[1] += n
-            out[2] += ctx
-            out[3] += ctx + n
-            out[4] += n
-        return out
+            return seqs + n, tokens + n, ctx_sum + ctx, attn + (ctx + n), emitted + n
+        return seqs, tokens, ctx_sum, attn, emitted
+
+    def _parts(self, step: int, n: int) -> tuple[tuple[slice, slice], ...]:
+        i = step & self.mask
+        if i + n <= self.mask + 1:
+            return ((slice(i, i + n), slice(0, n)),)
+        k = self.mask + 1 - i
+        return (slice(i, None), slice(0, k)), (slice(0, n - k), slice(k, n))
+
+    def add_block(self, step: int, block: np.ndarray, shift: float = 0.0, shift_rows: np.ndarray | None = None,
+                  drafts: np.ndarray | None = None) -> None:
+        """Add rounds at steps ``step, step + 1, ...``: ``block`` rows are 1, tokens, context, attention work at
+        that context, tokens emitted; then ``shift`` × ``shift_rows`` to the first ``len(shift_rows)`` of them (a
+        context shift: ``shift_rows`` are 0, 0, 1, tokens, 0); the longest draft from ``drafts``."""
+        sums = self.sums
+        n_shifted = 0 if shift_rows is None or not shift else shift_rows.shape[0]
+        i, k = step & self.mask, block.shape[0]
+        if i + k <= self.mask + 1:  # no wrap (nearly always)
+            sums[i:i + k] += block
+            if self.track:
+                np.maximum(self.drafts[i:i + k], drafts, out=self.drafts[i:i + k])  # type: ignore[arg-type]
+            if n_shifted:
+                sums[i:i + n_shifted] += shift * shift_rows  # type: ignore[operator]
+            return
+        for dst, src in self._parts(step, k):
+            sums[dst] += block[src]
+            if self.track:
+                np.maximum(self.drafts[dst], drafts[src], out=self.drafts[dst])  # type: ignore[index]
+        if n_shifted:
+            for dst, src in self._parts(step, n_shifted):
+                sums[dst] += shift * shift_rows[src]  # type: ignore[index]
+
+    def add(self, step: int, t: np.ndarray, ctx: np.ndarray, emitted: np.ndarray) -> None:
+        """Add a request's rounds (tokens ``t`` at contexts ``ctx``, ``emitted`` tokens) at steps ``step, ...``."""
+        block = np.stack([np.ones_like(t), t, ctx, t * (ctx + 0.5 * (t + 1)), emitted], axis=1)
+        self.add_block(step, block, drafts=t - 1.0)
 
 
 def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks, steps, finishes) kept together
@@ -645,131 +766,165 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
         rounds_by = [(_FixedRounds(m, pol.gamma, g) if isinstance(pol, FixedGamma) else _PolicyRounds(m, spec, g))
                      for m, g in zip(models, rngs)]  # type: ignore[arg-type]
     n_models = len(rounds_by)
+    ctx_base = float(context_tokens)
+    for rb in rounds_by:  # whole-number contexts: every total is a whole number, summed exactly in any order
+        if isinstance(rb, _FixedRounds):
+            rb.whole_contexts = _WHOLE_CONTEXTS and ctx_base.is_integer()
     n, n_new = workload.n_requests, workload.new_tokens
     prompts = np.atleast_1d(np.asarray(workload.prompt_tokens, dtype=np.int64))
+    prompt_of = prompts.tolist()
     n_prompts = prompts.size
     overhead = float(workload.request_overhead_ms)
     slots, prefill, cap, n_batch = scheduler.slots, scheduler.prefill, scheduler.cap_drafts, scheduler.n_batch_tokens
     load = workload.load
+    closed = isinstance(load, ClosedLoop)
+    think = float(load.think_ms) if isinstance(load, ClosedLoop) else 0.0
 
-    send = np.full(n, math.nan)
-    first = np.full(n, math.nan)
-    finish = np.full(n, math.nan)
-    produced = np.zeros(n, dtype=np.int64)
-    rounds_of = np.zeros(n, dtype=np.int64)
-    drafted_of = np.zeros(n, dtype=np.int64)
-    client_of = np.zeros(n, dtype=np.int64)
-    # arrivals at the server's queue: (time, request id)
-    pending: list[tuple[float, int]] = []
-    sent = 0
+    # Requests reach the server's queue in the order they are numbered, at `arrive[r]` (send + overhead): open
+    # loop, sends are drawn in order; closed loop, a client sends when its request finished, and finishes (so
+    # sends) come in time order. The queue is the requests nxt_q..nxt - 1; those from `nxt` on have not arrived.
     if isinstance(load, OpenLoop):
-        if workload.arrivals_ms is not None:
-            send[:] = np.asarray(workload.arrivals_ms, dtype=float)
-        else:
-            send[:] = np.cumsum(arrivals_rng.exponential(1000.0 / load.rate_per_s, size=n))
-        pending = [(float(send[i]) + overhead, i) for i in range(n)]  # already in time order
-        sent = n
-        pending.reverse()  # popped from the end
+        send = (np.asarray(workload.arrivals_ms, dtype=float) if workload.arrivals_ms is not None
+                else np.cumsum(arrivals_rng.exponential(1000.0 / load.rate_per_s, size=n)))
+        send_of: list[float] = send.tolist()
+        arrive = (send + overhead).tolist()
     else:
-        for c in range(min(load.concurrency, n)):
-            send[sent] = 0.0
-            client_of[sent] = c
-            heapq.heappush(pending, (overhead, sent))
-            sent += 1
+        send_of = [0.0] * min(load.concurrency, n)
+        arrive = [overhead] * len(send_of)
+    nxt = nxt_q = 0
+    next_arrival = arrive[0]
 
     ring = _Ring((n_new + int(prompts.max()) // n_batch + 4) * 2, bool(getattr(cost, "uses_max_draft", False)))
+    win, win_drafts, window = ring.win, ring.win_drafts, ring.window
+    plain = policy is None
+    first = [math.nan] * n
+    finish = [math.nan] * n
+    produced = [0] * n
+    rounds_of = [0] * n
+    drafted_of = [0] * n
     finishes: dict[int, list[int]] = {}  # step -> requests whose last token ends that step
-    firsts: dict[int, list[int]] = {}  # step -> requests whose first token ends that step
-    queue: list[int] = []
-    q_head = 0
+    firsts: list[int] = []  # requests whose first token ends this step
     free = slots
     step_ms = array("d")
-    step_seqs = array("q")
-    step_emitted = array("q")
-    drafted = accepted = n_rounds = 0
+    step_seqs = array("d")
+    step_emitted = array("d")
+    ms_append, seqs_append, emitted_append = step_ms.append, step_seqs.append, step_emitted.append
+    totals = [0, 0, 0]  # drafted, accepted, rounds
     done = 0
     t = 0.0
     s = 0
-    closed = isinstance(load, ClosedLoop)
-    think = float(load.think_ms) if isinstance(load, ClosedLoop) else 0.0
-    step_fn = cost.step_ms
-    ctx_base = float(context_tokens)
     prompting: deque[list] = deque()  # [request, prompt tokens left, context after the prompt], FIFO
+    linear = type(cost) is LinearStepCost
+    if linear:  # its step_ms written out below for steps without a prompt
+        c_base, c_seq, c_tok, _, c_attn, c_acc = (getattr(cost, k) for k in LinearStepCost.FIELDS)
+    step_fn = cost.step_ms
 
     def start_rounds(r: int, start: int, have: int, ctx0: float) -> None:
         """Draw request ``r``'s rounds (it has ``have`` tokens) and put them into the steps from ``start``."""
-        nonlocal drafted, accepted, n_rounds
         nr, dr, acc = rounds_by[r % n_models].admit(ring, start, n_new - have, ctx0 + have, cap)
-        drafted += dr
-        accepted += acc
-        n_rounds += nr
+        totals[0] += dr
+        totals[1] += acc
+        totals[2] += nr
         rounds_of[r] = nr
         drafted_of[r] = dr
         produced[r] = have + acc + nr
+        if not plain:
+            ring.refresh(start)
         if not have:
-            firsts.setdefault(start, []).append(r)
-        finishes.setdefault(start + nr - 1 if nr else start - 1, []).append(r)
+            firsts.append(r)
+        end = start + nr - 1 if nr else start - 1
+        at = finishes.get(end)
+        if at is None:
+            finishes[end] = [r]
+        else:
+            at.append(r)
 
+    j = 0  # s - w0: the step's place in the ring's window
     while done < n:
-        if pending:  # requests in the queue by this boundary
-            if closed:
-                while pending and pending[0][0] <= t:
-                    queue.append(heapq.heappop(pending)[1])
+        # the boundary before step s: arrivals join the queue, free slots take queued requests (first come first
+        # served), an idle server waits for the next arrival. (While no slot is free an arrival waits for the
+        # next boundary with one: the queue's order is the same.)
+        if free:
+            while next_arrival <= t:
+                nxt += 1
+                next_arrival = arrive[nxt] if nxt < len(arrive) else math.inf
+            if nxt_q < nxt:
+                while free and nxt_q < nxt:
+                    r = nxt_q
+                    nxt_q += 1
+                    free -= 1
+                    p_len = prompt_of[r % n_prompts]
+                    if prefill:  # its prompt goes into the batches from this step on
+                        prompting.append([r, max(p_len, 1), ctx_base + p_len])
+                    else:  # the first round is the first step; its first token is the first token
+                        start_rounds(r, s, 0, ctx_base + p_len)
+            elif free == slots:
+                assert next_arrival < math.inf, "requests left but none pending, queued or running"
+                t = max(t, next_arrival)
+                continue
+        # step s: one batch of every generating slot's tokens (the ring's totals), then prompt tokens up to n_batch
+        seqs, tokens, ctx_sum, attn, emitted = win[j]
+        if prompting or plain:
+            if plain:
+                seqs, tokens, ctx_sum, attn, emitted = ring.plain(s, seqs, tokens, ctx_sum, attn, emitted)
+            p_tok = p_seqs = p_done = 0
+            while prompting and tokens + p_tok < n_batch:
+                job = prompting[0]
+                r, left, ctx0 = job
+                take = min(left, n_batch - tokens - p_tok)
+                attn += take * (ctx0 - left) + 0.5 * take * (take + 1)
+                p_tok += take
+                p_seqs += 1
+                if take < left:
+                    job[1] = left - take
+                    break
+                prompting.popleft()
+                p_done += 1
+                start_rounds(r, s + 1, 1, ctx0)  # the prompt step yields the first token
+                firsts.append(r)
+            if seqs or p_seqs:
+                dt = step_fn(int(seqs), tokens + p_tok, int(win_drafts[j]), ctx_sum, attn, p_tok, p_seqs,
+                             int(emitted))
+                t += dt
+                ms_append(dt)
+                seqs_append(seqs)
+                emitted_append(emitted + p_done)
+        elif seqs:
+            if linear:  # LinearStepCost.step_ms of a step without a prompt (its zero terms dropped: same numbers)
+                dt = c_base + c_seq * seqs + c_tok * tokens + c_attn * attn / 1000.0
+                if emitted > seqs:
+                    dt += c_acc * (emitted - seqs)
             else:
-                while pending and pending[-1][0] <= t:
-                    queue.append(pending.pop()[1])
-        if free == slots and q_head == len(queue):  # idle server: it starts when the next request arrives
-            assert pending, "requests left but none pending, queued or running"
-            t = max(t, pending[0][0] if closed else pending[-1][0])
-            continue
-        while free and q_head < len(queue):  # free slots take queued requests, first come first served
-            r = queue[q_head]
-            q_head += 1
-            free -= 1
-            p_len = int(prompts[r % n_prompts])
-            if prefill:  # its prompt goes into the batches from this step on
-                prompting.append([r, max(p_len, 1), ctx_base + p_len])
-            else:  # the first round is the first step; its first token is the first token
-                start_rounds(r, s, 0, ctx_base + p_len)
-        # one step: one batch of every generating slot's tokens, then prompt tokens up to n_batch
-        seqs, tokens, ctx_sum, attn, emitted, dmax = ring.pop(s)
-        p_tok = p_seqs = p_done = 0
-        while prompting and tokens + p_tok < n_batch:
-            job = prompting[0]
-            r, left, ctx0 = job
-            take = min(left, n_batch - tokens - p_tok)
-            attn += take * (ctx0 - left) + 0.5 * take * (take + 1)
-            p_tok += take
-            p_seqs += 1
-            if take < left:
-                job[1] = left - take
-                break
-            prompting.popleft()
-            p_done += 1
-            start_rounds(r, s + 1, 1, ctx0)  # the prompt step yields the first token
-            firsts.setdefault(s, []).append(r)
-        if seqs or p_seqs:
-            dt = step_fn(int(seqs), tokens + p_tok, int(dmax), ctx_sum, attn, p_tok, p_seqs, int(emitted))
+                dt = step_fn(int(seqs), tokens, int(win_drafts[j]), ctx_sum, attn, 0, 0,  # type: ignore[arg-type]
+                             int(emitted))
             t += dt
-            step_ms.append(dt)
-            step_seqs.append(int(seqs))
-            step_emitted.append(int(emitted) + p_done)
-        if s in firsts:
-            for r in firsts.pop(s):
+            ms_append(dt)
+            seqs_append(seqs)
+            emitted_append(emitted)
+        if firsts:
+            for r in firsts:
                 first[r] = t
+            firsts.clear()
         if s in finishes:
             for r in finishes.pop(s):
                 finish[r] = t
                 done += 1
                 free += 1
-                if closed and sent < n:  # its client sends the next request
-                    send[sent] = t + think
-                    client_of[sent] = client_of[r]
-                    heapq.heappush(pending, (t + think + overhead, sent))
-                    sent += 1
+                if closed and len(arrive) < n:  # its client sends the next request
+                    send_of.append(t + think)
+                    arrive.append(t + think + overhead)
+                    if next_arrival == math.inf:
+                        next_arrival = arrive[nxt]
         s += 1
-    return ServeRun(send_ms=send, first_token_ms=first, finish_ms=finish, tokens=produced,
-                    step_ms=np.asarray(step_ms, dtype=float), step_seqs=np.asarray(step_seqs, dtype=np.int64),
-                    step_emitted=np.asarray(step_emitted, dtype=np.int64), request_rounds=rounds_of,
-                    request_drafted=drafted_of,
-                    zero_gap_tokens=accepted, drafted=drafted, accepted=accepted, rounds=n_rounds)
+        j += 1
+        if j == window:
+            ring.advance()
+            j = 0
+    return ServeRun(send_ms=np.asarray(send_of, dtype=float), first_token_ms=np.asarray(first, dtype=float),
+                    finish_ms=np.asarray(finish, dtype=float), tokens=np.asarray(produced, dtype=np.int64),
+                    step_ms=np.frombuffer(step_ms, dtype=float).copy(),
+                    step_seqs=np.frombuffer(step_seqs, dtype=float).astype(np.int64),
+                    step_emitted=np.frombuffer(step_emitted, dtype=float).astype(np.int64),
+                    request_rounds=np.asarray(rounds_of, dtype=np.int64),
+                    request_drafted=np.asarray(drafted_of, dtype=np.int64),
+                    zero_gap_tokens=totals[1], drafted=totals[0], accepted=totals[1], rounds=totals[2])

@@ -275,3 +275,65 @@ def test_serve_benchmark_times_the_calibrated_model_and_refuses_bad_input(tmp_pa
         p = subprocess.run([sys.executable, str(bench), *argv], cwd=tmp_path, capture_output=True, text=True,
                            timeout=60, check=False)
         assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_same_numbers_as_the_golden_runs():
+    """Every output of the golden runs (tests/serve_golden.py) is bit for bit what the simulator gave when the
+    fixture was written (before its loop was made faster): a rewrite must not move one ulp."""
+    import json
+
+    from tests.serve_golden import FIXTURE, golden
+
+    want = json.loads(FIXTURE.read_text())
+    got = golden()
+    assert sorted(got) == sorted(want)
+    for name in want:
+        diff = {k: (got[name][k], v) for k, v in want[name].items() if got[name][k] != v}
+        assert not diff, f"{name}: {diff}"
+
+
+@pytest.mark.parametrize("window", [1, 4, 128])
+def test_the_ring_window_changes_no_number(monkeypatch, window):
+    """The loop reads the ring's totals a window of steps at a time; any window gives the golden numbers (a
+    window of 1 re-reads every step, one of 128 spans many admissions and finishes)."""
+    import json
+
+    import sim.serving
+    from tests.serve_golden import FIXTURE, _configs, digest
+
+    monkeypatch.setattr(sim.serving, "_WINDOW", window)
+    want = json.loads(FIXTURE.read_text())
+    for name in ("llama-closed-iid-k3-chunks", "llama-closed-off-ctx", "llama-trace-sends", "lockstep-all-totals"):
+        assert digest(_configs()[name]()) == want[name], name
+
+
+@pytest.mark.parametrize("whole", [True, False], ids=["whole-contexts-way", "general-way"])
+@pytest.mark.parametrize("pool", [7, 61])
+def test_pools_of_any_size_give_the_same_run(monkeypatch, pool, whole):
+    """Pools are slices of one stream of draws, so their size changes no number (with whole-number contexts,
+    whose totals are exact in any order): tiny pools make requests' rounds, and their capped last rounds, run
+    across pool ends again and again, on both ways of adding them."""
+    import json
+
+    import sim.serving
+    from tests.serve_golden import FIXTURE, _configs, digest
+
+    monkeypatch.setattr(sim.serving, "_POOL_ROUNDS", pool)
+    monkeypatch.setattr(sim.serving, "_WHOLE_CONTEXTS", whole)
+    want = json.loads(FIXTURE.read_text())
+    for name in ("llama-per-prompt", "llama-trace-sends", "lockstep-roofline"):
+        assert digest(_configs()[name]()) == want[name], name
+
+
+def test_pool_draws_by_comparison_are_those_of_a_search(monkeypatch):
+    import sim.serving
+
+    models = [(ProposalAcceptance(0.3, IIDAcceptance(0.8)), 4), (PerPositionAcceptance((0.9, 0.6, 0.3)), 5),
+              (IIDAcceptance(0.7), 12)]
+    pools = []
+    for limit in (64, 0):  # every distribution drawn by comparisons, then every one by searchsorted
+        monkeypatch.setattr(sim.serving, "_COMPARE_CDF_MAX", limit)
+        pools.append([_FixedRounds(m, g, np.random.default_rng(9)) for m, g in models])
+    for a, b in zip(*pools):
+        assert list(a.dl) == list(b.dl) and list(a.al) == list(b.al)
+        np.testing.assert_array_equal(a.block, b.block)
