@@ -41,7 +41,7 @@ DEFAULT_GAMMAS = ("fixed:2", "fixed:4")
 #: the default job (6 cells × 2 prompts × 3 modes × 64 tokens) takes about 2.5 min here.
 DEFAULT_REPEATS = 3
 GPU_DEFAULT_PAIRS = ("gpt2-small-large", "llama3-1b-3b")
-SUBCOMMANDS = ("head-sweep", "head-recall", "serve", "build-llamacpp")
+SUBCOMMANDS = ("head-sweep", "head-recall", "serve", "build-llamacpp", "tree")
 
 
 # long: the argparse declarations of every option: a list, not logic
@@ -434,6 +434,10 @@ def dispatch_subcommand(argv: list[str]) -> int | None:
         from measure.serve.cli import main as serve_main
 
         return serve_main(argv[1:])
+    if argv[0] == "tree":  # token trees against the baseline (measure/tree_run.py)
+        from measure.tree_run import main as tree_main
+
+        return tree_main(argv[1:])
     if argv[0] == "build-llamacpp":  # a portable llama.cpp, its bindings and tools, checked on this CPU
         return build_llamacpp_main(argv[1:])
     fail("python -m measure", f"unknown subcommand {argv[0]!r}; valid: {', '.join(SUBCOMMANDS)} "

@@ -154,6 +154,13 @@ TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
         "cell_id", "seqs", "tokens_per_seq", "context_tokens", "n_steps", "step_ms", "step_ms_lo", "step_ms_hi",
         "prompt_tokens", "ttft_ms",
     ),
+    # python -m measure tree (measure/tree_run.py: TreeCellRow, TreeNodeRow); tree_cells marks a cell finished
+    "tree_cells": (
+        "cell_id", "draft", "loop", "shape", "depth", "topk", "budget", "domain", "n_prompts", "repeats",
+        "new_tokens", "tokens_per_s_baseline", "tokens_per_s_speculative", "speedup", "speedup_lo", "speedup_hi",
+        "mean_accepted_per_round", "mean_nodes_per_round", "n_rounds", "outputs_identical", "synthetic",
+    ),
+    "tree_nodes": ("cell_id", "prompt_id", "repeat", "round", "node", "parent", "depth", "rank", "token", "accepted"),
 }
 #: Columns a schema-1 table has (the schema-2 additions are filled with empty values on read).
 _SCHEMA1_EXTRA: dict[str, tuple[str, ...]] = {
@@ -173,7 +180,7 @@ _LATER_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 _TEXT_COLUMNS = {"cell_id", "draft", "gamma_policy", "domain", "prompt_id", "mode", "unstable_reason", "tokens",
                  "variant", "model", "outputs_identical", "synthetic", "unstable", "role", "component", "hardware",
-                 "lossless", "config", "spec_type", "load", "accepted_per_pos", "error", "metrics"}
+                 "lossless", "config", "spec_type", "load", "accepted_per_pos", "error", "metrics", "loop", "shape"}
 _BOOL_COLUMNS = {"outputs_identical", "synthetic", "unstable", "metrics"}
 
 
