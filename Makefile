@@ -1,13 +1,15 @@
 # specscope — the two commands of the README:
 #   make run    set up .venv and run the main job (predict -> measure -> calibrate -> report)
-#   make test   set up .venv and run the test suite
+#   make test   set up .venv and run the test suite (every test; CI runs it)
+# and the loop for development:
+#   make check  ruff, mypy (toolkit, presets, sim) and every test not marked slow (real models)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specscope-installed
 RUN_DIR ?= runs/main
 
-.PHONY: run test bench bench-head venv clean
+.PHONY: run test check bench bench-serve bench-head venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -44,8 +46,18 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -n auto --dist worksteal
 
+# the fast loop: lint, types, and the tests that load no real model (pytest -m "not slow"), same scheduler as test
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(PY) -m pytest -q -n auto --dist worksteal -m "not slow"
+
 bench: $(STAMP)
 	$(PY) benchmarks/bench_sim.py
+
+# the serving simulation of 10^6 requests on the model calibrated to the real llama-server sweep, median of 3
+bench-serve: $(STAMP)
+	$(PY) benchmarks/bench_serve.py
 
 bench-head: $(STAMP)
 	$(PY) benchmarks/bench_pruned_head.py --device auto --threads 1

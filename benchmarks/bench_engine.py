@@ -54,11 +54,11 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from measure.decoding import autoregressive_generate, loop_decoder, speculative_generate  # noqa: E402
-from measure.drafts import make_draft  # noqa: E402
-from measure.engines.base import EngineOptions  # noqa: E402
+from measure.decoding import autoregressive_generate, speculative_generate  # noqa: E402
 from measure.engines.transformers import peer_generate  # noqa: E402
-from measure.models import load_model  # noqa: E402
+from measure.engines.transformers.drafts import make_draft  # noqa: E402
+from measure.engines.transformers.models import load_model  # noqa: E402
+from measure.seam import EngineOptions  # noqa: E402
 from measure.prompts import encode_prompt, load_prompts  # noqa: E402
 from measure.head.pruned_head import PrunedLMHead  # noqa: E402
 from sim.policies import FixedGamma  # noqa: E402
@@ -186,9 +186,9 @@ def _with_options(target: Any, **kw: Any) -> Any:
     return dataclasses.replace(target, engine_options=EngineOptions(**kw))
 
 
-def _warm(target: Any, *drafts: Any, k_tokens: int) -> None:
-    """Compile the decode steps of ``target`` and the model drafts before anything is timed."""
-    loop_decoder(target).warmup(k_tokens)
+def _warm(dec: Any, *drafts: Any, k_tokens: int) -> None:
+    """Compile the decode steps of the target's decoder ``dec`` and the model drafts before anything is timed."""
+    dec.warmup(k_tokens)
     for d in drafts:
         dec = getattr(d, "decoder", None)
         if dec is not None:
@@ -196,17 +196,18 @@ def _warm(target: Any, *drafts: Any, k_tokens: int) -> None:
 
 
 def _compile_s(*objs: Any) -> float:
+    """Seconds spent compiling by decoders and the decoders of model drafts."""
     total = 0.0
     for o in objs:
-        dec = getattr(o, "decoder", None) or loop_decoder(o)
+        dec = getattr(o, "decoder", None) or o
         total += float(getattr(dec, "compile_s", 0.0))
     return total
 
 
 def section_baseline(target: Any, prompts: list, args: argparse.Namespace, say: Callable) -> dict:
     max_len = max(int(p.shape[1]) for p in prompts) + args.max_new_tokens + 16
-    static = _with_options(target, max_len_tokens=max_len)
-    dynamic = _with_options(target, cache="dynamic", max_len_tokens=max_len)
+    static = _with_options(target, max_len_tokens=max_len).new_decoder()
+    dynamic = _with_options(target, cache="dynamic", max_len_tokens=max_len).new_decoder()
     v: dict[str, Callable] = {
         "transformers_generate": _hf_generate(target, args.max_new_tokens),
         "ours_static": lambda ids: autoregressive_generate(static, ids, 0.0, args.max_new_tokens,
@@ -216,7 +217,7 @@ def section_baseline(target: Any, prompts: list, args: argparse.Namespace, say: 
     }
     compiled = None
     if args.compile:
-        compiled = _with_options(target, compile=True, max_len_tokens=max_len)
+        compiled = _with_options(target, compile=True, max_len_tokens=max_len).new_decoder()
         _warm(compiled, k_tokens=2)
         v["ours_static_compiled"] = lambda ids: autoregressive_generate(compiled, ids, 0.0, args.max_new_tokens,
                                                                         eos_token_ids=target.eos_token_ids)
@@ -232,9 +233,10 @@ def section_baseline(target: Any, prompts: list, args: argparse.Namespace, say: 
 def section_lookup(target: Any, prompts: list, args: argparse.Namespace, before: Any, say: Callable) -> dict:
     g, n = args.gamma_lookup, args.ngram
     max_len = max(int(p.shape[1]) for p in prompts) + args.max_new_tokens + g + 16
-    static = _with_options(target, max_len_tokens=max_len)
-    first = make_draft(f"ngram:{n}:first", static)
-    recent = make_draft(f"ngram:{n}", static)
+    static_target = _with_options(target, max_len_tokens=max_len)
+    static = static_target.new_decoder()
+    first = make_draft(f"ngram:{n}:first", static_target)
+    recent = make_draft(f"ngram:{n}", static_target)
     old = before.drafts.make_draft(f"ngram:{n}", target)
     eos = target.eos_token_ids
     v: dict[str, Callable] = {
@@ -249,8 +251,9 @@ def section_lookup(target: Any, prompts: list, args: argparse.Namespace, before:
     }
     compiled = None
     if args.compile:
-        compiled = _with_options(target, compile=True, max_len_tokens=max_len)
-        cfirst = make_draft(f"ngram:{n}:first", compiled)
+        compiled_target = _with_options(target, compile=True, max_len_tokens=max_len)
+        compiled = compiled_target.new_decoder()
+        cfirst = make_draft(f"ngram:{n}:first", compiled_target)
         _warm(compiled, k_tokens=g + 1)
         v["ours_first_compiled"] = lambda ids: speculative_generate(compiled, cfirst, ids, FixedGamma(g), 0.0,
                                                                     args.max_new_tokens, eos_token_ids=eos)
@@ -268,8 +271,9 @@ def section_lookup(target: Any, prompts: list, args: argparse.Namespace, before:
 def section_selfdraft(target: Any, prompts: list, args: argparse.Namespace, before: Any, say: Callable) -> dict:
     g = args.gamma_model
     max_len = max(int(p.shape[1]) for p in prompts) + args.max_new_tokens + g + 16
-    static = _with_options(target, max_len_tokens=max_len)
-    draft = make_draft("bf16", static)
+    static_target = _with_options(target, max_len_tokens=max_len)
+    static = static_target.new_decoder()
+    draft = make_draft("bf16", static_target)
     old = before.drafts.make_draft("bf16", target)
     eos = target.eos_token_ids
     v: dict[str, Callable] = {
@@ -282,8 +286,9 @@ def section_selfdraft(target: Any, prompts: list, args: argparse.Namespace, befo
     }
     compiled = cdraft = None
     if args.compile and not args.no_compile_gemma:
-        compiled = _with_options(target, compile=True, max_len_tokens=max_len)
-        cdraft = make_draft("bf16", compiled)
+        compiled_target = _with_options(target, compile=True, max_len_tokens=max_len)
+        compiled = compiled_target.new_decoder()
+        cdraft = make_draft("bf16", compiled_target)
         _warm(compiled, cdraft, k_tokens=g + 1)
         v["ours_compiled"] = lambda ids: speculative_generate(compiled, cdraft, ids, FixedGamma(g), 0.0,
                                                               args.max_new_tokens, eos_token_ids=eos)
@@ -311,9 +316,10 @@ def _lowrank_scorer(draft_model: Any, tokenizer: Any, args: argparse.Namespace) 
 def section_pruned(target: Any, prompts: list, args: argparse.Namespace, before: Any, say: Callable) -> dict:
     g = args.gamma_model
     max_len = max(int(p.shape[1]) for p in prompts) + args.max_new_tokens + g + 16
-    static = _with_options(target, max_len_tokens=max_len)
+    static_target = _with_options(target, max_len_tokens=max_len)
+    static = static_target.new_decoder()
     eos = target.eos_token_ids
-    new_d = make_draft("bf16", static)
+    new_d = make_draft("bf16", static_target)
     old_d = before.drafts.make_draft("bf16", target)
     new_dense, old_dense = new_d.model.lm_head, old_d.model.lm_head
     ks = [int(k) for k in args.head_ks.split(",")]

@@ -1,6 +1,6 @@
 """Loading a packaged GGUF model: dequantising the GGUF file against reading the kept float32 copy.
 
-``measure.models`` dequantises a GGUF file once (transformers' GGUF reader,
+``measure.engines.transformers.models`` dequantises a GGUF file once (transformers' GGUF reader,
 tens of seconds on CPU) and keeps the float32 copy in the cache; later loads
 read the copy. This times the two side by side in one process, alternating
 (GGUF, copy, GGUF, copy, …) so a slow spell of the machine hits both, and
@@ -17,7 +17,7 @@ import statistics
 import sys
 import time
 
-from measure import models as M
+from measure.engines.transformers import models as M
 
 
 def bench(model: str, repeats: int) -> dict:

@@ -52,7 +52,7 @@ def _load_head(kind: str, device: str, dtype: torch.dtype, seed: int) -> tuple[t
     """(lm_head, description, a hidden state [1, H]) — real Gemma-3-270M head or a random one of its shape."""
     if kind in ("auto", "gemma3-270m"):
         try:
-            from measure.models import load_model
+            from measure.engines.transformers.models import load_model
 
             lm = load_model("gemma3-270m", device="cpu", dtype="float32")
             tok = lm.tokenizer

@@ -22,15 +22,16 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
 from presets import RooflineForward, get_hardware, get_pair
-from sim.acceptance import IIDAcceptance, ProposalAcceptance
+from sim.acceptance import AcceptanceModel, IIDAcceptance, ProposalAcceptance
 from sim.analytic import sweep
 from sim.cost import LeviathanCost, RooflineCost
 from sim.events import simulate_request, simulate_serving
-from sim.serving import OpenLoop, Workload, llama_server, simulate_server
+from sim.serving import OpenLoop, StepCost, Workload, llama_server, simulate_server
 
 CLOSED_FORM_TARGET = 1_000_000
 EVENT_TARGET = 50_000
@@ -65,23 +66,27 @@ class LinearStep:
     """A step cost of the form calibrate fits for llama-server (ms): fixed + per sequence + per token + context."""
 
     def step_ms(self, seqs: int, tokens: int, max_draft: int, ctx_sum: float, attn: float, prompt_tokens: int,
-                prompt_seqs: int) -> float:
+                prompt_seqs: int, emitted: int = 0) -> float:
         return 6.0 + 0.9 * seqs + 0.55 * tokens + 2e-3 * ctx_sum + 0.12 * prompt_tokens
 
     def describe(self) -> dict:
         return {"kind": "linear-bench"}
 
 
-def bench_serve_llama(n_requests: int) -> tuple[float, float]:
-    """Seconds to simulate ``n_requests`` on llama-server's scheduler; and the mean batch it ran at."""
-    acc = ProposalAcceptance(0.6, IIDAcceptance(0.7))
-    cost, sched = LinearStep(), llama_server(8)
-    probe = simulate_server(Workload(2_000, 128, OpenLoop(1e6), prompt_tokens=[30, 50, 70]), sched, cost, acc,
-                            "fixed:4").stats()  # saturated: the capacity, and the warm-up
-    rate = 0.9 * probe.throughput_tokens_per_s / 128
+def bench_serve_llama(n_requests: int, cost: StepCost | None = None, acceptance: AcceptanceModel | None = None,
+                      gamma: int = 4, new_tokens: int = 128, prompts: Sequence[int] = (30, 50, 70),
+                      slots: int = 8) -> tuple[float, float]:
+    """Seconds to simulate ``n_requests`` on llama-server's scheduler (Poisson arrivals at 90% of the capacity a
+    saturated probe finds); and the mean batch it ran at."""
+    acc = acceptance or ProposalAcceptance(0.6, IIDAcceptance(0.7))
+    cost, sched = cost or LinearStep(), llama_server(slots)
+    policy = f"fixed:{gamma}"
+    probe = simulate_server(Workload(2_000, new_tokens, OpenLoop(1e6), prompt_tokens=list(prompts)), sched, cost, acc,
+                            policy).stats()  # saturated: the capacity, and the warm-up
+    rate = 0.9 * probe.throughput_tokens_per_s / new_tokens
     t0 = time.perf_counter()
-    run = simulate_server(Workload(n_requests, 128, OpenLoop(rate), prompt_tokens=[30, 50, 70]), sched, cost, acc,
-                          "fixed:4")
+    run = simulate_server(Workload(n_requests, new_tokens, OpenLoop(rate), prompt_tokens=list(prompts)), sched, cost,
+                          acc, policy)
     return time.perf_counter() - t0, run.stats().mean_batch
 
 

@@ -16,18 +16,17 @@ import sys
 
 from measure import stats
 from measure.records import load_run
-from measure.sweep import cell_estimate
 
 
 def compare(run_a: str, run_b: str) -> dict:
     """Per-cell overlap of the two runs' speedup CIs, and a summary over stable cells."""
     cells = []
-    a = load_run(run_a).table("cells").set_index("cell_id")
-    b = load_run(run_b).table("cells").set_index("cell_id")
-    for cid in [c for c in a.index if c in b.index]:
-        ra, rb = a.loc[cid].to_dict(), b.loc[cid].to_dict()
-        ea, eb = cell_estimate(ra), cell_estimate(rb)
-        unstable = any(str(r.get("unstable")).lower() == "true" for r in (ra, rb))
+    a = {r.cell_id: r for r in load_run(run_a).rows("cells")}
+    b = {r.cell_id: r for r in load_run(run_b).rows("cells")}
+    for cid in [c for c in a if c in b]:
+        ra, rb = a[cid], b[cid]
+        ea, eb = ra.estimate("speedup"), rb.estimate("speedup")
+        unstable = ra.is_unstable or rb.is_unstable
         cells.append({"cell_id": cid, "a": [ea.value, ea.lo, ea.hi], "b": [eb.value, eb.lo, eb.hi],
                       "overlap": stats.overlaps(ea, eb), "unstable": unstable})
     stable = [c for c in cells if not c["unstable"]]

@@ -15,6 +15,7 @@ JSON line. Bad input: one-line error, exit status 2.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 

@@ -92,6 +92,7 @@ class Dataset:
     notes: tuple[str, ...] = ()
 
 
+# long: a long docstring of the refusals; the body checks each run in turn, one refusal per check
 def load_runs(paths: list[str | Path], allow_incomplete: bool = False, pool_hardware: bool = False,
               exclude_damaged: bool = False) -> Dataset:
     """Load run directories (validated by :func:`measure.records.load_run`).

@@ -44,6 +44,8 @@ from sim.serving import (
     LinearStepCost,
     OpenLoop,
     ServeRun,
+    StepCost,
+    StepLoad,
     Workload,
     llama_server,
     simulate_server,
@@ -105,6 +107,8 @@ class StepFit:
     n_ttft: int
     median_abs_residual_pct: float
     notes: tuple[str, ...] = ()
+    n_units: int = 0  # real training units the cost was also fitted to (0: the synthetic step-cost units alone)
+    units_median_abs_residual_pct: float | None = None
 
 
 def _server_prompt_ms(ttft: Any, requests: Any) -> tuple[list[float | None], float | None]:
@@ -122,14 +126,41 @@ def _server_prompt_ms(ttft: Any, requests: Any) -> tuple[list[float | None], flo
     return server, (float(np.median(gaps)) if gaps else None)
 
 
-def fit_step_cost(steps: Any, requests: Any = None) -> StepFit:
-    """NNLS of the synthetic units' step medians (weights: steps behind each) and single-request prompt steps.
+@dataclass(frozen=True)
+class CostRows:
+    """Weighted least-squares rows of the step cost: features (:meth:`LinearStepCost.features` order),
+    milliseconds and weights."""
 
-    With the server's own prompt times (``requests``' ``prompt_ms``, llama-server's ``timings``) the prompt
-    rows are those times and the request overhead is measured apart (TTFT − prompt time); without them, the
-    TTFTs with the overhead as one more unknown (which then also takes any fixed part of the prompt step).
-    """
-    from scipy.optimize import nnls
+    a: np.ndarray
+    y: np.ndarray
+    w: np.ndarray
+
+    @staticmethod
+    def of(rows: list[tuple[float, ...]], y: list[float], w: list[float]) -> "CostRows":
+        n = len(LinearStepCost.FIELDS)
+        return CostRows(np.asarray(rows, dtype=float).reshape(-1, n), np.asarray(y, dtype=float),
+                        np.asarray(w, dtype=float))
+
+    def __add__(self, other: "CostRows") -> "CostRows":
+        return CostRows(np.vstack([self.a, other.a]), np.concatenate([self.y, other.y]),
+                        np.concatenate([self.w, other.w]))
+
+    def solve(self, free: Sequence[bool]) -> np.ndarray:
+        """Non-negative least squares over the ``free`` coefficients (the others held at 0)."""
+        from scipy.optimize import nnls
+
+        cols = np.flatnonzero(np.asarray(free, dtype=bool))
+        theta = np.zeros(self.a.shape[1])
+        theta[cols], _ = nnls(self.a[:, cols] * self.w[:, None], self.y * self.w)
+        return theta
+
+    def residual_pct(self, theta: np.ndarray) -> np.ndarray:
+        return np.abs(self.a @ theta - self.y) / self.y * 100.0
+
+
+def _synthetic_rows(steps: Any, requests: Any) -> tuple[CostRows, CostRows, float | None, int, int]:
+    """The step-cost units' rows: (step rows, prompt rows, request overhead measured apart or None, steps behind
+    the step rows, prompt rows). In a synthetic unit every slot drafts in full and emits one token."""
 
     if steps is None or not len(steps):
         raise ValueError("no step-cost rows: measure the run with --step-cost (synthetic-acceptance units time what "
@@ -141,33 +172,156 @@ def fit_step_cost(steps: Any, requests: Any = None) -> StepFit:
         raise ValueError(f"too few step-cost rows to fit ({len(gen)} step rows, {len(ttft)} single-request TTFT "
                          "rows; need >= 3 and >= 1): add --step-cost-concurrency 1 and more step-cost units")
     server_ms, overhead_ms = _server_prompt_ms(ttft, requests)
+    measured_apart = overhead_ms is not None and all(v is not None for v in server_ms)
     rows, y, w = [], [], []
     for r in gen.itertuples():
-        t, ctx, s = float(r.tokens_per_seq), float(r.context_tokens), float(r.seqs)
-        attn = s * t * (ctx + 0.5 * (t + 1)) / 1000.0
-        rows.append([1.0, s, s * t, 0.0, attn, 0.0])
+        t, ctx, s = int(r.tokens_per_seq), float(r.context_tokens), int(r.seqs)
+        load = StepLoad(s, s * t, t - 1, s * ctx, s * t * (ctx + 0.5 * (t + 1)), 0, 0, s)
+        rows.append(LinearStepCost.features(load))
         y.append(float(r.step_ms))
         w.append(math.sqrt(float(r.n_steps)))
-    measured_apart = overhead_ms is not None and all(v is not None for v in server_ms)
+    prows, py, pw = [], [], []
     for r, srv in zip(ttft.itertuples(), server_ms):
-        p = float(r.prompt_tokens)
-        rows.append([1.0, 1.0, 0.0, p, 0.5 * p * (p + 1) / 1000.0, 0.0 if measured_apart else 1.0])
-        y.append(float(srv) if measured_apart else float(r.ttft_ms))
-        w.append(math.sqrt(max(float(r.n_steps), 1.0)) * 2.0)  # few rows: weighted up so they are fitted
-    a, b, wv = np.asarray(rows), np.asarray(y), np.asarray(w)
-    theta, _ = nnls(a * wv[:, None], b * wv)
-    base, per_seq, per_tok, per_ptok, per_attn, overhead = (float(v) for v in theta)
-    if measured_apart:
-        overhead = max(float(overhead_ms), 0.0)
-    cost = LinearStepCost(base, per_seq, per_tok, per_ptok, per_attn,
+        p = int(r.prompt_tokens)
+        prows.append(LinearStepCost.features(StepLoad(0, p, 0, 0.0, 0.5 * p * (p + 1), p, 1)))
+        py.append(float(srv) if measured_apart else float(r.ttft_ms))
+        pw.append(math.sqrt(max(float(r.n_steps), 1.0)) * 2.0)  # few rows: weighted up so they are fitted
+    return (CostRows.of(rows, y, w), CostRows.of(prows, py, pw), overhead_ms if measured_apart else None,
+            int(gen["n_steps"].sum()), len(ttft))
+
+
+#: Coefficients only the real (non-synthetic) units can tell apart: the synthetic units emit one token a slot
+#: (acceptance forced to 0), so what an accepted token costs does not show there.
+REAL_ONLY = ("per_accepted_ms",)
+
+
+def fit_step_cost(steps: Any, requests: Any = None) -> StepFit:
+    """NNLS of the synthetic units' step medians (weights: steps behind each) and single-request prompt steps.
+
+    With the server's own prompt times (``requests``' ``prompt_ms``, llama-server's ``timings``) the prompt
+    rows are those times and the request overhead is measured apart (TTFT − prompt time); without them, the
+    TTFTs with the overhead as one more unknown (which then also takes any fixed part of the prompt step).
+    Only the coefficients of :attr:`LinearStepCost.FIELDS` the synthetic units can show are fitted
+    (:data:`REAL_ONLY` stay 0): :func:`fit_step_cost_on_units` adds the real training units.
+    """
+    from scipy.optimize import nnls
+
+    step_rows, prompt_rows, overhead_ms, n_steps, n_ttft = _synthetic_rows(steps, requests)
+    free = [f not in REAL_ONLY for f in LinearStepCost.FIELDS]
+    both = step_rows + prompt_rows
+    if overhead_ms is None:  # the overhead as one more unknown of the prompt rows
+        a = np.hstack([both.a[:, free], np.r_[np.zeros(len(step_rows.y)), np.ones(len(prompt_rows.y))][:, None]])
+        sol, _ = nnls(a * both.w[:, None], both.y * both.w)
+        theta = np.zeros(len(free))
+        theta[np.flatnonzero(free)] = sol[:-1]
+        overhead, resid = float(sol[-1]), np.abs(a @ sol - both.y) / both.y * 100.0
+    else:
+        theta = both.solve(free)
+        overhead, resid = max(float(overhead_ms), 0.0), both.residual_pct(theta)
+    cost = LinearStepCost(*(float(v) for v in theta),
                           metadata={"source": "calibrate serve: NNLS on serve_step_cost.csv"})
-    resid = np.abs(a @ theta - b) / b * 100.0
     notes = []
-    if per_tok == 0.0:
+    if cost.per_token_ms == 0.0:
         notes.append("the fit found no cost per verified token: the step-cost units did not vary k enough")
-    if measured_apart:
+    if overhead_ms is not None:
         notes.append(f"request overhead measured apart: median TTFT − server prompt time = {overhead:.1f} ms")
-    return StepFit(cost, overhead, int(gen["n_steps"].sum()), len(ttft), float(np.median(resid)), tuple(notes))
+    return StepFit(cost, overhead, n_steps, n_ttft, float(np.median(resid)), tuple(notes))
+
+
+class _Recorder:
+    """A :class:`~sim.serving.StepCost` that prices steps with ``cost`` and keeps each step's features."""
+
+    uses_max_draft = False
+
+    def __init__(self, cost: StepCost) -> None:
+        self.cost = cost
+        self.features: list[tuple[float, ...]] = []
+        self.seqs: list[int] = []
+
+    def step_ms(self, seqs: int, tokens: int, max_draft: int, ctx_sum: float, attn: float, prompt_tokens: int,
+                prompt_seqs: int, emitted: int = 0) -> float:
+        load = StepLoad(seqs, tokens, max_draft, ctx_sum, attn, prompt_tokens, prompt_seqs, emitted)
+        self.features.append(LinearStepCost.features(load))
+        self.seqs.append(seqs)
+        return self.cost.step_ms(seqs, tokens, max_draft, ctx_sum, attn, prompt_tokens, prompt_seqs, emitted)
+
+    def describe(self) -> dict:
+        return {"kind": "recorder", "cost": self.cost.describe()}
+
+
+def _unit_rows(model: "Model", data: ServeData, units: Any, seeds: int, seed: int) -> CostRows:
+    """Two rows per real unit, each the mean step of the unit's exact workload simulated ``seeds`` times with the
+    model as it stands (which steps, what in each: the composition; the step cost is what is fitted):
+
+    * the server's busy time: Σ over steps of the step's features against the measured duration less the
+      simulated idle time (the time no request was in the server), per step;
+    * the requests' generation time: Σ over steps of generating slots × features against Σ over requests of
+      (last − first token), per slot-step.
+
+    Single-request prompt steps of concurrency-1 units (the server's own ``prompt_ms``) are rows too."""
+    from measure.serve.units import UnitId
+
+    rows, y, w = [], [], []
+    for u in units.itertuples():
+        req = data.requests[(data.requests["cell_id"] == u.cell_id) & data.requests["error"].isna()]
+        if not len(req):
+            continue
+        uid = UnitId.parse(u.cell_id)
+        busy = np.zeros(len(LinearStepCost.FIELDS))
+        gen = np.zeros_like(busy)
+        idle = n_steps = n_slot_steps = 0.0
+        for i in range(seeds):
+            rec = _Recorder(model.step.cost)
+            run = model.run_unit(data, u.cell_id, seed + i, cost=rec)
+            f, sq = np.asarray(rec.features), np.asarray(rec.seqs, dtype=float)
+            busy += f.sum(axis=0) / seeds
+            gen += (sq[:, None] * f).sum(axis=0) / seeds
+            idle += (float(run.finish_ms.max() - run.send_ms.min()) - float(run.step_ms.sum())) / seeds
+            n_steps += len(sq) / seeds
+            n_slot_steps += float(sq.sum()) / seeds
+        busy_ms = float(u.duration_s) * 1000.0 - idle
+        gen_ms = float((req["e2e_ms"].astype(float) - req["ttft_ms"].astype(float)).sum())
+        if n_steps > 0 and busy_ms > 0:
+            rows.append(tuple(busy / n_steps))
+            y.append(busy_ms / n_steps)
+            w.append(math.sqrt(n_steps))
+        if n_slot_steps > 0 and gen_ms > 0:
+            rows.append(tuple(gen / n_slot_steps))
+            y.append(gen_ms / n_slot_steps)
+            w.append(math.sqrt(n_slot_steps))
+        if uid.load.closed and uid.load.concurrency == 1 and "prompt_ms" in req:
+            for r in req[req["prompt_ms"].notna()].itertuples():
+                p = int(r.prompt_tokens)
+                rows.append(LinearStepCost.features(StepLoad(0, p, 0, 0.0, 0.5 * p * (p + 1), p, 1)))
+                y.append(float(r.prompt_ms))
+                w.append(2.0)
+    return CostRows.of(rows, y, w)
+
+
+def fit_step_cost_on_units(model: "Model", data: ServeData, train_units: Any, iterations: int = 3, seeds: int = 4,
+                           seed: int = 0) -> StepFit:
+    """The step cost refitted to the real training units as well as the synthetic ones (every coefficient free).
+
+    The synthetic units time steps that always draft in full and emit one token a slot; the real server's steps
+    mix slots with and without drafts, emit every accepted token (each sampled and streamed) and pass the
+    speculation hooks even when nothing drafts. The training units' own times (their busy time and their
+    requests' generation times, :func:`_unit_rows`) show what those cost: the composition comes from simulating
+    each unit with the model as it stands, so the fit is repeated ``iterations`` times. ``train_units`` must
+    hold training units only: nothing else of ``data`` enters the fit but the step-cost units."""
+    synth_steps, synth_prompts, _, _, _ = _synthetic_rows(data.steps, data.requests)
+    step = model.step
+    for it in range(iterations):
+        real = _unit_rows(model, data, train_units, seeds, seed + 1000 * it)
+        rows = synth_steps + synth_prompts + real
+        theta = rows.solve([True] * len(LinearStepCost.FIELDS))
+        cost = LinearStepCost(*(float(v) for v in theta), metadata={
+            "source": "calibrate serve: NNLS on serve_step_cost.csv and the real training units"})
+        resid = real.residual_pct(theta)
+        step = StepFit(cost, step.request_overhead_ms, step.n_steps, step.n_ttft,
+                       float(np.median(rows.residual_pct(theta))), model.step.notes, len(train_units),
+                       float(np.median(resid)) if resid.size else None)
+        model = Model(step, model.acceptance, model.slots, model.batch_tokens, model.new_tokens, model.prompt_scales)
+    return step
 
 
 # -- acceptance -----------------------------------------------------------------------------------------------
@@ -395,9 +549,10 @@ class Model:
     new_tokens: int
     prompt_scales: dict = field(default_factory=dict)
 
-    def simulate(self, config: ServeConfig, load: LoadSpec, prompt_tokens: Sequence[int], n_requests: int,
-                 send_ms: Sequence[float] | None, seed: int,
-                 prompt_ids: Sequence[str] | None = None) -> dict[str, float]:
+    def run(self, config: ServeConfig, load: LoadSpec, prompt_tokens: Sequence[int], n_requests: int,
+            send_ms: Sequence[float] | None, seed: int, prompt_ids: Sequence[str] | None = None,
+            cost: StepCost | None = None) -> ServeRun:
+        """One simulated unit (``cost``: another step cost, e.g. one that records the steps)."""
         wl = Workload(n_requests, self.new_tokens, ClosedLoop(load.concurrency) if load.closed
                       else OpenLoop(load.rate_per_s), prompt_tokens=list(prompt_tokens),
                       request_overhead_ms=self.step.request_overhead_ms,
@@ -405,24 +560,32 @@ class Model:
         acc: Any = self.acceptance[config.k] if config.speculative else None
         if acc is not None and prompt_ids is not None and self.prompt_scales:
             acc = [self.prompt_scales.get(str(pid), PromptScale()).apply(acc) for pid in prompt_ids]
-        run = simulate_server(wl, llama_server(self.slots, self.batch_tokens), self.step.cost, acc,
-                              f"fixed:{config.k}" if config.speculative else None, seed=seed)
-        return unit_stats(run)
+        return simulate_server(wl, llama_server(self.slots, self.batch_tokens), cost or self.step.cost, acc,
+                               f"fixed:{config.k}" if config.speculative else None, seed=seed)
+
+    def simulate(self, config: ServeConfig, load: LoadSpec, prompt_tokens: Sequence[int], n_requests: int,
+                 send_ms: Sequence[float] | None, seed: int,
+                 prompt_ids: Sequence[str] | None = None) -> dict[str, float]:
+        return unit_stats(self.run(config, load, prompt_tokens, n_requests, send_ms, seed, prompt_ids))
+
+    def run_unit(self, data: ServeData, cell_id: str, seed: int, cost: StepCost | None = None) -> ServeRun:
+        """One simulation of a measured unit's exact workload: its requests' prompts, its load, its send times."""
+        from measure.serve.units import UnitId
+
+        uid = UnitId.parse(cell_id)
+        req = data.requests[data.requests["cell_id"] == cell_id].sort_values("request_index")
+        prompts = [int(p) if p == p else 0 for p in req["prompt_tokens"]]
+        ids = [str(p) for p in req["prompt_id"]]
+        send = (req["send_s"].astype(float) * 1000.0).tolist()
+        send = [s - send[0] for s in send] if send else None
+        return self.run(uid.config, uid.load, prompts, len(req), send, seed, ids, cost)
 
 
 def predict_unit(model: Model, data: ServeData, cell_id: str, seeds: int, seed: int) -> dict[str, float]:
     """The mean over ``seeds`` simulations of one measured unit's exact workload (log scale for positives)."""
-    from measure.serve.units import UnitId
-
-    uid = UnitId.parse(cell_id)
-    req = data.requests[data.requests["cell_id"] == cell_id].sort_values("request_index")
-    prompts = [int(p) if p == p else 0 for p in req["prompt_tokens"]]
-    ids = [str(p) for p in req["prompt_id"]]
-    send = (req["send_s"].astype(float) * 1000.0).tolist()
-    send = [s - send[0] for s in send] if send else None
     out: dict[str, list[float]] = {}
     for i in range(seeds):
-        for k, v in model.simulate(uid.config, uid.load, prompts, len(req), send, seed + i, ids).items():
+        for k, v in unit_stats(model.run_unit(data, cell_id, seed + i)).items():
             out.setdefault(k, []).append(v)
     return {k: float(np.exp(np.mean(np.log(v)))) if all(x > 0 for x in v) else float(np.mean(v))
             for k, v in out.items()}
@@ -492,11 +655,22 @@ class ServeCalibration:
         return out
 
 
-def calibrate_serve(data: ServeData, split: Split, seeds: int = 8, seed: int = 0) -> ServeCalibration:
-    """Fit on the training part of ``data``; predict every real group (training and held out)."""
+def training_units(data: ServeData, split: Split) -> Any:
+    """The real units ``split`` trains on: its training k (and speculation off) at its training loads."""
+    real = data.units[~data.units["synthetic"].astype(bool)]
+    return real[[split.is_train(int(k), ld) for k, ld in zip(real["spec_k"], real["load"])]]
+
+
+def fit_serve_model(data: ServeData, split: Split, seed: int = 0,
+                    refit: bool = True) -> tuple[Model, dict[int, Counters], list[str]]:
+    """The model fitted on the step-cost units and the training units of ``split`` (nothing of a held-out unit
+    enters it): the model, the training counters per k, and notes.
+
+    ``refit=False``: the step cost from the step-cost units alone (:func:`fit_step_cost`), as before the real
+    training units were fitted to as well (:func:`fit_step_cost_on_units`)."""
     step = fit_step_cost(data.steps, data.requests)
     real_units = data.units[~data.units["synthetic"].astype(bool)]
-    train_units = real_units[[split.is_train(int(k), ld) for k, ld in zip(real_units["spec_k"], real_units["load"])]]
+    train_units = training_units(data, split)
     counters, fits = {}, {}
     notes = list(step.notes)
     never: dict[int, ProposalAcceptance] = {}
@@ -522,6 +696,21 @@ def calibrate_serve(data: ServeData, split: Split, seeds: int = 8, seed: int = 0
         notes.append(f"k={k} never trained on: alpha_i pooled over k = {', '.join(map(str, sorted(fits)))}")
     scales = prompt_scales(data.requests, train_units, fits, data.new_tokens, seed=seed)  # drafting k only
     model = Model(step, acceptance, data.slots, data.batch_tokens, data.new_tokens, scales)
+    if refit:
+        step = fit_step_cost_on_units(model, data, train_units, seed=seed)
+        model = Model(step, acceptance, data.slots, data.batch_tokens, data.new_tokens, scales)
+        notes.append(f"step cost refitted to the {step.n_units} real training units besides the step-cost units "
+                     f"(median residual {step.units_median_abs_residual_pct:.1f}% on their rows)")
+    return model, counters, notes
+
+
+def calibrate_serve(data: ServeData, split: Split, seeds: int = 8, seed: int = 0,
+                    refit: bool = True) -> ServeCalibration:
+    """Fit on the training part of ``data`` (:func:`fit_serve_model`); predict every real group (training and
+    held out) from its units' exact workloads."""
+    model, counters, notes = fit_serve_model(data, split, seed, refit)
+    acceptance = model.acceptance
+    real_units = data.units[~data.units["synthetic"].astype(bool)]
     rows = []
     for (config, load), g in real_units.groupby(["config", "load"], sort=False):
         cfg = ServeConfig.parse(config)

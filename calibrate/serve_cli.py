@@ -44,6 +44,9 @@ def build_parser() -> OneLineParser:
     p.add_argument("--advise-k", default=None, help="draft lengths the advice chooses from (default: the measured)")
     p.add_argument("--out", default=None, type=nonempty_arg("directory"),
                    help="output directory (default: RUN_DIR/calibration-serve)")
+    p.add_argument("--step-cost-units-only", action="store_true",
+                   help="fit the step cost to the synthetic step-cost units alone (default: to the real training "
+                   "units as well, whose steps mix drafting and non-drafting slots and emit accepted tokens)")
     p.add_argument("--allow-incomplete", action="store_true", help="use a run that is not complete")
     return p
 
@@ -142,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         data = load_serve(run, allow_incomplete=args.allow_incomplete)
         split = default_split(data.units, hk, hl)
-        cal = calibrate_serve(data, split, seeds=args.seeds, seed=args.seed)
+        cal = calibrate_serve(data, split, seeds=args.seeds, seed=args.seed, refit=not args.step_cost_units_only)
         measured_k = sorted({int(k) for k in data.units["spec_k"] if k > 0 and k in cal.model.acceptance})
         ks = ak if ak is not None else measured_k
         unknown = [k for k in ks if k not in cal.model.acceptance]
@@ -161,8 +164,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     out.mkdir(parents=True, exist_ok=True)
     summary = cal.summary()
-    print(f"step cost: {cal.model.step.cost.describe()}; request overhead {cal.model.step.request_overhead_ms:.2f} ms; "
-          f"median residual {cal.model.step.median_abs_residual_pct:.1f}% over {cal.model.step.n_steps} steps")
+    st = cal.model.step
+    units = (f" and {st.n_units} real training units (median residual {st.units_median_abs_residual_pct:.1f}% on "
+             "theirs)" if st.n_units else "")
+    print(f"step cost: {st.cost.describe()}; request overhead {st.request_overhead_ms:.2f} ms; "
+          f"median residual {st.median_abs_residual_pct:.1f}% over {st.n_steps} synthetic steps{units}")
     for k, acc in sorted(cal.model.acceptance.items()):
         print(f"acceptance k={k}: proposes in {100 * acc.p_propose:.1f}% of rounds, alpha_i = "
               + ", ".join(f"{a:.3f}" for a in acc.inner.alphas))
@@ -186,8 +192,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"note: {note}", file=sys.stderr)
     doc = {"run": str(run), "split": cal.split.__dict__, "step_cost": cal.model.step.cost.describe(),
            "request_overhead_ms": cal.model.step.request_overhead_ms,
-           "step_fit": {"n_steps": cal.model.step.n_steps, "n_ttft": cal.model.step.n_ttft,
-                        "median_abs_residual_pct": cal.model.step.median_abs_residual_pct},
+           "step_fit": {"n_steps": st.n_steps, "n_ttft": st.n_ttft, "n_units": st.n_units,
+                        "median_abs_residual_pct": st.median_abs_residual_pct,
+                        "units_median_abs_residual_pct": st.units_median_abs_residual_pct},
            "acceptance": {str(k): a.to_dict() for k, a in cal.model.acceptance.items()},
            "summary": summary, "notes": cal.notes,
            "regret": [{**g.__dict__, "within_noise": g.within_noise} for g in reg], "advice": advice_dict(rows, data.slots, ngram_n)}

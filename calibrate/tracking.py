@@ -48,8 +48,7 @@ MEASURED = {"measured_speedup": "speedup", "measured_speedup_lo": "speedup_lo",
 #: predicted per cell and method
 PREDICTED = ("predicted_speedup", "ape_speedup_pct", "inside_ci", "predicted_tokens_per_s", "ape_tokens_per_s_pct")
 #: per arrival rate of ``ingest --mode serve`` (``<metric>/rate-<requests per s>``)
-SERVING = ("mean_batch_baseline", "optimal_k_latency", "latency_speedup_p50", "optimal_k_throughput",
-           "throughput_speedup")
+SERVING = ("mean_batch_baseline", "best_k", "speedup")
 #: the fields of a run.json logged as parameters of the calibration, per run
 RUN_FIELDS = ("path", "run_id", "command", "git_commit", "config", "fingerprint")
 
@@ -183,7 +182,7 @@ def ingest_metrics(doc: Mapping[str, Any]) -> dict[str, float]:
             elif key != "k":
                 _put(out, metric_name(key, f"k={r['k']}"), v)
     for r in doc.get("by_batch") or []:
-        for key in ("optimal_k", "speedup"):
+        for key in ("best_k", "speedup"):
             _put(out, metric_name(f"{key}_by_batch", f"batch={r['batch']}"), r.get(key))
     for r in doc.get("serving") or []:
         rate = f"rate={r['arrival_rate_per_s']:g}"

@@ -12,18 +12,22 @@ any model loads.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
+from measure.records import Run
+from measure.rows import CellRow
 from sim.policies import GammaSpec
 from toolkit.cli import OneLineParser, choice_arg, csv_items, exit_on_next_interrupt, fail, float_arg, int_arg
 from toolkit.track import TRACKERS, usable_tracker
+
+if TYPE_CHECKING:
+    from measure.sweep import SweepConfig
 
 DEFAULT_TARGET = "smollm2-135m"
 #: Chosen by measurement on the 2-core CPU (results/2026-11-24-readme-evidence.md §5):
@@ -41,13 +45,13 @@ DEFAULT_GAMMAS = ("fixed:2", "fixed:4")
 #: the default job (6 cells × 2 prompts × 3 modes × 64 tokens) takes about 2.5 min here.
 DEFAULT_REPEATS = 3
 GPU_DEFAULT_PAIRS = ("gpt2-small-large", "llama3-1b-3b")
-SUBCOMMANDS = ("head-sweep", "head-recall", "serve", "build-llamacpp", "tree")
+SUBCOMMANDS = ("head-sweep", "head-recall", "serve", "tree", "build-llamacpp")
 
 
 # long: the argparse declarations of every option: a list, not logic
 def build_parser() -> argparse.ArgumentParser:
     from measure import stats
-    from measure.engines.base import CACHES, ENGINES
+    from measure.seam import CACHES, ENGINES
     from measure.sweep import INTERLEAVE, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_REPEATS
 
     p = OneLineParser(prog="python -m measure", description=__doc__.splitlines()[0],
@@ -146,7 +150,7 @@ def _split_drafts(text: str) -> list[str]:
 
 
 def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
-    from measure.engines.base import CACHES
+    from measure.seam import CACHES
     from measure.sweep import SweepConfig
 
     prog = "python -m measure"
@@ -191,14 +195,14 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
     return cfg
 
 
-def _check_models(cfg: Any) -> None:
+def _check_models(cfg: SweepConfig) -> None:
     """Refuse (one line, exit 2, before any weights load and before the run directory) a model spec the
-    transformers engine cannot load (:func:`measure.models.check_model_spec`; llama.cpp's are checked by its
-    ``check_specs``) and a sequence longer than the target or a ``model:`` draft was trained for
+    transformers engine cannot load (:func:`measure.engines.transformers.models.check_model_spec`; llama.cpp's are
+    checked by its ``check_specs``) and a sequence longer than the target or a ``model:`` draft was trained for
     (``--max-prompt-tokens 9000`` on a 1,024-position model was accepted, issue 32)."""
     from measure import costpoints
     from measure.engines import context_tokens
-    from measure.models import check_model_spec
+    from measure.engines.transformers.models import check_model_spec
 
     prog = "python -m measure"
     new, gamma = cfg.max_new_tokens, cfg.gamma_max
@@ -249,57 +253,41 @@ class TablePrinter:
         self.started = False
 
     @staticmethod
-    def _ci(row: dict, key: str, nd: int = 2) -> str:
-        from measure.sweep import _num
-
-        v, lo, hi = _num(row.get(key)), _num(row.get(f"{key}_lo")), _num(row.get(f"{key}_hi"))
-        if v is None:
+    def _ci(row: CellRow, key: str, nd: int = 2) -> str:
+        e = row.estimate(key)
+        if e.value is None:
             return "-"
-        if lo is None or hi is None:  # no interval: say why (measure.stats: fewer than 2 samples, or too noisy)
-            n = int((_num(row.get("n_prompts")) or 0) * (_num(row.get("repeats")) or 0))
-            return f"{v:.{nd}f} " + (f"(n={n}, no CI)" if 0 < n < 2 else "(noisy, no CI)")
-        return f"{v:.{nd}f} [{lo:.{nd}f},{hi:.{nd}f}]"
+        if e.lo is None or e.hi is None:  # no interval: say why (measure.stats: fewer than 2 samples, or too noisy)
+            n = (row.n_prompts or 0) * (row.repeats or 0)
+            return f"{e.value:.{nd}f} " + (f"(n={n}, no CI)" if 0 < n < 2 else "(noisy, no CI)")
+        return f"{e.value:.{nd}f} [{e.lo:.{nd}f},{e.hi:.{nd}f}]"
 
-    def row(self, r: dict) -> None:
-        from measure.sweep import _is_true
-
+    def row(self, r: CellRow) -> None:
+        """Print ``r`` (the header first, once)."""
         if not self.started:
             print("  ".join(h.ljust(w) for h, w in zip(self.HEADS, self.WIDTHS)).rstrip(), file=self.out)
             self.started = True
-        notes = [f"UNSTABLE: {r.get('unstable_reason')}"] if _is_true(r.get("unstable")) else []
-        near, bad = _num_or_0(r.get("n_near_tie")), _num_or_0(r.get("n_lossless_failures"))
+        notes = [f"UNSTABLE: {r.unstable_reason}"] if r.is_unstable else []
+        near, bad = r.n_near_tie or 0, r.n_lossless_failures or 0
         if bad:
             notes.append(f"NOT LOSSLESS: {bad:g} greedy output(s) diverged beyond the near-tie tolerance")
         elif near:
             notes.append(f"{near:g} near tie(s): diverged where the target's top two logits were within the "
                          "engine's batch noise")
         note = "; ".join(notes)
-        vals = (str(r["draft"]), str(r["gamma_policy"]), _fmt(float(r["temperature"]), 1), str(r["domain"]),
+        vals = (r.draft, r.gamma_policy, _fmt(float(r.temperature), 1), r.domain,
                 self._ci(r, "tokens_per_s_baseline"), self._ci(r, "tokens_per_s_speculative"),
-                _fmt(r.get("tokens_per_s_peer")), self._ci(r, "speedup", 3), _fmt(r.get("acceptance_rate")),
-                _fmt(r.get("mean_accepted_per_round")), _fmt(r.get("outputs_identical")),
-                _fmt(_num_or_none(r.get("baseline_vs_library")), 3), note)
+                _fmt(r.tokens_per_s_peer), self._ci(r, "speedup", 3), _fmt(r.acceptance_rate),
+                _fmt(r.mean_accepted_per_round), _fmt(r.outputs_identical), _fmt(r.baseline_vs_library, 3), note)
         print("  ".join(v.ljust(w) for v, w in zip(vals, self.WIDTHS)).rstrip(), file=self.out, flush=True)
 
 
-def _num_or_none(v: object) -> float | None:
-    from measure.sweep import _num
-
-    return _num(v)
-
-
-def _num_or_0(v: object) -> float:
-    from measure.sweep import _num
-
-    return _num(v) or 0.0
-
-
-def print_table(run) -> None:
+def print_table(run: Run) -> None:
     """The whole run's table (every finished cell) and its summary in words."""
     from measure.sweep import summary_lines
 
     tp = TablePrinter()
-    for r in run.table("cells").to_dict("records"):
+    for r in run.rows("cells"):
         tp.row(r)
     for line in summary_lines(run.summary):
         print(line)
@@ -348,17 +336,21 @@ def _executor(args: argparse.Namespace):
 
 
 def _one(args, target: str, drafts: list[str], out: Path, command: str, check: dict | None) -> dict:
-    from measure.executors import CellsFailed
+    from measure.executors import CellsFailed, run_sweep_distributed
     from measure.records import FingerprintMismatch, RunInterrupted
     from measure.sweep import run_sweep, summary_lines
 
     cfg = _config_from_args(args, target, drafts)
     printer = TablePrinter()
     print(f"\n{target} -> {out}", flush=True)
+    executor = _executor(args)
+    ui = dict(command=command, progress=lambda m: print(m, file=sys.stderr, flush=True), show_bar=not args.no_progress,
+              on_cell=printer.row, force_new=args.force_new, system_check=check, quiet=args.quiet)
     try:
-        run = run_sweep(cfg, out, command=command, progress=lambda m: print(m, file=sys.stderr, flush=True),
-                        show_bar=not args.no_progress, on_cell=printer.row, force_new=args.force_new,
-                        system_check=check, quiet=args.quiet, executor=_executor(args), extend=args.extend)
+        if executor.kind == "local":
+            run = run_sweep(cfg, out, **ui, extend=args.extend)
+        else:
+            run = run_sweep_distributed(cfg, out, executor, **ui, extend=args.extend)
     except CellsFailed as e:
         print(f"python -m measure: error: {e}", file=sys.stderr)
         raise SystemExit(1)
@@ -418,30 +410,12 @@ def _early_checks(args: argparse.Namespace, out: Path) -> None:
             fail(prog, str(e))
 
 
-def dispatch_subcommand(argv: list[str]) -> int | None:
-    """Run a subcommand if ``argv`` names one; an unknown word lists the valid ones."""
-    if not argv or argv[0].startswith("-"):
-        return None
-    if argv[0] == "head-sweep":  # the pruned draft head's K sweep, cells of the same sweep
-        from measure.head.head_sweep import main as head_sweep_main
-
-        return head_sweep_main(argv[1:])
-    if argv[0] == "head-recall":  # offline recall of the pruned-head selectors
-        from measure.head.head_recall import main as head_recall_main
-
-        return head_recall_main(argv[1:])
-    if argv[0] == "serve":  # a real server under load (measure/serve)
-        from measure.serve.cli import main as serve_main
-
-        return serve_main(argv[1:])
-    if argv[0] == "tree":  # token trees against the baseline (measure/tree_run.py)
-        from measure.tree_run import main as tree_main
-
-        return tree_main(argv[1:])
-    if argv[0] == "build-llamacpp":  # a portable llama.cpp, its bindings and tools, checked on this CPU
-        return build_llamacpp_main(argv[1:])
-    fail("python -m measure", f"unknown subcommand {argv[0]!r}; valid: {', '.join(SUBCOMMANDS)} "
-                              "(or options only: python -m measure --help)")
+def refuse_subcommand(argv: list[str]) -> None:
+    """A leading word that is not an option names a subcommand (:mod:`measure.__main__` runs the known ones):
+    one line listing the valid ones, exit 2."""
+    if argv and not argv[0].startswith("-"):
+        fail("python -m measure", f"unknown subcommand {argv[0]!r}; valid: {', '.join(SUBCOMMANDS)} "
+                                  "(or options only: python -m measure --help)")
 
 
 def build_llamacpp_main(argv: list[str]) -> int:
@@ -479,10 +453,9 @@ def build_llamacpp_main(argv: list[str]) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m measure [options]``: the sweep; its table as cells finish, then one JSON line."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    sub = dispatch_subcommand(argv)
-    if sub is not None:
-        return sub
+    refuse_subcommand(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     command = "python -m measure " + " ".join(shlex.quote(a) for a in argv)
@@ -496,7 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _config_from_args(args, target, drafts)  # every flag checked before any model loads
     if args.quiet:
         quiet_third_party()
-    from measure.models import resolve_device
+    from measure.devices import resolve_device
 
     try:
         device = resolve_device(args.device)

@@ -1,10 +1,12 @@
-"""Explicit KV-cache decoding loops over :class:`~measure.engines.base.Decoder` objects.
+"""Explicit KV-cache decoding loops over :class:`~measure.seam.Decoder` objects.
 
 No ``model.generate``: every forward, cache roll-back and acceptance decision
-is in this file, in the open, written once against the engine seam (a target
-``TargetModel`` hands out decoders; a model draft holds its own), so the
-transformers and the llama.cpp engines run the very same loop. Batch size is 1
-(the latency setting that speculative decoding is for).
+is in this file, in the open, written once against the seam (:mod:`measure.seam`),
+so the transformers and the llama.cpp engines run the very same loop. The
+caller owns the decoder (gpt-fast's ``setup_caches``): it makes one with
+``target.new_decoder()`` — a static cache and its compiled steps built once —
+and passes it to every generation; a model draft holds its own. Batch size is
+1 (the latency setting that speculative decoding is for).
 
 Speculative round (Leviathan et al. 2023; Chen et al. 2023)::
 
@@ -31,61 +33,14 @@ emitted token is fed at the start of the next forward).
 
 from __future__ import annotations
 
-import functools
-import inspect
 import time
-from dataclasses import dataclass
-from typing import Any, Protocol, Sequence
+from typing import Any, Sequence
 
 import torch
 
 from measure.analysis import TRACE_GAMMA_MAX
+from measure.seam import Decoder, Draft, GenerationResult, RoundRecord, SparseProbs
 from measure.timing import Timer
-
-
-# -- raw-model helpers (kept for callers that time a bare model: profiling, cost curves) ----------
-def new_cache() -> Any:
-    """An empty transformers ``DynamicCache``."""
-    from transformers import DynamicCache
-
-    return DynamicCache()
-
-
-def cache_len(cache: Any) -> int:
-    return int(cache.get_seq_length()) if cache is not None else 0
-
-
-def crop_cache(cache: Any, n_tokens: int) -> None:
-    """Keep the first ``n_tokens`` positions of a ``DynamicCache`` (no-op if it is not longer)."""
-    extra = cache_len(cache) - n_tokens
-    if extra > 0:
-        cache.crop(-extra)  # transformers 5: a negative count removes that many tokens
-
-
-@functools.lru_cache(maxsize=None)
-def _takes_logits_to_keep(cls: type) -> bool:
-    try:
-        return "logits_to_keep" in inspect.signature(cls.forward).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-@torch.inference_mode()
-def forward_logits(model: Any, input_ids: torch.Tensor, cache: Any | None, last_only: bool = False) -> torch.Tensor:
-    """Logits ``[1, S, V]`` (float32) of ``input_ids`` ``[1, S]`` continuing ``cache`` (updated in place).
-
-    ``last_only``: only the last position's logits (``logits_to_keep`` as an
-    index tensor), result ``[1, 1, V]``. The loops use decoders instead; this
-    serves callers that time a bare HF model.
-    """
-    kw = {}
-    if last_only and _takes_logits_to_keep(type(model)):
-        # an index tensor, not the int 1: transformers then gathers a contiguous [1, 1, H] copy of the last
-        # hidden state, where ``1`` gives a strided view that sends CPU bf16 F.linear down a path ~20x slower
-        kw["logits_to_keep"] = torch.tensor([input_ids.shape[1] - 1], device=input_ids.device)
-    out = model(input_ids=input_ids, past_key_values=cache, use_cache=cache is not None, **kw)
-    logits = out.logits
-    return (logits[:, -1:] if last_only else logits).float()
 
 
 # -- sampling helpers --------------------------------------------------------------------------
@@ -113,116 +68,6 @@ def check_temperature(temperature: float) -> float:
     return t
 
 
-@dataclass(frozen=True)
-class SparseProbs:
-    """Draft probabilities supported on ``K`` tokens per row (a pruned head): ids ``[k, K]``, probs ``[k, K]``."""
-
-    ids: torch.Tensor
-    probs: torch.Tensor
-
-    def at(self, tokens: torch.Tensor) -> torch.Tensor:
-        """``q_i(tokens[i])`` → ``[k]`` (0 where the token is outside row i's kept set)."""
-        return (self.probs * (self.ids == tokens[:, None])).sum(1)
-
-    def dense_row(self, i: int, vocab_size: int) -> torch.Tensor:
-        """Row ``i`` as a full-vocabulary distribution ``[V]``."""
-        return torch.zeros(vocab_size, device=self.probs.device).scatter_(0, self.ids[i], self.probs[i])
-
-
-# -- records ----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RoundRecord:
-    """One speculative round. ``context_tokens``: sequence length before the round."""
-
-    round: int
-    gamma: int
-    context_tokens: int
-    drafted: int
-    accepted: int
-    draft_ms: float
-    verify_ms: float
-    overhead_ms: float
-
-
-@dataclass(frozen=True)
-class GenerationResult:
-    """Output and timings of one generation (baseline or speculative).
-
-    ``tokens``: the new tokens only. ``wall_s`` runs from the first forward to
-    the last emitted token (prefill included). ``token_latency_ms[i]``: time
-    since the previous token was emitted (tokens emitted by one round share its
-    instant: the first carries the round's time, the rest 0).
-    """
-
-    tokens: tuple[int, ...]
-    prompt_tokens: int
-    wall_s: float
-    ttft_ms: float
-    token_latency_ms: tuple[float, ...]
-    rounds: tuple[RoundRecord, ...] = ()
-    peak_mem_bytes: int = 0
-
-    @property
-    def new_tokens(self) -> int:
-        return len(self.tokens)
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.new_tokens / self.wall_s if self.wall_s > 0 else float("nan")
-
-    @property
-    def drafted(self) -> int:
-        return sum(r.drafted for r in self.rounds)
-
-    @property
-    def accepted(self) -> int:
-        return sum(r.accepted for r in self.rounds)
-
-
-class Draft(Protocol):
-    """What the speculative loop needs from a draft (see :mod:`measure.drafts`).
-
-    ``propose`` gets the whole sequence so far ``[1, L]`` (a view of the loop's
-    buffer) and returns ``[k]`` tokens on the device (``k <= γ``) and, when
-    sampling, their distributions (``[k, V]`` or :class:`SparseProbs`). A draft
-    may also have ``observe(new_tokens: list[int])``, called with each round's
-    emitted tokens (host ints) so a lookup draft keeps its index without a
-    device-to-host copy.
-    """
-
-    name: str
-
-    def start(self, prompt_ids: torch.Tensor) -> None: ...
-
-    def propose(self, tokens: torch.Tensor, gamma: int, temperature: float,
-                generator: torch.Generator | None) -> tuple[torch.Tensor, Any]: ...
-
-    def rollback(self, n_tokens: int) -> None: ...
-
-
-def loop_decoder(target: Any) -> Any:
-    """The decoder the loops use for ``target``: made once by ``target.new_decoder()`` and kept on the target.
-
-    A static cache and its compiled steps are built once per target, not per
-    generation. (A bare ``nn.Module`` is wrapped as a transformers target.)
-    """
-    if isinstance(target, torch.nn.Module):
-        from measure.engines.transformers import TransformersDecoder
-
-        store = target.__dict__
-        dec = store.get("_specscope_decoder")
-        if dec is None:
-            dec = store["_specscope_decoder"] = TransformersDecoder(target)
-        return dec
-    store = getattr(target, "__dict__", None)
-    if store is None:
-        return target.new_decoder()
-    dec = store.get("_specscope_decoder")
-    if dec is None:
-        dec = store["_specscope_decoder"] = target.new_decoder()
-    return dec
-
-
 def decoder_argmax(dec: Any, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
     """Greedy ids ``[n]`` (``[1]`` if ``last_only``) on the device: the decoder's fast path where it has one."""
     fast = getattr(dec, "forward_argmax", None)
@@ -239,10 +84,10 @@ def _first_eos(tokens: Sequence[int], eos: Sequence[int]) -> int | None:
 
 
 # -- the baseline -------------------------------------------------------------------------
-def autoregressive_generate(target: Any, input_ids: torch.Tensor, temperature: float = 0.0,
+def autoregressive_generate(dec: Decoder, input_ids: torch.Tensor, temperature: float = 0.0,
                             max_new_tokens: int = 64, generator: torch.Generator | None = None,
                             eos_token_ids: Sequence[int] = (), timer: Timer | None = None) -> GenerationResult:
-    """Token-by-token decoding with the target's KV cache. ``input_ids``: ``[1, S]``.
+    """Token-by-token decoding with the target's decoder ``dec`` (reset first). ``input_ids``: ``[1, S]``.
 
     Greedy: the argmax stays on the device and is the next step's input; the
     host reads it once per token (for EOS and the latency stamp).
@@ -251,7 +96,6 @@ def autoregressive_generate(target: Any, input_ids: torch.Tensor, temperature: f
     dev = input_ids.device
     timer = timer or Timer(dev)
     eos = set(eos_token_ids)
-    dec = loop_decoder(target)
     dec.reset()
     out: list[int] = []
     lat: list[float] = []
@@ -331,11 +175,11 @@ def accept_tokens(p_logits: torch.Tensor, draft_tokens: torch.Tensor, q_probs: A
 
 # long: the speculative loop kept as one straight piece of tensor code (draft, verify, accept, roll back) as in
 #   gpt-fast
-def speculative_generate(target: Any, draft: Draft, input_ids: torch.Tensor, policy: Any,
+def speculative_generate(dec: Decoder, draft: Draft, input_ids: torch.Tensor, policy: Any,
                          temperature: float = 0.0, max_new_tokens: int = 64,
                          generator: torch.Generator | None = None, eos_token_ids: Sequence[int] = (),
                          timer: Timer | None = None) -> GenerationResult:
-    """Speculative decoding of ``target`` with ``draft``; γ from ``policy`` (``sim.policies``).
+    """Speculative decoding of the target whose decoder is ``dec`` with ``draft``; γ from ``policy`` (``sim.policies``).
 
     ``input_ids``: ``[1, S]``. Returns the new tokens and one :class:`RoundRecord`
     per round. The first token comes from the target's prefill (as in the
@@ -348,7 +192,6 @@ def speculative_generate(target: Any, draft: Draft, input_ids: torch.Tensor, pol
     eos = set(eos_token_ids)
     observe = getattr(draft, "observe", None)
     policy.reset()
-    dec = loop_decoder(target)
     dec.reset()
     S = int(input_ids.shape[1])
     buf = torch.empty(1, S + max_new_tokens + 1, dtype=torch.long, device=dev)  # [1, S + new]: the sequence
@@ -423,7 +266,7 @@ def speculative_generate(target: Any, draft: Draft, input_ids: torch.Tensor, pol
 
 # -- acceptance traces ------------------------------------------------------------------------
 @torch.inference_mode()
-def acceptance_trace(target: Any, draft: Any, tokens: torch.Tensor, prompt_tokens: int,
+def acceptance_trace(dec: Decoder, draft: Any, tokens: torch.Tensor, prompt_tokens: int,
                      temperature: float) -> list[float]:
     """Per generated position, teacher-forced on ``tokens`` ``[1, L]`` (prompt + target output).
 
@@ -436,7 +279,6 @@ def acceptance_trace(target: Any, draft: Any, tokens: torch.Tensor, prompt_token
     gen = tokens[0, prompt_tokens:]  # [n]
     if temperature == 0:
         return [float(x) for x in (q.gather(1, gen[:, None]).squeeze(1) > 0.5).float().tolist()]
-    dec = loop_decoder(target)
     dec.reset()
     logits = dec.forward(tokens[:, :-1])[prompt_tokens - 1:]  # [n, V]
     dec.reset()

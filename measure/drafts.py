@@ -1,9 +1,11 @@
-"""Draft kinds for speculative decoding, built from a target by a draft spec.
+"""Drafts for speculative decoding, written against the seam, and the draft specs that name them.
 
-``make_draft(spec, target)`` with ``spec`` one of (see :func:`parse_draft_spec`):
+Draft specs (validated without loading a model by :func:`parse_draft_spec` and,
+for layer bounds, :func:`check_draft_spec`; an engine builds the draft,
+``engine.make_draft(spec, target)``):
 
-* ``model:<model spec>`` — a separate model (any :func:`measure.models.load_model`
-  spec); it must share the target's vocabulary.
+* ``model:<model spec>`` — a separate model (any model spec of the engine);
+  it must share the target's vocabulary.
 * ``early:N`` — early exit: the target's first N layers, sharing its
   embeddings, final norm and head.
 * ``layers:0-5,20-29`` — any layer subset of the target (skipped layers), same sharing.
@@ -15,27 +17,25 @@
   (``PromptLookupCandidateGenerator``): the earliest occurrence, the
   continuation cut before the first EOS.
 
-Model-backed drafts (:class:`ModelDraft`) run over a
-:class:`~measure.engines.base.Decoder` (a transformers model's own, or any
-engine's), so the same draft code serves every engine; ``draft.model.lm_head``
-of a transformers draft may be swapped for a
-:class:`~measure.head.pruned_head.PrunedLMHead` (its fast path is used greedily) or
-any module returning full-vocab logits. Other kinds can be added with
-:func:`register_draft`. Specs are validated without loading a model by
-:func:`parse_draft_spec` and, for layer bounds, :func:`check_draft_spec`.
+Here: :class:`ModelDraft`, a draft over any engine's :class:`~measure.seam.Decoder`
+(the caller makes the decoder and hands it in; ``draft.model.lm_head`` of a
+transformers draft may be swapped for a kept-vocabulary head, whose fast path
+is used greedily, or any module returning full-vocab logits), and the
+engine-agnostic prompt-lookup draft (:class:`NGramDraft`, :func:`ngram_draft`).
+The builders of the transformers-only kinds (``early``, ``layers``, ``int8``,
+``bf16``, ``fp16``, ``model``) are in :mod:`measure.engines.transformers.drafts`.
 """
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
-from measure.decoding import SparseProbs, decoder_argmax, probs_from_logits, sample
-from measure.models import LoadedModel, check_same_vocab, load_model
+from measure.decoding import decoder_argmax, probs_from_logits, sample
+from measure.seam import Decoder, SparseProbs
 
 
 # -- draft specs -----------------------------------------------------------------------------
@@ -51,8 +51,12 @@ _FORMS = {
 }
 
 
+#: The draft kinds a spec may name.
+DRAFT_KINDS = tuple(_FORMS)
+
+
 def _valid_forms() -> str:
-    return ", ".join(_FORMS.get(k, f"{k}[:<arg>]") for k in DRAFT_KINDS)
+    return ", ".join(_FORMS.values())
 
 
 @dataclass(frozen=True)
@@ -83,7 +87,8 @@ def _bad(text: str, why: str, kind: str | None = None) -> ValueError:
     return ValueError(f"draft {text!r}: {why}; valid: {forms}")
 
 
-def _layer_ranges(text: str, arg: str) -> list[tuple[int, int]]:
+def layer_ranges(text: str, arg: str) -> list[tuple[int, int]]:
+    """``(first, last)`` layer ranges of a ``layers:`` list ``arg`` (``0-5,20-29``); ``text`` names the spec in errors."""
     parts = arg.split(",")
     out = []
     for part in parts:
@@ -115,7 +120,7 @@ def parse_draft_spec(text: str) -> DraftSpec:
     elif kind == "layers":
         if not arg:
             raise _bad(t, "needs a layer list", kind)
-        _layer_ranges(t, arg)
+        layer_ranges(t, arg)
     elif kind in ("int8", "bf16", "fp16"):
         if sep:
             raise _bad(t, f"{kind!r} takes no argument", kind)
@@ -130,6 +135,16 @@ def parse_draft_spec(text: str) -> DraftSpec:
     return DraftSpec(kind, arg)
 
 
+def parse_layers(text: str, n_layers: int) -> list[int]:
+    """``"0-5,20-29"`` → sorted unique layer indices, each in ``[0, n_layers)``."""
+    out: set[int] = set()
+    for a, b in layer_ranges(f"layers:{text}", text):
+        out.update(range(a, b + 1))
+    if not out or min(out) < 0 or max(out) >= n_layers:
+        raise ValueError(f"layer list {text!r} must name layers in 0..{n_layers - 1}")
+    return sorted(out)
+
+
 def check_draft_spec(spec: str | DraftSpec, n_layers: int | None) -> DraftSpec:
     """:func:`parse_draft_spec` plus the checks that need only the target's layer count (no weights)."""
     ds = spec if isinstance(spec, DraftSpec) else parse_draft_spec(spec)
@@ -139,7 +154,7 @@ def check_draft_spec(spec: str | DraftSpec, n_layers: int | None) -> DraftSpec:
     if ds.kind == "early" and not 1 <= int(ds.arg) < n_layers:
         raise _bad(text, f"needs 1 <= N < {n_layers} (target layers), got {ds.arg}", "early")
     if ds.kind == "layers":
-        hi = max(b for _, b in _layer_ranges(text, ds.arg))
+        hi = max(b for _, b in layer_ranges(text, ds.arg))
         if hi >= n_layers:
             raise _bad(text, f"layer {hi} out of range: the target has layers 0..{n_layers - 1}", "layers")
     return ds
@@ -147,24 +162,19 @@ def check_draft_spec(spec: str | DraftSpec, n_layers: int | None) -> DraftSpec:
 
 # -- drafts --------------------------------------------------------------------------------
 class ModelDraft:
-    """A draft backed by a model with its own KV-cached :class:`~measure.engines.base.Decoder`.
+    """A draft backed by a model with its own KV-cached :class:`~measure.seam.Decoder`.
 
-    Either ``model`` (a transformers causal LM: its decoder is a
-    :class:`~measure.engines.transformers.TransformersDecoder` with ``options``)
-    or ``decoder`` (any engine's) is given.
+    ``decoder``: the draft model's decoder, made by the engine that loaded it;
+    ``model``: the module behind it where there is one (a transformers causal
+    LM: its parameters are counted, its ``lm_head`` may be swapped, the peer
+    uses it), else None; ``loaded``: the loaded model record, kept alive with the draft.
     """
 
-    def __init__(self, name: str, kind: str, model: Any = None, synthetic: bool = False, info: dict | None = None,
-                 loaded: LoadedModel | None = None, *, decoder: Any = None, options: Any = None) -> None:
-        if model is None and decoder is None:
-            raise ValueError("ModelDraft needs a model or a decoder")
+    def __init__(self, name: str, kind: str, decoder: Decoder, model: Any = None, synthetic: bool = False,
+                 info: dict | None = None, loaded: Any = None) -> None:
         self.name, self.kind, self.model, self.synthetic = name, kind, model, synthetic
         self.info = dict(info or {})
         self.loaded = loaded
-        if decoder is None:
-            from measure.engines.transformers import TransformersDecoder
-
-            decoder = TransformersDecoder(model, options)
         self.decoder = decoder
         self.vocab_size = int(decoder.vocab_size)
 
@@ -386,141 +396,9 @@ class NGramDraft:
         return q
 
 
-# -- builders ------------------------------------------------------------------------------
-def _layer_container(model: torch.nn.Module) -> tuple[torch.nn.Module, str, torch.nn.ModuleList]:
-    """(parent, attribute, ModuleList) of the decoder layers of an HF causal LM."""
-    n = int(model.config.get_text_config(decoder=True).num_hidden_layers)
-    for name, mod in model.named_modules():
-        if isinstance(mod, torch.nn.ModuleList) and len(mod) == n and name.split(".")[-1] in ("layers", "h"):
-            parent_name, _, attr = name.rpartition(".")
-            return model.get_submodule(parent_name) if parent_name else model, attr, mod
-    raise ValueError(f"cannot find the decoder layers of {type(model).__name__}")
-
-
-def parse_layers(text: str, n_layers: int) -> list[int]:
-    """``"0-5,20-29"`` → sorted unique layer indices, each in ``[0, n_layers)``."""
-    out: set[int] = set()
-    for a, b in _layer_ranges(f"layers:{text}", text):
-        out.update(range(a, b + 1))
-    if not out or min(out) < 0 or max(out) >= n_layers:
-        raise ValueError(f"layer list {text!r} must name layers in 0..{n_layers - 1}")
-    return sorted(out)
-
-
-def layer_subset_model(model: torch.nn.Module, keep: list[int]) -> torch.nn.Module:
-    """A model running only layers ``keep`` of ``model``, sharing every weight tensor with it.
-
-    Module objects are copied (so swapping the copy's ``lm_head`` leaves the
-    target alone); parameters and buffers are the target's own tensors.
-    """
-    memo = {id(t): t for t in list(model.parameters()) + list(model.buffers())}
-    sub = copy.deepcopy(model, memo)
-    parent, attr, layers = _layer_container(sub)
-    new_layers = torch.nn.ModuleList([layers[i] for i in keep])
-    for new_idx, layer in enumerate(new_layers):
-        for m in layer.modules():
-            if hasattr(m, "layer_idx"):
-                m.layer_idx = new_idx
-    setattr(parent, attr, new_layers)
-    cfg = sub.config.get_text_config(decoder=True)
-    if getattr(cfg, "layer_types", None) is not None:
-        cfg.layer_types = [cfg.layer_types[i] for i in keep]
-    cfg.num_hidden_layers = len(keep)
-    return sub
-
-
-def _cast(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
-    """Cast floating parameters/buffers (``nn.Module._apply``: HF blocks ``.to`` on GGUF-loaded models)."""
-    return model._apply(lambda t: t.to(dtype) if t.is_floating_point() else t)
-
-
-def _need_model(target: LoadedModel, kind: str) -> None:
-    if getattr(target, "model", None) is None:
-        raise ValueError(f"draft kind {kind!r} needs a model-backed (transformers) target")
-
-
-def _build_model(arg: str, target: LoadedModel, device: str, dtype: str, seed: int, options: Any = None,
-                 **_: Any) -> ModelDraft:
-    d = load_model(arg, device=device, dtype=dtype, seed=seed)
-    check_same_vocab(target, d)
-    return ModelDraft(f"model:{d.name}", "model", d.model, d.synthetic, {"source": d.source, "name": d.name},
-                      loaded=d, options=options)
-
-
-def _build_layers(arg: str, target: LoadedModel, kind: str = "layers", options: Any = None,
-                  **_: Any) -> ModelDraft:
-    _need_model(target, kind)
-    n = int(target.model.config.get_text_config(decoder=True).num_hidden_layers)
-    if kind == "early":
-        keep = list(range(int(arg)))
-        name = f"early:{arg}"
-    else:
-        keep = parse_layers(arg, n)
-        name = f"layers:{arg}"
-    return ModelDraft(name, kind, layer_subset_model(target.model, keep), target.synthetic,
-                      {"layers": keep, "of_layers": n}, options=options)
-
-
-def _build_int8(arg: str, target: LoadedModel, options: Any = None, **_: Any) -> ModelDraft:
-    _need_model(target, "int8")
-    if target.device != "cpu":
-        raise ValueError("draft 'int8' (dynamic int8 quantisation) runs on CPU only; use bf16/fp16 on CUDA")
-    from torch.ao.quantization import quantize_dynamic
-
-    m = _cast(copy.deepcopy(target.model), torch.float32)
-    m = quantize_dynamic(m, {torch.nn.Linear}, dtype=torch.qint8)
-    return ModelDraft("int8", "int8", m.eval(), target.synthetic, {"quantization": "dynamic int8 Linear"},
-                      options=options)
-
-
-def _build_half(arg: str, target: LoadedModel, kind: str = "bf16", options: Any = None, **_: Any) -> ModelDraft:
-    _need_model(target, kind)
-    dt = torch.bfloat16 if kind == "bf16" else torch.float16
-    m = _cast(copy.deepcopy(target.model), dt).eval()
-    return ModelDraft(kind, kind, m, target.synthetic, {"dtype": str(dt).replace("torch.", "")}, options=options)
-
-
-def _build_ngram(arg: str, target: LoadedModel, **_: Any) -> NGramDraft:
-    n, rule = DraftSpec("ngram", arg).ngram
+def ngram_draft(spec: str | DraftSpec, vocab_size: int | None = None, eos_token_ids: Sequence[int] = ()) -> NGramDraft:
+    """The :class:`NGramDraft` of an ``ngram`` spec (``ngram``, ``ngram:N``, ``ngram:N:first``; every engine's)."""
+    ds = spec if isinstance(spec, DraftSpec) else parse_draft_spec(spec)
+    n, rule = ds.ngram
     name = f"ngram:{n}" + (":first" if rule == "first" else "")
-    return NGramDraft(name, n, rule, eos_token_ids=getattr(target, "eos_token_ids", ()),
-                      vocab_size=target.vocab_size)
-
-
-Builder = Callable[..., Any]
-#: kind → builder(arg, target, *, kind, device, dtype, seed, options) returning a draft.
-DRAFT_KINDS: dict[str, Builder] = {
-    "model": _build_model,
-    "early": _build_layers,
-    "layers": _build_layers,
-    "int8": _build_int8,
-    "bf16": _build_half,
-    "fp16": _build_half,
-    "ngram": _build_ngram,
-}
-
-
-def register_draft(kind: str, builder: Builder) -> None:
-    """Add a draft kind: ``builder(arg, target, *, kind, device, dtype, seed, options, **kw)``."""
-    DRAFT_KINDS[kind] = builder
-
-
-def _n_layers(target: Any) -> int | None:
-    model = getattr(target, "model", None)
-    cfg = getattr(model, "config", None)
-    if cfg is None:
-        return None
-    return int(cfg.get_text_config(decoder=True).num_hidden_layers)
-
-
-def make_draft(kind_spec: str, target: LoadedModel, device: str | None = None, dtype: str | None = None,
-               seed: int = 0, options: Any = None, **kw: Any) -> Any:
-    """Build a draft for ``target`` from ``kind_spec`` (see module docstring).
-
-    ``options`` (:class:`~measure.engines.base.EngineOptions`): the model
-    draft's decoder settings; by default the target's.
-    """
-    ds = check_draft_spec(kind_spec, _n_layers(target))
-    opts = options if options is not None else getattr(target, "engine_options", None)
-    return DRAFT_KINDS[ds.kind](ds.arg, target, kind=ds.kind, device=device or target.device,
-                                dtype=dtype or target.dtype, seed=seed, options=opts, **kw)
+    return NGramDraft(name, n, rule, eos_token_ids=eos_token_ids, vocab_size=vocab_size)

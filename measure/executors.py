@@ -1,8 +1,9 @@
 """Where a sweep's cells run: here (``--executor local``) or on a Ray cluster (``--executor ray``).
 
 The local executor is :func:`measure.sweep.run_sweep` itself. The Ray executor
-(:func:`run_distributed`) sends every unfinished cell to the cluster as one Ray
-task and writes what comes back:
+(:func:`run_sweep_distributed`) opens the run as the local one does
+(:func:`measure.sweep.open_run`), sends every unfinished cell to the cluster as
+one Ray task and writes what comes back:
 
 * **Workers load the models themselves** from the same specs
   (:class:`CellWorker`: the engine from :func:`measure.engines.make_engine`,
@@ -48,7 +49,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from measure import records
+import torch
+
+from measure import records, sweep
+from measure.rows import CellRow, CostDraftRow, CostTargetRow, Row
+from measure.devices import resolve_device
+from measure.timing import Timer
 from sim.policies import GammaSpec
 from toolkit.cli import parse_host_port
 
@@ -197,8 +203,8 @@ class Preparation:
     draft_names: tuple[str, ...]
     prompts: Mapping[str, Any]
     synthetic: bool
-    cost_target: tuple[Mapping[str, Any], ...] = ()
-    cost_draft: tuple[Mapping[str, Any], ...] = ()
+    cost_target: tuple[CostTargetRow, ...] = ()
+    cost_draft: tuple[CostDraftRow, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -206,8 +212,8 @@ class CellOutcome:
     """A measured cell as it travels back to the driver: its rows per table and its ``cells.csv`` row."""
 
     cell_id: str
-    row: Mapping[str, Any]
-    tables: Mapping[str, tuple[Mapping[str, Any], ...]]
+    row: CellRow
+    tables: Mapping[str, tuple[Row, ...]]
     worker: WorkerInfo
     target_fingerprint: Mapping[str, Any]
     peer_errors: Mapping[str, str] = field(default_factory=dict)
@@ -223,16 +229,16 @@ class RowCollector:
 
     def __init__(self) -> None:
         self.meta: dict[str, Any] = {}
-        self.tables: dict[str, list[dict]] = {t: [] for t in CELL_TABLES}
-        self.row: dict | None = None
+        self.tables: dict[str, list[Row]] = {t: [] for t in CELL_TABLES}
+        self.row: CellRow | None = None
         self.repairs: list[str] = []  # nothing staged here, so nothing to repair or quarantine
 
-    def append(self, table: str, rows: list[dict]) -> int:
-        self.tables.setdefault(table, []).extend(dict(r) for r in rows)
+    def append(self, table: str, rows: list[Row]) -> int:
+        self.tables.setdefault(table, []).extend(rows)
         return len(rows)
 
-    def finish_cell(self, row: Mapping[str, Any]) -> None:
-        self.row = dict(row)
+    def finish_cell(self, row: CellRow) -> None:
+        self.row = row
 
     def update(self, **fields: Any) -> None:
         self.meta.update(fields)
@@ -250,61 +256,40 @@ class RowCollector:
 class CellWorker:
     """A sweep's models on one worker process, rebuilt from the config alone (the driver sends nothing else)."""
 
-    def __init__(self, config: Any, cpus: int | None, quiet: bool = True) -> None:
-        import torch
-
-        from measure import sweep
-        from measure.engines import make_engine
-        from measure.models import resolve_device
-        from measure.timing import Timer
-
+    def __init__(self, config: sweep.SweepConfig, cpus: int | None, quiet: bool = True) -> None:
         self.config = config
         device = resolve_device(config.device)
         threads = config.threads or (cpus if not device.startswith("cuda") else None)
         if threads:
             torch.set_num_threads(int(threads))
-        self.prompts, self.selection = sweep.select_prompts(config)
-        opts = sweep.engine_options(config, device, threads, quiet)
-        self.engine = make_engine(config.engine, opts)
-        with sweep.silenced(quiet):
-            self.target = self.engine.load_target(config.target, device=device, dtype=config.dtype, seed=config.seed)
-            self.drafts = {spec: self.engine.make_draft(spec, self.target, seed=config.seed + 1)
-                           for spec in config.drafts}
+        prompts, self.selection = sweep.select_prompts(config)
+        self.session = sweep.open_session(config, prompts, sweep.engine_options(config, device, threads, quiet),
+                                          quiet=quiet)
+        self.drafts = dict(zip(config.drafts, self.session.drafts))
         hardware, versions, _ = sweep.environment(device)
-        versions = {**versions, **{f"engine_{k}": v for k, v in dict(self.engine.versions()).items()}}
         self.info = WorkerInfo(host=socket.gethostname(), pid=os.getpid(), device=device, hardware=hardware,
-                               versions=versions)
-        self.target_fingerprint = sweep.target_fingerprint(self.target, self.engine)
-        self.enc = {p.prompt_id: self.engine.encode(self.target, p.message, config.max_prompt_tokens)
-                    for ps in self.prompts.values() for p in ps}
-        self.ctx = sweep.CellContext(RowCollector(), self.engine, self.target, config, Timer(device), self.prompts,
-                                     self.enc, hardware=self.info.label)
+                               versions=self.session.versions(versions))
+        self.ctx = sweep.CellContext(RowCollector(), self.session, config, Timer(device), hardware=self.info.label)
 
     def prepare(self, cost_curves: bool, done_target: set = frozenset(), done_draft: set = frozenset()
                 ) -> Preparation:
         """Models, prompts and versions for ``run.json``; when ``cost_curves``, the cost-curve points not
         already on disk (``done_target``/``done_draft``: :func:`measure.sweep.cost_points_done`)."""
-        from measure import sweep
-
-        drafts = list(self.drafts.values())
-        t_rows: list[dict] = []
-        d_rows: list[dict] = []
+        session = self.session
+        t_rows: list[CostTargetRow] = []
+        d_rows: list[CostDraftRow] = []
         if cost_curves:
-            t_rows, d_rows = sweep.cost_curves_for(self.config, self.target, drafts, self.ctx.timer,
+            t_rows, d_rows = sweep.cost_curves_for(self.config, session.target, list(session.drafts), self.ctx.timer,
                                                    done_target, done_draft,
-                                                   prompt_tokens=sweep.prompt_lengths(self.prompts, self.enc)
+                                                   prompt_tokens=sweep.prompt_lengths(session.prompts, session.enc)
                                                    ).measure()
         return Preparation(
-            worker=self.info, target_fingerprint=self.target_fingerprint,
-            models={"target": self.target.describe(), "drafts": {d.name: d.describe() for d in drafts}},
-            draft_names=tuple(d.name for d in drafts), prompts=sweep.prompts_meta(self.prompts, self.enc),
-            synthetic=bool(self.target.synthetic or any(d.synthetic for d in drafts)),
-            cost_target=tuple(t_rows), cost_draft=tuple(d_rows))
+            worker=self.info, target_fingerprint=session.target_fingerprint, models=session.models(),
+            draft_names=tuple(d.name for d in session.drafts), prompts=session.prompts_meta(),
+            synthetic=session.synthetic, cost_target=tuple(t_rows), cost_draft=tuple(d_rows))
 
     def run(self, task: CellTask, selection_sha256: str) -> CellOutcome:
         """Measure one cell with :func:`measure.sweep.run_cell` and return its rows."""
-        from measure import sweep
-
         if self.selection.get("texts_sha256") != selection_sha256:
             raise ValueError(f"worker {self.info.host}: its prompts differ from the driver's (is --prompts-file the "
                              "same file on every node?)")
@@ -312,11 +297,11 @@ class CellWorker:
         collector = RowCollector()
         self.ctx.writer = collector
         row = sweep.run_cell(self.ctx, self.drafts[task.draft], task.gamma_policy, task.temperature, task.domain)
-        if row["cell_id"] != task.cell_id:
-            raise AssertionError(f"cell id {row['cell_id']!r} != {task.cell_id!r}")
+        if row.cell_id != task.cell_id:
+            raise AssertionError(f"cell id {row.cell_id!r} != {task.cell_id!r}")
         return CellOutcome(cell_id=task.cell_id, row=row,
                            tables={t: tuple(collector.tables.get(t, ())) for t in CELL_TABLES},
-                           worker=self.info, target_fingerprint=self.target_fingerprint,
+                           worker=self.info, target_fingerprint=self.session.target_fingerprint,
                            peer_errors=dict(collector.meta.get("peer_errors", {})))
 
 
@@ -342,7 +327,7 @@ def _inject_fault(cell_id: str) -> None:
 _WORKERS: dict[str, CellWorker] = {}
 
 
-def _worker(config: Any, cpus: int | None, quiet: bool) -> CellWorker:
+def _worker(config: sweep.SweepConfig, cpus: int | None, quiet: bool) -> CellWorker:
     key = json.dumps(config.as_dict(), sort_keys=True, default=str) + f"|{cpus}"
     if key not in _WORKERS:
         _WORKERS.clear()  # another sweep's models: free them first
@@ -350,13 +335,14 @@ def _worker(config: Any, cpus: int | None, quiet: bool) -> CellWorker:
     return _WORKERS[key]
 
 
-def prepare_task(config: Any, cpus: int | None, quiet: bool, cost_curves: bool, done_target: set = frozenset(),
-                 done_draft: set = frozenset()) -> Preparation:
+def prepare_task(config: sweep.SweepConfig, cpus: int | None, quiet: bool, cost_curves: bool,
+                 done_target: set = frozenset(), done_draft: set = frozenset()) -> Preparation:
     """Ray task: load the sweep's models on this worker and describe them (plus the cost-curve points to time)."""
     return _worker(config, cpus, quiet).prepare(cost_curves, done_target, done_draft)
 
 
-def cell_task(config: Any, cpus: int | None, quiet: bool, task: CellTask, selection_sha256: str) -> CellOutcome:
+def cell_task(config: sweep.SweepConfig, cpus: int | None, quiet: bool, task: CellTask,
+              selection_sha256: str) -> CellOutcome:
     """Ray task: measure one cell on this worker (its models loaded once per worker process)."""
     return _worker(config, cpus, quiet).run(task, selection_sha256)
 
@@ -388,7 +374,7 @@ def _connect(ray: Any, executor: ExecutorConfig) -> bool:
     return True
 
 
-def cell_resources(ray: Any, config: Any, executor: ExecutorConfig) -> dict[str, Any]:
+def cell_resources(ray: Any, config: sweep.SweepConfig, executor: ExecutorConfig) -> dict[str, Any]:
     """Ray options of every task: one GPU per cell on CUDA, else ``cpus_per_cell`` CPUs (checked to fit a node)."""
     nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
     gpus = max((n.get("GPU", 0) for n in nodes), default=0)
@@ -404,19 +390,30 @@ def cell_resources(ray: Any, config: Any, executor: ExecutorConfig) -> dict[str,
     return {"num_cpus": executor.cpus_per_cell}
 
 
-# long: the driver's side of a Ray sweep in order (join, prepare, submit, collect with retries, record); the parts
-#   share the ray handle, the writer and the cleanup in one try/finally
-def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWriter, meta: Mapping[str, Any],
-                    prompts: Mapping[str, Any], selection: Mapping[str, Any],
-                    progress: Callable[[str], None] | None = None, show_bar: bool = True,
-                    on_cell: Callable[[dict], None] | None = None, quiet: bool = True) -> records.Run:
-    """Measure the unfinished cells of ``writer``'s run on Ray and write them as they arrive (module docstring).
+def run_sweep_distributed(config: sweep.SweepConfig, out_dir: str | Path, executor: ExecutorConfig,
+                          command: str = "", progress: Callable[[str], None] | None = None, show_bar: bool = True,
+                          on_cell: Callable[[CellRow], None] | None = None, force_new: bool = False,
+                          system_check: dict | None = None, quiet: bool = False, extend: bool = False) -> records.Run:
+    """Run (or resume) the sweep into ``out_dir`` with its cells on the Ray cluster of ``executor``; returns the
+    run read back (the arguments are :func:`measure.sweep.run_sweep`'s; module docstring).
 
     Raises :class:`CellsFailed` after writing every cell that succeeded when
     some cells failed on their workers.
     """
-    from measure import sweep
+    say = progress or (lambda _m: None)
+    opened = sweep.open_run(config, out_dir, command, say, force_new, system_check, cluster_hardware=CLUSTER_HARDWARE,
+                            extend=extend)
+    return run_distributed(config, executor, opened.writer, opened.meta, opened.prompts, opened.selection,
+                           progress=say, show_bar=show_bar, on_cell=on_cell, quiet=quiet)
 
+
+# long: the driver's side of a Ray sweep in order (join, prepare, submit, collect with retries, record); the parts
+#   share the ray handle, the writer and the cleanup in one try/finally
+def run_distributed(config: sweep.SweepConfig, executor: ExecutorConfig, writer: records.RunWriter,
+                    meta: Mapping[str, Any], prompts: Mapping[str, Any], selection: Mapping[str, Any],
+                    progress: Callable[[str], None] | None = None, show_bar: bool = True,
+                    on_cell: Callable[[CellRow], None] | None = None, quiet: bool = True) -> records.Run:
+    """Measure the unfinished cells of ``writer``'s run on Ray and write them as they arrive (module docstring)."""
     say = progress or (lambda _m: None)
     ray = import_ray()
     started = False
@@ -456,7 +453,7 @@ def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWr
                 writer.append("cost_target", prep.cost_target)
                 writer.update(cost_hardware=prep.worker.label)
                 sweep.screen_cost(writer, None, say)  # timed on a worker: an out-of-line point is dropped
-            done_cells = on_disk.table("cells").to_dict("records")
+            done_cells: list[CellRow] = on_disk.rows("cells")
             for c in done_cells:
                 if on_cell:
                     on_cell(c)
@@ -496,13 +493,13 @@ def run_distributed(config: Any, executor: ExecutorConfig, writer: records.RunWr
                         writer.update(failed_cells=failed)
                         continue
                     _write_outcome(writer, out)
-                    done_cells.append(dict(out.row))
+                    done_cells.append(out.row)
                     writer.update(summary=sweep.summarize(done_cells, prep.synthetic))
                     if bar is not None:
                         bar.update(1)
                         bar.clear()
                     if on_cell:
-                        on_cell(dict(out.row))
+                        on_cell(out.row)
                     if bar is not None:
                         bar.refresh()
             finally:

@@ -313,7 +313,7 @@ def load_prompts_file(path: str | Path) -> tuple[list[Prompt], str]:
 
 def encode_prompt(prompt: Prompt, model: Any, max_prompt_tokens: int = 256,
                   device: str | torch.device = "cpu") -> torch.Tensor:
-    """Token ids ``[1, S]`` of ``prompt`` for ``model`` (a :class:`measure.models.LoadedModel`).
+    """Token ids ``[1, S]`` of ``prompt`` for ``model`` (a :class:`measure.engines.transformers.models.LoadedModel`).
 
     With a tokenizer: the chat template when the tokenizer has one, else the
     plain message. Without one (synthetic or tokenizer-less models): UTF-8 bytes

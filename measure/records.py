@@ -8,8 +8,8 @@ Writing::
 
     w = RunWriter("runs/x", meta={...}, fingerprint={...})
     if not w.is_finished(cid):
-        w.append("rounds", [{...}, ...])        # rows of the cell, as they come
-        w.finish_cell({... cells.csv row ...})    # last: marks the cell finished
+        w.append("rounds", [RoundRow(...), ...])  # typed rows of the cell (measure.rows), as they come
+        w.finish_cell(CellRow.make(...))          # last: marks the cell finished
     w.update(summary={...})                      # atomic rewrite of run.json
     w.close("complete")                          # or "interrupted" / "failed"
 
@@ -17,6 +17,7 @@ Reading::
 
     run = load_run("runs/x")                     # validated: one-line ValueError naming file/row/column
     run.summary; run.status; run.table("cells")  # pandas DataFrame
+    run.rows("cells")                            # the same as typed rows (measure.rows.CellRow)
 
 Crash safety: every append is one ``write`` of whole lines on an ``O_APPEND``
 descriptor; ``run.json`` is rewritten atomically (temp file + rename) with
@@ -71,7 +72,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
-from sim.policies import GammaSpec
+from measure.ids import CellId, cell_id  # noqa: F401 — the run format's identities, named here too
+from measure.rows import ROW_TYPES, Row
+from toolkit.jsonio import clean_json, strict_dumps  # noqa: F401 — the run format writes strict JSON
 
 #: Schema this code writes; :data:`READABLE_SCHEMAS` it reads (docs/RUN_FORMAT.md, "Version history").
 SCHEMA_VERSION = 2
@@ -92,76 +95,9 @@ STALE_HEARTBEAT_S = 900.0
 EXTENSION_FIELDS = ("status", "finished_utc", "error", "interruption", "command", "config", "git_commit", "git_dirty",
                     "system_check")
 
-#: Columns of every table, in order (``docs/RUN_FORMAT.md``), schema 2.
-TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
-    "cells": (
-        "cell_id", "draft", "gamma_policy", "gamma", "temperature", "domain", "head_k",
-        "n_prompts", "new_tokens", "tokens_per_s_baseline", "tokens_per_s_speculative",
-        "tokens_per_s_peer", "speedup", "acceptance_rate", "mean_accepted_per_round",
-        "n_rounds", "outputs_identical", "synthetic",
-        # schema 2: repeats, 95% CIs, noise flags, the peer's own counts
-        "repeats", "speedup_lo", "speedup_hi", "tokens_per_s_baseline_lo", "tokens_per_s_baseline_hi",
-        "tokens_per_s_speculative_lo", "tokens_per_s_speculative_hi", "tokens_per_s_peer_lo",
-        "tokens_per_s_peer_hi", "speedup_peer", "speedup_peer_lo", "speedup_peer_hi",
-        "peer_acceptance_rate", "baseline_cv", "baseline_drift", "unstable", "unstable_reason", "attempts",
-        # the machine that measured the cell (:func:`hardware_label`); a Ray sweep's cells may differ
-        "hardware",
-        # greedy generations of the cell that diverged within the engine's near-tie tolerance, or beyond it
-        "n_near_tie", "n_lossless_failures",
-        # the engine's own plain decoding in the same visits, and our baseline over it (with 95% CIs)
-        "tokens_per_s_library", "tokens_per_s_library_lo", "tokens_per_s_library_hi",
-        "baseline_vs_library", "baseline_vs_library_lo", "baseline_vs_library_hi",
-    ),
-    "generations": (
-        "cell_id", "prompt_id", "domain", "mode", "prompt_tokens", "new_tokens", "wall_s",
-        "tokens_per_s", "ttft_ms", "peak_mem_bytes", "outputs_identical",
-        "repeat", "order", "drafted", "accepted", "n_rounds", "tokens",
-        # greedy: identical | near_tie | failure against the baseline (measure.engines.lossless)
-        "lossless", "divergence_position", "divergence_margin",
-    ),
-    "rounds": (
-        "cell_id", "prompt_id", "round", "gamma", "context_tokens", "drafted", "accepted",
-        "draft_ms", "verify_ms", "overhead_ms", "repeat",
-    ),
-    "token_latency": ("cell_id", "prompt_id", "mode", "token_index", "latency_ms", "repeat"),
-    "traces": ("cell_id", "draft", "temperature", "domain", "prompt_id", "position", "value", "proposed", "accept_run"),
-    "cost_target": ("n_tokens", "context_tokens", "repeat", "ms"),
-    "cost_draft": ("draft", "head_k", "context_tokens", "repeat", "ms"),
-    "profile": ("model", "role", "component", "ms", "share"),
-    "head_sweep": (
-        "variant", "head_k", "head_ms", "draft_step_ms", "acceptance_rate", "tokens_per_s",
-        "speedup", "head_fast_ms", "tokens_per_s_baseline", "e2e_acceptance_rate",
-        "mean_accepted_per_round", "kept_recall", "n_eval_tokens", "outputs_identical", "model",
-        "draft", "vocab_size", "gamma", "synthetic",
-    ),
-    # python -m measure serve (measure/serve): a unit is one load on one server configuration in one repeat;
-    # its serve_units row is written last and marks it finished (``cell_id`` holds the unit id)
-    "serve_units": (
-        "cell_id", "config", "spec_type", "spec_k", "spec_ngram_n", "slots", "load", "concurrency",
-        "rate_per_s", "repeat", "block", "synthetic", "n_requests", "n_errors", "new_tokens", "duration_s",
-        "completion_tokens", "throughput_tokens_per_s", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms",
-        "tpot_p95_ms", "tpot_p99_ms", "itl_p50_ms", "itl_p95_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p95_ms",
-        "e2e_p99_ms", "metrics", "drafts", "draft_tokens", "accepted_tokens", "accepted_per_pos",
-        "tokens_predicted", "n_decode", "prompt_tokens", "client_cpu_s", "client_cpu_share",
-        "send_lag_p99_ms", "hardware", "other_cpu_share", "steal_share",
-    ),
-    "serve_requests": (
-        "cell_id", "request_index", "prompt_id", "domain", "send_s", "ttft_ms", "e2e_ms", "tpot_ms",
-        "completion_tokens", "events", "prompt_tokens", "draft_n", "draft_n_accepted", "predicted_ms", "prompt_ms", "error",
-    ),
-    "serve_tokens": ("cell_id", "request_index", "event_index", "t_ms", "gap_ms"),
-    "serve_step_cost": (
-        "cell_id", "seqs", "tokens_per_seq", "context_tokens", "n_steps", "step_ms", "step_ms_lo", "step_ms_hi",
-        "prompt_tokens", "ttft_ms",
-    ),
-    # python -m measure tree (measure/tree_run.py: TreeCellRow, TreeNodeRow); tree_cells marks a cell finished
-    "tree_cells": (
-        "cell_id", "draft", "loop", "shape", "depth", "topk", "budget", "domain", "n_prompts", "repeats",
-        "new_tokens", "tokens_per_s_baseline", "tokens_per_s_speculative", "speedup", "speedup_lo", "speedup_hi",
-        "mean_accepted_per_round", "mean_nodes_per_round", "n_rounds", "outputs_identical", "synthetic",
-    ),
-    "tree_nodes": ("cell_id", "prompt_id", "repeat", "round", "node", "parent", "depth", "rank", "token", "accepted"),
-}
+#: Columns of every table, in order (``docs/RUN_FORMAT.md``), schema 2: the fields of its row type
+#: (:mod:`measure.rows`).
+TABLE_COLUMNS: dict[str, tuple[str, ...]] = {table: row.columns() for table, row in ROW_TYPES.items()}
 #: Columns a schema-1 table has (the schema-2 additions are filled with empty values on read).
 _SCHEMA1_EXTRA: dict[str, tuple[str, ...]] = {
     "cells": TABLE_COLUMNS["cells"][18:],
@@ -178,56 +114,10 @@ _LATER_COLUMNS: dict[str, tuple[str, ...]] = {
     "generations": ("lossless", "divergence_position", "divergence_margin"),
     "serve_units": ("other_cpu_share", "steal_share"),
 }
-_TEXT_COLUMNS = {"cell_id", "draft", "gamma_policy", "domain", "prompt_id", "mode", "unstable_reason", "tokens",
-                 "variant", "model", "outputs_identical", "synthetic", "unstable", "role", "component", "hardware",
-                 "lossless", "config", "spec_type", "load", "accepted_per_pos", "error", "metrics", "loop", "shape"}
-_BOOL_COLUMNS = {"outputs_identical", "synthetic", "unstable", "metrics"}
-
-
-@dataclass(frozen=True)
-class CellId:
-    """The identity of a cell: ``draft=int8|gamma=fixed:4|temp=0|domain=code[|head_k=512]`` on disk."""
-
-    draft: str
-    gamma: GammaSpec
-    temperature: float
-    domain: str
-    head_k: int | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.gamma, GammaSpec):
-            raise ValueError(f"cell {self.draft!r}: gamma must be a GammaSpec (GammaSpec.parse), got {self.gamma!r}")
-
-    def to_str(self) -> str:
-        cid = f"draft={self.draft}|gamma={self.gamma.to_str()}|temp={float(self.temperature):g}|domain={self.domain}"
-        if self.head_k is not None:
-            cid += f"|head_k={int(self.head_k)}"
-        return cid
-
-    @classmethod
-    def parse(cls, text: str) -> "CellId":
-        """The inverse of :meth:`to_str`; one-line ``ValueError`` for anything else."""
-        fields = {}
-        for part in str(text).split("|"):
-            key, sep, value = part.partition("=")
-            if not sep or key in fields:
-                raise ValueError(f"cell id {text!r}: bad part {part!r}")
-            fields[key] = value
-        need = ["draft", "gamma", "temp", "domain"]
-        if list(fields)[:4] != need or set(fields) - {*need, "head_k"}:
-            raise ValueError(f"cell id {text!r}: expected draft=..|gamma=..|temp=..|domain=..[|head_k=..]")
-        try:
-            head_k = int(fields["head_k"]) if "head_k" in fields else None
-            return cls(fields["draft"], GammaSpec.parse(fields["gamma"]), float(fields["temp"]), fields["domain"],
-                       head_k)
-        except ValueError as e:
-            raise ValueError(f"cell id {text!r}: {e}") from None
-
-
-def cell_id(draft: str, gamma_policy: "str | GammaSpec", temperature: float, domain: str,
-            head_k: int | None = None) -> str:
-    """Stable id of a cell, e.g. ``draft=int8|gamma=fixed:4|temp=0|domain=code`` (:meth:`CellId.to_str`)."""
-    return CellId(draft, GammaSpec.parse(gamma_policy), temperature, domain, head_k).to_str()
+#: Columns read as text and as true/false (the others must parse as numbers), from the row types' fields.
+_BOOL_COLUMNS = {c for row in ROW_TYPES.values() for c, (base, _) in row.column_types().items() if base == "bool"}
+_TEXT_COLUMNS = _BOOL_COLUMNS | {c for row in ROW_TYPES.values() for c, (base, _) in row.column_types().items()
+                                 if base in ("str", "tuple[int, ...]")}
 
 
 def hardware_label(hardware: Mapping[str, Any] | None) -> str:
@@ -266,27 +156,6 @@ def _parse_utc(text: Any) -> float | None:
         return None
 
 
-def clean_json(obj: Any) -> Any:
-    """``obj`` with every NaN/±inf float replaced by None (recursively), for strict JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, Mapping):
-        return {str(k): clean_json(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [clean_json(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item) and not isinstance(obj, (str, bytes)):
-        try:
-            return clean_json(obj.item())  # numpy scalars
-        except (TypeError, ValueError):
-            pass
-    return obj
-
-
-def strict_dumps(obj: Any, **kw: Any) -> str:
-    """``json.dumps`` that writes ``null`` for NaN/inf and refuses to write a bare ``NaN``."""
-    return json.dumps(clean_json(obj), allow_nan=False, default=str, **kw)
-
-
 def _atomic_write_text(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -317,16 +186,6 @@ def _check_table(table: str) -> tuple[str, ...]:
     if table not in TABLE_COLUMNS:
         raise ValueError(f"unknown table {table!r}; valid: {', '.join(TABLE_COLUMNS)}")
     return TABLE_COLUMNS[table]
-
-
-def _fmt(v: Any) -> Any:
-    if v is None:
-        return ""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float) and not math.isfinite(v):
-        return ""
-    return v
 
 
 def pid_alive(pid: int) -> bool:
@@ -473,6 +332,8 @@ def _int(text: Any) -> int | None:
     return int(v) if math.isfinite(v) and v == int(v) else None
 
 
+# long: a long docstring of what a finished cell must have; the body counts each table's rows once, then checks each
+#   cell
 def damaged_cells(path: str | os.PathLike, config: Mapping[str, Any] | None = None) -> list[CellDamage]:
     """The finished cells (rows of ``cells.csv``) whose rows in the other tables are not complete.
 
@@ -595,6 +456,8 @@ class RunWriter:
             self.release()
             raise
 
+    # long: opening a run in order (probe, resume checks: schema, plan, fingerprint, extension; repairs; or a new
+    #   run), each step relying on the one before
     def _open(self, meta: Mapping[str, Any] | None, resume: bool, fingerprint: Mapping[str, Any] | None,
               plan: Callable[[Mapping[str, Any] | None], Any] | None = None) -> None:
         try:
@@ -695,26 +558,23 @@ class RunWriter:
     def is_finished(self, cid: str) -> bool:
         return cid in self._finished
 
-    def finish_cell(self, row: Mapping[str, Any]) -> None:
-        """Append the ``cells.csv`` row (last write of a cell; ``finish_table``) and rewrite ``run.json``."""
+    def finish_cell(self, row: Row) -> None:
+        """Append the row that marks a unit finished (``cells.csv``; ``finish_table``: ``serve_units`` for a
+        serving run), the last write of a cell, and rewrite ``run.json``."""
         self.append(self.finish_table, [row])
-        self._finished.add(str(row["cell_id"]))
+        self._finished.add(str(getattr(row, "cell_id")))
         self._write_meta()
 
     # -- tables --------------------------------------------------------------------
-    def append(self, table: str, rows: Iterable[Mapping[str, Any]]) -> int:
-        """Append rows (dicts with the table's columns; the schema-2 additions may be left out and are then
-        empty) to ``<table>.csv`` in one line-atomic write."""
+    def append(self, table: str, rows: Iterable[Row]) -> int:
+        """Append rows of ``table``'s row type (:data:`measure.rows.ROW_TYPES`) to ``<table>.csv`` in one
+        line-atomic write (:meth:`measure.rows.Row.to_csv`)."""
         cols = _check_table(table)
-        optional = set(_SCHEMA1_EXTRA.get(table, ()))
-        rows = [dict(r) for r in rows]
+        rows = list(rows)
+        kind = ROW_TYPES[table]
         for r in rows:
-            missing = sorted(set(cols) - set(r) - optional)
-            extra = sorted(set(r) - set(cols))
-            if missing or extra:
-                raise ValueError(f"{table}.csv row: missing columns {missing}, unknown columns {extra}")
-            for c in optional - set(r):  # schema-2 additions a writer may leave empty
-                r[c] = None
+            if type(r) is not kind:
+                raise ValueError(f"{table}.csv takes {kind.__name__} rows (measure.rows), got {type(r).__name__}")
         if not rows:
             return 0
         f_path = self.path / f"{table}.csv"
@@ -731,7 +591,7 @@ class RunWriter:
         if new:
             w.writerow(cols)
         for r in rows:
-            w.writerow([_fmt(r[c]) for c in cols])
+            w.writerow(r.to_csv())
         _append_bytes(f_path, buf.getvalue().encode("utf-8"))
         return len(rows)
 
@@ -1098,6 +958,17 @@ class Run:
                 df = pd.DataFrame({c: [] for c in cols})
             self._cache[name] = df
         return self._cache[name]
+
+    def rows(self, name: str) -> list[Row]:
+        """``<name>.csv`` as typed rows (:meth:`measure.rows.Row.from_csv`), checked as :meth:`table` checks it;
+        a column an older run lacks reads as empty."""
+        self.table(name)  # one-line ValueError for a torn row, a missing column or a value of the wrong type
+        f_path = self.path / f"{name}.csv"
+        if not f_path.exists() or f_path.stat().st_size == 0:
+            return []
+        kind = ROW_TYPES[name]
+        with f_path.open(newline="", encoding="utf-8") as f:
+            return [kind.from_csv(r) for r in csv.DictReader(f)]
 
     def tables(self) -> dict:
         """Every table present on disk, by name."""

@@ -48,8 +48,10 @@ class PlanMismatch(FingerprintMismatch):
     (a :class:`measure.records.FingerprintMismatch`, raised as one)."""
 
 
-def _gamma(g: Any) -> str:
-    return GammaSpec.parse(str(g)).to_str()
+def _gamma(g: GammaSpec | str) -> str:
+    """A γ policy's text as ``run.json`` records it (``fixed:4``): a :class:`GammaSpec` (a sweep's config) or its
+    text (a run's ``config``)."""
+    return (g if isinstance(g, GammaSpec) else GammaSpec.parse(str(g))).to_str()
 
 
 @dataclass(frozen=True)

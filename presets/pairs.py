@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from presets.heads import HEAD_KINDS, HeadSpec
+from presets.heads import HEAD_KINDS, HeadSpec, get_head_kind
 from presets.models import ModelSpec, get_model
 
 _ANCHOR = "assumption for a same-family pair; cf. Leviathan et al. 2023 Table 3 (T5 drafts for T5-XXL: alpha 0.62-0.82)"
@@ -48,7 +48,7 @@ class Pair:
         if self.is_head != (self.default_alpha is None):
             raise ValueError(f"pair {self.name!r}: a draft head takes its alpha from its published acceptance "
                              "(default_alpha None); a separate draft model needs a default alpha")
-        if self.is_head and self.draft.target != self.target:
+        if isinstance(self.draft, HeadSpec) and self.draft.target != self.target:
             raise ValueError(f"pair {self.name!r}: head {self.draft.name} is built for {self.draft.target.name}, "
                              f"not {self.target.name}")
         if self.default_alpha is not None and not 0.0 <= self.default_alpha <= 1.0:
@@ -60,12 +60,17 @@ class Pair:
         return isinstance(self.draft, HeadSpec)
 
     @property
+    def head(self) -> HeadSpec | None:
+        """The draft when it is a head on the target, else None."""
+        return self.draft if isinstance(self.draft, HeadSpec) else None
+
+    @property
     def context_window_tokens(self) -> int:
         """The longest context both models accept: the shorter of their position windows."""
         return min(self.draft.max_position, self.target.max_position)
 
     @property
-    def shorter_window_model(self) -> ModelSpec:
+    def shorter_window_model(self) -> ModelSpec | HeadSpec:
         """The model whose position window limits the pair (the draft on a tie)."""
         return self.draft if self.draft.max_position <= self.target.max_position else self.target
 
@@ -92,7 +97,7 @@ def make_pair(draft: str, target: str, alpha: float = 0.7, source: str = "user-s
 
 def head_pair(kind: str, target: str, name: str | None = None, hardware: str = "h100-sxm") -> Pair:
     """A draft head of ``kind`` on the target model named ``target``."""
-    head = HeadSpec(kind, get_model(target))
+    head = HeadSpec(get_head_kind(kind).name, get_model(target))
     title = HEAD_KINDS[kind].title
     return Pair(name or f"{kind}->{target}", head, head.target, None,
                 f"published acceptance of {title}s: " + "; ".join(e.source for e in HEAD_KINDS[kind].acceptance),

@@ -99,6 +99,7 @@ def _prediction_segments(pred: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame
     return segs[segs.groupby("segment")["gamma"].transform("size") > 1]
 
 
+# long: a docstring of the encodings; the body is one Altair layer per mark, a list, not logic
 def speedup_vs_gamma_chart(df: pd.DataFrame, title: str = "Speedup against γ") -> alt.LayerChart:
     """Speedup against ``gamma``: predicted lines, measured points, and the best γ of each, kept apart.
 

@@ -351,7 +351,7 @@ def _cells_html(results: list[CellResult]) -> str:
     rows = []
     for r in results:
         status = (f'<span class="flag">{e(r.left_out)}</span>' if r.left_out else
-                  f'<span class="ok">in the error</span>')
+                  '<span class="ok">in the error</span>')
         cells = []
         for m in methods:
             p = r.predictions.get(m)
@@ -436,7 +436,7 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
     from measure.records import load_run
 
     runs = {label: load_run(info["path"]) for label, info in doc["runs"].items()}
-    cells = pd.concat([r.table("cells").assign(run=l) for l, r in runs.items()], ignore_index=True)
+    cells = pd.concat([r.table("cells").assign(run=label) for label, r in runs.items()], ignore_index=True)
     latency = pd.concat([r.table("token_latency") for r in runs.values()], ignore_index=True)
     sweep = pd.concat([r.table("head_sweep") for r in runs.values()], ignore_index=True)
 

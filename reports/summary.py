@@ -305,6 +305,8 @@ def _sim_command(doc: Mapping[str, Any], cal_dir: Path) -> str | None:
     return (f"python -m sim --cost-model {cal_dir / cost} --acceptance {cal_dir / acc} --gamma-max 10")
 
 
+# long: the page's headline sentence is assembled from each case (no stable cell, best cell, held-out error, what
+#   next) in order
 def headline(results: list[CellResult], doc: Mapping[str, Any], optima: list[PredictedOptimum],
              cal_dir: Path) -> Headline:
     """The best measured speedup with its CI, the held-out error, every cell left out and why, what to do next."""

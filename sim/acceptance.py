@@ -63,8 +63,10 @@ def _check_gamma(gamma: int) -> int:
 class AcceptanceModel(Protocol):
     """What the predictor and the event simulator need from an acceptance model (every model has all of it)."""
 
-    #: the largest γ the model can replay (a recorded trace), None for any γ
-    gamma_max: int | None
+    @property
+    def gamma_max(self) -> int | None:
+        """The largest γ the model can replay (a recorded trace), None for any γ."""
+        ...
 
     def prefix_accept_probs(self, gamma: int) -> np.ndarray:
         """P(tokens 1..j all accepted) for j = 1..gamma, shape ``[gamma]``."""

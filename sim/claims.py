@@ -203,6 +203,8 @@ def _fmt_x(v: float) -> str:
     return f"{v:.2f}×"
 
 
+# long: one verdict over every way a claim can be stated (α, τ, γ given or not); each case a few lines, kept
+#   together so the verdicts read as one table
 def check_speedup(
     cost: CostModel,
     speedup: float,
@@ -357,6 +359,8 @@ def _weights_bytes(pair: Pair, hardware: Hardware) -> float:
     return (pair.draft.counted_params() + pair.target.counted_params()) * hardware.bytes_per_param
 
 
+# long: a docstring of the roofline's assumptions; the body prices baseline and speculative steps, then states the
+#   verdict
 def check_roofline(pair: Pair, hardware: Hardware, gamma: int, claimed_speedup: float,
                    baseline_ms: float | None = None, speculative_ms: float | None = None,
                    context_tokens: float = DEFAULT_CONTEXT_TOKENS,

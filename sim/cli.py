@@ -51,7 +51,7 @@ from sim.acceptance import (
     implied_alpha_from_tau,
     load_acceptance,
 )
-from sim.cost import CostModel, LeviathanCost, RooflineCost, load_cost_model, pair_roofline_cost
+from sim.cost import CostModel, LeviathanCost, load_cost_model, pair_roofline_cost
 from sim.limits import (
     ARRIVAL_RATE_LIMIT_PER_S,
     CONTEXT_LIMIT_TOKENS,
@@ -82,7 +82,8 @@ MODES = ("analytic", "event", "serve")
 FORMATS = ("table", "json", "csv")
 CHART_SUFFIXES = (".html", ".png", ".svg")
 DEFAULT_PRESET = "llama3-1b-3b"
-# Subcommands dispatched before the options are parsed; an unknown word lists these.
+# Subcommands, dispatched by ``python -m sim`` (sim/__main__.py) before these options are parsed; an unknown word
+# lists these.
 COMMANDS: tuple[str, ...] = ("check", "tree")
 
 GAMMA_MAX_DEFAULT = 8  # not argparse's default: "--gamma 4 --gamma-max 8" must still be seen as a conflict
@@ -581,14 +582,6 @@ def _write_output(text: str, out: str | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m sim``: 0 on success, 2 with one ``python -m sim: error: ...`` line on any bad input."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["check"]:  # python -m sim check ...: hold a claimed speedup against the simulator
-        from sim.check_cli import main as check_main
-
-        return check_main(argv[1:])
-    if argv[:1] == ["tree"]:  # python -m sim tree ...: token trees (sim/tree_cli.py)
-        from sim.tree_cli import main as tree_main
-
-        return tree_main(argv[1:])
     if argv and not argv[0].startswith("-") and argv[0] not in COMMANDS:
         fail(PROG, f"unknown command {argv[0]!r}; valid commands: {', '.join(COMMANDS) or 'none'} "
                    f"(the prediction itself takes options only: {PROG} --help)")

@@ -193,8 +193,8 @@ def pair_roofline_cost(pair: Pair, hardware: Hardware) -> RooflineCost:
     """The roofline cost of a preset pair on a device: both forwards on the roofline, no round overhead,
     except a draft head's once-per-round part (EAGLE-3's fusing FC), priced on the same roofline at batch 1."""
     overhead_ms = 0.0
-    if pair.is_head and pair.draft.round_params():
-        flops, bytes_moved = pair.draft.round_flops_and_bytes(1, hardware.bytes_per_param)
+    if pair.head is not None and pair.head.round_params():
+        flops, bytes_moved = pair.head.round_flops_and_bytes(1, hardware.bytes_per_param)
         overhead_ms = hardware.roofline_ms(flops, bytes_moved)
     return RooflineCost(RooflineForward(pair.draft, hardware), RooflineForward(pair.target, hardware), overhead_ms)
 

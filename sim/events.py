@@ -93,6 +93,7 @@ def _tree_sampler(acceptance: AcceptanceModel | PositionalAcceptance, pol: objec
     return TreeSampler(pol.tree, acc)
 
 
+# long: the SimPy process of one request (draft, verify, accept per round, chain or tree) reads as one loop
 def simulate_request(
     acceptance: AcceptanceModel | PositionalAcceptance,
     cost: CostModel,

@@ -50,7 +50,7 @@ import numpy as np
 
 from sim.acceptance import AcceptanceModel
 from sim.cost import CostModel
-from sim.policies import FixedGamma, GammaSpec, make_policy
+from sim.policies import FixedGamma, GammaSpec
 
 #: Draws made at once from the round distribution (refilled when used up).
 _POOL_ROUNDS = 1 << 16
@@ -72,7 +72,9 @@ class StepLoad:
     each) plus prompt tokens; ``max_draft``: the longest draft; ``ctx_sum``: the
     generating slots' contexts summed; ``attn``: attention work, Σ over the
     batch's tokens of the positions each attends to; ``prompt_tokens`` /
-    ``prompt_seqs``: the prompt part of the batch.
+    ``prompt_seqs``: the prompt part of the batch; ``emitted``: the tokens the
+    generating slots emit at the step's end (1 + accepted each: every one is
+    sampled, detokenised and streamed).
     """
 
     seqs: int
@@ -82,6 +84,7 @@ class StepLoad:
     attn: float
     prompt_tokens: int = 0
     prompt_seqs: int = 0
+    emitted: int = 0
 
 
 @runtime_checkable
@@ -89,7 +92,7 @@ class StepCost(Protocol):
     """Milliseconds of one server step of a given composition."""
 
     def step_ms(self, seqs: int, tokens: int, max_draft: int, ctx_sum: float, attn: float,
-                prompt_tokens: int, prompt_seqs: int) -> float:
+                prompt_tokens: int, prompt_seqs: int, emitted: int) -> float:
         """Time of one step (the fields of :class:`StepLoad`, passed flat: this runs once per step)."""
         ...
 
@@ -127,7 +130,7 @@ class LockstepCost:
         return t + c.verify_ms(max_draft + 1, ctx, seqs) + c.round_overhead_ms(max_draft)
 
     def step_ms(self, seqs: int, tokens: int, max_draft: int, ctx_sum: float, attn: float,
-                prompt_tokens: int, prompt_seqs: int) -> float:
+                prompt_tokens: int, prompt_seqs: int, emitted: int = 0) -> float:
         t = 0.0
         if seqs:
             q = self.context_quantum_tokens
@@ -150,9 +153,11 @@ class LinearStepCost:
     """A server step's time, linear in its composition (what ``calibrate`` fits to a real server's steps).
 
     ``base_ms`` + ``per_seq_ms`` × sequences (generating and prompting) + ``per_token_ms`` × generating tokens
-    (1 + draft per slot: each is verified and sampled) + ``per_prompt_token_ms`` × prompt tokens +
-    ``per_attn_ms`` × attention work / 1000 (Σ over the batch's tokens of the positions each attends to).
-    Coefficients are >= 0.
+    (1 + draft per slot: each is verified) + ``per_prompt_token_ms`` × prompt tokens + ``per_attn_ms`` ×
+    attention work / 1000 (Σ over the batch's tokens of the positions each attends to) + ``per_accepted_ms`` ×
+    accepted draft tokens (emitted beyond the slot's one token a step: each is sampled, detokenised and streamed;
+    ``calibrate`` fits it to the real units, the synthetic ones emit one token a slot). Coefficients are >= 0;
+    ``per_accepted_ms`` defaults to 0 (a cost fitted before it existed).
     """
 
     base_ms: float
@@ -160,9 +165,10 @@ class LinearStepCost:
     per_token_ms: float = 0.0
     per_prompt_token_ms: float = 0.0
     per_attn_ms: float = 0.0
+    per_accepted_ms: float = 0.0
     metadata: dict = field(default_factory=dict, compare=False)
 
-    FIELDS = ("base_ms", "per_seq_ms", "per_token_ms", "per_prompt_token_ms", "per_attn_ms")
+    FIELDS = ("base_ms", "per_seq_ms", "per_token_ms", "per_prompt_token_ms", "per_attn_ms", "per_accepted_ms")
 
     def __post_init__(self) -> None:
         for name in self.FIELDS:
@@ -171,9 +177,18 @@ class LinearStepCost:
                 raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
 
     def step_ms(self, seqs: int, tokens: int, max_draft: int, ctx_sum: float, attn: float,
-                prompt_tokens: int, prompt_seqs: int) -> float:
-        return (self.base_ms + self.per_seq_ms * (seqs + prompt_seqs) + self.per_token_ms * (tokens - prompt_tokens)
-                + self.per_prompt_token_ms * prompt_tokens + self.per_attn_ms * attn / 1000.0)
+                prompt_tokens: int, prompt_seqs: int, emitted: int = 0) -> float:
+        t = (self.base_ms + self.per_seq_ms * (seqs + prompt_seqs) + self.per_token_ms * (tokens - prompt_tokens)
+             + self.per_prompt_token_ms * prompt_tokens + self.per_attn_ms * attn / 1000.0)
+        if emitted > seqs:
+            t += self.per_accepted_ms * (emitted - seqs)
+        return t
+
+    @staticmethod
+    def features(load: StepLoad) -> tuple[float, ...]:
+        """What multiplies each coefficient (in :attr:`FIELDS` order) in a step of composition ``load``."""
+        return (1.0, float(load.seqs + load.prompt_seqs), float(load.tokens - load.prompt_tokens),
+                float(load.prompt_tokens), load.attn / 1000.0, float(max(load.emitted - load.seqs, 0)))
 
     def describe(self) -> dict:
         return {"kind": "linear_step", **{k: getattr(self, k) for k in self.FIELDS}, "metadata": dict(self.metadata)}
@@ -734,7 +749,7 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
             start_rounds(r, s + 1, 1, ctx0)  # the prompt step yields the first token
             firsts.setdefault(s, []).append(r)
         if seqs or p_seqs:
-            dt = step_fn(int(seqs), tokens + p_tok, int(dmax), ctx_sum, attn, p_tok, p_seqs)
+            dt = step_fn(int(seqs), tokens + p_tok, int(dmax), ctx_sum, attn, p_tok, p_seqs, int(emitted))
             t += dt
             step_ms.append(dt)
             step_seqs.append(int(seqs))

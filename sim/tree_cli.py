@@ -26,7 +26,6 @@ import argparse
 import json
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 from presets import HARDWARE, HEAD_KINDS, HEAD_PAIRS, MODELS, PAIRS, Pair

@@ -121,7 +121,7 @@ class OptimalTrees:
             raise ValueError(f"no tree of {budget} nodes fits depth <= {max_depth} with the ranks the acceptance "
                              f"gives per depth ({ranks}); raise the depth limit or give more ranks")
         paths: list[tuple[int, ...]] = []
-        stack = [((), 0, max_depth, budget + 1)]
+        stack: list[tuple[tuple[int, ...], int, int, int]] = [((), 0, max_depth, budget + 1)]
         while stack:
             prefix, depth, h, m = stack.pop()
             if prefix:

@@ -124,7 +124,7 @@ class TokenTree:
                                      "(or vLLM's [(0,), (1,), (0, 0)])") from None
         if not isinstance(value, (list, tuple)):
             raise ValueError(f"a token tree is a list of paths such as [[0],[1],[0,0]]; got {value!r}")
-        return cls(tuple(value))  # type: ignore[arg-type]
+        return cls(tuple(value))
 
     @classmethod
     def chain(cls, n_nodes: int) -> "TokenTree":
@@ -166,7 +166,7 @@ class TokenTree:
     @property
     def frontier_widths(self) -> tuple[int, ...]:
         """Per level 1..depth, how many nodes of the level above have children (the draft forwards over these)."""
-        parents = [set() for _ in range(self.depth)]
+        parents: list[set[tuple[int, ...]]] = [set() for _ in range(self.depth)]
         for p in self.paths:
             parents[len(p) - 1].add(p[:-1])
         return tuple(len(s) for s in parents)
@@ -278,7 +278,7 @@ class PositionalAcceptance:
             d, r = len(path), path[-1]
             row = self.row(d)
             if r >= len(row):
-                given = f"rank 0 only" if len(row) == 1 else f"ranks 0..{len(row) - 1}"
+                given = "rank 0 only" if len(row) == 1 else f"ranks 0..{len(row) - 1}"
                 raise ValueError(f"path {_show(path)} needs the rank-{r} acceptance at depth {d}, but the acceptance "
                                  f"gives {given} there ({self.source or 'no source'}); give p for that rank, or a "
                                  "rank law to derive it from the top-1 rate")

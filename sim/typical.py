@@ -63,6 +63,7 @@ def evidence_alpha(e: PublishedAcceptance) -> tuple[float, float]:
     """The i.i.d. α range one source's figures stand for (a τ converted at its draft depth)."""
     if e.measure == "alpha":
         return e.low, e.high
+    assert e.depth is not None  # a τ always has its depth (PublishedAcceptance checks it)
     return implied_alpha_from_tau(e.low, e.depth), implied_alpha_from_tau(e.high, e.depth)
 
 
@@ -89,9 +90,9 @@ def head_alpha_range(kind: HeadKind) -> AlphaRange:
 
 def typical_alpha(pair: Pair | None) -> AlphaRange:
     """The typical α range for the draft of ``pair``: its head kind's published range, or :data:`TYPICAL_ALPHA`."""
-    if pair is None or not pair.is_head:
+    if pair is None or pair.head is None:
         return TYPICAL_ALPHA
-    return head_alpha_range(pair.draft.head_kind)
+    return head_alpha_range(pair.head.head_kind)
 
 
 def default_alpha(pair: Pair) -> tuple[float, str]:
@@ -101,13 +102,14 @@ def default_alpha(pair: Pair) -> tuple[float, str]:
     first source's headline figure (a τ converted at its depth), else the
     middle of that source's range.
     """
-    if not pair.is_head:
+    if pair.head is None:
+        assert pair.default_alpha is not None  # a separate draft always has one (Pair checks it)
         return pair.default_alpha, pair.alpha_source
-    kind = pair.draft.head_kind
+    kind = pair.head.head_kind
     first = kind.acceptance[0]
     if first.headline is not None:
         figure = first.headline
-        alpha = figure if first.measure == "alpha" else implied_alpha_from_tau(figure, first.depth)
+        alpha = figure if first.measure == "alpha" or first.depth is None else implied_alpha_from_tau(figure, first.depth)
         how = (f"{'tree ' if first.tree else ''}τ {figure:g} at depth {first.depth}" if first.measure == "tau"
                else f"α {figure:g}")
         what = f"the headline {how} of {first.source}"

@@ -90,8 +90,11 @@ COMMANDS: tuple[Command, ...] = (
     Command("report", "the HTML report: predicted against measured, with charts", "reports",
             examples=("specscope report runs/small/calibration",
                       "specscope report runs/cal --out runs/report --no-png")),
-    Command("advise", "engine configs to paste: the best k per load, from a calibration or an ingest", "calibrate",
-            ("advise",), requires="calibrate.advise"),
+    Command("advise", "engine configs to paste: the best k per load, from a measured serving run", "calibrate",
+            ("serve",), requires="calibrate.serve_cli",
+            examples=("specscope advise runs/serve",
+                      "specscope advise runs/serve --holdout-k none --holdout-loads none --out runs/serve/advice"),
+            parser="calibrate.serve_cli:build_parser"),
 )
 BY_NAME = {c.name: c for c in COMMANDS}
 

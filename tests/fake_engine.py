@@ -4,7 +4,7 @@ The toy LM's next token is a fixed permutation of the last token, so greedy
 output cycles and the prompt-lookup draft is accepted part of the time; each
 forward sleeps ``step_s`` (plus a little per token) so timings are real
 numbers of a stable size. It implements the engine seam
-(:mod:`measure.engines.base`): ``load_target`` → a target with ``model`` and
+(:mod:`measure.seam`): ``load_target`` → a target with ``model`` and
 ``new_decoder()``, ``make_draft`` (``ngram:N``), ``encode``, ``versions``,
 ``peer_generate`` and ``library_generate`` (its "own" decoding: plain greedy).
 """
@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from measure.drafts import NGramDraft
-from measure.engines.base import PeerResult
+from measure.seam import PeerResult
 
 VOCAB = 64
 

@@ -24,6 +24,8 @@ import numpy as np
 
 from measure.analysis import TRACE_GAMMA_MAX
 from measure.records import RunWriter, cell_id
+from measure.rows import (CellRow, CostDraftRow, CostTargetRow, GenerationRow, HeadSweepRow, RoundRow,
+                          TokenLatencyRow, TraceRow)
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ def make_run(
     })
     # cost tables: timed forwards, independent of γ
     w.append("cost_target", [
-        {"n_tokens": n, "context_tokens": c, "repeat": r, "ms": noisy(truth.verify_ms(n, c))}
+        CostTargetRow(n_tokens=n, context_tokens=c, repeat=r, ms=noisy(truth.verify_ms(n, c)))
         for n in range(1, 17) for c in context_grid for r in range(repeats)
     ])
     draft_rows = []
@@ -127,8 +129,8 @@ def make_run(
         for k in (head_ks or (None,)):
             for c in context_grid:
                 for r in range(repeats):
-                    draft_rows.append({"draft": d, "head_k": k, "context_tokens": c, "repeat": r,
-                                       "ms": noisy(truth.draft_ms(d, c, k))})
+                    draft_rows.append(CostDraftRow(draft=d, head_k=k, context_tokens=c, repeat=r,
+                                       ms=noisy(truth.draft_ms(d, c, k))))
     w.append("cost_draft", draft_rows)
 
     # one match-flag trace per (draft, domain, head_k, prompt), shared by every γ
@@ -153,23 +155,23 @@ def make_run(
                 pid = f"{dom}-{p}"
                 plen = prompt_len[(dom, p)]
                 flags, proposed, runs = traces[(d, dom, k, p)]
-                trace_rows += [{"cell_id": cid, "draft": d, "temperature": 0.0, "domain": dom, "prompt_id": pid,
-                                "position": i, "value": int(v), "proposed": proposed[i], "accept_run": runs[i]}
+                trace_rows += [TraceRow(cell_id=cid, draft=d, temperature=0.0, domain=dom, prompt_id=pid,
+                                position=i, value=int(v), proposed=proposed[i], accept_run=runs[i])
                                for i, v in enumerate(flags[:max_new_tokens])]
                 # baseline: prefill (first token) then one target step per token
                 ttft = noisy(truth.prefill_ms_per_token * plen + truth.verify_ms(1, plen))
                 steps = [noisy(truth.verify_ms(1, plen + i)) for i in range(1, max_new_tokens)]
                 wall_ms = ttft + sum(steps)
-                gen_rows.append({"cell_id": cid, "prompt_id": pid, "domain": dom, "mode": "baseline",
-                                 "prompt_tokens": plen, "new_tokens": max_new_tokens, "wall_s": wall_ms / 1e3,
-                                 "tokens_per_s": max_new_tokens / (wall_ms / 1e3), "ttft_ms": ttft,
-                                 "peak_mem_bytes": 0, "outputs_identical": True})
-                lat_rows += [{"cell_id": cid, "prompt_id": pid, "mode": "baseline", "token_index": i,
-                              "latency_ms": v} for i, v in enumerate([ttft] + steps)]
+                gen_rows.append(GenerationRow(cell_id=cid, prompt_id=pid, domain=dom, mode="baseline",
+                                 prompt_tokens=plen, new_tokens=max_new_tokens, wall_s=wall_ms / 1e3,
+                                 tokens_per_s=max_new_tokens / (wall_ms / 1e3), ttft_ms=ttft,
+                                 peak_mem_bytes=0, outputs_identical=True))
+                lat_rows += [TokenLatencyRow(cell_id=cid, prompt_id=pid, mode="baseline", token_index=i,
+                              latency_ms=v) for i, v in enumerate([ttft] + steps)]
                 # speculative: same prefill, then rounds replaying the trace
                 ttft_s = noisy(truth.prefill_ms_per_token * plen + truth.verify_ms(1, plen))
-                lat_rows.append({"cell_id": cid, "prompt_id": pid, "mode": "speculative", "token_index": 0,
-                                 "latency_ms": ttft_s})
+                lat_rows.append(TokenLatencyRow(cell_id=cid, prompt_id=pid, mode="speculative", token_index=0,
+                                 latency_ms=ttft_s))
                 produced, rnd, spec_ms = 1, 0, ttft_s
                 while produced < max_new_tokens:
                     ctx = plen + produced
@@ -179,23 +181,23 @@ def make_run(
                     dms = sum(noisy(truth.draft_ms(d, ctx + i, k)) for i in range(dr))
                     vms = noisy(truth.verify_ms(dr + 1, ctx))
                     oms = noisy(truth.overhead_ms)
-                    round_rows.append({"cell_id": cid, "prompt_id": pid, "round": rnd, "gamma": g,
-                                       "context_tokens": ctx, "drafted": dr, "accepted": acc,
-                                       "draft_ms": dms, "verify_ms": vms, "overhead_ms": oms})
+                    round_rows.append(RoundRow(cell_id=cid, prompt_id=pid, round=rnd, gamma=g,
+                                       context_tokens=ctx, drafted=dr, accepted=acc,
+                                       draft_ms=dms, verify_ms=vms, overhead_ms=oms))
                     emitted = acc + 1
                     rt = dms + vms + oms
-                    lat_rows += [{"cell_id": cid, "prompt_id": pid, "mode": "speculative",
-                                  "token_index": produced + j, "latency_ms": rt if j == 0 else 0.0}
+                    lat_rows += [TokenLatencyRow(cell_id=cid, prompt_id=pid, mode="speculative",
+                                  token_index=produced + j, latency_ms=rt if j == 0 else 0.0)
                                  for j in range(emitted)]
                     spec_ms += rt
                     produced += emitted
                     rnd += 1
                     tot["acc"] += acc
                     tot["drafted"] += dr
-                gen_rows.append({"cell_id": cid, "prompt_id": pid, "domain": dom, "mode": "speculative",
-                                 "prompt_tokens": plen, "new_tokens": max_new_tokens, "wall_s": spec_ms / 1e3,
-                                 "tokens_per_s": max_new_tokens / (spec_ms / 1e3), "ttft_ms": ttft_s,
-                                 "peak_mem_bytes": 0, "outputs_identical": True})
+                gen_rows.append(GenerationRow(cell_id=cid, prompt_id=pid, domain=dom, mode="speculative",
+                                 prompt_tokens=plen, new_tokens=max_new_tokens, wall_s=spec_ms / 1e3,
+                                 tokens_per_s=max_new_tokens / (spec_ms / 1e3), ttft_ms=ttft_s,
+                                 peak_mem_bytes=0, outputs_identical=True))
                 tot["base_tok"] += max_new_tokens
                 tot["base_s"] += wall_ms / 1e3
                 tot["spec_tok"] += max_new_tokens
@@ -207,15 +209,15 @@ def make_run(
             w.append("traces", trace_rows)
             tps_b = tot["base_tok"] / tot["base_s"]
             tps_s = tot["spec_tok"] / tot["spec_s"]
-            row = {"cell_id": cid, "draft": d, "gamma_policy": f"fixed:{g}", "gamma": g, "temperature": 0.0,
-                   "domain": dom, "head_k": k, "n_prompts": prompts_per_domain,
-                   "new_tokens": tot["spec_tok"], "tokens_per_s_baseline": tps_b,
-                   "tokens_per_s_speculative": tps_s, "tokens_per_s_peer": None, "speedup": tps_s / tps_b,
-                   "acceptance_rate": tot["acc"] / tot["drafted"],
-                   "mean_accepted_per_round": tot["acc"] / tot["rounds"], "n_rounds": tot["rounds"],
-                   "outputs_identical": True, "synthetic": False}
+            row = CellRow(cell_id=cid, draft=d, gamma_policy=f"fixed:{g}", gamma=g, temperature=0.0,
+                   domain=dom, head_k=k, n_prompts=prompts_per_domain,
+                   new_tokens=tot["spec_tok"], tokens_per_s_baseline=tps_b,
+                   tokens_per_s_speculative=tps_s, tokens_per_s_peer=None, speedup=tps_s / tps_b,
+                   acceptance_rate=tot["acc"] / tot["drafted"],
+                   mean_accepted_per_round=tot["acc"] / tot["rounds"], n_rounds=tot["rounds"],
+                   outputs_identical=True, synthetic=False)
             w.finish_cell(row)
-            if best is None or row["speedup"] > best["speedup"]:
+            if best is None or row.speedup > best.speedup:
                 best = row
     if with_head_sweep:
         sweep = []
@@ -226,17 +228,17 @@ def make_run(
                 head = truth.draft_ms_per_head_k * kk
                 tps = 1000.0 / (dms + 10)
                 speedup = 1 + a - dms / 20
-                sweep.append({"variant": variant, "head_k": kk, "head_ms": head, "draft_step_ms": dms,
-                              "acceptance_rate": a, "tokens_per_s": tps, "speedup": speedup,
-                              "head_fast_ms": 0.9 * head, "tokens_per_s_baseline": tps / speedup,
-                              "e2e_acceptance_rate": a, "mean_accepted_per_round": 4 * a, "kept_recall": a,
-                              "n_eval_tokens": 128, "outputs_identical": True, "model": "target",
-                              "draft": pruned_draft, "vocab_size": 32768, "gamma": 4, "synthetic": True})
+                sweep.append(HeadSweepRow(variant=variant, head_k=kk, head_ms=head, draft_step_ms=dms,
+                              acceptance_rate=a, tokens_per_s=tps, speedup=speedup,
+                              head_fast_ms=0.9 * head, tokens_per_s_baseline=tps / speedup,
+                              e2e_acceptance_rate=a, mean_accepted_per_round=4 * a, kept_recall=a,
+                              n_eval_tokens=128, outputs_identical=True, model="target",
+                              draft=pruned_draft, vocab_size=32768, gamma=4, synthetic=True))
         w.append("head_sweep", sweep)
-    w.update(summary={"tokens_per_s_baseline": best["tokens_per_s_baseline"],
-                      "tokens_per_s_speculative": best["tokens_per_s_speculative"],
-                      "speedup": best["speedup"], "acceptance_rate": best["acceptance_rate"],
-                      "mean_accepted_per_round": best["mean_accepted_per_round"],
-                      "outputs_identical": True, "best_cell": best["cell_id"]})
+    w.update(summary={"tokens_per_s_baseline": best.tokens_per_s_baseline,
+                      "tokens_per_s_speculative": best.tokens_per_s_speculative,
+                      "speedup": best.speedup, "acceptance_rate": best.acceptance_rate,
+                      "mean_accepted_per_round": best.mean_accepted_per_round,
+                      "outputs_identical": True, "best_cell": best.cell_id})
     w.close("complete")
     return truth

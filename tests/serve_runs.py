@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from calibrate.serve import simulate_counters, unit_stats
-from measure.serve.units import LoadSpec, RequestRow, ServeConfig, ServeRunWriter, StepCostRow, UnitId, UnitRow, as_row
+from measure.serve.units import LoadSpec, RequestRow, ServeConfig, ServeRunWriter, StepCostRow, UnitId, UnitRow
 from sim.acceptance import AcceptanceModel
 from sim.serving import ClosedLoop, LinearStepCost, OpenLoop, Workload, llama_server, simulate_server
 
@@ -25,7 +25,8 @@ TRUE_OVERHEAD_MS = 2.5
 # long: writes every table of a run: the step-cost rows, then each unit's requests and row
 def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], loads: list[LoadSpec], slots: int = 4,
                    new_tokens: int = 48, n_requests: int = 12, repeats: int = 3, noise: float = 0.03,
-                   prompts: tuple[int, ...] = (60, 140, 90), seed: int = 0) -> Path:
+                   prompts: tuple[int, ...] = (60, 140, 90), seed: int = 0,
+                   true_cost: LinearStepCost = TRUE_COST) -> Path:
     rng = np.random.default_rng(seed)
     n_ids = max([len(prompts)] + [len(a) for a in acceptance.values() if isinstance(a, list)])
     configs = [ServeConfig("off")] + [ServeConfig("ngram", k, 3) for k in sorted(acceptance)]
@@ -34,20 +35,23 @@ def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], lo
     w = ServeRunWriter(path, meta=meta, fingerprint={"kind": "serve"})
     with w.recording():
         cid0 = "config=synth:k1:p64|slots=4|load=c1|repeat=0"
+        cid_off = "config=synth:off:p64|slots=4|load=c1|repeat=0"
         rows = []
         for seqs in range(1, slots + 1):
             for t in (1, 2, 3, 5, 9):
                 for ctx in (64.0, 192.0):
+                    # synthetic acceptance: every slot drafts t - 1 tokens and emits one
                     attn = seqs * t * (ctx + 0.5 * (t + 1))
-                    ms = TRUE_COST.step_ms(seqs, seqs * t, t - 1, seqs * ctx, attn, 0, 0)
-                    rows.append(StepCostRow(cid0, seqs, t, ctx, 20, ms * float(rng.lognormal(0, noise / 3)), None, None))
+                    ms = true_cost.step_ms(seqs, seqs * t, t - 1, seqs * ctx, attn, 0, 0, seqs)
+                    rows.append(StepCostRow(cid0 if t > 1 else cid_off, seqs, t, ctx, 20,
+                                            ms * float(rng.lognormal(0, noise / 3)), None, None))
         for p in (32, 256):
-            ms = TRUE_OVERHEAD_MS + TRUE_COST.step_ms(0, p, 0, 0.0, 0.5 * p * (p + 1), p, 1)
+            ms = TRUE_OVERHEAD_MS + true_cost.step_ms(0, p, 0, 0.0, 0.5 * p * (p + 1), p, 1)
             rows.append(StepCostRow(cid0, 1, 1, float(p), 4, None, None, None, p, ms))
-        w.append("serve_step_cost", [as_row(r) for r in rows])
-        w.finish_cell(as_row(UnitRow(cid0, "synth:k1:p64", "ngram-simple", 1, 1, slots, "c1", 1, None, 0, 0, True,
-                                     0, 0, new_tokens, 0.0, 0, None, *([None] * 12), False, *([None] * 7),
-                                     0.0, 0.0, None, "test")))
+        w.append("serve_step_cost", rows)
+        w.finish_cell(UnitRow(cid0, "synth:k1:p64", "ngram-simple", 1, 1, slots, "c1", 1, None, 0, 0, True,
+                              0, 0, new_tokens, 0.0, 0, None, *([None] * 12), False, *([None] * 7),
+                              0.0, 0.0, None, "test"))
         block = 0
         for r in range(repeats):
             for cfg in configs:
@@ -59,7 +63,7 @@ def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], lo
                                   request_overhead_ms=TRUE_OVERHEAD_MS)
                     # the machine's pace this unit: every step a little slower or faster
                     pace = float(rng.lognormal(0, noise))
-                    cost = LinearStepCost(*(pace * getattr(TRUE_COST, f) for f in LinearStepCost.FIELDS))
+                    cost = LinearStepCost(*(pace * getattr(true_cost, f) for f in LinearStepCost.FIELDS))
                     acc = acceptance.get(cfg.k)  # one model, or one per prompt
                     per_req = None if acc is None else ([acc[i % len(acc)] for i in range(n_requests)]
                                                         if isinstance(acc, list) else acc)
@@ -72,7 +76,7 @@ def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], lo
                                        int(run.tokens[i]), n_prompt[i], int(run.request_drafted[i]) if acc else None,
                                        int(acc_req[i]) if acc else None,
                                        None, None, None) for i in range(n_requests)]
-                    w.append("serve_requests", [as_row(x) for x in reqs])
+                    w.append("serve_requests", reqs)
                     drafts = drafted = 0
                     pos = np.zeros(0, dtype=int)
                     if acc is not None:
@@ -91,6 +95,6 @@ def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], lo
                         None, None, None, st["e2e_p50_ms"], st["e2e_p95_ms"], float(np.percentile(e2e, 99)), True,
                         drafts if acc else 0, drafted if acc else 0, int(pos.sum()) if acc else 0,
                         " ".join(map(str, pos)) if acc else None, None, None, None, 0.01, 0.001, None, "test")
-                    w.finish_cell(as_row(row))
+                    w.finish_cell(row)
                 block += 1
     return path

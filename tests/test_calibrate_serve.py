@@ -12,9 +12,18 @@ import pandas as pd
 import pytest
 
 from calibrate.advice import AdviceRow, ranges, trtllm_config, vllm_config
-from calibrate.serve import calibrate_serve, default_split, fit_acceptance, fit_step_cost, load_serve, simulate_counters
+from calibrate.serve import (
+    calibrate_serve,
+    default_split,
+    fit_acceptance,
+    fit_serve_model,
+    fit_step_cost,
+    load_serve,
+    simulate_counters,
+)
 from measure.serve.units import LoadSpec
 from sim.acceptance import IIDAcceptance, PerPositionAcceptance, ProposalAcceptance
+from sim.serving import LinearStepCost
 from tests.serve_runs import TRUE_COST, TRUE_OVERHEAD_MS, make_serve_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,3 +213,62 @@ def test_a_k_below_the_lookup_ngram_never_drafts_and_is_said(tmp_path):
     assert cal.model.acceptance[2].p_propose == 0.0
     assert any("never drafted" in n for n in cal.notes)
     assert cal.model.acceptance[4].p_propose == pytest.approx(cal.model.acceptance[8].p_propose)  # not pooled with 0
+
+
+SMALL = dict(repeats=2, n_requests=6, new_tokens=32)  # a run the fits take seconds on
+
+
+def test_held_out_units_cannot_move_the_fit(tmp_path):
+    # every measured number of a held-out unit (its times, tokens, counters, its requests' times and timings)
+    # changed wildly: the fitted model (step cost, overhead, acceptance, prompt scales) stays what it was
+    run = make_serve_run(tmp_path / "r", {2: TRUE_ACC[2], 4: TRUE_ACC[4]}, [LoadSpec(concurrency=1),
+                         LoadSpec(concurrency=2)], **SMALL)
+    data = load_serve(run)
+    split = default_split(data.units, [4], ["c2"])
+    model, counters, _ = fit_serve_model(data, split)
+    assert model.step.n_units > 0  # the real training units are fitted to
+    held = {c for c, k, ld, syn in zip(data.units["cell_id"], data.units["spec_k"], data.units["load"],
+                                        data.units["synthetic"]) if not syn and not split.is_train(int(k), ld)}
+    units, req = data.units.copy(), data.requests.copy()
+    hu, hr = units["cell_id"].isin(held), req["cell_id"].isin(held)
+    for col in ("duration_s", "throughput_tokens_per_s", "e2e_p50_ms", "e2e_p95_ms", "drafts", "draft_tokens"):
+        units.loc[hu, col] = units.loc[hu, col] * 3.0
+    units.loc[hu, "accepted_per_pos"] = "1 1 1 1 1 1 1 1"
+    for col in ("ttft_ms", "e2e_ms", "send_s"):
+        req.loc[hr, col] = req.loc[hr, col] * 2.5
+    req.loc[hr, "draft_n_accepted"] = 0
+    model2, counters2, _ = fit_serve_model(type(data)(data.path, units, req, data.steps, data.meta), split)
+    assert model2.step.cost.describe() == model.step.cost.describe()
+    assert model2.step.request_overhead_ms == model.step.request_overhead_ms
+    assert {k: a.to_dict() for k, a in model2.acceptance.items()} == {k: a.to_dict() for k, a in model.acceptance.items()}
+    assert model2.prompt_scales == model.prompt_scales and counters2 == counters
+    # ... while the same change to one training unit does move it (the check above can fail)
+    tu = units["cell_id"] == next(c for c in data.units["cell_id"] if c not in held and "synth" not in c)
+    units.loc[tu, "duration_s"] = units.loc[tu, "duration_s"] * 3.0
+    model3, _, _ = fit_serve_model(type(data)(data.path, units, req, data.steps, data.meta), split)
+    assert model3.step.cost.describe() != model.step.cost.describe()
+
+
+def test_real_units_show_what_an_accepted_token_costs(tmp_path):
+    # a server whose accepted tokens cost 4 ms each (sampled, detokenised, streamed) beyond the verify: the
+    # synthetic step-cost units (acceptance forced to 0, one token a slot) cannot show it; fitted to the real
+    # training units as well, the step cost finds it and predicts the held-out load's speculative units
+    from calibrate.serve import predict_unit
+
+    truth = LinearStepCost(**{**{f: getattr(TRUE_COST, f) for f in LinearStepCost.FIELDS}, "per_accepted_ms": 4.0})
+    acc = ProposalAcceptance(0.8, PerPositionAcceptance((0.9, 0.85, 0.8, 0.8)))
+    run = make_serve_run(tmp_path / "r", {4: acc}, [LoadSpec(concurrency=1), LoadSpec(concurrency=3)],
+                         true_cost=truth, **SMALL)
+    data = load_serve(run)
+    split = default_split(data.units, [], ["c3"])
+    before, _, _ = fit_serve_model(data, split, refit=False)
+    after, _, _ = fit_serve_model(data, split)
+    assert before.step.cost.per_accepted_ms == 0.0 and before.step.n_units == 0
+    c = after.step.cost
+    assert c.per_accepted_ms == pytest.approx(4.0, rel=0.25) and after.step.n_units == 4
+    assert c.per_token_ms == pytest.approx(TRUE_COST.per_token_ms, rel=0.15)
+    held = data.units[(data.units["load"] == "c3") & (data.units["spec_k"] == 4)]
+    err = {name: np.mean([abs(predict_unit(m, data, u.cell_id, 2, 0)["throughput_tokens_per_s"]
+                              / u.throughput_tokens_per_s - 1) for u in held.itertuples()])
+           for name, m in (("before", before), ("after", after))}
+    assert err["after"] < 0.05 < err["before"]

@@ -118,7 +118,7 @@ def test_ingest_metrics_and_tracking(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert m["alpha_1"] == pytest.approx(first["alpha"]) and m["alpha_1_lo"] == pytest.approx(first["ci95_low"])
     assert m["optimal_k"] == doc["optimal_k"] and m["engine_k"] == 3
     assert m[metric_name("speedup", "k=4")] == pytest.approx(doc["predictions"][3]["speedup"])
-    assert metric_name("throughput_speedup", "rate=8") in m and metric_name("optimal_k_by_batch", "batch=4") in m
+    assert metric_name("speedup", "rate=8") in m and metric_name("best_k", "rate=8") in m and metric_name("best_k_by_batch", "batch=4") in m
     env = use_offline_env(monkeypatch, tmp_path)
     tracked = track_ingest("mlflow", doc, {"mode": "serve"}, "python -m calibrate ingest", out_dir=out)
     (run,) = mlflow_runs(env)

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from measure.decoding import speculative_generate
-from measure.engines.base import Decoder, Engine, EngineOptions, TargetModel
+from measure.seam import Decoder, Engine, EngineOptions, TargetModel
 from sim.policies import FixedGamma
 from measure.engines.gguf_files import GGUF_MAGIC, QUANT_TYPES, check_gguf, file_sha256
 from measure.engines.lossless import (NEAR_TIE_TOLERANCE, baseline_logits_at, check_greedy_lossless,
@@ -229,7 +229,7 @@ def engine():
 
 @pytest.fixture(scope="module")
 def smollm2(engine):
-    from measure.models import PACKAGED
+    from measure.engines.gguf_files import PACKAGED
 
     try:
         PACKAGED["smollm2-135m"]()
@@ -339,7 +339,7 @@ def test_greedy_speculative_loop_on_llama_cpp_is_lossless(engine, smollm2, spec,
     for msg in MESSAGES:
         ids = engine.encode(smollm2, msg, 200)
         base = _greedy(smollm2.new_decoder(), ids, 24)
-        r = speculative_generate(smollm2, draft, ids, FixedGamma(4), 0.0, 24, None, smollm2.eos_token_ids)
+        r = speculative_generate(smollm2.new_decoder(), draft, ids, FixedGamma(4), 0.0, 24, None, smollm2.eos_token_ids)
         spec_out, drafted, accepted = list(r.tokens), r.drafted, r.accepted
         assert accepted <= drafted
         if spec != "ngram:3":
@@ -386,7 +386,7 @@ def test_quantised_copy_is_cached_by_the_source_hash(engine, smollm2, tmp_path):
 
 @pytest.mark.slow
 def test_draft_with_another_vocabulary_is_refused(engine, smollm2):
-    from measure.models import PACKAGED
+    from measure.engines.gguf_files import PACKAGED
 
     try:
         PACKAGED["gemma3-270m"]()

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from measure.decoding import autoregressive_generate, speculative_generate
-from measure.drafts import make_draft
+from measure.engines.transformers.drafts import make_draft
 from measure.engines import make_engine
-from measure.engines.base import Decoder, Engine, EngineOptions, PeerResult, TargetModel
+from measure.seam import Decoder, Engine, EngineOptions, PeerResult, TargetModel
 from measure.engines.transformers import TransformersDecoder, peer_generate
-from measure.models import load_model
+from measure.engines.transformers.models import load_model
 from sim.policies import make_policy
 from tests.test_measure_decoding import _prompt, _save_tiny
 
@@ -80,12 +80,12 @@ def test_every_draft_kind_lossless_with_both_caches(tiny, cache, draft_spec):
     base = tiny["gemma3"]  # the sliding-window family: the static cache must honour the window
     target = dataclasses.replace(base, engine_options=EngineOptions(cache=cache, max_len_tokens=64))
     ids = _prompt(target.vocab_size, 14, seed=2)
-    ref = autoregressive_generate(base, ids, 0.0, 28)
-    assert autoregressive_generate(target, ids, 0.0, 28).tokens == ref.tokens
+    ref = autoregressive_generate(base.new_decoder(), ids, 0.0, 28)
+    assert autoregressive_generate(target.new_decoder(), ids, 0.0, 28).tokens == ref.tokens
     draft = make_draft(draft_spec, target)
     assert getattr(draft, "decoder", None) is None or draft.decoder.cache_kind == cache
     for pol in ("fixed:3", "heuristic:2"):
-        spec = speculative_generate(target, draft, ids, make_policy(pol), 0.0, 28)
+        spec = speculative_generate(target.new_decoder(), draft, ids, make_policy(pol), 0.0, 28)
         assert spec.tokens == ref.tokens, (pol, cache)
 
 
@@ -103,16 +103,16 @@ def test_compiled_steps_are_lossless_and_compile_time_is_kept_apart(tmp_path):
     eager = load_model(str(tmp_path))
     target = dataclasses.replace(eager, engine_options=EngineOptions(compile=True, max_len_tokens=64))
     ids = _prompt(64, 12, seed=1)
-    ref = autoregressive_generate(eager, ids, 0.0, 20).tokens
-    assert autoregressive_generate(target, ids, 0.0, 20).tokens == ref
-    dec = target.__dict__["_specscope_decoder"]
+    ref = autoregressive_generate(eager.new_decoder(), ids, 0.0, 20).tokens
+    dec = target.new_decoder()  # the caller's decoder, reused by every generation below
+    assert autoregressive_generate(dec, ids, 0.0, 20).tokens == ref
     assert dec.compile and dec.compile_s > 0
     for spec in ("early:1", "ngram:2:first"):
         draft = make_draft(spec, target)
         for _ in range(2):  # the second run reuses the compiled steps
-            assert speculative_generate(target, draft, ids, make_policy("fixed:3"), 0.0, 20).tokens == ref, spec
+            assert speculative_generate(dec, draft, ids, make_policy("fixed:3"), 0.0, 20).tokens == ref, spec
     first = dec.compile_s
-    speculative_generate(target, make_draft("ngram:2", target), ids, make_policy("fixed:3"), 0.0, 20)
+    speculative_generate(dec, make_draft("ngram:2", target), ids, make_policy("fixed:3"), 0.0, 20)
     assert dec.compile_s == first  # nothing compiled again
     with pytest.raises(ValueError, match="--compile needs --cache static"):
         TransformersDecoder(m, EngineOptions(cache="dynamic", compile=True))
@@ -125,7 +125,7 @@ def test_engine_seam_and_like_for_like_peer(tiny):
     target = dataclasses.replace(tiny["llama"], engine_options=engine.options)
     assert isinstance(target, TargetModel) and isinstance(target.new_decoder(), Decoder)
     ids = _prompt(96, 16, seed=3)
-    ref = autoregressive_generate(target, ids, 0.0, 24)
+    ref = autoregressive_generate(target.new_decoder(), ids, 0.0, 24)
     for spec in ("ngram:2:first", "early:2"):
         draft = engine.make_draft(spec, target, seed=1)
         peer = engine.peer_generate(target, draft, ids, 3, 0.0, 24, 0)

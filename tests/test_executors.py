@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from measure import executors, records
-from measure.executors import CellsFailed, ExecutorConfig
+from measure.executors import CellsFailed, ExecutorConfig, run_sweep_distributed
 from measure.sweep import SweepConfig, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +75,7 @@ def _tokens(run: records.Run) -> dict:
 def test_ray_gives_the_local_cells_and_outputs(cluster, tiny_dir, tmp_path):
     cfg = _config(tiny_dir)
     local = run_sweep(cfg, tmp_path / "local", show_bar=False, quiet=True)
-    dist = run_sweep(cfg, tmp_path / "ray", show_bar=False, quiet=True, executor=RAY)
+    dist = run_sweep_distributed(cfg, tmp_path / "ray", RAY, show_bar=False, quiet=True)
     assert local.status == dist.status == "complete"
     lc, dc = local.table("cells"), dist.table("cells")
     assert sorted(lc["cell_id"]) == sorted(dc["cell_id"]) and len(dc) == 4
@@ -109,7 +109,7 @@ def test_killed_worker_is_retried_then_reported_failed(cluster, tiny_dir, faults
     out = tmp_path / "run"
     try:
         with pytest.raises(CellsFailed) as exc:
-            run_sweep(cfg, out, show_bar=False, quiet=True, executor=RAY)
+            run_sweep_distributed(cfg, out, RAY, show_bar=False, quiet=True)
     finally:
         faults.write_text("{}")
     assert list(exc.value.failed) == [always]  # the once-killed cell was retried; the other ran out of retries
@@ -118,7 +118,7 @@ def test_killed_worker_is_retried_then_reported_failed(cluster, tiny_dir, faults
     assert always in run.meta["failed_cells"] and "died" in run.meta["failed_cells"][always].lower()
     # a resume runs only the failed cell
     wall = run.table("generations")["wall_s"].tolist()
-    run2 = run_sweep(cfg, out, show_bar=False, quiet=True, executor=RAY)
+    run2 = run_sweep_distributed(cfg, out, RAY, show_bar=False, quiet=True)
     assert run2.status == "complete" and sorted(run2.table("cells")["cell_id"]) == sorted([once, always])
     assert run2.table("generations").query("cell_id == @once")["wall_s"].tolist() == wall
 
@@ -129,12 +129,12 @@ def test_interrupted_driver_resumes_without_rerunning(cluster, tiny_dir, tmp_pat
     out = tmp_path / "run"
     seen: list[str] = []
 
-    def ctrl_c(row: dict) -> None:
-        seen.append(row["cell_id"])
+    def ctrl_c(row) -> None:
+        seen.append(row.cell_id)
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(cfg, out, show_bar=False, quiet=True, on_cell=ctrl_c, executor=RAY)
+        run_sweep_distributed(cfg, out, RAY, show_bar=False, quiet=True, on_cell=ctrl_c)
     first = records.load_run(out)
     assert first.status == "interrupted" and list(first.table("cells")["cell_id"]) == seen
     before = first.table("generations")
@@ -142,7 +142,7 @@ def test_interrupted_driver_resumes_without_rerunning(cluster, tiny_dir, tmp_pat
     while cluster.available_resources().get("CPU", 0) < 2 and time.time() < deadline:
         time.sleep(0.2)
     assert cluster.available_resources().get("CPU", 0) == 2
-    run = run_sweep(cfg, out, show_bar=False, quiet=True, executor=RAY)
+    run = run_sweep_distributed(cfg, out, RAY, show_bar=False, quiet=True)
     assert run.status == "complete" and len(run.table("cells")) == 4
     again = run.table("generations").query("cell_id == @seen[0]")
     assert again["wall_s"].tolist() == before["wall_s"].tolist()  # the finished cell was not re-run
@@ -154,13 +154,13 @@ def test_ray_resume_times_only_the_cost_points_not_on_disk(cluster, tiny_dir, tm
     points only; the ones on disk keep their values (before, any row on disk made the worker skip them all)."""
     cfg = _config(tiny_dir, drafts=("ngram:2",), gammas=("fixed:1",), cost_repeats_verified=2)
     out = tmp_path / "run"
-    full = run_sweep(cfg, out, show_bar=False, quiet=True, executor=RAY)
+    full = run_sweep_distributed(cfg, out, RAY, show_bar=False, quiet=True)
     n_target, n_draft = len(full.table("cost_target")), len(full.table("cost_draft"))
     f = out / "cost_target.csv"
     lines = f.read_text().splitlines()
     f.write_text("\n".join(lines[:3]) + "\n")  # 2 of the target points on disk
     kept = records.load_run(out).table("cost_target")
-    run = run_sweep(cfg, out, show_bar=False, quiet=True, executor=RAY)
+    run = run_sweep_distributed(cfg, out, RAY, show_bar=False, quiet=True)
     ct = run.table("cost_target")
     assert n_target > 2 and len(ct) == n_target and not ct.duplicated(["n_tokens", "context_tokens", "repeat"]).any()
     assert ct.head(2)["ms"].tolist() == kept["ms"].tolist()

@@ -142,7 +142,7 @@ def test_a_variant_that_crashes_in_its_check_decode_is_never_selected(tmp_path):
 @pytest.mark.slow
 @needs_build
 def test_a_native_crash_in_the_worker_is_one_error_naming_the_signal(monkeypatch):
-    from measure.engines.base import EngineOptions
+    from measure.seam import EngineOptions
     from measure.engines.llamacpp import make_engine
     from measure.engines.llamacpp_native.client import WorkerDied
     from measure.records import RunInterrupted

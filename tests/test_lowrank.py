@@ -169,8 +169,8 @@ def test_recall_table_counts_kept_argmax_per_domain_with_wilson_interval():
     counts = torch.zeros(V, dtype=torch.int64)
     first = argmax[:30].unique()
     counts[first] = 1000
-    heads = {"lowrank-exact@5": PrunedLMHead.lowrank(lin, exact, 5),
-             "frequency@%d" % first.numel(): PrunedLMHead.frequency(lin, counts, int(first.numel()))}
+    heads = {("lowrank-exact", 5): PrunedLMHead.lowrank(lin, exact, 5),
+             ("frequency", int(first.numel())): PrunedLMHead.frequency(lin, counts, int(first.numel()))}
     t = recall_table(heads, lin, hidden, doms, chunk=16)
     row = t.set_index(["selector", "domain"])
     assert row.loc[("lowrank-exact", "all"), "recall"] == 1.0
@@ -183,7 +183,7 @@ def test_recall_table_counts_kept_argmax_per_domain_with_wilson_interval():
 
 
 def test_head_recall_cli_rejects_unknown_domain_in_one_line(capsys):
-    from measure.cli import main
+    from measure.__main__ import main
 
     assert main(["head-recall", "--domains", "poetry", "--out", "unused"]) == 2
     err = capsys.readouterr().err.strip()
@@ -192,7 +192,7 @@ def test_head_recall_cli_rejects_unknown_domain_in_one_line(capsys):
 
 
 def test_head_recall_cli_rejects_non_integer_k_in_one_line(capsys):
-    from measure.cli import main
+    from measure.__main__ import main
 
     assert main(["head-recall", "--ks", "3k", "--out", "unused"]) == 2
     assert capsys.readouterr().err.strip() == ("python -m measure head-recall: error: --ks value '3k' is not an "

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from measure import records
+from measure.rows import RoundRow
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,9 +87,7 @@ def test_cli_resume_skips_finished_cells(tiny_dir, tmp_path):
     cells_csv.write_text("".join(ln for ln in lines if "fixed:3" not in ln))
     w = records.RunWriter(out)
     bad = records.cell_id("ngram:2", "fixed:3", 0, "code")
-    w.append("rounds", [{"cell_id": bad, "prompt_id": "x", "round": 0, "gamma": 3, "context_tokens": 1,
-                         "drafted": 3, "accepted": 0, "draft_ms": 1.0, "verify_ms": 1.0, "overhead_ms": 0.0,
-                         "repeat": 0}])
+    w.append("rounds", [RoundRow(bad, "x", 0, 3, 1, 3, 0, 1.0, 1.0, 0.0, repeat=0)])
     w.close("interrupted")
     p = _run(*args)
     run = records.load_run(out)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from measure.decoding import (accept_tokens, acceptance_trace, autoregressive_generate, crop_cache,
-                              forward_logits, new_cache, proposal_runs, speculative_generate)
-from measure.drafts import NGramDraft, make_draft, parse_layers
-from measure.models import load_model
+from measure.decoding import accept_tokens, acceptance_trace, autoregressive_generate, proposal_runs, speculative_generate
+from measure.drafts import NGramDraft
+from measure.engines.transformers.decoder import crop_cache, forward_logits, new_cache
+from measure.drafts import parse_layers
+from measure.engines.transformers.drafts import make_draft
+from measure.engines.transformers.models import load_model
 from sim.policies import make_policy
 
 
@@ -52,12 +54,12 @@ DRAFTS = ["early:2", "layers:0,3", "int8", "bf16", "ngram:2", "ngram:3"]
 def test_greedy_speculative_equals_baseline(tiny_models, family, draft_spec):
     target = tiny_models[family]
     ids = _prompt(target.vocab_size)
-    base = autoregressive_generate(target, ids, 0.0, 24)
+    base = autoregressive_generate(target.new_decoder(), ids, 0.0, 24)
     assert base.new_tokens == 24
     draft = make_draft(draft_spec, target)
     pols = ("fixed:1", "fixed:4", "heuristic:2", "threshold:3") if family == "llama" else ("fixed:3", "heuristic:2")
     for pol in pols:
-        spec = speculative_generate(target, draft, ids, make_policy(pol), 0.0, 24)
+        spec = speculative_generate(target.new_decoder(), draft, ids, make_policy(pol), 0.0, 24)
         assert spec.tokens == base.tokens, (pol, spec.tokens, base.tokens)
         assert sum(r.accepted for r in spec.rounds) + len(spec.rounds) + 1 == 24
         for r in spec.rounds:
@@ -67,7 +69,7 @@ def test_greedy_speculative_equals_baseline(tiny_models, family, draft_spec):
 def test_bf16_draft_accepts_and_layer_draft_shares_weights(tiny_models):
     target = tiny_models["llama"]
     ids = _prompt(target.vocab_size)
-    spec = speculative_generate(target, make_draft("bf16", target), ids, make_policy("fixed:4"), 0.0, 30)
+    spec = speculative_generate(target.new_decoder(), make_draft("bf16", target), ids, make_policy("fixed:4"), 0.0, 30)
     assert spec.accepted / spec.drafted > 0.5  # a near-copy of the target must mostly agree
     d = make_draft("early:2", target)
     assert d.model.model.embed_tokens.weight is target.model.model.embed_tokens.weight
@@ -89,10 +91,10 @@ def test_swapped_lm_head_with_masked_logits_still_lossless(tiny_models):
 
     draft.model.lm_head = Masked()
     ids = _prompt(target.vocab_size)
-    base = autoregressive_generate(target, ids, 0.0, 20)
+    base = autoregressive_generate(target.new_decoder(), ids, 0.0, 20)
     for temp in (0.0, 1.0):
         g = torch.Generator().manual_seed(0)
-        spec = speculative_generate(target, draft, ids, make_policy("fixed:3"), temp, 20, g)
+        spec = speculative_generate(target.new_decoder(), draft, ids, make_policy("fixed:3"), temp, 20, g)
         assert spec.new_tokens == 20
         if temp == 0:
             assert spec.tokens == base.tokens
@@ -166,7 +168,7 @@ def test_speculative_sampling_matches_target_marginal(tmp_path):
     N = 700
     counts = torch.zeros(8)
     for s in range(N):
-        out = speculative_generate(target, draft, ids, make_policy("fixed:2"), 1.0, 3,
+        out = speculative_generate(target.new_decoder(), draft, ids, make_policy("fixed:2"), 1.0, 3,
                                    torch.Generator().manual_seed(s))
         counts[out.tokens[1]] += 1
     assert chisquare(counts.numpy(), (marginal * N).numpy())[1] > 1e-3
@@ -175,12 +177,12 @@ def test_speculative_sampling_matches_target_marginal(tmp_path):
 def test_acceptance_trace_predicts_greedy_rounds(tiny_models):
     target = tiny_models["llama"]
     ids = _prompt(target.vocab_size)
-    base = autoregressive_generate(target, ids, 0.0, 24)
+    base = autoregressive_generate(target.new_decoder(), ids, 0.0, 24)
     draft = make_draft("early:2", target)
     full = torch.cat([ids, torch.tensor([base.tokens])], dim=1)
-    flags = acceptance_trace(target, draft, full, ids.shape[1], 0.0)
+    flags = acceptance_trace(target.new_decoder(), draft, full, ids.shape[1], 0.0)
     assert len(flags) == 24 and set(flags) <= {0.0, 1.0}
-    spec = speculative_generate(target, draft, ids, make_policy("fixed:3"), 0.0, 24)
+    spec = speculative_generate(target.new_decoder(), draft, ids, make_policy("fixed:3"), 0.0, 24)
     pos = 1  # token 0 comes from the prefill; round r starts at generated position `pos`
     for r in spec.rounds:
         run = 0
@@ -188,7 +190,7 @@ def test_acceptance_trace_predicts_greedy_rounds(tiny_models):
             run += 1
         assert r.accepted == run
         pos += r.accepted + 1
-    sampled = acceptance_trace(target, draft, full, ids.shape[1], 1.0)
+    sampled = acceptance_trace(target.new_decoder(), draft, full, ids.shape[1], 1.0)
     assert all(0.0 <= v <= 1.0 + 1e-6 for v in sampled)
 
 
@@ -202,17 +204,17 @@ def test_proposal_runs_replay_the_real_greedy_loop_round_by_round(tiny_models, d
     target = tiny_models["llama"]
     ids = _prompt(target.vocab_size, n=16, seed=3)
     n_new = 40
-    base = autoregressive_generate(target, ids, 0.0, n_new)
+    base = autoregressive_generate(target.new_decoder(), ids, 0.0, n_new)
     draft = make_draft(draft_spec, target)
     full = torch.cat([ids, torch.tensor([base.tokens])], dim=1)
-    flags = acceptance_trace(target, draft, full, ids.shape[1], 0.0)
+    flags = acceptance_trace(target.new_decoder(), draft, full, ids.shape[1], 0.0)
     proposed, runs = proposal_runs(draft, full, ids.shape[1], flags, gamma_max=8)
     assert len(proposed) == len(runs) == base.new_tokens
     assert all(0 <= r <= k <= 8 for k, r in zip(proposed, runs))
     trace = RunTraceAcceptance(((np.array(proposed), np.array(runs)),), gamma_max=8)
     seen_short = False
     for g in (1, 2, 3, 5, 8):
-        spec = speculative_generate(target, draft, ids, make_policy(f"fixed:{g}"), 0.0, n_new)
+        spec = speculative_generate(target.new_decoder(), draft, ids, make_policy(f"fixed:{g}"), 0.0, n_new)
         assert spec.tokens == base.tokens
         starts, drafted, accepted = trace.replay(g)
         assert [r.drafted for r in spec.rounds] == drafted.tolist(), g
@@ -239,12 +241,12 @@ def test_draft_errors(tiny_models):
     with pytest.raises(ValueError, match="0..3"):
         parse_layers("0-9", 4)
     with pytest.raises(ValueError, match="temperature must be >= 0"):
-        autoregressive_generate(t, _prompt(96), -1.0, 4)
+        autoregressive_generate(t.new_decoder(), _prompt(96), -1.0, 4)
 
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "gemma3"])
 def test_last_only_projects_one_position_and_matches_full_logits(tiny_models, family):
-    from measure.decoding import forward_logits, new_cache
+    from measure.engines.transformers.decoder import forward_logits, new_cache
 
     m = tiny_models[family].model
     ids = _prompt(96, 12, seed=4)
@@ -271,7 +273,7 @@ def test_last_only_projects_one_position_and_matches_full_logits(tiny_models, fa
 def test_last_only_falls_back_for_models_without_logits_to_keep():
     from types import SimpleNamespace
 
-    from measure.decoding import forward_logits
+    from measure.engines.transformers.decoder import forward_logits
 
     class Plain(torch.nn.Module):
         def forward(self, input_ids, past_key_values=None, use_cache=False):

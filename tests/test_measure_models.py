@@ -1,4 +1,4 @@
-"""Tests of measure.models, measure.prompts and measure.timing (fast, tiny models only)."""
+"""Tests of measure.engines.transformers.models, measure.prompts and measure.timing (fast, tiny models only)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from measure.models import check_same_vocab, config_for_spec, load_model, load_synthetic, resolve_device
+from measure.devices import resolve_device
+from measure.engines.transformers.models import check_same_vocab, config_for_spec, load_model, load_synthetic
 from measure.prompts import DOMAINS, encode_prompt, load_prompts
 from measure.timing import Timer
 
@@ -66,7 +67,7 @@ def test_local_directory_roundtrip_and_vocab_check(tmp_path):
     assert a.source.startswith("dir:") and not a.synthetic and a.params > 0 and a.vocab_size == 64
     with pytest.raises(ValueError, match="vocabulary size 80.*must share a tokenizer"):
         check_same_vocab(a, b)
-    from measure.drafts import make_draft
+    from measure.engines.transformers.drafts import make_draft
 
     with pytest.raises(ValueError, match="must share a tokenizer"):
         make_draft(f"model:{tmp_path / 'b'}", a)
@@ -121,7 +122,7 @@ def test_timer_bench_separates_warmup():
 def test_dequantised_copies_are_used_only_when_complete_and_saved_atomically(tmp_path, monkeypatch):
     """The GGUF → float32 copy cache: a copy without its completion file, or one that cannot be read, is
     removed (and so rebuilt); a save lands complete under its final name and leaves no temporary behind."""
-    from measure import models as M
+    from measure.engines.transformers import models as M
 
     monkeypatch.setenv("SPECSCOPE_CACHE", str(tmp_path / "cache"))
     gguf = tmp_path / "m.gguf"

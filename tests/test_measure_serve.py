@@ -144,6 +144,34 @@ def test_port_taken_takes_another(fake_bin, tmp_path, monkeypatch):
     busy.close()
 
 
+def test_an_interrupt_while_the_server_starts_leaves_no_server(fake_bin, tmp_path, monkeypatch):
+    """Ctrl-C landing between the fork and ``self.proc = ...`` (a loaded machine widens that window) must not
+    orphan the server: the interrupt is held until the handle is kept, then stops it."""
+    from measure.serve import server as srv_mod
+
+    started: list[subprocess.Popen] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_ctrl_c(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        signal.raise_signal(signal.SIGINT)  # arrives before Popen has returned
+        time.sleep(0.05)  # the handler runs here unless it is held back
+        return started[-1]
+
+    monkeypatch.setattr(srv_mod.subprocess, "Popen", popen_then_ctrl_c)
+    spec = srv_mod.ServerSpec(fake_bin, tmp_path / "m.gguf", ServeConfig("off"), 2, 1, 512)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with srv_mod.LlamaServer(spec, tmp_path / "server.log"):
+                pass
+        assert started and started[0].poll() is not None, "the server outlived the interrupt"
+    finally:
+        for p in started:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 @pytest.fixture()
 def url_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The stand-in started by hand on a free port, as a deployment --url points at."""

@@ -14,8 +14,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from measure import records, sweep
-from measure.sweep import SweepConfig, parse_tokens, rotation, run_sweep
+from measure import records, stats
+from measure.sweep import cells, identity
+from measure.rows import parse_tokens
+from measure.sweep import MODES, CostCurves, SweepConfig, Visit, rotation, run_sweep
 
 from fake_engine import ToyEngine
 
@@ -108,21 +110,21 @@ def test_extend_adds_cells_without_redoing_finished_ones(tmp_path):
 
 def test_until_stable_remeasures_an_unstable_cell(tmp_path, monkeypatch):
     calls = []
-    real = sweep.stats.stability
+    real = stats.stability
 
     def flaky(values, cv, drift, what="baseline"):
         calls.append(1)
         st = real(values, cv, drift, what)
         if len(calls) == 1:  # the first attempt looks noisy
-            return sweep.stats.Stability(True, 0.5, 0.0, "baseline varied 50% (threshold 10%)")
+            return stats.Stability(True, 0.5, 0.0, "baseline varied 50% (threshold 10%)")
         return st
 
-    monkeypatch.setattr(sweep.stats, "stability", flaky)
+    monkeypatch.setattr(stats, "stability", flaky)
     run = run_sweep(_cfg(gammas=("fixed:2",), domains=("code",), until_stable=2, cv_threshold=5.0,
                          drift_threshold=5.0), tmp_path / "r", engine=ToyEngine(), show_bar=False)
     cell = run.table("cells").iloc[0]
     assert cell["attempts"] == 2 and not cell["unstable"]
-    assert len(run.table("generations")) == 2 * 2 * len(sweep.MODES)  # only the last attempt's rows are kept
+    assert len(run.table("generations")) == 2 * 2 * len(MODES)  # only the last attempt's rows are kept
 
 
 _KILL_SCRIPT = """
@@ -169,10 +171,10 @@ def test_kill_during_a_run_then_resume(tmp_path, sig):
     assert run.status == "interrupted"  # SIGTERM: closed by the handler; SIGKILL: the dead pid is noticed
     if sig == signal.SIGTERM:
         assert p.returncode == 143
-    staged = [sweep.Visit.from_record(json.loads(ln))
+    staged = [Visit.from_record(json.loads(ln))
               for ln in (out / records.STAGED_VISITS).read_text().splitlines() if ln.strip()]
     assert len(staged) >= 3
-    kept = {(r["cell_id"], r["prompt_id"], r["repeat"], r["mode"]): r["wall_s"] for v in staged for r in v.gen_rows}
+    kept = {(r.cell_id, r.prompt_id, r.repeat, r.mode): r.wall_s for v in staged for r in v.gen_rows}
     cfg = SweepConfig(target="toy", drafts=("ngram:2",), gammas=("fixed:2", "fixed:3", "fixed:4"),
                       domains=("code", "docs"), prompts_per_domain=2, max_new_tokens=12, repeats=2,
                       cost_curves=False, device="cpu")
@@ -180,7 +182,7 @@ def test_kill_during_a_run_then_resume(tmp_path, sig):
     cells = again.table("cells")
     assert again.status == "complete" and len(cells) == 6 and cells["cell_id"].is_unique
     gens = again.table("generations")
-    assert (gens.groupby("cell_id").size() == 2 * 2 * len(sweep.MODES)).all()  # no half cell left behind
+    assert (gens.groupby("cell_id").size() == 2 * 2 * len(MODES)).all()  # no half cell left behind
     final = {(r["cell_id"], r["prompt_id"], r["repeat"], r["mode"]): r["wall_s"] for r in gens.to_dict("records")}
     assert all(final[k] == pytest.approx(w) for k, w in kept.items())  # the staged visits, not re-measured
     assert not (out / records.STAGED_VISITS).exists()  # every cell finished: nothing staged is left
@@ -190,13 +192,13 @@ def test_kill_during_a_run_then_resume(tmp_path, sig):
 def test_visits_are_interleaved_across_cells(tmp_path, monkeypatch, mode):
     """``sweep``: prompt by prompt, repeat by repeat, every cell in each pass; ``cell``: one cell at a time."""
     order = []
-    real = sweep._visit
+    real = cells._visit
 
     def spy(ctx, plan, modes, rep, pi, attempt):
         order.append((plan.cell_id, rep, pi))
         return real(ctx, plan, modes, rep, pi, attempt)
 
-    monkeypatch.setattr(sweep, "_visit", spy)
+    monkeypatch.setattr(cells, "_visit", spy)
     run = run_sweep(_cfg(interleave=mode, cost_curves=False), tmp_path / "r", engine=ToyEngine(), show_bar=False)
     cids = list(run.table("cells")["cell_id"])
     assert len(cids) == 4 and len(order) == 4 * 2 * 2
@@ -232,13 +234,13 @@ def test_head_sweep_and_main_sweep_cells_share_one_code_path(tmp_path, monkeypat
             vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=2, head_dim=8, max_position_embeddings=512)).save_pretrained(tiny)
     seen = []
-    real = sweep._finish
+    real = cells._finish
 
     def spy(ctx, plan, *a, **kw):
         seen.append(plan.cell.head_k)
         return real(ctx, plan, *a, **kw)
 
-    monkeypatch.setattr(sweep, "_finish", spy)
+    monkeypatch.setattr(cells, "_finish", spy)
     cfg = head_sweep.HeadSweepConfig(target=str(tiny), draft="bf16", head_ks=("50", "full"),
                                      variants=("clustered",), domains=("code",), prompts_per_domain=1,
                                      max_new_tokens=6, n_clusters=8, context_tokens=8, head_repeats=2,
@@ -259,7 +261,7 @@ def test_head_sweep_and_main_sweep_cells_share_one_code_path(tmp_path, monkeypat
     for row in hc.itertuples():
         g = hg[hg["cell_id"] == row.cell_id].pivot_table(index=["prompt_id", "repeat"], columns="mode",
                                                          values="tokens_per_s")
-        ci = sweep.stats.speedup_ci(g["baseline"].tolist(), g["speculative"].tolist())
+        ci = stats.speedup_ci(g["baseline"].tolist(), g["speculative"].tolist())
         assert ci.value == pytest.approx(row.speedup)
         for want, got in ((ci.lo, row.speedup_lo), (ci.hi, row.speedup_hi)):
             assert (want is None and pd.isna(got)) or want == pytest.approx(got)
@@ -271,7 +273,7 @@ def test_head_sweep_and_main_sweep_cells_share_one_code_path(tmp_path, monkeypat
 @pytest.mark.parametrize("mode", ["sweep", "cell"])
 def test_cost_curves_are_timed_between_the_visits_of_an_interleaved_sweep(tmp_path, monkeypatch, mode):
     log: list[str] = []
-    real_visit, real_measure = sweep._visit, sweep.CostCurves.measure
+    real_visit, real_measure = cells._visit, CostCurves.measure
 
     def visit(*a, **k):
         log.append("visit")
@@ -282,8 +284,8 @@ def test_cost_curves_are_timed_between_the_visits_of_an_interleaved_sweep(tmp_pa
         log.append(f"cost {len(t_rows) + len(d_rows)}")
         return t_rows, d_rows
 
-    monkeypatch.setattr(sweep, "_visit", visit)
-    monkeypatch.setattr(sweep.CostCurves, "measure", measure)
+    monkeypatch.setattr(cells, "_visit", visit)
+    monkeypatch.setattr(CostCurves, "measure", measure)
     run = run_sweep(_cfg(interleave=mode), tmp_path / "r", engine=ToyEngine(), show_bar=False)
     points = 2 * 2 * 2 + 2 * 2  # target: contexts x n x repeats; draft: contexts x repeats
     assert len(run.table("cost_target")) == 8 and len(run.table("cost_draft")) == 4
@@ -331,17 +333,17 @@ def test_source_state_says_when_the_checkout_is_dirty(tmp_path, monkeypatch):
     subprocess.run([*git, "init", "-q"], check=True)
     subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "-qm", "x"], check=True)
-    monkeypatch.setattr(sweep, "__file__", str(fake))
-    clean = sweep.source_state()
+    monkeypatch.setattr(identity, "__file__", str(fake))
+    clean = identity.source_state()
     assert len(clean["git_commit"]) == 40 and clean["git_dirty"] is False
     fake.write_text("x = 2\n")
-    assert sweep.source_state() == {"git_commit": clean["git_commit"], "git_dirty": True}
+    assert identity.source_state() == {"git_commit": clean["git_commit"], "git_dirty": True}
     (repo / "new.txt").write_text("untracked files do not count\n")
     fake.write_text("x = 1\n")
-    assert sweep.source_state()["git_dirty"] is False
+    assert identity.source_state()["git_dirty"] is False
     bare = tmp_path / "nogit" / "measure"
     bare.mkdir(parents=True)
-    monkeypatch.setattr(sweep, "__file__", str(bare / "sweep.py"))
+    monkeypatch.setattr(identity, "__file__", str(bare / "sweep.py"))
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-    assert sweep.source_state() == {"git_commit": None, "git_dirty": None}
+    assert identity.source_state() == {"git_commit": None, "git_dirty": None}
 

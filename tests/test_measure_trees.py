@@ -1,4 +1,5 @@
-"""Token trees in measure (measure.trees): tree drafts, one-forward verification, lossless output, bad input."""
+"""Token trees in measure (measure.trees): tree drafts, one-forward verification, lossless output, the
+counterfactual rank record, bad input, and the ``python -m measure tree`` run directory."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from measure.decoding import autoregressive_generate, loop_decoder
-from measure.drafts import make_draft, ngram_lookup
-from measure.engines.base import EngineOptions
-from measure.models import load_model
-from measure.trees import (
+from measure.decoding import autoregressive_generate
+from measure.drafts import ngram_lookup
+from measure.engines.transformers.drafts import make_draft
+from measure.engines.transformers.models import load_model
+from measure.seam import EngineOptions
+from measure.trees.loop import (
     DraftTree,
     accept_tree,
     check_tree_option,
@@ -65,11 +67,11 @@ def test_greedy_tree_equals_baseline(tiny, family, draft_spec):
     target = tiny[family]
     for seed in (1,):  # one prompt: a shared 2-core machine runs these tiny forwards slowly
         ids = _prompt(target.vocab_size, n=14, seed=seed)
-        base = autoregressive_generate(target, ids, 0.0, 28)
+        base = autoregressive_generate(target.new_decoder(), ids, 0.0, 28)
         draft = _draft(tiny, target, draft_spec)
         for text in TREES if family == "llama" else TREES[:2]:  # a per-round beam and a fixed tree elsewhere
             opt = parse_tree_option(text)
-            gen = tree_generate(target, make_tree_drafter(draft, opt), ids, 0.0, 28)
+            gen = tree_generate(target.new_decoder(), make_tree_drafter(draft, opt), ids, 0.0, 28)
             assert gen.result.tokens == base.tokens, (text, gen.result.tokens, base.tokens)
             assert sum(r.accepted for r in gen.result.rounds) + len(gen.result.rounds) + 1 == 28
             for tr in gen.tree_rounds:
@@ -89,8 +91,8 @@ def test_tree_on_both_caches_and_branches_get_accepted(tiny, cache):
     ranks_accepted = []
     for seed in (1, 2, 3):
         ids = _prompt(target.vocab_size, n=14, seed=seed)
-        base = autoregressive_generate(target, ids, 0.0, 30)
-        gen = tree_generate(target, make_tree_drafter(draft, opt), ids, 0.0, 30)
+        base = autoregressive_generate(target.new_decoder(), ids, 0.0, 30)
+        gen = tree_generate(target.new_decoder(), make_tree_drafter(draft, opt), ids, 0.0, 30)
         assert gen.result.tokens == base.tokens
         ranks_accepted += [r for tr in gen.tree_rounds for r, a in zip(tr.ranks, tr.accepted) if a]
     assert any(r > 0 for r in ranks_accepted), ranks_accepted
@@ -103,7 +105,7 @@ def test_tree_forward_logits_and_moved_kv_equal_sequential(tiny, family):
     V = target.vocab_size
     ids = _prompt(V, n=14, seed=4)
     tree = DraftTree(tokens=(5, 7, 9, 11, 13, 17), parents=(-1, -1, 0, 0, 1, 3), ranks=(0, 1, 0, 1, 0, 0))
-    dec = loop_decoder(target)
+    dec = target.new_decoder()
     dec.reset()
     dec.forward(ids[:, :-1])
     L = ids.shape[1]
@@ -148,10 +150,10 @@ def test_tree_forward_logits_and_moved_kv_equal_sequential(tiny, family):
 def test_verify_tree_keeps_the_cache_invariant(tiny):
     target = tiny["llama"]
     ids = _prompt(target.vocab_size, n=10, seed=5)
-    dec = loop_decoder(target)
+    dec = target.new_decoder()
     dec.reset()
     dec.forward(ids[:, :-1])
-    greedy = autoregressive_generate(target, ids, 0.0, 3).tokens  # the first token is the root's argmax
+    greedy = autoregressive_generate(target.new_decoder(), ids, 0.0, 3).tokens  # the first token is the root's argmax
     dec.reset()
     dec.forward(ids[:, :-1])
     t0 = greedy[0]
@@ -253,7 +255,7 @@ def test_tree_generate_refuses_sampling(tiny):
     target = tiny["llama"]
     d = make_tree_drafter(make_draft("ngram:2", target), parse_tree_option("depth=2,topk=2"))
     with pytest.raises(ValueError, match="greedy only"):
-        tree_generate(target, d, _prompt(target.vocab_size), 0.5, 8)
+        tree_generate(target.new_decoder(), d, _prompt(target.vocab_size), 0.5, 8)
 
 
 # -- python -m measure tree ----------------------------------------------------------------------
@@ -270,8 +272,8 @@ def test_tree_generate_refuses_sampling(tiny):
     (["--draft", "nope", "--tree", "depth=2,topk=2"], "unknown draft kind"),
 ])
 def test_tree_cli_bad_input_exits_2_before_loading(tiny, tmp_path, capsys, monkeypatch, argv, needle):
-    from measure import models
-    from measure.cli import main
+    from measure.__main__ import main
+    from measure.engines.transformers import models
 
     def no_load(*a, **k):
         raise AssertionError("a model was loaded")
@@ -288,7 +290,7 @@ def test_tree_cli_bad_input_exits_2_before_loading(tiny, tmp_path, capsys, monke
 
 
 def test_tree_cli_context_and_vocab_checked_from_config(tiny, tmp_path, capsys):
-    from measure.cli import main
+    from measure.__main__ import main
 
     target = tiny["llama-dir"]  # vocabulary 96, 512 positions
     capsys.readouterr()
@@ -301,14 +303,14 @@ def test_tree_cli_context_and_vocab_checked_from_config(tiny, tmp_path, capsys):
 
 
 def test_tree_cli_small_run_writes_lossless_records(tiny, tmp_path, capsys):
-    from measure.cli import main
+    from measure.__main__ import main
     from measure.records import load_run
 
     target = tiny["llama-dir"]
     out = tmp_path / "run"
     rc = main(["tree", "--target", target, "--draft", "early:2", "--tree", "depth=3,topk=2,budget=5",
                "--tree", "[[0],[1],[0,0]]", "--gamma", "2", "--prompts", "1", "--max-new-tokens", "12",
-               "--repeats", "2", "--warmup", "0", "--out", str(out)])
+               "--repeats", "2", "--warmup", "0", "--no-cost-curves", "--out", str(out)])
     assert rc == 0, capsys.readouterr()
     run = load_run(out)
     cells = run.table("tree_cells")
@@ -324,7 +326,16 @@ def test_tree_cli_small_run_writes_lossless_records(tiny, tmp_path, capsys):
     assert (per_round.size().to_numpy() <= 5).all()
     gens = run.table("generations")
     assert set(gens["mode"]) == {"baseline", "speculative"} and len(gens) == 3 * 2 * 2
-    assert run.status == "complete"
+    assert set(gens.loc[gens["mode"] == "speculative", "lossless"]) == {"identical"}
+    assert run.status == "complete" and run.meta["config"]["kind"] == "trees"
+    # the counterfactual record: per tree round, the positions the target decided, each with its rank
+    ranks = run.table("tree_ranks")
+    assert set(ranks["cell_id"]) == set(cells["cell_id"][:2])
+    first = ranks[ranks["cell_id"] == cells["cell_id"][0]]
+    per_round = first.groupby(["prompt_id", "repeat", "round"])
+    assert (per_round["depth"].min() == 1).all()  # the root is always ranked
+    assert first["rank"].between(-1, 7).all() and (first["candidates"] == 8).all()
+    assert not run.table("cost_target").size  # --no-cost-curves
 
 
 @pytest.mark.slow
@@ -335,9 +346,62 @@ def test_smollm2_trees_lossless(smollm2, draft_spec):  # noqa: F811 (the fixture
 
     target = smollm2
     ids = encode_prompt(load_prompts("code", 1, seed=0)[0], target, 120)
-    base = autoregressive_generate(target, ids, 0.0, 32, eos_token_ids=target.eos_token_ids)
+    base = autoregressive_generate(target.new_decoder(), ids, 0.0, 32, eos_token_ids=target.eos_token_ids)
     draft = make_draft(draft_spec, target)
     for text in ("depth=3,topk=2,budget=6", "[[0],[1],[0,0],[0,0,0]]", "depth=4,topk=1"):
-        gen = tree_generate(target, make_tree_drafter(draft, parse_tree_option(text)), ids, 0.0, 32,
+        gen = tree_generate(target.new_decoder(), make_tree_drafter(draft, parse_tree_option(text)), ids, 0.0, 32,
                             target.eos_token_ids)
         assert gen.result.tokens == base.tokens, text
+
+
+def test_target_ranks_agree_with_the_accepted_path(tiny):
+    """Where a node was accepted, the counterfactual record gives its rank at its depth; the bonus position's
+    rank (if ranked) is one no drafted child of the leaf has."""
+    target = tiny["llama"]
+    draft = make_draft("early:2", target)
+    seen = 0
+    for text in ("depth=3,topk=3,budget=9", "[[0],[1],[2],[0,0],[1,0],[0,0,0]]"):
+        for seed in (1, 2):
+            gen = tree_generate(target.new_decoder(), make_tree_drafter(draft, parse_tree_option(text)),
+                                _prompt(target.vocab_size, n=14, seed=seed), 0.0, 24)
+            for tr in gen.tree_rounds:
+                acc = [i for i, a in enumerate(tr.accepted) if a]
+                by_depth = {d: (r, k) for d, r, k in tr.target_ranks}
+                assert 1 in by_depth and all(k == 8 for _, k in by_depth.values())
+                for d, i in enumerate(acc, start=1):
+                    if d in by_depth:
+                        assert by_depth[d][0] == tr.ranks[i]
+                        seen += 1
+                leaf = acc[-1] if acc else -1
+                bonus = len(acc) + 1
+                if bonus in by_depth:
+                    drafted = {tr.ranks[j] for j, p in enumerate(tr.parents) if p == leaf}
+                    assert by_depth[bonus][0] not in drafted
+    assert seen > 0
+
+
+def test_lookup_tree_ranks_come_from_more_matches_than_drafted():
+    """The lookup draft ranks up to RANKED matches at every node it reached, whatever it drafted: a child's rank
+    does not depend on how many matches the tree drafts."""
+    from measure.drafts import NGramDraft
+    from measure.trees.loop import RANKED, LookupTreeDrafter, trie
+
+    seq = [1, 2, 3, 9, 1, 2, 4, 8, 5, 1, 2, 6, 7, 1, 2, 3, 7, 6, 1, 2]
+    conts = lookup_candidates(seq, 2, RANKED, 3)
+    full = trie(conts, 3)
+    assert full.ranked[-1] == (3, 6, 4)  # every distinct next token after "1 2", most recent match first
+    d = LookupTreeDrafter(NGramDraft("ngram:2", 2), parse_tree_option("[[0],[0,0]]"))
+    tree = d.propose(torch.tensor([seq]))
+    assert tree.tokens == (3, 7) and tree.ranked[-1] == (3, 6, 4)
+    assert tree.target_ranks((0,), (3, 9)) == ((1, 0, 3), (2, 1, 2))  # after "3": 7 (rank 0), then 9 (rank 1)
+
+
+def test_tree_cell_id_round_trips():
+    from measure.ids import TreeCellId
+
+    for shape in ("[[0],[1],[0,0]]", "depth=3,topk=2,budget=5", "gamma=4"):
+        cid = TreeCellId("int8", shape, "code,conversation")
+        assert TreeCellId.parse(cid.to_str()) == cid
+    for bad in ("draft=a|shape=b|temp=0.7|domain=c", "draft=a|gamma=fixed:4|temp=0|domain=c"):
+        with pytest.raises(ValueError, match="expected draft="):
+            TreeCellId.parse(bad)

@@ -234,6 +234,7 @@ def test_speculative_loop_with_pruned_draft_is_exact(temperature, variant):
 
     from measure.decoding import autoregressive_generate, speculative_generate
     from measure.drafts import ModelDraft
+    from measure.engines.transformers.decoder import TransformersDecoder
     from sim.policies import FixedGamma
 
     target = _tiny_llama()
@@ -249,13 +250,13 @@ def test_speculative_loop_with_pruned_draft_is_exact(temperature, variant):
         head = (PrunedLMHead.clustered(draft_model.lm_head, cl, k) if variant == "clustered"
                 else PrunedLMHead.lowrank(draft_model.lm_head, scorer, k))
         with swapped_lm_head(draft_model, head):
-            draft = ModelDraft("pruned", "pruned", draft_model, True)
+            draft = ModelDraft("pruned", "pruned", TransformersDecoder(draft_model), draft_model, True)
             gen = torch.Generator().manual_seed(8)
-            res = speculative_generate(target, draft, prompt, FixedGamma(3), temperature=temperature,
+            res = speculative_generate(TransformersDecoder(target), draft, prompt, FixedGamma(3), temperature=temperature,
                                        max_new_tokens=24, generator=gen)
         assert len(res.tokens) == 24
         if temperature == 0:
-            base = autoregressive_generate(target, prompt, 0.0, 24)
+            base = autoregressive_generate(TransformersDecoder(target), prompt, 0.0, 24)
             assert res.tokens == base.tokens
         if k == 300:
             assert res.accepted == res.drafted  # full head on a copy of the target
@@ -273,8 +274,10 @@ def test_loop_takes_the_pruned_heads_fast_path(temperature, monkeypatch):
     import copy
 
     import measure.head.pruned_head as ph
-    from measure.decoding import SparseProbs, autoregressive_generate, speculative_generate
+    from measure.decoding import autoregressive_generate, speculative_generate
+    from measure.seam import SparseProbs
     from measure.drafts import ModelDraft
+    from measure.engines.transformers.decoder import TransformersDecoder
     from measure.head.lowrank import accumulate_moment, fit_lowrank
     from sim.policies import FixedGamma
 
@@ -308,13 +311,13 @@ def test_loop_takes_the_pruned_heads_fast_path(temperature, monkeypatch):
     monkeypatch.setattr(dec_mod, "accept_tokens", spy)
     prompt = torch.randint(0, 300, (1, 10), generator=torch.Generator().manual_seed(7))
     with swapped_lm_head(draft_model, head):
-        draft = ModelDraft("pruned", "pruned", draft_model, True)
-        res = speculative_generate(target, draft, prompt, FixedGamma(3), temperature, 24,
+        draft = ModelDraft("pruned", "pruned", TransformersDecoder(draft_model), draft_model, True)
+        res = speculative_generate(TransformersDecoder(target), draft, prompt, FixedGamma(3), temperature, 24,
                                    torch.Generator().manual_seed(1))
     assert res.drafted > 0 and calls["validate"] == 0
     if temperature == 0:
         assert calls["forward"] == 0 and calls["greedy"] >= res.drafted
-        assert res.tokens == autoregressive_generate(target, prompt, 0.0, 24).tokens
+        assert res.tokens == autoregressive_generate(TransformersDecoder(target), prompt, 0.0, 24).tokens
     else:
         assert calls["forward"] == 0 and seen_q and all(isinstance(q, SparseProbs) for q in seen_q if q is not None)
         assert all(q.ids.shape[1] == 40 for q in seen_q if q is not None)

@@ -99,7 +99,7 @@ def test_speedup_vs_gamma_keeps_predictions_beyond_the_measured_gamma_apart():
     with pytest.raises(ValueError, match="unknown source values \\['guessed'\\]"):
         charts.speedup_vs_gamma_chart(pred.assign(source="guessed"))
     only_pred = charts.speedup_vs_gamma_chart(pred[["gamma", "speedup"]])  # sim's charts: nothing measured
-    assert [l["mark"]["type"] for l in _layers(only_pred)] == ["line", "rule"]
+    assert [layer["mark"]["type"] for layer in _layers(only_pred)] == ["line", "rule"]
     assert set(_data(only_pred, 0)["prediction"]) == {charts.PREDICTION_LINES[0]}
 
 

@@ -26,9 +26,9 @@ class _Cost:
 
     uses_max_draft = True
 
-    def step_ms(self, seqs, tokens, max_draft, ctx_sum, attn, prompt_tokens, prompt_seqs):
+    def step_ms(self, seqs, tokens, max_draft, ctx_sum, attn, prompt_tokens, prompt_seqs, emitted):
         return 3.0 + 0.7 * seqs + 0.9 * tokens + 0.31 * max_draft + 1e-3 * ctx_sum + 2e-5 * attn \
-            + 0.05 * prompt_tokens + 1.3 * prompt_seqs
+            + 0.05 * prompt_tokens + 1.3 * prompt_seqs + 0.17 * emitted
 
     def describe(self):
         return {}
@@ -99,7 +99,8 @@ def _reference(workload: Workload, sched: Scheduler, cost, acceptance, gamma: in
                     p_tok += take
                     p_seqs += 1
                     chunks.append((sl, take))
-        dt = cost.step_ms(seqs, tok + p_tok, dmax, ctx_sum, attn, p_tok, p_seqs)
+        emitted = sum(1 + sl["rounds"][0][1] for sl in gen)
+        dt = cost.step_ms(seqs, tok + p_tok, dmax, ctx_sum, attn, p_tok, p_seqs, emitted)
         t += dt
         steps.append((dt, seqs))
         for sl in gen:
@@ -231,3 +232,46 @@ def test_acceptance_per_prompt():
     assert (run.tokens == 30).all()
     with pytest.raises(ValueError, match="empty list"):
         simulate_server(w, llama_server(2), _Cost(), [], "fixed:4")
+
+
+def test_linear_step_cost_features_are_what_its_coefficients_multiply():
+    from sim.serving import LinearStepCost, StepLoad
+
+    rng = np.random.default_rng(4)
+    for _ in range(50):
+        coef = rng.uniform(0.0, 3.0, len(LinearStepCost.FIELDS))
+        cost = LinearStepCost(*coef)
+        seqs = int(rng.integers(0, 9))
+        tok = seqs + int(rng.integers(0, 3 * seqs + 1))
+        load = StepLoad(seqs, tok + 40, 2, 100.0 * seqs, float(rng.uniform(0, 1e5)), 40, 1,
+                        seqs + int(rng.integers(0, tok - seqs + 1)))
+        by_features = float(np.dot(coef, LinearStepCost.features(load)))
+        assert cost.step_ms(load.seqs, load.tokens, load.max_draft, load.ctx_sum, load.attn, load.prompt_tokens,
+                            load.prompt_seqs, load.emitted) == pytest.approx(by_features)
+    # accepted tokens (emitted beyond one a slot) are what per_accepted_ms prices; a cost from before it loads
+    c = LinearStepCost(1.0, per_accepted_ms=2.0)
+    assert c.step_ms(3, 9, 2, 0.0, 0.0, 0, 0, 3) == 1.0 and c.step_ms(3, 9, 2, 0.0, 0.0, 0, 0, 7) == 9.0
+    old = {"kind": "linear_step", "base_ms": 5.0, "per_seq_ms": 1.0, "per_token_ms": 2.0,
+           "per_prompt_token_ms": 0.1, "per_attn_ms": 0.0, "metadata": {}}
+    assert LinearStepCost.from_dict(old).per_accepted_ms == 0.0
+    assert LinearStepCost.from_dict(LinearStepCost(1.0, per_accepted_ms=2.5).describe()).per_accepted_ms == 2.5
+
+
+def test_serve_benchmark_times_the_calibrated_model_and_refuses_bad_input(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    bench = root / "benchmarks" / "bench_serve.py"
+    p = subprocess.run([sys.executable, str(bench), "--requests", "300", "--repeats", "2"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout.strip().splitlines()[-1])
+    assert doc["requests"] == 300 and len(doc["seconds"]) == 2 and doc["median_s"] > 0
+    assert doc["target_s"] == pytest.approx(60.0 * 300 / 1e6) and 0 < doc["mean_batch"] <= 8
+    for argv in (["--requests", "0"], ["--calibration", str(tmp_path / "none.json")]):
+        p = subprocess.run([sys.executable, str(bench), *argv], cwd=tmp_path, capture_output=True, text=True,
+                           timeout=60, check=False)
+        assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr

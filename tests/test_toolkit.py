@@ -286,3 +286,29 @@ def test_environment_readers():
     assert env.package_version("pytest") == pytest.__version__
     assert env.package_version("no-such-distribution-specscope") is None
     assert isinstance(env.cpu_name(), str) and env.cpu_name()
+
+
+def test_deferred_signals_deliver_after_the_block():
+    import signal
+
+    from toolkit.signals import deferred_signals
+
+    inside: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        with deferred_signals():
+            signal.raise_signal(signal.SIGINT)
+            inside.append("after the signal")  # not reached if Ctrl-C were handled at once
+    assert inside == ["after the signal"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    got: list[int] = []
+    prev = signal.signal(signal.SIGTERM, lambda s, f: got.append(s))
+    try:
+        with deferred_signals():
+            signal.raise_signal(signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
+            assert got == []
+        assert got == [signal.SIGTERM]  # delivered once, to the handler that was in place
+    finally:
+        signal.signal(signal.SIGTERM, prev)
+

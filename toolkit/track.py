@@ -51,7 +51,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence, TextIO
+from typing import Any, Iterator, Mapping, Sequence, TextIO, cast
 
 __all__ = ["TRACKERS", "DEFAULT_PROJECT", "TrackedRun", "Tracker", "metric_name", "flatten", "number",
            "start_tracker", "missing_library", "usable_tracker"]
@@ -170,7 +170,7 @@ def number(value: Any) -> float | None:
     if isinstance(value, str):
         value = {"true": 1.0, "false": 0.0}.get(value.strip().lower())
     try:
-        f = float(value)  # type: ignore[arg-type]
+        f = float(value)
     except (TypeError, ValueError):
         return None
     return f if math.isfinite(f) else None
@@ -231,7 +231,7 @@ class _WandbBackend:
             _probe(wandb.setup().settings.base_url)
         self.project = os.environ.get("WANDB_PROJECT") or DEFAULT_PROJECT
         self.run = wandb.init(project=self.project, name=run_name, job_type=job_type, tags=list(tags),
-                              mode=mode, dir=os.environ.get("WANDB_DIR") or None, reinit="create_new",
+                              mode=cast(Any, mode), dir=os.environ.get("WANDB_DIR") or None, reinit="create_new",
                               settings=wandb.Settings(silent=True, console="off"))
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -376,7 +376,7 @@ def _artifact_name(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "files"
 
 
-_BACKENDS = {"wandb": _WandbBackend, "mlflow": _MlflowBackend}
+_BACKENDS: dict[str, type[_WandbBackend] | type[_MlflowBackend]] = {"wandb": _WandbBackend, "mlflow": _MlflowBackend}
 
 
 class Tracker:

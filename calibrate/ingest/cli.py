@@ -234,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 lines += format_explain(ing.record)
         cost = choose_cost(ing, args.preset, args.hardware, args.cost_model, args.context_tokens)
         ans = answer(ing, cost, args.gamma_max, serve)
-        lines += format_answer(ans, args.gamma_max, args.max_batch)
+        lines += format_answer(ans, args.gamma_max, serve.max_batch if serve is not None else 0)
         doc = summary(ans, args.gamma_max)
         if args.out:
             out = Path(args.out)

@@ -243,8 +243,6 @@ REQUEST_NAMES = (("k", "num_spec_tokens"), ("drafts", "num_spec_steps"), ("draft
                  ("rounds_by_accepted", "acceptance_histogram"))
 
 
-# long: one request's fields read and checked one by one (an unreadable one skips the request, an impossible one
-#   refuses the input), then one figure per field
 def _request(source: str, sd: dict) -> Observation | None:
     try:
         k = count(source, sd, "num_spec_tokens")

@@ -1,8 +1,8 @@
 """Engines: where a model's forward pass and KV cache live (transformers, llama.cpp).
 
 The decoding loops (:mod:`measure.decoding`), the drafts and the sweep are
-written once, against the small seam in :mod:`measure.engines.base`: an
-engine loads models and hands out :class:`~measure.engines.base.Decoder`
+written once, against the small seam in :mod:`measure.seam`: an
+engine loads models and hands out :class:`~measure.seam.Decoder`
 objects (one model's KV-cached sequence: forward n tokens with their logits,
 roll back to a length), tokenises prompts and, where it has one, runs its own
 speculative decoding as a peer. A new engine is an adapter module here, not a
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 
-from measure.engines.base import ENGINES, Engine, EngineOptions
+from measure.seam import ENGINES, Engine, EngineOptions
 
 
 def make_engine(name: str, options: EngineOptions) -> Engine:

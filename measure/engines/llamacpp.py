@@ -5,7 +5,7 @@ its users run it: the build of :mod:`measure.engines.llamacpp_native.build`
 (portable, the CPU variant checked by a test decode on this machine), in a
 worker process that never imports torch and changes nothing of llama.cpp's
 runtime (:mod:`measure.engines.llamacpp_native.worker`). This module is the
-parent's side, the :class:`~measure.engines.base.Engine` the sweep sees:
+parent's side, the :class:`~measure.seam.Engine` the sweep sees:
 
 * :class:`LlamaCppTarget` — a model loaded in the worker; hands out
   :class:`LlamaCppDecoder` objects, each its own llama.cpp context (KV cache)
@@ -42,7 +42,7 @@ from typing import Any, Mapping
 
 import torch
 
-from measure.engines.base import EngineOptions, PeerResult
+from measure.drafts import NGramDraft, ngram_draft
 from measure.engines.gguf_files import (
     PACKAGED,
     cache_root,
@@ -53,6 +53,7 @@ from measure.engines.gguf_files import (
 )
 from measure.engines.lossless import NEAR_TIE_TOLERANCE
 from measure.engines.llamacpp_native.build import BUILD_COMMAND
+from measure.seam import EngineOptions, PeerResult
 
 EXTRA_HINT = f"build llama.cpp and install llama-cpp-python over it: {BUILD_COMMAND}"
 #: Draft kinds this engine builds (``ngram`` rules come from :mod:`measure.drafts`).
@@ -99,22 +100,12 @@ def check_specs(target_spec: str, draft_specs: tuple[str, ...] | list[str]) -> N
         if kind == "model":
             resolve_model_path(arg, "--draft model:")
         elif kind == "ngram":
-            ngram_draft(d, vocab_size=1)
+            ngram_draft(d, vocab_size=1)  # its parser's one-line ValueError if bad
 
 
 def context_tokens(spec: str) -> int | None:
     """The training context of GGUF model ``spec`` (``gguf:FILE`` or a packaged name), from its header."""
     return gguf_context_tokens(resolve_model_path(spec))
-
-
-def ngram_draft(spec: str, vocab_size: int) -> Any:
-    """The :class:`measure.drafts.NGramDraft` of an ``ngram`` spec (its parser's one-line ``ValueError`` if bad)."""
-    from types import SimpleNamespace
-
-    from measure.drafts import make_draft
-
-    # the ngram builder reads only these from a target
-    return make_draft(spec, SimpleNamespace(vocab_size=vocab_size, device="cpu", dtype="float32", model=None))
 
 
 def ngram_rule(draft: Any) -> str:
@@ -137,7 +128,7 @@ def resolved_threads(options: EngineOptions) -> int:
 
 # -- the model and its decoders -------------------------------------------------------------------
 class LlamaCppTarget:
-    """A GGUF model loaded in the worker: the :class:`~measure.engines.base.TargetModel` of this engine."""
+    """A GGUF model loaded in the worker: the :class:`~measure.seam.TargetModel` of this engine."""
 
     synthetic = False
     device = "cpu"  # logits come back to the host also when layers are offloaded (recorded as gpu_layers)
@@ -231,7 +222,7 @@ class LlamaCppDecoder:
 
 # -- drafts ---------------------------------------------------------------------------------------
 class DecoderDraft:
-    """A model draft over any :class:`~measure.engines.base.Decoder` (here a llama.cpp one).
+    """A model draft over any :class:`~measure.seam.Decoder` (here a llama.cpp one).
 
     The draft protocol of :mod:`measure.decoding` — ``start`` / ``propose`` /
     ``rollback`` / ``position_probs`` — on the draft's own KV-cached decoder;
@@ -296,7 +287,7 @@ class DecoderDraft:
 
 # -- the engine -------------------------------------------------------------------------------------
 class LlamaCppEngine:
-    """The llama.cpp :class:`~measure.engines.base.Engine` (see module docstring).
+    """The llama.cpp :class:`~measure.seam.Engine` (see module docstring).
 
     The worker starts with the first model this engine needs, after the check
     before trusting (:func:`measure.engines.llamacpp_native.probe.check_installed`):
@@ -442,8 +433,6 @@ class LlamaCppEngine:
         """llama-cpp-python's own prompt lookup, for ``ngram:N:first`` drafts only (None for others): pure
         temperature sampling, seeded by ``seed``; ``drafted``/``accepted``/``rounds`` counted from the proposals
         the library asked for and the tokens it then emitted."""
-        from measure.drafts import NGramDraft
-
         if not isinstance(draft, NGramDraft) or ngram_rule(draft) != "first" or gamma < 1:
             return None
         r = self.worker.call("peer", **self._library_args(target, input_ids), max_ngram=int(draft.max_ngram),

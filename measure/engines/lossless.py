@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from measure.engines.base import Decoder
+from measure.seam import Decoder
 
 #: Logit margin below which a greedy divergence counts as a near tie. Measured with llama.cpp on the packaged
 #: SmolLM2-135M Q4_1 (3 prompts x 48 greedy tokens, batches of 2..9 tokens against the same positions decoded

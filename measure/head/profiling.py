@@ -158,7 +158,7 @@ def profile_step(
     :class:`ProfileRow` per component; ``ms`` is the mean per step, ``share``
     its fraction of the step (``other`` = step − the rest, floored at 0).
     """
-    from measure.decoding import crop_cache, new_cache
+    from measure.engines.transformers.decoder import crop_cache, new_cache
 
     if role not in ("draft", "target"):
         raise ValueError(f"role={role!r} must be 'draft' or 'target'")
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     prog = "python -m measure.head.profiling"
     ap = OneLineParser(prog=prog, description=main.__doc__.splitlines()[0])
     ap.add_argument("--models", default="smollm2-135m,gemma3-270m",
-                    help="comma-separated model specs (measure.models.load_model), e.g. synthetic:gpt2")
+                    help="comma-separated model specs (measure.engines.transformers.models.load_model), e.g. synthetic:gpt2")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--context-tokens", type=int_arg(1, 1_000_000), default=128)
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     specs = csv_items("--models", args.models, prog)
     try:
-        from measure.models import load_model
+        from measure.engines.transformers.models import load_model
 
         if args.threads is not None:
             torch.set_num_threads(args.threads)

@@ -156,7 +156,7 @@ def _check_url(url: str) -> bool:
 
 
 def _model_path(target: str) -> Path:
-    from measure.models import PACKAGED
+    from measure.engines.gguf_files import PACKAGED
 
     if target in PACKAGED:
         try:

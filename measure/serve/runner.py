@@ -35,7 +35,6 @@ from measure.serve.units import (
     TokenRow,
     UnitId,
     UnitRow,
-    as_row,
     order_stat_ci,
 )
 from toolkit.prometheus import Scrape, counter_delta, parse_scrape
@@ -316,13 +315,12 @@ def _one_unit(plan: Plan, writer: ServeRunWriter, progress: Progress, hardware: 
         (mdir / f"{_safe(cid)}.before.prom").write_text(raw_before)
         (mdir / f"{_safe(cid)}.after.prom").write_text(raw_after)
     reqs, toks = request_rows(cid, load)
-    writer.append("serve_requests", [as_row(x) for x in reqs])
-    writer.append("serve_tokens", [as_row(x) for x in toks])
+    writer.append("serve_requests", reqs)
+    writer.append("serve_tokens", toks)
     if uid.config.synthetic:
-        writer.append("serve_step_cost", [as_row(x) for x in step_cost_rows(cid, uid.config, load,
-                                                                             plan.max_new_tokens)])
+        writer.append("serve_step_cost", step_cost_rows(cid, uid.config, load, plan.max_new_tokens))
     row = replace(unit_row(uid, block, load, before, after, plan.max_new_tokens, hardware), other_cpu_share=other,
                   steal_share=steal)
-    writer.finish_cell(as_row(row))
+    writer.finish_cell(row)
     progress.on_unit(row)
     return 1

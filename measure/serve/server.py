@@ -21,6 +21,7 @@ from pathlib import Path
 from types import TracebackType
 
 from measure.serve.units import ServeConfig
+from toolkit.signals import deferred_signals
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 300.0
@@ -107,8 +108,9 @@ class LlamaServer:
         with self.log_path.open("ab") as log:
             log.write(f"# {' '.join(self.spec.args(self.port))}\n".encode())
             log.flush()
-            self.proc = subprocess.Popen(self.spec.args(self.port), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+            with deferred_signals():  # an interrupt between fork and assignment would orphan the server
+                self.proc = subprocess.Popen(self.spec.args(self.port), stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         with httpx2.Client(timeout=5.0) as client:
             while time.monotonic() < deadline:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from measure.records import RunWriter, load_run
+from measure.rows import RequestRow, StepCostRow, TokenRow, UnitRow  # noqa: F401 — the serve tables' rows
 from measure.stats import CONFIDENCE, Estimate
 
 @dataclass(frozen=True)
@@ -151,119 +152,7 @@ class UnitId:
             raise ValueError(f"unit id {text!r}: {e}") from None
 
 
-# -- rows ------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RequestRow:
-    """``serve_requests.csv``: one request as the client saw it (times from its send), and the server's timings."""
-
-    cell_id: str
-    request_index: int
-    prompt_id: str
-    domain: str
-    send_s: float  # since the unit started
-    ttft_ms: float | None
-    e2e_ms: float | None
-    tpot_ms: float | None
-    completion_tokens: int | None  # usage.completion_tokens (or the streamed events when the server gives none)
-    events: int  # streamed chunks that carried text
-    prompt_tokens: int | None
-    draft_n: int | None
-    draft_n_accepted: int | None
-    predicted_ms: float | None
-    prompt_ms: float | None
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class TokenRow:
-    """``serve_tokens.csv``: one streamed text chunk: its time since the send and since the chunk before."""
-
-    cell_id: str
-    request_index: int
-    event_index: int
-    t_ms: float
-    gap_ms: float | None
-
-
-@dataclass(frozen=True)
-class StepCostRow:
-    """``serve_step_cost.csv``: what one server step cost in a synthetic unit, per context bucket.
-
-    Every slot generates (``seqs``), each verifying ``tokens_per_seq`` tokens (1 + k) at about
-    ``context_tokens``; ``step_ms`` is the median inter-token time there (every slot emits one token a
-    step), ``_lo``/``_hi`` its 95% order-statistic CI. Rows with ``prompt_tokens`` give the unit's first
-    step instead: ``seqs`` prompts of ``prompt_tokens`` in all, ``ttft_ms`` their median TTFT.
-    """
-
-    cell_id: str
-    seqs: int
-    tokens_per_seq: int
-    context_tokens: float
-    n_steps: int
-    step_ms: float | None
-    step_ms_lo: float | None
-    step_ms_hi: float | None
-    prompt_tokens: int | None = None
-    ttft_ms: float | None = None
-
-
-@dataclass(frozen=True)
-class UnitRow:
-    """``serve_units.csv``: one finished unit: its identity, throughput, latency percentiles, counter deltas."""
-
-    cell_id: str
-    config: str
-    spec_type: str
-    spec_k: int
-    spec_ngram_n: int
-    slots: int
-    load: str
-    concurrency: int | None
-    rate_per_s: float | None
-    repeat: int
-    block: int
-    synthetic: bool
-    n_requests: int
-    n_errors: int
-    new_tokens: int
-    duration_s: float
-    completion_tokens: int
-    throughput_tokens_per_s: float | None
-    ttft_p50_ms: float | None
-    ttft_p95_ms: float | None
-    ttft_p99_ms: float | None
-    tpot_p50_ms: float | None
-    tpot_p95_ms: float | None
-    tpot_p99_ms: float | None
-    itl_p50_ms: float | None
-    itl_p95_ms: float | None
-    itl_p99_ms: float | None
-    e2e_p50_ms: float | None
-    e2e_p95_ms: float | None
-    e2e_p99_ms: float | None
-    metrics: bool  # /metrics answered (counter deltas below; else they are empty)
-    drafts: int | None
-    draft_tokens: int | None
-    accepted_tokens: int | None
-    accepted_per_pos: str | None  # space-separated counts per draft position (0-based)
-    tokens_predicted: int | None
-    n_decode: int | None
-    prompt_tokens: int | None
-    client_cpu_s: float
-    client_cpu_share: float  # the load generator's CPU time / the unit's wall time (one core = 1.0)
-    send_lag_p99_ms: float | None  # open loop: how late requests left against their schedule
-    hardware: str
-    # other processes' CPU during the unit (machine busy minus server and load generator), and the CPU the
-    # hypervisor stole, in cores; None where unmeasurable (no /proc, or --url: the server is not ours)
-    other_cpu_share: float | None = None
-    steal_share: float | None = None
-
-
-def as_row(record: Any) -> dict:
-    """A typed row as the dict :class:`measure.records.RunWriter` appends."""
-    return {f.name: getattr(record, f.name) for f in fields(record)}
-
-
+# -- rows: the serve tables' row types live with every other table's in measure.rows (named here too) --------
 class ServeRunWriter(RunWriter):
     """The run writer of a serving run: a unit is finished when its ``serve_units`` row is written."""
 

@@ -5,13 +5,14 @@ as a teacher-forced measurement gives), the law's p_r from the measured top-1; f
 E[tau] of the best tree under the measured p, the law's prediction for its own best tree, and the measured-p
 E[tau] of the law's best tree (what following the law's advice would give).
 """
-import json, sys
+import json
+import sys
 import numpy as np
 from sim.rank_law import RankLaw
 from sim.trees import PositionalAcceptance, expected_accepted_length
 from sim.tree_search import optimal_tree
 
-doc = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
+doc = json.loads([ln for ln in open(sys.argv[1]) if ln.startswith("{")][-1])
 print("| draft | top-1 | budget | E[tau] best tree, measured ranks | E[tau] law's best tree, law | law error | E[tau] law's best tree, measured ranks | regret |")
 print("|---|---:|---:|---:|---:|---:|---:|---:|")
 rows = []

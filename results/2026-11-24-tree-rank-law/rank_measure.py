@@ -5,10 +5,13 @@ forward; at every generated position the target's token has rank r in the draft'
 argmax). p_r = share of positions at rank r; top-k recall = share at rank < k. 95% CIs: percentile
 bootstrap over sequences (2000 resamples, seed 0). Printed as a table and one JSON line.
 """
-import json, sys, time
-import numpy as np, torch
-from measure.models import load_model
-from measure.drafts import make_draft
+import json
+import sys
+import time
+import numpy as np
+import torch
+from measure.engines.transformers.models import load_model
+from measure.engines.transformers.drafts import make_draft
 from measure.prompts import DOMAINS, load_prompts, encode_prompt
 from measure.decoding import autoregressive_generate
 from sim.rank_law import RankLaw, recall_curve
@@ -22,7 +25,7 @@ seqs = []
 for dom in DOMAINS:
     for pr in load_prompts(dom, n_prompts, seed=0):
         ids = encode_prompt(pr, target)
-        gen = autoregressive_generate(target, ids, 0.0, new_tokens, eos_token_ids=target.eos_token_ids)
+        gen = autoregressive_generate(target.new_decoder(), ids, 0.0, new_tokens, eos_token_ids=target.eos_token_ids)
         seqs.append((ids.shape[1], torch.cat([ids, torch.tensor([gen.tokens])], dim=1)))
 K = 10
 out = {"target": target_spec, "prompts_per_domain": n_prompts, "new_tokens": new_tokens, "sequences": len(seqs),

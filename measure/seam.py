@@ -1,0 +1,313 @@
+"""The seam: every protocol and small record that crosses ``measure``'s layers.
+
+The loops and drafts (:mod:`measure.decoding`, :mod:`measure.drafts`) are
+written against these types only, the engine adapters (:mod:`measure.engines`)
+implement them, and the sweep (:mod:`measure.sweep`) holds them together:
+
+* :class:`Decoder` — one model's KV-cached token sequence. ``forward`` feeds
+  ``n`` tokens after what is cached and returns their logits; ``rollback``
+  keeps a prefix. Every loop in :mod:`measure.decoding` (baseline,
+  speculative rounds, teacher-forced traces, cost curves) is written against
+  it, so the loop is the same code whatever the engine. The caller makes the
+  decoder (``target.new_decoder()``) and passes it to the loops.
+* :class:`TreeDecoder` — a decoder that also verifies a token tree in one
+  forward (a tree attention mask) and keeps the accepted path's cache entries.
+* :class:`TargetModel` — a loaded model: hands out decoders, describes itself.
+* :class:`Engine` — loads a target and drafts from specs, tokenises prompts,
+  names its versions for ``run.json``, and runs the engine's own speculative
+  decoding as a peer when it has one (:class:`PeerResult`), configured by
+  :class:`EngineOptions`.
+* :class:`Draft` — what the speculative loop needs from a draft; a sampled
+  pruned draft returns its probabilities as :class:`SparseProbs`.
+* :class:`KeptVocabularyHead` — an output head that scores ``K`` kept tokens
+  of the vocabulary (the pruned draft head, :mod:`measure.head.pruned_head`):
+  a decoder takes its ids-and-logits fast path where a model has one.
+* :class:`GenerationResult` / :class:`RoundRecord` — what the loops return.
+
+Logits cross the seam as float32 torch tensors on the decoder's device (a
+llama.cpp engine wraps its host buffer with ``torch.from_numpy``, no copy),
+token ids as ``torch.long`` tensors ``[1, n]``.
+
+Cache invariant kept by the loops: after ``forward`` of ``n`` tokens,
+``n_cached`` grew by ``n``; ``rollback(m)`` with ``m <= n_cached`` leaves
+exactly the first ``m`` positions, as if only they had ever been fed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
+
+if TYPE_CHECKING:  # torch only in annotations: the llama.cpp worker imports the engines without torch
+    import torch
+
+#: ``--engine`` choices; each names a module of this package exposing ``make_engine(options) -> Engine``.
+ENGINES = ("transformers", "llamacpp")
+#: ``--cache`` choices (transformers engine): a preallocated static KV cache, or transformers' DynamicCache.
+CACHES = ("static", "dynamic")
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Engine settings that change timings; recorded in ``run.json`` and part of a run's fingerprint.
+
+    ``threads``: CPU threads (None: the engine's default). ``cache``/``compile``:
+    the transformers engine's KV cache kind and ``torch.compile`` of its decode
+    steps; ``max_len_tokens``: what a static cache is sized for (prompt + new
+    tokens + γ_max + 1). ``quiet``: silence third-party loading output.
+    """
+
+    device: str = "cpu"
+    threads: int | None = None
+    cache: str = "static"
+    compile: bool = False
+    max_len_tokens: int = 512
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        if self.cache not in CACHES:
+            raise ValueError(f"--cache {self.cache!r}: unknown; valid: {', '.join(CACHES)}")
+        if self.threads is not None and not 1 <= self.threads <= 1024:
+            raise ValueError(f"--threads {self.threads}: must be in 1..1024")
+        if self.max_len_tokens < 2:
+            raise ValueError(f"max_len_tokens {self.max_len_tokens}: must be >= 2")
+
+
+@runtime_checkable
+class Decoder(Protocol):
+    """One model's KV-cached sequence (batch size 1)."""
+
+    vocab_size: int
+
+    @property
+    def n_cached(self) -> int:
+        """Positions currently in the cache."""
+        ...
+
+    def reset(self) -> None:
+        """Empty the cache (a new sequence)."""
+        ...
+
+    def forward(self, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Feed ``input_ids`` ``[1, n]`` after the cache → float logits ``[n, V]`` (``[1, V]`` if ``last_only``).
+
+        The cache grows by ``n``. ``last_only`` lets the engine project only the
+        last position through its head (a prefill, or a draft step after
+        several uncached tokens).
+        """
+        ...
+
+    def rollback(self, n_tokens: int) -> None:
+        """Keep the first ``n_tokens`` cached positions (no-op if not more are cached)."""
+        ...
+
+
+@runtime_checkable
+class TreeDecoder(Decoder, Protocol):
+    """A :class:`Decoder` that verifies a token tree in one forward (:mod:`measure.trees`): the transformers
+    engine's. A token tree's nodes are fed together under a tree attention mask, then the accepted path's
+    cached keys and values are moved into place."""
+
+    def forward_tree(self, input_ids: torch.Tensor, prefix_tokens: int, slot_positions: torch.Tensor,
+                     visible: torch.Tensor) -> torch.Tensor:
+        """Float32 logits ``[m, V]`` of ``input_ids`` ``[1, m]`` fed after the cache, each token seeing the first
+        ``prefix_tokens`` cached positions and the later slots ``visible`` marks (bool ``[m, n_cached + m −
+        prefix_tokens]``) at positions ``slot_positions``. The cache grows by ``m``."""
+        ...
+
+    def keep_slots(self, start: int, slots: list[int]) -> None:
+        """Move cached positions ``slots`` (ascending, each ≥ ``start``) to ``start``, ``start + 1``, … and keep
+        the first ``start + len(slots)``."""
+        ...
+
+
+@runtime_checkable
+class TargetModel(Protocol):
+    """A loaded model as the sweep sees it, whatever the engine."""
+
+    name: str
+    synthetic: bool
+    vocab_size: int
+    device: str
+    eos_token_ids: tuple[int, ...]
+
+    def describe(self) -> dict:
+        """The ``run.json`` ``models`` entry (name, source, params, dtype, file hash …)."""
+        ...
+
+    def new_decoder(self) -> Decoder:
+        """A fresh, empty :class:`Decoder` over this model's weights."""
+        ...
+
+
+@dataclass(frozen=True)
+class PeerResult:
+    """One generation by the engine's own code beside our loop: its speculative decoding (the *peer*) or its
+    plain decoding (the *library* baseline our baseline is held against).
+
+    ``drafted``/``accepted`` are the engine's own counts where it reports
+    them (None otherwise), so a tokens/s gap between the peer and our loop can
+    be explained from the records. ``wall_s`` runs from the call to the last
+    token, prefill included (as our loop's); ``ttft_ms`` where it is known.
+    """
+
+    tokens: tuple[int, ...]
+    wall_s: float
+    drafted: int | None = None
+    accepted: int | None = None
+    rounds: int | None = None
+    ttft_ms: float | None = None
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """An inference engine behind the seam (see module docstring).
+
+    ``near_tie_tolerance``: the logit margin under which a greedy divergence of
+    the speculative output from the baseline is the engine's batch-vs-single
+    numerical noise, not a bug (:mod:`measure.engines.lossless`); 0 demands
+    identical outputs.
+    """
+
+    name: str
+    near_tie_tolerance: float
+
+    def load_target(self, spec: str, *, device: str, dtype: str, seed: int) -> TargetModel:
+        """Load the target from a model spec (hub id, local path, ``gguf:FILE``, packaged name …)."""
+        ...
+
+    def make_draft(self, spec: str, target: TargetModel, *, seed: int) -> Any:
+        """A draft for ``target`` from a draft spec (``ngram:N``, ``model:<spec>``, ``bf16`` …)."""
+        ...
+
+    def encode(self, target: TargetModel, text: str, max_prompt_tokens: int) -> torch.Tensor:
+        """Token ids ``[1, S]`` of a user message (chat template where the model has one)."""
+        ...
+
+    def versions(self) -> Mapping[str, str | None]:
+        """Library versions and engine settings (threads …) that change a timing, for ``run.json``."""
+        ...
+
+    def peer_generate(self, target: TargetModel, draft: Any, input_ids: torch.Tensor, gamma: int,
+                      temperature: float, max_new_tokens: int, seed: int) -> PeerResult | None:
+        """The engine's own speculative decoding with the same draft and γ, or None if it has none for it."""
+        ...
+
+    def library_generate(self, target: TargetModel, input_ids: torch.Tensor, temperature: float,
+                         max_new_tokens: int, seed: int) -> PeerResult | None:
+        """The engine's own plain decoding of the prompt (as its users call it), or None where the engine
+        offers none to hold our baseline against."""
+        ...
+
+
+
+@dataclass(frozen=True)
+class SparseProbs:
+    """Draft probabilities supported on ``K`` tokens per row (a pruned head): ids ``[k, K]``, probs ``[k, K]``."""
+
+    ids: torch.Tensor
+    probs: torch.Tensor
+
+    def at(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``q_i(tokens[i])`` → ``[k]`` (0 where the token is outside row i's kept set)."""
+        return (self.probs * (self.ids == tokens[:, None])).sum(1)
+
+    def dense_row(self, i: int, vocab_size: int) -> torch.Tensor:
+        """Row ``i`` as a full-vocabulary distribution ``[V]``."""
+        import torch
+
+        return torch.zeros(vocab_size, device=self.probs.device).scatter_(0, self.ids[i], self.probs[i])
+
+
+class Draft(Protocol):
+    """What the speculative loop needs from a draft (see :mod:`measure.drafts`).
+
+    ``propose`` gets the whole sequence so far ``[1, L]`` (a view of the loop's
+    buffer) and returns ``[k]`` tokens on the device (``k <= γ``) and, when
+    sampling, their distributions (``[k, V]`` or :class:`SparseProbs`). A draft
+    may also have ``observe(new_tokens: list[int])``, called with each round's
+    emitted tokens (host ints) so a lookup draft keeps its index without a
+    device-to-host copy.
+    """
+
+    name: str
+
+    def start(self, prompt_ids: torch.Tensor) -> None: ...
+
+    def propose(self, tokens: torch.Tensor, gamma: int, temperature: float,
+                generator: torch.Generator | None) -> tuple[torch.Tensor, Any]: ...
+
+    def rollback(self, n_tokens: int) -> None: ...
+
+
+class KeptLogits(Protocol):
+    """Logits of the kept tokens only: ids ``[n, K]`` and their logits ``[n, K]``."""
+
+    ids: torch.Tensor
+    logits: torch.Tensor
+
+
+@runtime_checkable
+class KeptVocabularyHead(Protocol):
+    """An output head that keeps ``head_k`` of the vocabulary's rows per position (a pruned draft head).
+
+    ``greedy``: hidden states ``[n, H]`` → argmax token ids ``[n]`` over the kept
+    rows; ``project``: the kept ids and their logits (:class:`KeptLogits`), no
+    ``-inf`` scattered over the full vocabulary. A decoder whose model's output
+    head is one takes these paths (:class:`measure.engines.transformers.TransformersDecoder`).
+    """
+
+    head_k: int
+
+    def greedy(self, hidden: torch.Tensor) -> torch.Tensor: ...
+
+    def project(self, hidden: torch.Tensor) -> KeptLogits: ...
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """One speculative round. ``context_tokens``: sequence length before the round."""
+
+    round: int
+    gamma: int
+    context_tokens: int
+    drafted: int
+    accepted: int
+    draft_ms: float
+    verify_ms: float
+    overhead_ms: float
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    """Output and timings of one generation (baseline or speculative).
+
+    ``tokens``: the new tokens only. ``wall_s`` runs from the first forward to
+    the last emitted token (prefill included). ``token_latency_ms[i]``: time
+    since the previous token was emitted (tokens emitted by one round share its
+    instant: the first carries the round's time, the rest 0).
+    """
+
+    tokens: tuple[int, ...]
+    prompt_tokens: int
+    wall_s: float
+    ttft_ms: float
+    token_latency_ms: tuple[float, ...]
+    rounds: tuple[RoundRecord, ...] = ()
+    peak_mem_bytes: int = 0
+
+    @property
+    def new_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s > 0 else float("nan")
+
+    @property
+    def drafted(self) -> int:
+        return sum(r.drafted for r in self.rounds)
+
+    @property
+    def accepted(self) -> int:
+        return sum(r.accepted for r in self.rounds)

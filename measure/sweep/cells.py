@@ -1,0 +1,552 @@
+"""A sweep's cells: every cell of (draft [× head K], γ policy, temperature, domain) measured by the same code.
+
+One pipeline for every cell, whatever the draft or engine (:func:`measure_cells`):
+
+* **Interleaving and repeats.** A *visit* is one (prompt, repeat) of a
+  cell: the baseline, our speculative loop and the peer (the engine's own
+  speculative decoding) back to back in a rotating order (ABC, BCA, CAB, …,
+  continuing across prompts and repeats). The visits of all the sweep's
+  cells are interleaved (``interleave="sweep"``, the default): prompt 1 of
+  repeat 1 of every cell, then prompt 2 of every cell, …, then repeat 2, so
+  a cell's pairs are spread over the whole measurement, not bunched into one
+  minute in which this machine may sit in a slow or fast mode for one
+  forward shape (``"cell"``: one cell's visits back to back, then the next
+  cell). Every mode of every cell is warmed up first; warm-ups are never
+  recorded.
+* **One estimator** (:mod:`measure.stats`): speedup = mean tokens/s of the
+  method / mean tokens/s of the baseline over the cell's (prompt, repeat)
+  pairs, with Fieller's paired 95% CI; every tokens/s has its Student-t CI.
+* **Noise.** A cell whose baseline (normalised per prompt, in measured order;
+  interleaved, also by the machine's pace in each pass,
+  :func:`measure.stats.normalise_by_pace`) varies or drifts beyond the
+  thresholds is flagged ``unstable`` with the reason in words; ``until_stable`` re-measures such a cell up to N times.
+* **Records.** Each finished visit is staged on disk at once
+  (``visits.partial.jsonl``); a cell's rows go to its tables when its last
+  visit is done (its ``cells.csv`` row last), so an interruption loses at
+  most the visit that was running, and a resume measures only the missing
+  visits. Every generation's token ids are saved (``generations.csv``
+  ``tokens``), so losslessness and acceptance recompute from the files.
+
+The cells reach models only through the session (:mod:`measure.sweep.session`).
+The local driver (:mod:`measure.sweep.driver`) and the pruned-head K sweep
+(:mod:`measure.head.head_sweep`, a pruned draft and its ``head_k``) call
+:func:`measure_cells`; a Ray worker measures one cell with :func:`run_cell`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+from measure import records, stats
+from measure.decoding import acceptance_trace, autoregressive_generate, proposal_runs, speculative_generate
+from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_greedy_lossless
+from measure.ids import CellId
+from measure.prompts import Prompt
+from measure.rows import CellRow, GenerationRow, RoundRow, TokenLatencyRow, TraceRow
+from measure.seam import Decoder, Engine, TargetModel
+from measure.sweep.config import SweepConfig
+from measure.sweep.session import Session
+from measure.timing import Timer
+from sim.policies import GammaSpec
+
+
+@dataclass
+class CellContext:
+    """What every cell of a sweep shares: where it writes, the session's models and prompts, the timer."""
+
+    writer: records.RunWriter
+    session: Session
+    config: SweepConfig
+    timer: Timer
+    bar: Any = None
+    peer_ok: dict = field(default_factory=dict)
+    hardware: str | None = None  # records.hardware_label of the machine measuring the cells
+
+    @property
+    def engine(self) -> Engine:
+        return self.session.engine
+
+    @property
+    def target(self) -> TargetModel:
+        return self.session.target
+
+    @property
+    def decoder(self) -> Decoder:
+        return self.session.decoder
+
+    @property
+    def prompts(self) -> dict[str, list[Prompt]]:
+        return self.session.prompts
+
+    @property
+    def enc(self) -> dict[str, torch.Tensor]:
+        return self.session.enc
+
+
+def _gen(seed: int, index: int, device: str) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed * 1_000_003 + index)
+
+
+def rotation(index: int, modes: tuple[str, ...]) -> tuple[str, ...]:
+    """The order of the ``index``-th (prompt, repeat) visit: ABC, BCA, CAB, ABC, …"""
+    k = index % len(modes)
+    return modes[k:] + modes[:k]
+
+
+def _warm(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, modes: tuple[str, ...]) -> set[str]:
+    """Warm ``modes`` up (never recorded); returns the modes that generated (an engine without a peer for this
+    pair, or without a library baseline, returns None there)."""
+    cfg, t = ctx.config, ctx.target
+    ids = ctx.enc[next(iter(ctx.enc))]
+    n = min(8, cfg.max_new_tokens)
+    ran: set[str] = set()
+    for _ in range(cfg.warmup):
+        for mode in modes:
+            g = _gen(cfg.seed, -1, t.device)
+            if mode == "baseline":
+                autoregressive_generate(ctx.decoder, ids, temp, n, g, t.eos_token_ids, ctx.timer)
+            elif mode == "speculative":
+                speculative_generate(ctx.decoder, draft, ids, spec.policy(), temp, n, g, t.eos_token_ids, ctx.timer)
+            elif mode == "peer":
+                if ctx.engine.peer_generate(t, draft, ids, spec.gamma, temp, n, cfg.seed) is None:
+                    continue
+            elif ctx.engine.library_generate(t, ids, temp, n, cfg.seed) is None:
+                continue
+            ran.add(mode)
+    return ran if cfg.warmup else set(modes)
+
+
+def _lossless(ctx: CellContext, ids: torch.Tensor, baseline: Sequence[int], other: Sequence[int]) -> LosslessCheck:
+    """A greedy generation judged against the baseline, with the engine's near-tie tolerance.
+
+    Identical outputs cost nothing; at a divergence the target's logits along the
+    baseline's token-by-token path are recomputed once (a fresh decoder) for the margin.
+    """
+    if tuple(other) == tuple(baseline):
+        return LosslessCheck("identical", tolerance=ctx.engine.near_tie_tolerance)
+    logits_at = baseline_logits_at(ctx.target.new_decoder(), ids, baseline)
+    return check_greedy_lossless(baseline, other, logits_at, ctx.engine.near_tie_tolerance)
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One counted generation of a cell: one mode, one prompt, one repeat."""
+
+    tokens: Sequence[int]
+    wall_s: float
+    ttft_ms: float | None
+    latency_ms: Sequence[float]
+    rounds: Sequence[Any]
+    drafted: int | None
+    accepted: int | None
+    n_rounds: int | None
+    order: int  # position of this mode in the visit's rotation
+    peak_mem_bytes: int | None
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / self.wall_s if self.wall_s > 0 else float("nan")
+
+
+@dataclass
+class CellSeries:
+    """Per (prompt, repeat) visit of a cell: tokens/s of each mode, and the peer's own counts."""
+
+    prompt: list[str] = field(default_factory=list)
+    repeat: list[int] = field(default_factory=list)
+    base: list[float] = field(default_factory=list)
+    spec: list[float] = field(default_factory=list)
+    peer: list[float] = field(default_factory=list)
+    library: list[float] = field(default_factory=list)
+    peer_drafted: int = 0
+    peer_accepted: int = 0
+
+
+@dataclass(frozen=True)
+class CellMeasurement:
+    """The counted generations of a cell: the rows of its tables, and the series its statistics use."""
+
+    gen_rows: list[GenerationRow]
+    round_rows: list[RoundRow]
+    lat_rows: list[TokenLatencyRow]
+    series: CellSeries
+
+
+def _generate(ctx: CellContext, mode: str, draft: Any, spec: GammaSpec, temp: float, ids: torch.Tensor,
+              seed_i: int, rep: int, order: int) -> Generation | None:
+    """One generation of ``mode``; None when the peer cannot run this pair."""
+    cfg, t, timer = ctx.config, ctx.target, ctx.timer
+    timer.reset_peak_memory()
+    if mode == "baseline":
+        r = autoregressive_generate(ctx.decoder, ids, temp, cfg.max_new_tokens, _gen(seed_i, rep, t.device),
+                                    t.eos_token_ids, timer)
+        return Generation(r.tokens, r.wall_s, r.ttft_ms, r.token_latency_ms, (), None, None, None, order,
+                          timer.peak_memory_bytes())
+    if mode == "speculative":
+        r = speculative_generate(ctx.decoder, draft, ids, spec.policy(), temp, cfg.max_new_tokens,
+                                 _gen(seed_i, rep, t.device), t.eos_token_ids, timer)
+        return Generation(r.tokens, r.wall_s, r.ttft_ms, r.token_latency_ms, r.rounds, r.drafted, r.accepted,
+                          len(r.rounds), order, timer.peak_memory_bytes())
+    if mode == "library":
+        pr = ctx.engine.library_generate(t, ids, temp, cfg.max_new_tokens, seed_i + rep)
+    else:  # the peer gets the initial γ only: it runs its engine's constant schedule whatever the policy
+        pr = ctx.engine.peer_generate(t, draft, ids, spec.gamma, temp, cfg.max_new_tokens, seed_i + rep)
+    if pr is None:
+        return None
+    return Generation(pr.tokens, pr.wall_s, pr.ttft_ms, (), (), pr.drafted, pr.accepted, pr.rounds, order,
+                      timer.peak_memory_bytes())
+
+
+def _generation_rows(ctx: CellContext, cid: str, prompt: Prompt, domain: str, ids: torch.Tensor, rep: int,
+                     temp: float, res: dict[str, Generation]) -> tuple[list[GenerationRow], list[TokenLatencyRow]]:
+    """``generations.csv`` and ``token_latency.csv`` rows of one visit (greedy outputs judged against the baseline)."""
+    gen_rows: list[GenerationRow] = []
+    lat_rows: list[TokenLatencyRow] = []
+    base_toks = res["baseline"].tokens
+    for mode, r in res.items():
+        same = None if temp != 0 or mode == "baseline" else tuple(r.tokens) == tuple(base_toks)
+        check = _lossless(ctx, ids, base_toks, r.tokens) if same is not None else None
+        n = len(r.tokens)
+        gen_rows.append(GenerationRow(
+            cell_id=cid, prompt_id=prompt.prompt_id, domain=domain, mode=mode, prompt_tokens=int(ids.shape[1]),
+            new_tokens=n, wall_s=r.wall_s, tokens_per_s=n / r.wall_s if r.wall_s > 0 else None, ttft_ms=r.ttft_ms,
+            peak_mem_bytes=r.peak_mem_bytes, outputs_identical=same, repeat=rep, order=r.order, drafted=r.drafted,
+            accepted=r.accepted, n_rounds=r.n_rounds, tokens=tuple(r.tokens),
+            lossless=check.status if check else None, divergence_position=check.position if check else None,
+            divergence_margin=check.margin if check else None))
+        lat_rows += [TokenLatencyRow(cid, prompt.prompt_id, mode, i, v, rep) for i, v in enumerate(r.latency_ms)]
+    return gen_rows, lat_rows
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    """A cell to measure: its identity and the draft object that runs it."""
+
+    cell: CellId
+    draft: Any
+
+    @property
+    def cell_id(self) -> str:
+        return self.cell.to_str()
+
+
+@dataclass(frozen=True)
+class Visit:
+    """One (repeat, prompt) of a cell: the modes back to back in rotated order, as rows of its tables.
+
+    The unit an interleaved sweep stages on disk (``visits.partial.jsonl``) as soon as it is measured.
+    """
+
+    cell_id: str
+    attempt: int
+    repeat: int
+    prompt_index: int
+    gen_rows: tuple[GenerationRow, ...]
+    lat_rows: tuple[TokenLatencyRow, ...]
+    round_rows: tuple[RoundRow, ...]
+
+    def to_record(self) -> dict:
+        """The visit as the JSON object staged on disk (its rows by :meth:`measure.rows.Row.to_json`)."""
+        return {"cell_id": self.cell_id, "attempt": self.attempt, "repeat": self.repeat,
+                "prompt_index": self.prompt_index, "generations": [r.to_json() for r in self.gen_rows],
+                "token_latency": [r.to_json() for r in self.lat_rows],
+                "rounds": [r.to_json() for r in self.round_rows]}
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "Visit":
+        """The visit a staged record holds; ``ValueError`` naming the field that is missing or of the wrong type."""
+        for key in ("attempt", "repeat", "prompt_index"):
+            v = rec.get(key)
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ValueError(f"{key} {v!r} is not an integer")
+        for key in ("generations", "token_latency", "rounds"):
+            rows = rec.get(key)
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                raise ValueError(f"{key} is not a list of rows")
+        if not isinstance(rec.get("cell_id"), str):
+            raise ValueError(f"cell_id {rec.get('cell_id')!r} is not a string")
+        return cls(rec["cell_id"], rec["attempt"], rec["repeat"], rec["prompt_index"],
+                   tuple(GenerationRow.from_json(r) for r in rec["generations"]),
+                   tuple(TokenLatencyRow.from_json(r) for r in rec["token_latency"]),
+                   tuple(RoundRow.from_json(r) for r in rec["rounds"]))
+
+    def problem(self, repeats: int, n_prompts: int, modes: Sequence[str]) -> str | None:
+        """Why this visit cannot belong to a cell measured with ``repeats`` repeats of ``n_prompts`` prompts in
+        ``modes`` (None if it can): indices out of range, rows of another cell, a generation per mode."""
+        if not 0 <= self.repeat < repeats:
+            return f"repeat {self.repeat} is outside the run's {repeats} repeats"
+        if not 0 <= self.prompt_index < n_prompts:
+            return f"prompt_index {self.prompt_index} is outside the cell's {n_prompts} prompts"
+        if self.attempt < 1:
+            return f"attempt {self.attempt} is not >= 1"
+        rows = (*self.gen_rows, *self.lat_rows, *self.round_rows)
+        if any(r.cell_id != self.cell_id for r in rows):
+            return "it holds rows of another cell"
+        got = sorted(r.mode for r in self.gen_rows)
+        if got != sorted(modes):
+            return f"its generations are {got}, the cell measures {sorted(modes)}"
+        return None
+
+
+def _tps(row: GenerationRow | None) -> float:
+    v = None if row is None else row.tokens_per_s
+    return float(v) if v is not None else float("nan")
+
+
+def measurement_of(visits: Sequence[Visit]) -> CellMeasurement:
+    """A cell's tables and series from its visits, in the order they were measured (repeat, then prompt)."""
+    out = CellMeasurement([], [], [], CellSeries())
+    series = out.series
+    for v in sorted(visits, key=lambda v: (v.repeat, v.prompt_index)):
+        out.gen_rows.extend(v.gen_rows)
+        out.lat_rows.extend(v.lat_rows)
+        out.round_rows.extend(v.round_rows)
+        by_mode = {r.mode: r for r in v.gen_rows}
+        peer = by_mode.get("peer")
+        if peer is not None and peer.drafted is not None and peer.accepted is not None:
+            series.peer_drafted += int(peer.drafted)
+            series.peer_accepted += int(peer.accepted)
+        series.prompt.append(str(by_mode["baseline"].prompt_id))
+        series.repeat.append(v.repeat)
+        series.base.append(_tps(by_mode["baseline"]))
+        series.spec.append(_tps(by_mode["speculative"]))
+        series.peer.append(_tps(peer))
+        series.library.append(_tps(by_mode.get("library")))
+    return out
+
+
+def _visit(ctx: CellContext, plan: CellPlan, modes: tuple[str, ...], rep: int, pi: int, attempt: int) -> Visit:
+    """Measure one (repeat, prompt) of a cell: every mode back to back, in the visit's rotated order."""
+    cfg, cell = ctx.config, plan.cell
+    cid = plan.cell_id
+    p = ctx.prompts[cell.domain][pi]
+    ids = ctx.enc[p.prompt_id]  # [1, S]
+    seed_i = cfg.seed * 7919 + pi
+    visit = rep * len(ctx.prompts[cell.domain]) + pi
+    res: dict[str, Generation] = {}
+    for pos, mode in enumerate(rotation(visit, modes)):
+        g = _generate(ctx, mode, plan.draft, cell.gamma, cell.temperature, ids, seed_i, rep, pos)
+        if g is not None:
+            res[mode] = g
+    gen_rows, lat_rows = _generation_rows(ctx, cid, p, cell.domain, ids, rep, cell.temperature, res)
+    round_rows = [RoundRow(cid, p.prompt_id, **asdict(rr), repeat=rep) for rr in res["speculative"].rounds]
+    return Visit(cid, attempt, rep, pi, tuple(gen_rows), tuple(lat_rows), tuple(round_rows))
+
+
+def _warm_modes(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, name: str) -> tuple[str, ...]:
+    """Warm every mode up; the modes the cell is measured in. A peer that fails on this pair is recorded
+    (``peer_errors``) and dropped; a peer or library baseline the engine does not have for it is dropped."""
+    cfg = ctx.config
+    modes = ["baseline", "speculative"]
+    _warm(ctx, draft, spec, temp, tuple(modes))
+    if cfg.peer and ctx.peer_ok.get(name, True):
+        try:
+            modes += sorted(_warm(ctx, draft, spec, temp, ("peer",)))
+        except records.RunInterrupted:
+            raise
+        except Exception as e:  # a peer that cannot run this pair is recorded, not fatal
+            errs = dict(ctx.writer.meta.get("peer_errors", {}))
+            errs[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            ctx.writer.update(peer_errors=errs)
+            ctx.peer_ok[name] = False
+    if cfg.library:
+        modes += sorted(_warm(ctx, draft, spec, temp, ("library",)))
+    return tuple(modes)
+
+
+def _cell_row(ctx: CellContext, draft: Any, cell: CellId, m: CellMeasurement, modes: tuple[str, ...],
+              stab: stats.Stability, attempt: int) -> CellRow:
+    """The ``cells.csv`` row of a measured cell: means and 95% CIs, acceptance, lossless verdicts, noise flags."""
+    cfg, t, series = ctx.config, ctx.target, m.series
+    sp = stats.speedup_ci(series.base, series.spec)
+    pe = stats.speedup_ci(series.base, series.peer) if "peer" in modes else stats.Estimate(None, None, None)
+    tb, ts = stats.mean_ci(series.base), stats.mean_ci(series.spec)
+    tp = stats.mean_ci(series.peer) if "peer" in modes else stats.Estimate(None, None, None)
+    none = stats.Estimate(None, None, None)
+    tl = stats.mean_ci(series.library) if "library" in modes else none
+    bl = stats.speedup_ci(series.library, series.base) if "library" in modes else none  # baseline ÷ library
+    spec_rows = [r for r in m.gen_rows if r.mode == "speculative"]
+    drafted = sum(r.drafted or 0 for r in spec_rows)
+    accepted = sum(r.accepted or 0 for r in spec_rows)
+    n_rounds = sum(r.n_rounds or 0 for r in spec_rows)
+    same = [r.outputs_identical for r in spec_rows if r.outputs_identical is not None]
+    verdicts = [r.lossless for r in spec_rows if r.lossless is not None]
+    peer_d, peer_a = series.peer_drafted, series.peer_accepted
+    return CellRow.make(
+        cell=cell, n_prompts=len(ctx.prompts[cell.domain]), new_tokens=sum(r.new_tokens for r in spec_rows),
+        tokens_per_s_baseline=tb, tokens_per_s_speculative=ts, tokens_per_s_peer=tp, speedup=sp,
+        acceptance_rate=accepted / drafted if drafted else None,
+        mean_accepted_per_round=accepted / n_rounds if n_rounds else None, n_rounds=n_rounds,
+        outputs_identical=all(same) if same else None, synthetic=bool(t.synthetic or getattr(draft, "synthetic", False)),
+        repeats=cfg.repeats, speedup_peer=pe, peer_acceptance_rate=peer_a / peer_d if peer_d else None,
+        baseline_cv=stab.cv, baseline_drift=stab.drift, unstable=stab.unstable,
+        unstable_reason=stab.reason or None, attempts=attempt, hardware=ctx.hardware,
+        n_near_tie=verdicts.count("near_tie") if verdicts else None,
+        n_lossless_failures=verdicts.count("failure") if verdicts else None,
+        tokens_per_s_library=tl, baseline_vs_library=bl)
+
+
+def _trace_rows(ctx: CellContext, draft: Any, cell: CellId, gen_rows: list[GenerationRow]) -> list[TraceRow]:
+    """``traces.csv`` rows: per prompt, the (γ-independent) acceptance trace along the baseline's output.
+
+    Every cell records the trace of its prompts, so a calibration that holds a
+    cell out still has the trace from the cells it trains on.
+    """
+    temp, cid = cell.temperature, cell.to_str()
+    rows: list[TraceRow] = []
+    for p in ctx.prompts[cell.domain]:
+        ids = ctx.enc[p.prompt_id]
+        base = next(r.tokens for r in gen_rows if r.mode == "baseline" and r.prompt_id == p.prompt_id and r.repeat == 0)
+        full = torch.cat([ids, torch.tensor([list(base)], device=ids.device)], dim=1)  # [1, S+n]
+        vals = acceptance_trace(ctx.decoder, draft, full, int(ids.shape[1]), temp)
+        if temp == 0:
+            proposed, runs = proposal_runs(draft, full, int(ids.shape[1]), vals)
+        else:  # sampled outputs depend on γ: no γ-free proposal runs
+            proposed = runs = [None] * len(vals)
+        rows += [TraceRow(cid, cell.draft, temp, cell.domain, p.prompt_id, i, v, proposed[i], runs[i])
+                 for i, v in enumerate(vals)]
+    return rows
+
+
+def _finish(ctx: CellContext, plan: CellPlan, m: CellMeasurement, modes: tuple[str, ...],
+            stab: stats.Stability, attempt: int) -> CellRow:
+    """Write a measured cell (its tables, then its ``cells.csv`` row last); returns the row."""
+    row = _cell_row(ctx, plan.draft, plan.cell, m, modes, stab, attempt)
+    trace_rows = _trace_rows(ctx, plan.draft, plan.cell, m.gen_rows) if ctx.config.traces else []
+    w = ctx.writer
+    w.append("generations", m.gen_rows)
+    w.append("token_latency", m.lat_rows)
+    w.append("rounds", m.round_rows)
+    w.append("traces", trace_rows)
+    w.finish_cell(row)
+    return row
+
+
+@contextlib.contextmanager
+def _naming(what: str) -> Iterator[None]:
+    """A :class:`measure.records.RunInterrupted` (an engine's process died) raised inside says what was running."""
+    try:
+        yield
+    except records.RunInterrupted as e:
+        raise records.RunInterrupted(f"{e} while {what}; every finished visit is kept: re-run with the same "
+                                     "--out to resume") from None
+
+
+# long: the interleaving schedule (passes over repeat, prompt, cell), resume of staged visits and the
+#   until-stable re-measurement are one loop; each visit and each finished cell is a call
+def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Callable[[str], None] | None = None,
+                  on_row: Callable[[CellRow], None] | None = None,
+                  between: Callable[[], None] | None = None) -> list[CellRow]:
+    """Measure ``plans`` (module docstring) and write each; returns their ``cells.csv`` rows in plan order.
+
+    With ``interleave="sweep"`` the cells are visited in passes — repeat 1 of
+    prompt 1 of every cell, then prompt 2 of every cell, …, then repeat 2 —
+    so each cell's pairs are spread over the whole measurement and a machine
+    that sits in a slow or fast mode for a minute biases no cell; with
+    ``"cell"`` each cell's visits run back to back. Every finished visit is
+    staged on disk (:meth:`measure.records.RunWriter.stage`) and read back on
+    resume, so an interruption loses at most the visit that was running.
+    ``on_row`` sees each cell's row as it is written; ``between`` is called
+    after each visit (the sweep times a few cost-curve points there, :class:`CostCurves`).
+    """
+    cfg = ctx.config
+    wanted = {p.cell_id for p in plans}
+    staged: dict[str, dict[tuple[int, int], Visit]] = {cid: {} for cid in wanted}
+    attempts = {cid: 1 for cid in wanted}
+    modes = {}
+    for p in plans:
+        with _naming(f"warming up cell {p.cell_id}"):
+            modes[p.cell_id] = _warm_modes(ctx, p.draft, p.cell.gamma, p.cell.temperature, p.cell.draft)
+    n_prompts = {p.cell_id: len(ctx.prompts[p.cell.domain]) for p in plans}
+    n_repairs = len(ctx.writer.repairs)
+    for rec in ctx.writer.staged():
+        try:
+            v = Visit.from_record(rec)
+        except ValueError as e:
+            ctx.writer.quarantine(rec, str(e))
+            continue
+        if v.cell_id not in wanted:
+            continue
+        why = v.problem(cfg.repeats, n_prompts[v.cell_id], modes[v.cell_id])
+        if why is not None:
+            ctx.writer.quarantine(rec, why)
+            continue
+        if v.attempt < attempts[v.cell_id]:
+            continue
+        if v.attempt > attempts[v.cell_id]:  # a later attempt supersedes the visits of an earlier one
+            attempts[v.cell_id], staged[v.cell_id] = v.attempt, {}
+        staged[v.cell_id][(v.repeat, v.prompt_index)] = v
+    for note in ctx.writer.repairs[n_repairs:]:
+        if on_attempt:
+            on_attempt(note)
+    if ctx.bar is not None:
+        ctx.bar.update(sum(len(vs) for vs in staged.values()))
+    rows: dict[str, CellRow] = {}
+    active = list(plans)
+    while active:
+        n_prompts = max(len(ctx.prompts[p.cell.domain]) for p in active)
+        groups = ([active] if cfg.interleave == "sweep" else [[p] for p in active])
+        for group in groups:
+            for rep in range(cfg.repeats):
+                for pi in range(n_prompts):
+                    for plan in group:
+                        cid = plan.cell_id
+                        if pi >= len(ctx.prompts[plan.cell.domain]) or (rep, pi) in staged[cid]:
+                            continue
+                        if ctx.bar is not None:
+                            ctx.bar.set_description(f"repeat {rep + 1}/{cfg.repeats} {plan.cell.draft} "
+                                                    f"{plan.cell.gamma.to_str()} {plan.cell.domain}")
+                        with _naming(f"measuring cell {cid} (repeat {rep + 1}, prompt {pi + 1})"):
+                            v = _visit(ctx, plan, modes[cid], rep, pi, attempts[cid])
+                        ctx.writer.stage(v.to_record())
+                        staged[cid][(rep, pi)] = v
+                        if ctx.bar is not None:
+                            ctx.bar.update(1)
+                        if between is not None:
+                            with _naming("timing cost-curve points between the visits"):
+                                between()
+        ms = {p.cell_id: measurement_of(list(staged[p.cell_id].values())) for p in active}
+        if cfg.interleave == "sweep" and len(active) > 1:  # each cell spans the run: against the pass's pace
+            what = "baseline (against the machine's pace in its pass)"
+            normed = stats.normalise_by_pace({cid: (m.series.prompt, m.series.repeat, m.series.base)
+                                              for cid, m in ms.items()})
+        else:
+            what = "baseline"
+            normed = {cid: stats.normalise_per_prompt(m.series.prompt, m.series.base) for cid, m in ms.items()}
+        again = []
+        for plan in active:
+            cid = plan.cell_id
+            m = ms[cid]
+            stab = stats.stability(normed[cid], cfg.cv_threshold, cfg.drift_threshold, what)
+            if stab.unstable and attempts[cid] <= cfg.until_stable:
+                if on_attempt:
+                    on_attempt(f"cell {cid} unstable ({stab.reason}); re-measuring (attempt {attempts[cid] + 1} of "
+                               f"{cfg.until_stable + 1})")
+                attempts[cid] += 1
+                staged[cid] = {}
+                if ctx.bar is not None:
+                    ctx.bar.total += len(ctx.prompts[plan.cell.domain]) * cfg.repeats
+                again.append(plan)
+                continue
+            with _naming(f"writing cell {cid} (its acceptance traces)"):
+                rows[cid] = _finish(ctx, plan, m, modes[cid], stab, attempts[cid])
+            if on_row:
+                on_row(rows[cid])
+        active = again
+    return [rows[p.cell_id] for p in plans]
+
+
+def run_cell(ctx: CellContext, draft: Any, spec: GammaSpec | str, temp: float, domain: str,
+             head_k: int | None = None, draft_label: str | None = None,
+             on_attempt: Callable[[str], None] | None = None) -> CellRow:
+    """Measure one cell with :func:`measure_cells` and write it; returns its ``cells.csv`` row.
+
+    ``draft_label`` names the draft in the records (the head sweep's
+    ``<draft>+<variant>``); ``head_k`` the kept vocabulary of a pruned head.
+    """
+    cell = CellId(draft_label or draft.name, GammaSpec.parse(spec), temp, domain, head_k)
+    return measure_cells(ctx, [CellPlan(cell, draft)], on_attempt=on_attempt)[0]

@@ -1,0 +1,93 @@
+"""A sweep's summary: per draft the geometric-mean speedup with its CI, the best cell, the unstable cells in words."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from measure import stats
+from measure.rows import CellRow
+from measure.sweep.config import LIBRARY_RATIO_TARGET
+
+
+def cell_estimate(c: CellRow) -> stats.Estimate:
+    """The speedup of a ``cells.csv`` row with its CI."""
+    return c.estimate("speedup")
+
+
+def unstable_message(c: CellRow) -> str:
+    """``cell … unstable: <reason>; re-run on a quiet machine or with --repeats``."""
+    return (f"cell {c.cell_id} unstable: {c.unstable_reason or 'baseline noisy'}; re-run on a quiet "
+            "machine or with more --repeats")
+
+
+def summarize(cells: list[CellRow], synthetic: bool) -> dict:
+    """``run.json`` summary: per draft the geometric-mean speedup with its CI, the best cell with its CI
+    (and a note when that CI includes 1.0 or overlaps the runner-up's), and the unstable cells in words.
+
+    No headline maximum: the best of several noisy cells is reported only with its interval.
+    """
+    if not cells:
+        return {}
+    per_draft: dict[str, dict] = {}
+    for draft in dict.fromkeys(c.draft for c in cells):
+        mine = [c for c in cells if c.draft == draft]
+        gm = stats.geomean_ci([cell_estimate(c) for c in mine])
+        ranked = sorted((c for c in mine if cell_estimate(c).value is not None),
+                        key=lambda c: -cell_estimate(c).value)  # type: ignore[operator]
+        entry: dict[str, Any] = {"n_cells": len(mine), "geomean_speedup": gm.value, "geomean_speedup_lo": gm.lo,
+                                 "geomean_speedup_hi": gm.hi,
+                                 "n_unstable": sum(c.is_unstable for c in mine)}
+        if ranked:
+            best = ranked[0]
+            be = cell_estimate(best)
+            notes = []
+            if be.contains(1.0):
+                notes.append("its 95% CI includes 1.0 (no measurable speedup)")
+            if len(ranked) > 1:
+                ov = stats.overlaps(be, cell_estimate(ranked[1]))
+                if ov:
+                    notes.append(f"its CI overlaps the runner-up's ({ranked[1].cell_id}): not distinguishable")
+            if best.is_unstable:
+                notes.append("it is flagged unstable")
+            entry.update(best_cell=best.cell_id, best_speedup=be.value, best_speedup_lo=be.lo,
+                         best_speedup_hi=be.hi, best_note="; ".join(notes) or None)
+        per_draft[draft] = entry
+    greedy = [c for c in cells if c.temperature == 0]
+    unstable = [c for c in cells if c.is_unstable]
+    vs_lib = [e for e in (c.estimate("baseline_vs_library") for c in cells) if e.value is not None]
+    out: dict[str, Any] = {
+        "estimator": "speedup = mean tokens/s (method) / mean tokens/s (baseline) over (prompt, repeat) pairs; "
+                     "95% CI: Fieller's interval for a ratio of paired means, Student t (n - 1 df)",
+        "drafts": per_draft, "n_cells": len(cells), "n_unstable": len(unstable),
+        "unstable": [unstable_message(c) for c in unstable], "synthetic": synthetic,
+        "all_greedy_outputs_identical": all(c.outputs_identical is True for c in greedy) if greedy else None}
+    if vs_lib:
+        gm = stats.geomean_ci(vs_lib)
+        out["baseline_vs_library"] = {"geomean": gm.value, "lo": gm.lo, "hi": gm.hi, "n_cells": len(vs_lib),
+                                      "target": list(LIBRARY_RATIO_TARGET)}
+    if synthetic:
+        out["note"] = "synthetic (random-weight) models: timing only; acceptance is not a measurement"
+    return out
+
+
+def summary_lines(summary: dict) -> list[str]:
+    """The summary in words, one line per draft plus one per unstable cell."""
+    lines = []
+    for draft, e in (summary.get("drafts") or {}).items():
+        gm = stats.Estimate(e.get("geomean_speedup"), e.get("geomean_speedup_lo"), e.get("geomean_speedup_hi"))
+        line = f"{draft}: geometric-mean speedup {gm.as_text(3)} over {e['n_cells']} cells"
+        if e.get("best_cell"):
+            be = stats.Estimate(e.get("best_speedup"), e.get("best_speedup_lo"), e.get("best_speedup_hi"))
+            line += f"; best cell {e['best_cell']} {be.as_text(3)}"
+            if e.get("best_note"):
+                line += f" — {e['best_note']}"
+        line += f"; {e['n_unstable']} unstable"
+        lines.append(line)
+    lib = summary.get("baseline_vs_library")
+    if lib:
+        est = stats.Estimate(lib.get("geomean"), lib.get("lo"), lib.get("hi"))
+        lo, hi = lib.get("target") or LIBRARY_RATIO_TARGET
+        lines.append(f"our baseline ÷ the engine's own plain decoding, same prompts in the same visits: geometric "
+                     f"mean {est.as_text(3)} over {lib['n_cells']} cells (expected {lo:g}–{hi:g})")
+    lines += summary.get("unstable") or []
+    return lines

@@ -1,0 +1,43 @@
+"""Hold Ctrl-C and SIGTERM back for a few statements that must not be cut in two.
+
+``with deferred_signals():`` records SIGINT and SIGTERM instead of handling them, and
+on leaving the block delivers each recorded one to the handler that was in place
+(so Ctrl-C raises ``KeyboardInterrupt`` and the run writer's SIGTERM handler raises
+its exception) — after the block, never inside it. The use: starting a child
+process and keeping its handle (``self.proc = Popen(...)``); an interrupt between
+the fork and the assignment would leave a live process nobody can stop.
+
+Handlers can only be replaced from the main thread; elsewhere the block runs as is.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+DEFERRED = (signal.SIGINT, signal.SIGTERM)
+
+
+@contextmanager
+def deferred_signals(signals: tuple[signal.Signals, ...] = DEFERRED) -> Iterator[None]:
+    """Run the block with ``signals`` recorded, then deliver them (in arrival order, each once)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    seen: list[int] = []
+
+    def record(signum: int, _frame: FrameType | None) -> None:
+        if signum not in seen:
+            seen.append(signum)
+
+    previous = {sig: signal.signal(sig, record) for sig in signals}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
+        for signum in seen:
+            signal.raise_signal(signum)
