@@ -1,7 +1,7 @@
 """Entry point: ``python -m measure`` — the sweep (:mod:`measure.cli`), or a subcommand.
 
 ``head-sweep`` and ``head-recall`` (:mod:`measure.head.cli`), ``serve``
-(:mod:`measure.serve.cli`), ``build-llamacpp`` (:func:`measure.cli.build_llamacpp_main`) are dispatched here, so that each
+(:mod:`measure.serve.cli`), ``tree`` (:mod:`measure.trees.cli`), ``build-llamacpp`` (:func:`measure.cli.build_llamacpp_main`) are dispatched here, so that each
 command line imports the modules it runs and none imports another's (the
 imports point one way).
 
@@ -31,6 +31,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from measure.serve.cli import main as serve_main
 
         return serve_main(argv[1:])
+    if argv[:1] == ["tree"]:  # token trees (and chains) against the baseline
+        from measure.trees.cli import main as tree_main
+
+        return tree_main(argv[1:])
     from measure.cli import build_llamacpp_main, main as sweep_main
 
     if argv[:1] == ["build-llamacpp"]:  # a portable llama.cpp, its bindings and tools, checked on this CPU

@@ -45,7 +45,7 @@ DEFAULT_GAMMAS = ("fixed:2", "fixed:4")
 #: the default job (6 cells × 2 prompts × 3 modes × 64 tokens) takes about 2.5 min here.
 DEFAULT_REPEATS = 3
 GPU_DEFAULT_PAIRS = ("gpt2-small-large", "llama3-1b-3b")
-SUBCOMMANDS = ("head-sweep", "head-recall", "serve", "build-llamacpp")
+SUBCOMMANDS = ("head-sweep", "head-recall", "serve", "tree", "build-llamacpp")
 
 
 # long: the argparse declarations of every option: a list, not logic

@@ -47,6 +47,35 @@ class CellId:
             raise ValueError(f"cell id {text!r}: {e}") from None
 
 
+@dataclass(frozen=True)
+class TreeCellId:
+    """The identity of a tree-run cell: ``draft=int8|shape=[[0],[1],[0,0]]|temp=0|domain=code`` on disk.
+
+    ``shape``: a ``--tree`` value in canonical form (a path list without spaces, or ``depth=D,topk=K,budget=N``),
+    or ``gamma=G`` for a chain measured by the chain loop. Greedy only: ``temp`` is always 0.
+    """
+
+    draft: str
+    shape: str
+    domain: str
+
+    def __post_init__(self) -> None:
+        for name in ("draft", "shape", "domain"):
+            if not getattr(self, name) or "|" in getattr(self, name):
+                raise ValueError(f"tree cell {name} {getattr(self, name)!r}: must be non-empty, without '|'")
+
+    def to_str(self) -> str:
+        return f"draft={self.draft}|shape={self.shape}|temp=0|domain={self.domain}"
+
+    @classmethod
+    def parse(cls, text: str) -> "TreeCellId":
+        """The inverse of :meth:`to_str`; one-line ``ValueError`` for anything else."""
+        parts = [p.partition("=") for p in str(text).split("|")]
+        if [k for k, _, _ in parts] != ["draft", "shape", "temp", "domain"] or parts[2][2] != "0":
+            raise ValueError(f"tree cell id {text!r}: expected draft=..|shape=..|temp=0|domain=..")
+        return cls(parts[0][2], parts[1][2], parts[3][2])
+
+
 def cell_id(draft: str, gamma_policy: "str | GammaSpec", temperature: float, domain: str,
             head_k: int | None = None) -> str:
     """Stable id of a cell, e.g. ``draft=int8|gamma=fixed:4|temp=0|domain=code`` (:meth:`CellId.to_str`)."""

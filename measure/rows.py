@@ -512,7 +512,79 @@ class UnitRow(Row):
 
 
 
+# python -m measure tree (measure/trees): a cell is one draft shape (a token tree, or a chain) against the baseline;
+# its tree_cells row is written last and marks it finished
+@dataclass(frozen=True)
+class TreeCellRow(Row):
+    """``tree_cells.csv``: one finished tree-run cell, a tree or a chain over every prompt and repeat."""
+
+    table: ClassVar[str] = "tree_cells"
+
+    cell_id: str
+    draft: str
+    loop: str  # "tree": one-forward tree verification (measure.trees); "chain": the chain loop (measure.decoding)
+    shape: str  # the --tree value in canonical form, or "gamma=G" for a chain-loop cell
+    depth: int
+    topk: int
+    budget: int
+    domain: str
+    n_prompts: int
+    repeats: int
+    new_tokens: int
+    tokens_per_s_baseline: float
+    tokens_per_s_speculative: float
+    speedup: float | None  # ratio of mean tokens/s, with Fieller's 95% CI (measure.stats.speedup_ci)
+    speedup_lo: float | None
+    speedup_hi: float | None
+    mean_accepted_per_round: float | None
+    mean_nodes_per_round: float | None
+    n_rounds: int
+    outputs_identical: bool  # every speculative output equal to the baseline's, token for token
+    synthetic: bool
+    hardware: str | None = None
+    # generations that diverged within the engine's near-tie tolerance, or beyond it (measure.engines.lossless)
+    n_near_tie: int | None = None
+    n_lossless_failures: int | None = None
+
+
+@dataclass(frozen=True)
+class TreeNodeRow(Row):
+    """``tree_nodes.csv``: one drafted node of one tree round (breadth-first ``node``; ``parent`` −1: the root)."""
+
+    table: ClassVar[str] = "tree_nodes"
+
+    cell_id: str
+    prompt_id: str
+    repeat: int
+    round: int
+    node: int
+    parent: int
+    depth: int
+    rank: int
+    token: int
+    accepted: int  # 1: on the accepted path
+
+
+@dataclass(frozen=True)
+class TreeRankRow(Row):
+    """``tree_ranks.csv``: one position a tree round decided, counterfactually: the target's token at ``depth``
+    (1 = the root's child) after the accepted path, and its ``rank`` among the ``candidates`` the draft ranked
+    at its parent (−1: none of them). What any tree would have accepted there: a rank-``r`` child, if the tree
+    has one, exactly when ``rank == r``."""
+
+    table: ClassVar[str] = "tree_ranks"
+
+    cell_id: str
+    prompt_id: str
+    repeat: int
+    round: int
+    depth: int
+    rank: int
+    candidates: int
+
+
 #: Table → its row type, in the order of ``docs/RUN_FORMAT.md``.
 ROW_TYPES: dict[str, type[Row]] = {t.table: t for t in (CellRow, GenerationRow, RoundRow, TokenLatencyRow, TraceRow,
                                                         CostTargetRow, CostDraftRow, ProfileRow, HeadSweepRow,
-                                                        UnitRow, RequestRow, TokenRow, StepCostRow)}
+                                                        UnitRow, RequestRow, TokenRow, StepCostRow, TreeCellRow,
+                                                        TreeNodeRow, TreeRankRow)}

@@ -10,6 +10,8 @@ implement them, and the sweep (:mod:`measure.sweep`) holds them together:
   speculative rounds, teacher-forced traces, cost curves) is written against
   it, so the loop is the same code whatever the engine. The caller makes the
   decoder (``target.new_decoder()``) and passes it to the loops.
+* :class:`TreeDecoder` — a decoder that also verifies a token tree in one
+  forward (a tree attention mask) and keeps the accepted path's cache entries.
 * :class:`TargetModel` — a loaded model: hands out decoders, describes itself.
 * :class:`Engine` — loads a target and drafts from specs, tokenises prompts,
   names its versions for ``run.json``, and runs the engine's own speculative
@@ -97,6 +99,25 @@ class Decoder(Protocol):
 
     def rollback(self, n_tokens: int) -> None:
         """Keep the first ``n_tokens`` cached positions (no-op if not more are cached)."""
+        ...
+
+
+@runtime_checkable
+class TreeDecoder(Decoder, Protocol):
+    """A :class:`Decoder` that verifies a token tree in one forward (:mod:`measure.trees`): the transformers
+    engine's. A token tree's nodes are fed together under a tree attention mask, then the accepted path's
+    cached keys and values are moved into place."""
+
+    def forward_tree(self, input_ids: torch.Tensor, prefix_tokens: int, slot_positions: torch.Tensor,
+                     visible: torch.Tensor) -> torch.Tensor:
+        """Float32 logits ``[m, V]`` of ``input_ids`` ``[1, m]`` fed after the cache, each token seeing the first
+        ``prefix_tokens`` cached positions and the later slots ``visible`` marks (bool ``[m, n_cached + m −
+        prefix_tokens]``) at positions ``slot_positions``. The cache grows by ``m``."""
+        ...
+
+    def keep_slots(self, start: int, slots: list[int]) -> None:
+        """Move cached positions ``slots`` (ascending, each ≥ ``start``) to ``start``, ``start + 1``, … and keep
+        the first ``start + len(slots)``."""
         ...
 
 

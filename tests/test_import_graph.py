@@ -63,14 +63,15 @@ MEASURE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
       "measure.costpoints", "measure.serve.units")),
     ("machine and inputs", ("measure.timing", "measure.system", "measure.prompts", "measure.devices")),
     ("the seam: every protocol that crosses layers", ("measure.seam",)),
-    ("loops, drafts and heads, written against the seam", ("measure.decoding", "measure.drafts", "measure.head")),
+    ("loops, drafts and heads, written against the seam", ("measure.decoding", "measure.drafts", "measure.head",
+                                                           "measure.trees")),
     ("engine adapters", ("measure.engines",)),
     ("the sweep", ("measure.sweep", "measure.runplan")),
     ("executors, experiments and trackers", ("measure.executors", "measure.head.head_sweep",
                                              "measure.head.head_recall", "measure.head.profiling", "measure.serve",
-                                             "measure.tracking")),
+                                             "measure.tracking", "measure.trees.run")),
     ("command line: parses argv, prints tables", ("measure.cli", "measure.__main__", "measure.head.cli",
-                                                  "measure.serve.cli")),
+                                                  "measure.serve.cli", "measure.trees.cli")),
 )
 
 

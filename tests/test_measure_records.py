@@ -75,6 +75,15 @@ WRITTEN_COLUMNS: dict[str, tuple[str, ...]] = {
         "cell_id", "seqs", "tokens_per_seq", "context_tokens", "n_steps", "step_ms", "step_ms_lo", "step_ms_hi",
         "prompt_tokens", "ttft_ms",
     ),
+    # python -m measure tree (measure/trees): tree_cells marks a cell finished
+    "tree_cells": (
+        "cell_id", "draft", "loop", "shape", "depth", "topk", "budget", "domain", "n_prompts", "repeats",
+        "new_tokens", "tokens_per_s_baseline", "tokens_per_s_speculative", "speedup", "speedup_lo", "speedup_hi",
+        "mean_accepted_per_round", "mean_nodes_per_round", "n_rounds", "outputs_identical", "synthetic", "hardware",
+        "n_near_tie", "n_lossless_failures",
+    ),
+    "tree_nodes": ("cell_id", "prompt_id", "repeat", "round", "node", "parent", "depth", "rank", "token", "accepted"),
+    "tree_ranks": ("cell_id", "prompt_id", "repeat", "round", "depth", "rank", "candidates"),
 }
 
 

@@ -282,6 +282,63 @@ class TransformersDecoder:
             logits = torch.tanh(logits / self._softcap) * self._softcap
         return pl.ids, logits
 
+    # -- token trees (measure.trees) ----------------------------------------------------------
+    def forward_tree(self, input_ids: torch.Tensor, prefix_tokens: int, slot_positions: torch.Tensor,
+                     visible: torch.Tensor) -> torch.Tensor:
+        """Float32 logits ``[m, V]`` of ``input_ids`` ``[1, m]`` fed after the cache under a tree attention mask.
+
+        Every token sees the first ``prefix_tokens`` cached positions; of the
+        slots from there on (the ``n_cached − prefix_tokens`` already cached,
+        then the ``m`` new ones) it sees those marked in ``visible`` (bool
+        ``[m, n_cached + m − prefix_tokens]``, its own slot included).
+        ``slot_positions`` (long, one per such slot) are their positions: the
+        new tokens' position ids, and what a sliding-window layer measures its
+        window by. The cache grows by ``m``; always eager (never compiled).
+        """
+        n, m = self._n, int(input_ids.shape[1])
+        if self.cache_kind == "static" and n + m > self._capacity:
+            self._grow(n + m)
+        kv = self._capacity if self.cache_kind == "static" else n + m
+        dev = self.device
+        allow = torch.zeros(m, kv, dtype=torch.bool, device=dev)
+        allow[:, :prefix_tokens] = True
+        allow[:, prefix_tokens:n + m] = visible.to(dev)
+        key_pos = torch.arange(kv, device=dev)
+        key_pos[prefix_tokens:n + m] = slot_positions.to(dev)
+        pos = key_pos[n:n + m]
+        dtype = next(self.model.parameters()).dtype
+        dtype = dtype if dtype.is_floating_point else torch.float32
+
+        def additive(ok: torch.Tensor) -> torch.Tensor:
+            return torch.zeros(1, 1, m, kv, dtype=dtype, device=dev).masked_fill_(~ok, torch.finfo(dtype).min)
+
+        cfg = self.model.config.get_text_config(decoder=True)
+        window = getattr(cfg, "sliding_window", None)
+        mask: Any = additive(allow)
+        if window and "sliding_attention" in (getattr(cfg, "layer_types", None) or ()):
+            mask = {"full_attention": mask,
+                    "sliding_attention": additive(allow & (pos[:, None] - key_pos[None, :] < int(window)))}
+        with torch.inference_mode():
+            logits = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True,
+                                attention_mask=mask, position_ids=pos[None]).logits
+        self._n += m
+        return logits[0].float()
+
+    def keep_slots(self, start: int, slots: list[int]) -> None:
+        """Move cached positions ``slots`` (ascending, each >= ``start``) to ``start``, ``start + 1``, … and keep
+        the first ``start + len(slots)``: a tree forward's accepted path put in place, without re-running it."""
+        dst = list(range(start, start + len(slots)))
+        if list(slots) != dst:
+            src_t = torch.tensor(list(slots), device=self.device)
+            dst_t = torch.tensor(dst, device=self.device)
+            with torch.inference_mode():
+                for layer in self.cache.layers:
+                    if getattr(layer, "is_initialized", True):
+                        for attr in ("keys", "values"):
+                            t = getattr(layer, attr)
+                            t.index_copy_(2, dst_t, t.index_select(2, src_t))
+        self.rollback(start + len(slots))
+
     def warmup(self, k_tokens: int, sampling: bool = False) -> float:
         """Compile (and run once) the one-token and the ``k_tokens`` step now, outside any counted time.
 

@@ -239,7 +239,7 @@ def check_model_spec(spec: str, flag: str = "") -> None:
     elif spec.startswith(("/", ".", "~")) and not os.path.exists(os.path.expanduser(spec)):
         raise ValueError(f"{who}: no such directory (a local model is a directory holding config.json; "
                          "a GGUF file is gguf:FILE)")
-    elif not _is_transformers_spec(spec):
+    elif not is_transformers_spec(spec):
         valid = ", ".join(list(PACKAGED) + ["gguf:/path/file.gguf", "synthetic:<preset>", "<hub id>", "<local dir>"])
         raise ValueError(f"{who}: unknown model; valid: {valid}")
 
@@ -275,7 +275,7 @@ def load_model(spec: str, device: str = "cpu", dtype: str = "float32", seed: int
     return _finish(model, tok, os.path.basename(spec.rstrip("/")), src, False, device, dtype)
 
 
-def _is_transformers_spec(spec: str) -> bool:
+def is_transformers_spec(spec: str) -> bool:
     """A local directory, or what looks like a hub id (``org/name`` that is not a path here)."""
     return os.path.isdir(spec) or ("/" in spec and not spec.startswith((".", "/")) and not os.path.exists(spec))
 
@@ -298,7 +298,25 @@ def context_tokens(spec: str) -> int | None:
     if spec.startswith("synthetic:"):
         model = preset_models().get(spec[len("synthetic:"):])
         return int(model.max_position) if model is not None else None
-    if not _is_transformers_spec(spec):
+    return _config_int(spec, "max_position_embeddings")
+
+
+def vocab_tokens(spec: str) -> int | None:
+    """The vocabulary size of model ``spec`` without loading weights, where its config says (a local directory,
+    a cached hub id, a synthetic preset); None otherwise (a GGUF or a packaged model: known once loaded)."""
+    spec = str(spec)
+    if spec.startswith("synthetic:"):
+        model = preset_models().get(spec[len("synthetic:"):])
+        return int(model.vocab_size) if model is not None else None
+    if spec in PACKAGED or spec.startswith("gguf:"):
+        return None
+    return _config_int(spec, "vocab_size")
+
+
+def _config_int(spec: str, key: str) -> int | None:
+    """A positive integer field of the text config of a transformers model ``spec`` (a local directory, or a hub
+    id only when it is cached: no download for a check); None when there is none to read."""
+    if not is_transformers_spec(spec):
         return None
     from transformers import AutoConfig
 
@@ -306,7 +324,7 @@ def context_tokens(spec: str) -> int | None:
         cfg = AutoConfig.from_pretrained(spec, local_files_only=True)
     except (OSError, ValueError, KeyError):  # not cached, no config.json, an unknown model type: load_model says
         return None
-    n = getattr(cfg.get_text_config(), "max_position_embeddings", None)
+    n = getattr(cfg.get_text_config(), key, None)
     return int(n) if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
