@@ -28,16 +28,16 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script: the checkout's packages
     sys.path.insert(0, str(ROOT))
 
-from presets import RooflineForward, get_hardware, get_pair
-from sim.acceptance import (
+from presets import RooflineForward, get_hardware, get_pair  # noqa: E402
+from sim.acceptance import (  # noqa: E402
     IIDAcceptance,
     PerPositionAcceptance,
     ProposalAcceptance,
     RunTraceAcceptance,
     acceptance_from_dict,
 )
-from sim.cost import RooflineCost
-from sim.serving import (
+from sim.cost import RooflineCost  # noqa: E402
+from sim.serving import (  # noqa: E402
     ClosedLoop,
     LinearStepCost,
     LockstepCost,
