@@ -25,7 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from calibrate.calibration import METHODS, calibrate  # noqa: E402
+from calibrate.calibration import calibrate  # noqa: E402
+from calibrate.prediction import METHODS  # noqa: E402
 from measure.records import load_run  # noqa: E402
 from sim.policies import GammaSpec  # noqa: E402
 

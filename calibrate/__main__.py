@@ -25,7 +25,7 @@ from toolkit.cli import OneLineParser, check_output_dir, choice_arg, fail, int_a
 from toolkit.jsonio import strict_dumps
 from toolkit.track import TRACKERS, usable_tracker
 
-# the same names as calibrate.calibration.HOLDOUT_MODES (a test checks), here so a bad value fails before
+# the same names as calibrate.folds.HOLDOUT_MODES (a test checks), here so a bad value fails before
 # pandas and scipy are imported
 HOLDOUT_CHOICES = ("auto", "gamma", "domain", "k", "none")
 PROG = "python -m calibrate"

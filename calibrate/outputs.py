@@ -37,7 +37,9 @@ from typing import Any
 
 import pandas as pd
 
-from calibrate.calibration import CALIBRATION_SCHEMA_VERSION, HOLDOUT_EXPLANATION, CalibrationResult, slug
+from calibrate.calibration import CALIBRATION_SCHEMA_VERSION, CalibrationResult
+from calibrate.folds import HOLDOUT_EXPLANATION
+from calibrate.groups import slug
 from measure.records import utc_now
 from toolkit.jsonio import strict_dumps
 

@@ -13,7 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.calibration import calibrate, holdout_folds, load_runs
+from calibrate.calibration import calibrate
+from calibrate.dataset import load_runs
+from calibrate.folds import holdout_folds
 from calibrate.fit_acceptance import fit_acceptance, interpolate_models, trace_model, wilson_ci
 from calibrate.fit_cost import fit_draft, fit_target, ols
 from calibrate.outputs import write_outputs
@@ -120,7 +122,7 @@ def _rounds_from(model, gammas, n_per_gamma, seed):
 
 
 def test_identities_round_trip():
-    from calibrate.calibration import AcceptanceGroup
+    from calibrate.groups import AcceptanceGroup
     from calibrate.fit_cost import ParamName
 
     for text in ("draft=int8|temp=0|domain=code", "draft=bf16+lowrank|temp=0.7|domain=docs|head_k=1024"):
@@ -486,7 +488,7 @@ def test_an_unstable_cell_keeps_its_acceptance_in_the_fits(tmp_path):
 def test_incomplete_runs_are_refused_and_duplicates_counted_once(tmp_path):
     import json
 
-    from calibrate.calibration import load_runs
+    from calibrate.dataset import load_runs
 
     _toy_run(tmp_path / "r")
     data = load_runs([tmp_path / "r", tmp_path / "r"])

@@ -89,7 +89,7 @@ def test_ray_gives_the_local_cells_and_outputs(cluster, tiny_dir, tmp_path):
     assert set(dist.meta["workers"]) == set(dc["hardware"]) and dist.meta["executor"]["kind"] == "ray"
     assert dist.summary["n_cells"] == 4 and dist.meta["failed_cells"] == {}
     # calibration pools the two runs only while their cells come from one machine
-    from calibrate.calibration import load_runs
+    from calibrate.dataset import load_runs
 
     assert load_runs([local.path, dist.path]).cells["hardware"].nunique() == 1
     f = dist.path / "cells.csv"

@@ -239,7 +239,7 @@ def test_scanner_reads_the_real_code() -> None:
     assert "specscope.cli" in g, "the specscope package is scanned"
     # imports the code is known to have, top-level and lazy: the scan is not empty
     assert "presets" in g["sim.cli"] and "sim.acceptance" in g["sim.cli"]
-    assert "measure.records" in g["calibrate.calibration"] and "sim.acceptance" in g["calibrate.calibration"]
+    assert "measure.records" in g["calibrate.dataset"] and "sim.acceptance" in g["calibrate.calibration"]
     assert "reports.charts" in g["reports.prediction_chart"]  # a lazy import inside render()
     assert "calibrate.calibration" in g["calibrate.__main__"]  # lazy, after the arguments are checked
     assert "toolkit.cli" in g["calibrate.__main__"] and "toolkit.jsonio" in g["sim.cost"]

@@ -363,14 +363,18 @@ def test_the_table_says_why_a_cell_has_no_interval():
     """A cell of one (prompt, repeat) pair: its tokens/s and speedup have no interval, and the row says so."""
     import io
 
+    from dataclasses import replace
+
     from measure.cli import TablePrinter
+    from measure.rows import CellRow
 
     buf = io.StringIO()
-    row = {"cell_id": "x", "draft": "ngram:3", "gamma_policy": "fixed:4", "temperature": 0.0, "domain": "code",
-           "n_prompts": 1, "repeats": 1, "tokens_per_s_baseline": 17.59, "tokens_per_s_speculative": 20.1,
-           "speedup": 1.143}
+    row = CellRow(cell_id="x", draft="ngram:3", gamma_policy="fixed:4", gamma=4, temperature=0.0, domain="code",
+                  head_k=None, n_prompts=1, new_tokens=24, tokens_per_s_baseline=17.59,
+                  tokens_per_s_speculative=20.1, tokens_per_s_peer=None, speedup=1.143, acceptance_rate=None,
+                  mean_accepted_per_round=None, n_rounds=None, outputs_identical=True, synthetic=False, repeats=1)
     TablePrinter(buf).row(row)
-    TablePrinter(buf).row({**row, "repeats": 3, "speedup_lo": None})
+    TablePrinter(buf).row(replace(row, repeats=3, speedup_lo=None))
     lines = buf.getvalue().splitlines()
     assert "17.59 (n=1, no CI)" in lines[1] and "1.143 (n=1, no CI)" in lines[1]
     assert "1.143 (noisy, no CI)" in lines[3]

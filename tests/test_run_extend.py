@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.calibration import load_runs
+from calibrate.dataset import load_runs
 from measure import records, runplan
 from measure.sweep import SweepConfig, run_sweep
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from calibrate.calibration import load_runs
+from calibrate.dataset import load_runs
 from measure import records
 from measure.sweep import SweepConfig, run_sweep
 

@@ -275,9 +275,9 @@ def test_calibrate_reports_bad_input_is_one_line(argv: list[str], needles: list[
 
 
 def test_holdout_choices_match_calibrate() -> None:
-    # the CLI checks --holdout before importing calibrate.calibration; the two lists must stay one list
+    # the CLI checks --holdout before importing calibrate.folds; the two lists must stay one list
     from calibrate.__main__ import HOLDOUT_CHOICES
-    from calibrate.calibration import HOLDOUT_MODES
+    from calibrate.folds import HOLDOUT_MODES
 
     assert HOLDOUT_CHOICES == HOLDOUT_MODES
 
