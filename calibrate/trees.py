@@ -62,8 +62,10 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
+from calibrate.errors import add_errors
 from calibrate.fit_acceptance import wilson_ci
 from calibrate.fit_cost import CostFit, LinearFit, fit_cost, ols, target_curve
+from calibrate.prediction import mean_tokens_per_s
 from measure.costpoints import screen_target
 from measure.records import Run, load_run
 from sim.cost import TabulatedCost
@@ -390,8 +392,7 @@ class TreeCalibrator:
             first = first or pred
             t0 = ttft_ms(models.prefill, p)
             walls.append((n, t0 + (n - 1) * pred.speculative_ms_per_token, t0 + (n - 1) * pred.baseline_ms_per_token))
-        tps_s = float(np.mean([n / (s / 1e3) for n, s, _ in walls]))
-        tps_b = float(np.mean([n / (b / 1e3) for n, _, b in walls]))
+        tps_s, tps_b = mean_tokens_per_s(walls)
         return {**measured_columns(cell), "split": split, "fold": models.label, **_predicted(first, tps_s, tps_b),
                 **measured_round(self.data, cell["cell_id"])}
 
@@ -452,15 +453,6 @@ class TreeCalibration:
     summary: dict
     models: TreeModels
     notes: tuple[str, ...]
-
-
-def add_errors(pred: pd.DataFrame) -> pd.DataFrame:
-    """``ape_speedup_pct`` and ``inside_ci`` (None without a CI) per prediction row."""
-    p = pred.copy()
-    p["ape_speedup_pct"] = 100 * (p["predicted_speedup"] - p["measured_speedup"]).abs() / p["measured_speedup"]
-    p["inside_ci"] = [None if lo is None or hi is None or pd.isna(lo) or pd.isna(hi) else bool(lo <= v <= hi)
-                      for v, lo, hi in zip(p["predicted_speedup"], p["measured_speedup_lo"], p["measured_speedup_hi"])]
-    return p
 
 
 def error_summary(pred: pd.DataFrame) -> dict:
@@ -597,5 +589,5 @@ def curve_rows(models: TreeModels, max_budget: int, max_depth: int, context_toke
 
 __all__ = ["KINDS", "RankCounts", "advice_intervals", "bootstrap_acceptance", "curve_rows", "interval",
            "mean_context", "TreeCalibration", "TreeCalibrator", "TreeCostFit", "TreeData", "TreeModels",
-           "acceptance_table", "add_errors", "calibrate_trees", "cell_tree", "error_summary", "fit_positional",
+           "acceptance_table", "calibrate_trees", "cell_tree", "error_summary", "fit_positional",
            "fit_tree_cost", "is_tree_run", "load_trees", "rank_counts", "round_shapes", "shape_kind"]

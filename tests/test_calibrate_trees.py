@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from calibrate.trees import (RankCounts, add_errors, error_summary, fit_positional, fit_tree_cost, rank_counts,
-                             shape_kind)
+from calibrate.errors import add_errors
+from calibrate.trees import RankCounts, error_summary, fit_positional, fit_tree_cost, rank_counts, shape_kind
 from sim.cost import TabulatedCost
 from sim.trees import PositionalAcceptance, TokenTree, expected_accepted_length
 
@@ -133,7 +133,8 @@ def test_error_summary_keeps_beams_apart_and_says_the_targets():
     rows = []
     for kind, meas, pred in (("chain", 1.0, 1.02), ("tree", 1.1, 1.0), ("beam", 1.2, 0.6)):
         rows.append({"kind": kind, "split": "held_out", "measured_speedup": meas, "predicted_speedup": pred,
-                     "measured_speedup_lo": meas - 0.05, "measured_speedup_hi": meas + 0.05})
+                     "measured_speedup_lo": meas - 0.05, "measured_speedup_hi": meas + 0.05,
+                     "measured_tokens_per_s": 10 * meas, "predicted_tokens_per_s": 10 * pred})
     s = error_summary(add_errors(pd.DataFrame(rows)))
     head = s["held_out"]["all"]
     assert head["n_cells"] == 2 and head["speedup_mape_pct"] == pytest.approx((2.0 + 100 * 0.1 / 1.1) / 2)
