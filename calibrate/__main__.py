@@ -3,7 +3,9 @@
 ``python -m calibrate ingest FILE...`` reads an engine's metrics instead (see
 :mod:`calibrate.ingest.cli`); ``python -m calibrate serve RUN_DIR`` (or a
 serving run given as the RUN_DIR) calibrates the serving simulator on a
-``measure serve`` run (:mod:`calibrate.serve_cli`).
+``measure serve`` run (:mod:`calibrate.serve_cli`); ``python -m calibrate trees
+RUN_DIR`` (or a tree run given as the RUN_DIR) fits token trees to a
+``measure tree`` run (:mod:`calibrate.trees_cli`).
 
 Fits the simulator's cost and acceptance models to the run directories,
 predicts every measured configuration (closed form, trace replay, event
@@ -71,15 +73,17 @@ def print_report(res) -> None:
               "left out of the MAPE: " + ", ".join(res.unstable_cells))
 
 
-def _is_serving_run(first: list[str]) -> bool:
-    """Whether the first argument is a run directory written by ``python -m measure serve``."""
+def _run_kind(first: list[str]) -> str | None:
+    """The ``run.json`` config kind of the run directory the first argument names (``serve``: written by
+    ``python -m measure serve``, ``trees``: by ``python -m measure tree``), None for anything else."""
     if not first or first[0].startswith("-"):
-        return False
+        return None
     try:
         meta = json.loads((Path(first[0]) / "run.json").read_text())
     except (OSError, ValueError):
-        return False
-    return isinstance(meta, dict) and (meta.get("config") or {}).get("kind") == "serve"
+        return None
+    kind = (meta.get("config") or {}).get("kind") if isinstance(meta, dict) else None
+    return kind if isinstance(kind, str) else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,10 +92,14 @@ def main(argv: list[str] | None = None) -> int:
         from calibrate.ingest.cli import main as ingest_main
 
         return ingest_main(argv[1:])
-    if argv[:1] == ["serve"] or _is_serving_run(argv[:1]):  # a measure serve run: the serving simulator
+    if argv[:1] == ["serve"] or _run_kind(argv[:1]) == "serve":  # a measure serve run: the serving simulator
         from calibrate.serve_cli import main as serve_main
 
         return serve_main(argv[1:] if argv[:1] == ["serve"] else argv)
+    if argv[:1] == ["trees"] or _run_kind(argv[:1]) == "trees":  # a measure tree run: token trees
+        from calibrate.trees_cli import main as trees_main
+
+        return trees_main(argv[1:] if argv[:1] == ["trees"] else argv)
     ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", type=nonempty_arg("run directory"),
                     help="run directories written by python -m measure")

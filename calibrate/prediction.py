@@ -59,7 +59,7 @@ def _measured(cell: pd.Series, fold: str) -> dict:
     }
 
 
-def _mean_tokens_per_s(walls: list[tuple[float, float, float]]) -> tuple[float, float]:
+def mean_tokens_per_s(walls: list[tuple[float, float, float]]) -> tuple[float, float]:
     """The measurement's estimator (measure.stats): mean per-prompt tokens/s of each side.
 
     ``walls``: per prompt ``(new_tokens, speculative wall ms, baseline wall ms)``.
@@ -265,7 +265,7 @@ class Calibrator:
                     walls = inputs.event_sim_walls(self.seed)
                 else:
                     walls = inputs.closed_form_walls(method, round_parts)
-                tps_s, tps_b = _mean_tokens_per_s(walls)
+                tps_s, tps_b = mean_tokens_per_s(walls)
                 out.append({**base, "method": method, "predicted_speedup": tps_s / tps_b,
                             "predicted_tokens_per_s": tps_s, "predicted_tokens_per_s_baseline": tps_b,
                             "note": acc_note})

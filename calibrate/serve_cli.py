@@ -18,13 +18,13 @@ exit status 2.
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 from pathlib import Path
 from typing import Sequence
 
 from toolkit.cli import OneLineParser, check_output_dir, fail, int_arg, nonempty_arg
+from toolkit.files import write_dict_rows
 
 PROG = "python -m calibrate serve"
 
@@ -118,15 +118,6 @@ def curves(cal, data, seeds: int, seed: int) -> list[dict]:
     return out
 
 
-def _write_csv(path: Path, rows: list[dict]) -> None:
-    keys = list(dict.fromkeys(k for r in rows for k in r))
-    with path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=keys, lineterminator="\n")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: "" if r.get(k) is None else r[k] for k in keys})
-
-
 # long: the command from the run directory to the table, the files and the one JSON line
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -200,8 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
            "regret": [{**g.__dict__, "within_noise": g.within_noise} for g in reg], "advice": advice_dict(rows, data.slots, ngram_n)}
     (out / "serve_calibration.json").write_text(strict_dumps(doc, indent=2) + "\n")
     (out / "advice.json").write_text(strict_dumps(doc["advice"], indent=2) + "\n")
-    _write_csv(out / "serve_predictions.csv", cal.rows)
-    _write_csv(out / "serve_curves.csv", curves(cal, data, max(2, args.seeds // 2), args.seed))
+    write_dict_rows(out / "serve_predictions.csv", cal.rows)
+    write_dict_rows(out / "serve_curves.csv", curves(cal, data, max(2, args.seeds // 2), args.seed))
     print(f"written to {out}")
     print(json.dumps({"out": str(out), "summary": summary,
                       "max_regret": max((g.regret for g in reg), default=None)}, default=str))

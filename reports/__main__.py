@@ -1,7 +1,9 @@
 """``python -m reports RUN_DIR_OR_CALIBRATION_DIR [--out DIR] [--no-png]``.
 
 A serving run (``python -m measure serve``) or its calibration (``python -m
-calibrate serve``) gets the serving report (:mod:`reports.serving`) instead.
+calibrate serve``) gets the serving report (:mod:`reports.serving`) instead; a
+tree run (``python -m measure tree``) or its calibration (``python -m calibrate
+trees``) the token-tree report (:mod:`reports.trees`).
 
 Writes ``report.html`` (the answer first, charts inline as SVG), one PNG and
 one interactive HTML per chart, and ``claims.html`` (published claims checked
@@ -22,6 +24,15 @@ from toolkit.cli import OneLineParser, check_output_dir, fail, nonempty_arg
 PROG = "python -m reports"
 
 
+def _done(res) -> int:
+    """Print where the report went and its one JSON line (``res``: a :class:`reports.page.ReportResult`)."""
+    print(f"report written to {res.html_path.resolve()}")
+    print(json.dumps({"report": str(res.html_path.resolve()), "charts": list(res.charts),
+                      "pngs": [str(p) for p in res.png_paths], "calibration": str(res.calibration_dir.resolve()),
+                      "claims": str(res.claims_path.resolve()) if res.claims_path else None}))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("src", metavar="RUN_DIR_OR_CALIBRATION_DIR", type=nonempty_arg("directory"))
@@ -34,21 +45,22 @@ def main(argv: list[str] | None = None) -> int:
         fail(PROG, f"directory not found: {args.src!r}")
     if not src.is_dir():
         fail(PROG, f"{args.src!r} is a file; give a calibration directory (calibration.json) or a run directory")
-    if not any((src / f).is_file() for f in ("calibration.json", "run.json", "serve_calibration.json")):
-        fail(PROG, f"{args.src!r} is neither a calibration directory (calibration.json, serve_calibration.json) nor "
-                   "a run directory (run.json)")
+    if not any((src / f).is_file() for f in ("calibration.json", "run.json", "serve_calibration.json",
+                                             "tree_calibration.json")):
+        fail(PROG, f"{args.src!r} is neither a calibration directory (calibration.json, serve_calibration.json, "
+                   "tree_calibration.json) nor a run directory (run.json)")
     try:
         from reports.serving import build_serving_report, serve_calibration_dir
+        from reports.trees import build_trees_report, tree_calibration_dir
 
         serve = serve_calibration_dir(src)
         if serve is not None:  # python -m measure serve, calibrated by python -m calibrate serve
             check_output_dir("--out", Path(args.out) if args.out else serve / "report")
-            s = build_serving_report(serve, args.out, png=not args.no_png)
-            print(f"report written to {s.html_path.resolve()}")
-            print(json.dumps({"report": str(s.html_path.resolve()), "charts": list(s.charts),
-                              "pngs": [str(p) for p in s.png_paths], "calibration": str(s.calibration_dir.resolve()),
-                              "claims": None}))
-            return 0
+            return _done(build_serving_report(serve, args.out, png=not args.no_png))
+        trees = tree_calibration_dir(src)
+        if trees is not None:  # python -m measure tree, calibrated by python -m calibrate trees
+            check_output_dir("--out", Path(args.out) if args.out else trees / "report")
+            return _done(build_trees_report(trees, args.out, png=not args.no_png))
         check_output_dir("--out", Path(args.out) if args.out else src / "report")
         from reports.page import build_report
 
@@ -56,11 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    print(f"report written to {res.html_path.resolve()}")
-    print(json.dumps({"report": str(res.html_path.resolve()), "charts": list(res.charts),
-                      "pngs": [str(p) for p in res.png_paths], "calibration": str(res.calibration_dir.resolve()),
-                      "claims": str(res.claims_path.resolve()) if res.claims_path else None}))
-    return 0
+    return _done(res)
 
 
 if __name__ == "__main__":

@@ -234,7 +234,37 @@ def _load_calibration(src: Path) -> Path:
     raise ValueError(f"{str(src)!r} is neither a calibration directory ({CAL_JSON}) nor a run directory (run.json)")
 
 
-def _table_html(df: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
+def run_calibration_dir(src: str | Path, calibration: str, kind: str, subdir: str, what: str,
+                        noun: str) -> Path | None:
+    """``src`` if it holds ``calibration`` (a file name), its ``subdir/`` if it is a run of ``run.json`` config
+    kind ``kind`` holding one, else None (not such a directory); such a run (a ``noun`` run) without its
+    calibration is a one-line ``ValueError`` naming ``python -m calibrate <what>``."""
+    src = Path(src)
+    if (src / calibration).is_file():
+        return src
+    try:
+        meta = json.loads((src / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict) or (meta.get("config") or {}).get("kind") != kind:
+        return None
+    if (src / subdir / calibration).is_file():
+        return src / subdir
+    raise ValueError(f"{str(src)!r} is a {noun} run without a calibration; run python -m calibrate {what} {src} "
+                     f"first, then python -m reports {src / subdir}")
+
+
+def make_out_dir(out: Path) -> Path:
+    """Create the report's output directory ``out``; one-line ``ValueError`` when it cannot be made."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}") from None
+    return out
+
+
+def table_html(df: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
+    """``df`` as the page's HTML table (no index; floats as ``floatfmt``; missing values as a dash)."""
     return df.to_html(index=False, border=0, classes="tbl", na_rep="—",
                       float_format=lambda v: floatfmt.format(v))
 
@@ -311,7 +341,8 @@ _CHART_KEYS = {
 }
 
 
-def _page(title: str, body: str) -> str:
+def page_html(title: str, body: str) -> str:
+    """A whole page: ``body`` under the report's style sheet."""
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
             f"<style>{_CSS}</style></head><body>\n{body}\n</body></html>\n")
 
@@ -397,7 +428,7 @@ def _mape_html(doc: dict, n_total: int) -> str:
 
 def claims_page(table: pd.DataFrame) -> str:
     """The published-claims page: the table of :func:`claims_html` with its own heading (not about any run)."""
-    return _page("Published speculative-decoding claims, checked against the simulator",
+    return page_html("Published speculative-decoding claims, checked against the simulator",
                  "<h1>Published speculative-decoding claims, checked against the simulator</h1>"
                  + claims_html(table))
 
@@ -426,10 +457,7 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
     """
     src = Path(src)
     out = Path(out) if out else (src / "report")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}") from None
+    make_out_dir(out)
     cal_dir = _load_calibration(src)
     doc, pred, curves = read_calibration(cal_dir)
 
@@ -490,9 +518,9 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
 <p>Hold-out: <b>{html.escape(hold['mode'])}</b>: {html.escape(hold['explanation'])}.{note}
 Unstable cells and cells without a prediction are not counted (above: which, and why).</p>
 {_mape_html(doc, len(results))}
-<details><summary>Fitted cost parameters (± standard error)</summary>{_table_html(cost_params)}</details>
+<details><summary>Fitted cost parameters (± standard error)</summary>{table_html(cost_params)}</details>
 <p>Calibration: <code>{html.escape(str(cal_dir.resolve()))}</code>. Published speedup claims, checked against
 the same simulator: <a href="claims.html">claims.html</a> (also <code>python -m sim check --claims</code>).</p>"""
     html_path = out / "report.html"
-    html_path.write_text(_page(f"specscope report: {_title(setups)}", body), encoding="utf-8")
+    html_path.write_text(page_html(f"specscope report: {_title(setups)}", body), encoding="utf-8")
     return ReportResult(html_path, tuple(pngs), tuple(n for n, _, _ in built), cal_dir, claims_path)

@@ -150,19 +150,9 @@ SERVE_CAL_DIR = "calibration-serve"
 def serve_calibration_dir(src: str | Path) -> Path | None:
     """``src`` if it is a serving calibration, its ``calibration-serve/`` if it is a serving run holding one, else
     None (not a serving directory); a serving run without a calibration is a one-line ``ValueError``."""
-    src = Path(src)
-    if (src / CALIBRATION).is_file():
-        return src
-    try:
-        meta = json.loads((src / "run.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(meta, dict) or (meta.get("config") or {}).get("kind") != "serve":
-        return None
-    if (src / SERVE_CAL_DIR / CALIBRATION).is_file():
-        return src / SERVE_CAL_DIR
-    raise ValueError(f"{str(src)!r} is a serving run without a calibration; run python -m calibrate serve {src} "
-                     f"first, then python -m reports {src / SERVE_CAL_DIR}")
+    from reports.page import run_calibration_dir
+
+    return run_calibration_dir(src, CALIBRATION, "serve", SERVE_CAL_DIR, "serve", "serving")
 
 
 def _run_meta(cal: dict) -> tuple[dict | None, Any]:
@@ -292,31 +282,28 @@ def _answer_html(cal: dict, advice: dict, meta: dict | None, units: Any) -> str:
 
 def _groups_html(pred: pd.DataFrame) -> str:
     """Every (configuration, load, metric) judged: measured [95% CI], predicted, error, inside the CI."""
-    from reports.page import _table_html
+    from reports.page import table_html
 
     keep = pred[pred["metric"].isin([m for m, _ in PANELS])].copy()
     keep["measured [95% CI]"] = [f"{m:.1f} [{lo:.1f}, {hi:.1f}]" if pd.notna(lo) else f"{m:.1f}"
                                  for m, lo, hi in zip(keep["measured"], keep["measured_lo"], keep["measured_hi"])]
     keep["inside CI"] = keep["inside_ci"].map({True: "yes", False: "no"}).fillna("—")
     cols = ["config", "load", "split", "metric", "measured [95% CI]", "predicted", "ape_pct", "inside CI"]
-    return _table_html(keep[cols].rename(columns={"ape_pct": "error %"}), "{:.1f}")
+    return table_html(keep[cols].rename(columns={"ape_pct": "error %"}), "{:.1f}")
 
 
 def build_serving_report(src: str | Path, out: str | Path | None = None, png: bool = True) -> "ReportResult":
     """Write ``report.html`` (and the chart as interactive HTML, and PNG) for a serving calibration into ``out``
     (default: ``<calibration>/report``)."""
     from reports import charts
-    from reports.page import ReportResult, _page
+    from reports.page import ReportResult, make_out_dir, page_html
 
     d = serve_calibration_dir(src)
     if d is None:
         raise ValueError(f"{str(src)!r} is not a serving calibration ({CALIBRATION}) or a serving run")
     _check_dir(d)
     out = Path(out) if out else d / "report"
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}") from None
+    make_out_dir(out)
     cal = json.loads((d / CALIBRATION).read_text())
     advice = json.loads((d / ADVICE).read_text()) if (d / ADVICE).is_file() else {}
     pred = pd.read_csv(d / PREDICTIONS)
@@ -336,7 +323,7 @@ def build_serving_report(src: str | Path, out: str | Path | None = None, png: bo
             + (f"<details><summary>Calibration notes</summary><ul>{notes}</ul></details>" if notes else "")
             + f"<p>Calibration: <code>{html.escape(str(d.resolve()))}</code>.</p>")
     path = out / "report.html"
-    path.write_text(_page(title, body), encoding="utf-8")
+    path.write_text(page_html(title, body), encoding="utf-8")
     return ReportResult(path, pngs, ("serving",), d)
 
 

@@ -405,3 +405,14 @@ def test_tree_cell_id_round_trips():
     for bad in ("draft=a|shape=b|temp=0.7|domain=c", "draft=a|gamma=fixed:4|temp=0|domain=c"):
         with pytest.raises(ValueError, match="expected draft="):
             TreeCellId.parse(bad)
+
+
+def test_tree_run_cost_curves_reach_past_the_widest_tree():
+    """The cost curves time 1..max(budget + 1, 16) tokens (the advice prices budgets the run did not draft), the
+    verified ones (1..budget + 1) with more repeats."""
+    from measure.costpoints import plan_cost_points
+    from measure.trees.run import TreeRunConfig, sweep_config
+
+    cfg = TreeRunConfig(target="smollm2-135m", draft="int8", trees=("[[0],[1],[0,0]]",), gammas=(4,))
+    plan = plan_cost_points(sweep_config(cfg, [parse_tree_option(t) for t in cfg.trees]), {"code": [100, 120]})
+    assert plan.max_tokens == 16 and plan.n_verified == 5  # gamma=4 is the widest round: 5 tokens verified

@@ -312,3 +312,17 @@ def test_deferred_signals_deliver_after_the_block():
     finally:
         signal.signal(signal.SIGTERM, prev)
 
+
+
+def test_write_dict_rows_and_write_json(tmp_path):
+    import csv
+
+    from toolkit.files import write_dict_rows
+    from toolkit.jsonio import write_json
+
+    write_dict_rows(tmp_path / "t.csv", [{"a": 1, "b": None}, {"b": 2.5, "c": "x"}])
+    with (tmp_path / "t.csv").open() as f:
+        assert list(csv.reader(f)) == [["a", "b", "c"], ["1", "", ""], ["", "2.5", "x"]]
+    write_json(tmp_path / "t.json", {"x": float("nan"), "y": [1, float("inf")]})
+    text = (tmp_path / "t.json").read_text()
+    assert text.endswith("\n") and json.loads(text) == {"x": None, "y": [1, None]}

@@ -44,3 +44,15 @@ def read_text(path: str | Path, what: str, max_bytes: int | None = None) -> str:
         char = "a NUL byte" if bad.group() == "\x00" else f"control character U+{ord(bad.group()):04X}"
         raise ValueError(f"{what} {name}: not a text file ({char} at character {bad.start()})")
     return text
+
+
+def write_dict_rows(path: str | Path, rows: list[dict]) -> None:
+    """``rows`` (dicts) as a CSV file: every key any row has, in first-seen order, as the header; None as empty."""
+    import csv
+
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with Path(path).open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys, lineterminator="\n")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: "" if r.get(k) is None else r[k] for k in keys})

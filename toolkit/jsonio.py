@@ -91,3 +91,8 @@ def clean_json(obj: Any) -> Any:
 def strict_dumps(obj: Any, **kw: Any) -> str:
     """``json.dumps`` that writes ``null`` for NaN/inf and refuses to write a bare ``NaN``."""
     return json.dumps(clean_json(obj), allow_nan=False, default=str, **kw)
+
+
+def write_json(path: str | Path, obj: Any, indent: int | None = 2) -> None:
+    """``obj`` written to ``path`` as strict JSON (:func:`strict_dumps`), with a final newline."""
+    Path(path).write_text(strict_dumps(obj, indent=indent) + "\n")

@@ -13,7 +13,7 @@ baseline's (:mod:`measure.engines.lossless`: identical, a near tie within the
 engine's tolerance, or a failure, which fails the run).
 
 Between the visits the sweep's cost curves are timed a few points at a time
-(:class:`measure.sweep.cost.CostCurves`: target forwards of 1..``budget + 1``
+(:class:`measure.sweep.cost.CostCurves`: target forwards of 1..max(``budget + 1``, 16)
 tokens over the run's contexts, the draft's step), so ``calibrate`` can price
 tree shapes never measured.
 
@@ -120,13 +120,15 @@ def check_config(cfg: TreeRunConfig) -> list[TreeOption]:
 
 def sweep_config(cfg: TreeRunConfig, options: list[TreeOption]) -> SweepConfig:
     """The sweep's config for the tree run's models, prompts and cost curves (greedy, no peer, no library
-    baseline, no traces; cost curves up to the widest round's ``budget + 1`` tokens)."""
+    baseline, no traces; cost curves over 1..max(widest round's ``budget + 1``, 16) tokens, the verified ones
+    with more repeats, as a sweep sizes them: :func:`measure.costpoints.plan_cost_points`)."""
     widest = cfg.widest(options)
     return SweepConfig(target=cfg.target, drafts=(cfg.draft,), gammas=(GammaSpec("fixed", min(widest, MAX_GAMMA)),),
                        temperatures=(0.0,), domains=cfg.domains, prompts_per_domain=cfg.prompts_per_domain,
                        max_new_tokens=cfg.max_new_tokens, max_prompt_tokens=cfg.max_prompt_tokens, device=cfg.device,
                        dtype=cfg.dtype, seed=cfg.seed, warmup=cfg.warmup, peer=False, library=False, traces=False,
-                       cost_curves=cfg.cost_curves, cost_max_tokens=max(widest + 1, 2), repeats=cfg.repeats,
+                       cost_curves=cfg.cost_curves, cost_max_tokens=widest + 1 if widest > MAX_GAMMA else None,
+                       repeats=cfg.repeats,
                        threads=cfg.threads, cache=cfg.cache)
 
 

@@ -1,0 +1,191 @@
+"""The token-tree report: speedup against verify budget for chains and trees, measured with 95% CIs beside
+predicted, and whether branching pays.
+
+Reads what ``python -m calibrate trees`` wrote (``tree_predictions.csv``,
+``tree_curves.csv``, ``tree_calibration.json``, ``advice.json``); fits nothing.
+
+* :func:`speedup_vs_budget_chart` — x: the verify budget (draft tokens a round
+  verifies besides the root), y: speedup over the baseline. Measured cells as
+  points with their 95% CI bars (shape: chain or tree), each cell's held-out
+  prediction as an open mark beside it, and the calibrated predictions as
+  lines: the best tree of each budget, the chain on the tree loop and on the
+  chain loop.
+* :func:`section_html` — that chart (inline SVG), the held-out error against its
+  targets and the advice, as one HTML fragment.
+* :func:`build_trees_report` — the page ``python -m reports`` writes for a tree
+  calibration (or a tree run holding one in ``calibration/``).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import altair as alt
+import pandas as pd
+import vl_convert as vlc
+
+if TYPE_CHECKING:
+    from reports.page import ReportResult
+
+PREDICTIONS = "tree_predictions.csv"
+CURVES = "tree_curves.csv"
+CALIBRATION = "tree_calibration.json"
+ADVICE = "advice.json"
+CAL_DIR = "calibration"
+CHART = "speedup_vs_budget"
+
+
+def tree_calibration_dir(src: str | Path) -> Path | None:
+    """``src`` if it holds a tree calibration, its ``calibration/`` if it is a tree run holding one, else None (not
+    a tree directory); a tree run without its calibration is a one-line ``ValueError``."""
+    from reports.page import run_calibration_dir
+
+    return run_calibration_dir(src, CALIBRATION, "trees", CAL_DIR, "trees", "tree")
+
+
+def _check_dir(d: Path) -> None:
+    for name in (PREDICTIONS, CURVES, CALIBRATION):
+        if not (d / name).is_file():
+            raise ValueError(f"{str(d)!r} holds no {name}: write it with python -m calibrate trees RUN --out {d}")
+
+
+def measured_frame(predictions: pd.DataFrame) -> pd.DataFrame:
+    """The held-out rows as the chart draws them: the cell's verify budget, kind, measured [CI], predicted."""
+    need = {"split", "kind", "shape", "loop", "n_nodes", "measured_speedup", "measured_speedup_lo",
+            "measured_speedup_hi", "predicted_speedup"}
+    missing = sorted(need - set(predictions.columns))
+    if missing:
+        raise ValueError(f"{PREDICTIONS}: missing columns {missing}")
+    held = predictions[predictions["split"] == "held_out"].copy()
+    if held.empty:
+        raise ValueError(f"{PREDICTIONS}: no held-out rows to plot")
+    held["budget"] = held["n_nodes"].astype(int)
+    held["label"] = [f"{k}: {s} ({loop} loop)" for k, s, loop in zip(held["kind"], held["shape"], held["loop"])]
+    return held
+
+
+def speedup_vs_budget_chart(predictions: pd.DataFrame, curves: pd.DataFrame) -> alt.LayerChart:
+    """Measured speedup (points, 95% CI bars) and the held-out prediction of each cell (open marks) against the
+    verify budget, over the predicted best tree and chains (lines)."""
+    for col in ("budget", "series", "predicted_speedup"):
+        if col not in curves.columns:
+            raise ValueError(f"{CURVES}: missing column {col!r}")
+    if curves.empty:
+        raise ValueError(f"{CURVES}: no rows to plot")
+    held = measured_frame(predictions)
+    x = alt.X("budget:Q", title="verify budget (draft tokens per round)", scale=alt.Scale(zero=False),
+              axis=alt.Axis(tickMinStep=1, format="d"))
+    lines = alt.Chart(curves).mark_line(point=alt.OverlayMarkDef(size=20)).encode(
+        x=x, y=alt.Y("predicted_speedup:Q", title="speedup over the baseline", scale=alt.Scale(zero=False)),
+        color=alt.Color("series:N", title="predicted (calibrated, all cells)",
+                        scale=alt.Scale(range=["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"])),
+        tooltip=["series", "budget", alt.Tooltip("predicted_speedup:Q", format=".3f"), "paths"])
+    bars = alt.Chart(held.dropna(subset=["measured_speedup_lo", "measured_speedup_hi"])).mark_rule(
+        color="black").encode(x=x, y="measured_speedup_lo:Q", y2="measured_speedup_hi:Q")
+    shape = alt.Shape("kind:N", title="measured cell")
+    points = alt.Chart(held).mark_point(filled=True, size=70, color="black").encode(
+        x=x, y="measured_speedup:Q", shape=shape,
+        tooltip=["label", alt.Tooltip("measured_speedup:Q", format=".3f"),
+                 alt.Tooltip("measured_speedup_lo:Q", format=".3f"), alt.Tooltip("measured_speedup_hi:Q", format=".3f"),
+                 alt.Tooltip("predicted_speedup:Q", format=".3f", title="held-out prediction")])
+    pred = alt.Chart(held).mark_point(filled=False, size=110, color="#cf222e", strokeWidth=1.5).encode(
+        x=x, y="predicted_speedup:Q", shape=shape,
+        tooltip=["label", alt.Tooltip("predicted_speedup:Q", format=".3f", title="held-out prediction")])
+    return alt.layer(lines, bars, points, pred).properties(width=560, height=320)
+
+
+def _error_html(summary: dict) -> str:
+    names = {"all": "chains and trees", "chain": "chains", "tree": "trees", "beam": "per-round beams (apart)"}
+    lines = []
+    for name, v in summary.get("held_out", {}).items():
+        share = f"{v['n_inside_ci']}/{v['n_with_ci']}" if v.get("n_with_ci") else "no CI"
+        lines.append(f"<li>{html.escape(names.get(name, name))}: held-out speedup MAPE {v['speedup_mape_pct']:.2f}% "
+                     f"(max {v['max_ape_pct']:.1f}%, {v['n_cells']} cells), {share} inside the measured 95% CI</li>")
+    t = summary.get("targets")
+    if t:
+        lines.append(f"<li>targets: MAPE ≤ {t['speedup_mape_pct']:g}% — {'met' if t['mape_met'] else 'missed'}; "
+                     f"≥ {100 * t['share_inside_ci']:.0f}% inside — {'met' if t['inside_met'] else 'missed'}</li>")
+    return "<ul>" + "".join(lines) + "</ul>"
+
+
+def _advice_html(advice: dict) -> str:
+    if not advice:
+        return ""
+    ci = advice.get("speedup_intervals") or {}
+
+    def line(name: str, what: str, pred: dict) -> str:
+        lo, hi = ci.get(name, (None, None))
+        span = f" [95% CI {lo:.3f}, {hi:.3f}]" if lo is not None and hi is not None else ""
+        return f"<li>{what}: predicted {pred['speedup']:.3f}×{span}</li>"
+
+    sg, vl = advice["sglang"], advice["vllm"]
+    return (f"<h3>Does branching pay here?</h3><p class='big'>{html.escape(advice['answer'])}</p><ul>"
+            + line("best_chain", f"best chain (γ = {advice['best_chain']['n_nodes']})", advice["best_chain"])
+            + line("best_tree", f"best tree ({advice['best_tree']['n_nodes']} nodes, depth "
+                   f"{advice['best_tree']['depth']})", advice["best_tree"])
+            + line("sglang", f"SGLang <code>{html.escape(sg['command'])}</code>", sg["prediction"])
+            + line("vllm", f"vLLM <code>{html.escape(vl['command'])}</code>", vl["prediction"]) + "</ul>")
+
+
+def section_html(cal_dir: str | Path) -> str:
+    """The tree section of a report (an HTML fragment): error summary, the chart (inline SVG), the advice."""
+    d = Path(cal_dir)
+    _check_dir(d)
+    chart = speedup_vs_budget_chart(pd.read_csv(d / PREDICTIONS), pd.read_csv(d / CURVES))
+    cal = json.loads((d / CALIBRATION).read_text())
+    advice = json.loads((d / ADVICE).read_text()) if (d / ADVICE).is_file() else {}
+    return ("<section id='trees'><h2>Speedup against verify budget: chains and trees</h2>"
+            "<p class='key'>Black: measured, with 95% CI bars (shape: chain or tree). Red, open: each cell's held-out "
+            "prediction (fitted on the other shapes only). Lines: the calibration on every cell — the best tree of "
+            "each budget and the chains.</p>"
+            f"{_error_html(cal.get('summary', {}))}<div class='chart'>{vlc.vegalite_to_svg(chart.to_json())}</div>"
+            f"{_advice_html(advice)}</section>")
+
+
+def _cells_html(pred: pd.DataFrame) -> str:
+    from reports.page import table_html
+
+    held = measured_frame(pred)
+    held["measured [95% CI]"] = [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" if pd.notna(lo) else f"{m:.3f}"
+                                 for m, lo, hi in zip(held["measured_speedup"], held["measured_speedup_lo"],
+                                                      held["measured_speedup_hi"])]
+    held["inside CI"] = held["inside_ci"].map({True: "yes", False: "no"}).fillna("—")
+    cols = ["kind", "loop", "shape", "budget", "measured [95% CI]", "predicted_speedup", "ape_speedup_pct",
+            "inside CI"]
+    return table_html(held[cols].rename(columns={"predicted_speedup": "held-out prediction",
+                                                 "ape_speedup_pct": "error %"}), "{:.3f}")
+
+
+def build_trees_report(src: str | Path, out: str | Path | None = None, png: bool = True) -> "ReportResult":
+    """Write ``report.html`` (and the chart as interactive HTML and PNG) for a tree calibration into ``out``
+    (default: ``<calibration>/report``)."""
+    from reports import charts
+    from reports.page import ReportResult, make_out_dir, page_html
+
+    d = tree_calibration_dir(src)
+    if d is None:
+        raise ValueError(f"{str(src)!r} is not a tree calibration ({CALIBRATION}) or a tree run")
+    _check_dir(d)
+    out = Path(out) if out else d / "report"
+    make_out_dir(out)
+    cal = json.loads((d / CALIBRATION).read_text())
+    pred = pd.read_csv(d / PREDICTIONS)
+    chart = speedup_vs_budget_chart(pred, pd.read_csv(d / CURVES))
+    charts.save_chart(chart, out / f"{CHART}.html")
+    pngs = (charts.save_chart(chart, out / f"{CHART}.png"),) if png else ()
+    title = f"specscope token-tree report: {cal.get('draft', '?')} draft, {Path(str(cal.get('run', ''))).name}"
+    notes = "".join(f"<li>{html.escape(n)}</li>" for n in cal.get("notes") or [])
+    body = (f"<h1>{html.escape(title)}</h1>{section_html(d)}"
+            f"<p><a href='{CHART}.html'>interactive chart</a>" + (f" · <a href='{CHART}.png'>PNG</a>" if png else "")
+            + "</p><h2 id='cells'>Every cell, measured against its held-out prediction</h2>" + _cells_html(pred)
+            + (f"<details><summary>Calibration notes</summary><ul>{notes}</ul></details>" if notes else "")
+            + f"<p>Calibration: <code>{html.escape(str(d.resolve()))}</code>.</p>")
+    path = out / "report.html"
+    path.write_text(page_html(title, body), encoding="utf-8")
+    return ReportResult(path, pngs, (CHART,), d)
+
+
+__all__ = ["build_trees_report", "measured_frame", "section_html", "speedup_vs_budget_chart", "tree_calibration_dir"]
