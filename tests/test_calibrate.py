@@ -1,12 +1,16 @@
-"""Tests of calibrate: fits recover the parameters of synthetic runs; hold-out; files; CLI."""
+"""Tests of calibrate: fits recover the parameters of synthetic runs; hold-out; files; CLI.
+
+The CLI runs in this process (:func:`cli_inprocess.run_module`); ``python -m calibrate`` as a process is
+tested in test_sim_bad_input.py and test_specscope_cli.py. The toy-engine run the noise-floor tests
+calibrate is measured once per module and copied for each test that edits it.
+"""
 
 from __future__ import annotations
 
 import json
 import math
-import os
+import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +18,7 @@ import pandas as pd
 import pytest
 
 from calibrate.calibration import calibrate
+from cli_inprocess import run_module
 from calibrate.dataset import load_runs
 from calibrate.folds import holdout_folds
 from calibrate.fit_acceptance import fit_acceptance, interpolate_models, trace_model, wilson_ci
@@ -281,8 +286,8 @@ def test_holdout_k_interpolates_acceptance(tmp_path):
 
 # -- CLI ------------------------------------------------------------------------------
 def _cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "calibrate", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120)
+    """``python -m calibrate ARGS`` (its ``main``, in this process)."""
+    return run_module("calibrate", args, cwd=cwd)
 
 
 def test_cli_writes_outputs_and_ends_with_json(run_dir, tmp_path):
@@ -380,39 +385,41 @@ def test_lookup_draft_held_out_gamma_predicted_from_proposal_runs(tmp_path):
     model = acceptance_from_dict(json.loads(trace_files[0].read_text()))
     assert isinstance(model, RunTraceAcceptance)
     cost_file = out / next(iter(summary["cost_model_files"].values()))
-    r = subprocess.run([sys.executable, "-m", "sim", "--cost-model", str(cost_file), "--acceptance",
-                        str(trace_files[0]), "--gamma-max", "8", "--context-tokens", "80", "--format", "json"],
-                       capture_output=True, text=True, cwd=ROOT)
+    r = run_module("sim", ["--cost-model", str(cost_file), "--acceptance", str(trace_files[0]), "--gamma-max", "8",
+                           "--context-tokens", "80", "--format", "json"])
     assert r.returncode == 0, r.stderr
     rows = {row["gamma"]: row for row in json.loads(r.stdout)["rows"]}
     cost = load_cost_model(cost_file)
     for g in (1, 2, 4, 8):  # the CLI replays the file's trace with the file's costs
         assert rows[g]["speedup"] == pytest.approx(predict_row(model, cost, g, 80.0).speedup, rel=1e-9)
-    r = subprocess.run([sys.executable, "-m", "sim", "--cost-model", str(cost_file), "--acceptance",
-                        str(trace_files[0]), "--gamma-max", "20"], capture_output=True, text=True, cwd=ROOT)
+    r = run_module("sim", ["--cost-model", str(cost_file), "--acceptance", str(trace_files[0]), "--gamma-max", "20"])
     assert r.returncode == 2 and "gamma=17" in r.stderr and "Traceback" not in r.stderr
 
 
 # -- against the noise floor (schema-2 runs from the toy engine) ------------------------------------
-def _toy_run(path, **kw):
-    import sys as _sys
-
-    _sys.path.insert(0, str(Path(__file__).resolve().parent))
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory) -> Path:
+    """A run of the toy engine (schema 2: repeats, CIs, cost curves), measured once for the module."""
     from fake_engine import ToyEngine
     from measure.sweep import SweepConfig, run_sweep
 
     # the toy's millisecond timings are noise: no cell is flagged unless a test marks it (_mark_unstable)
-    kw = {"cv_threshold": 10.0, "drift_threshold": 10.0, **kw}
     cfg = SweepConfig(target="toy", drafts=("ngram:2",), gammas=("fixed:2", "fixed:3"), domains=("code", "docs"),
                       prompts_per_domain=2, max_new_tokens=12, repeats=2, cost_contexts=(8, 32), cost_max_tokens=4,
-                      cost_repeats=2, device="cpu", **kw)
-    return run_sweep(cfg, path, engine=ToyEngine(), show_bar=False)
+                      cost_repeats=2, device="cpu", cv_threshold=10.0, drift_threshold=10.0)
+    return run_sweep(cfg, tmp_path_factory.mktemp("toy") / "r", engine=ToyEngine(), show_bar=False).path
 
 
-def test_predictions_are_judged_against_the_measured_ci(tmp_path):
+def _toy_run(toy_run: Path, path: Path) -> Path:
+    """A copy of the module's toy run at ``path``, for a test to edit."""
+    shutil.copytree(toy_run, path)
+    return path
+
+
+def test_predictions_are_judged_against_the_measured_ci(toy_run, tmp_path):
     from calibrate.calibration import calibrate as run_calibration
 
-    _toy_run(tmp_path / "r")
+    _toy_run(toy_run, tmp_path / "r")
     res = run_calibration([tmp_path / "r"], holdout="gamma")
     held = res.held_out
     assert {"measured_speedup_lo", "measured_speedup_hi", "inside_ci"} <= set(held.columns)
@@ -437,10 +444,10 @@ def _mark_unstable(run_dir, pick, reason: str) -> str:
     return rows[i]["cell_id"]
 
 
-def test_unstable_cells_are_weighted_in_the_cost_fit_left_out_of_prefill_and_reported_apart(tmp_path):
+def test_unstable_cells_are_weighted_in_the_cost_fit_left_out_of_prefill_and_reported_apart(toy_run, tmp_path):
     from calibrate.calibration import calibrate as run_calibration
 
-    _toy_run(tmp_path / "r")
+    _toy_run(toy_run, tmp_path / "r")
     cell_id = _mark_unstable(tmp_path / "r", lambda r: True, "baseline varied 40% (threshold 10%)")
     res = run_calibration([tmp_path / "r"], holdout="gamma")
     bad = f"r/{cell_id}"
@@ -451,10 +458,10 @@ def test_unstable_cells_are_weighted_in_the_cost_fit_left_out_of_prefill_and_rep
     assert all(v["n_cells"] <= 3 for v in res.mape_held_out.values())  # 4 cells, the unstable one left out
 
 
-def test_a_fold_without_a_stable_training_cell_fits_its_prefill_on_the_unstable_ones(tmp_path):
+def test_a_fold_without_a_stable_training_cell_fits_its_prefill_on_the_unstable_ones(toy_run, tmp_path):
     from calibrate.calibration import calibrate as run_calibration
 
-    _toy_run(tmp_path / "r")
+    _toy_run(toy_run, tmp_path / "r")
     for domain in ("code", "docs"):  # every γ = 2 cell: the γ = 3 fold has no stable training cell
         _mark_unstable(tmp_path / "r", lambda r, d=domain: r["gamma_policy"] == "fixed:2" and r["domain"] == d,
                        "baseline varied 40% (threshold 10%)")
@@ -466,13 +473,13 @@ def test_a_fold_without_a_stable_training_cell_fits_its_prefill_on_the_unstable_
     assert np.isfinite(held["predicted_speedup"]).all()
 
 
-def test_an_unstable_cell_keeps_its_acceptance_in_the_fits(tmp_path):
+def test_an_unstable_cell_keeps_its_acceptance_in_the_fits(toy_run, tmp_path):
     """Timing noise does not change which tokens were accepted: an unstable training cell is left out of
     the cost fits only, and the held-out cell of its domain still gets that domain's acceptance and trace
     (not a pool over the other domains)."""
     from calibrate.calibration import calibrate as run_calibration
 
-    _toy_run(tmp_path / "r")
+    _toy_run(toy_run, tmp_path / "r")
     cell_id = _mark_unstable(tmp_path / "r", lambda r: r["gamma_policy"] == "fixed:2" and r["domain"] == "code",
                              "baseline drifted 30% from start to end (threshold 10%)")
     res = run_calibration([tmp_path / "r"], holdout="gamma")
@@ -485,12 +492,12 @@ def test_an_unstable_cell_keeps_its_acceptance_in_the_fits(tmp_path):
     assert np.isfinite(held[held["method"] == "trace"]["predicted_speedup"]).all()
 
 
-def test_incomplete_runs_are_refused_and_duplicates_counted_once(tmp_path):
+def test_incomplete_runs_are_refused_and_duplicates_counted_once(toy_run, tmp_path):
     import json
 
     from calibrate.dataset import load_runs
 
-    _toy_run(tmp_path / "r")
+    _toy_run(toy_run, tmp_path / "r")
     data = load_runs([tmp_path / "r", tmp_path / "r"])
     assert len(data.runs) == 1 and "given twice" in data.notes[0]
     meta = tmp_path / "r" / "run.json"
@@ -499,8 +506,7 @@ def test_incomplete_runs_are_refused_and_duplicates_counted_once(tmp_path):
     with pytest.raises(ValueError, match=r"run is interrupted \(its process \(pid \d+\) is gone\), not complete"):
         load_runs([tmp_path / "r"])
     assert "--allow-incomplete" in load_runs([tmp_path / "r"], allow_incomplete=True).notes[0]
-    p = subprocess.run([sys.executable, "-m", "calibrate", str(tmp_path / "r"), "--out", str(tmp_path / "c")],
-                       capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    p = _cli(str(tmp_path / "r"), "--out", str(tmp_path / "c"))
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "--allow-incomplete" in p.stderr
 
 
@@ -518,7 +524,7 @@ def test_run_without_generations_is_refused_in_one_line(tmp_path):
     assert "Traceback" not in r.stderr and not (tmp_path / "cal" / "calibration.json").exists()
 
 
-def test_every_cell_unstable_fits_on_all_of_them_with_a_note(tmp_path, monkeypatch):
+def test_every_cell_unstable_fits_on_all_of_them_with_a_note(toy_run, tmp_path, monkeypatch):
     """A busy machine touches every interleaved cell: calibrate still fits (on all of them) and says so."""
     from calibrate import calibration
 
@@ -529,8 +535,8 @@ def test_every_cell_unstable_fits_on_all_of_them_with_a_note(tmp_path, monkeypat
         data.cells["unstable"] = True
         return data
 
-    run = _toy_run(tmp_path / "r")
+    run = _toy_run(toy_run, tmp_path / "r")
     monkeypatch.setattr(calibration, "load_runs", all_unstable)
-    res = calibration.calibrate([run.path])
+    res = calibration.calibrate([run])
     assert any("every cell is flagged unstable" in n for n in res.data.notes)
     assert len(res.unstable_cells) == len(res.data.cells) and res.unstable_held_out

@@ -4,7 +4,9 @@ The Ray cluster is started here (``ray.init(num_cpus=2)``, dashboard off, one
 node: this machine) and shared by the tests of this module (the CLI test joins
 it by its address); the models are a tiny
 random-weight Llama saved to a temporary directory, so every cell takes well
-under a second and the module stays within about a minute.
+under a second. The tests on the cluster are ``slow`` (starting it and its
+workers takes seconds of the 2-core machine); the flag checks run the CLI's
+``main`` in this process.
 """
 
 from __future__ import annotations
@@ -19,25 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from cli_inprocess import run_main
 from measure import executors, records
+from measure.__main__ import main as measure_main
 from measure.executors import CellsFailed, ExecutorConfig, run_sweep_distributed
 from measure.sweep import SweepConfig, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> str:
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    path = tmp_path_factory.mktemp("tiny_llama")
-    cfg = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512)
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -56,9 +46,10 @@ def cluster(faults):
     os.environ.pop(executors.FAULTS_ENV, None)
 
 
-def _config(tiny_dir: str, **kw) -> SweepConfig:
-    base = dict(target=tiny_dir, drafts=("ngram:2", "early:1"), gammas=("fixed:1", "fixed:3"), temperatures=(0.0,),
-                domains=("code",), prompts_per_domain=1, max_new_tokens=10, warmup=0, repeats=1, threads=1,
+def _config(tiny_llama_dir: str, **kw) -> SweepConfig:
+    base = dict(target=tiny_llama_dir, drafts=("ngram:2", "early:1"), gammas=("fixed:1", "fixed:3"),
+                temperatures=(0.0,), domains=("code",), prompts_per_domain=1, max_new_tokens=10, warmup=0, repeats=1,
+                threads=1,
                 cost_contexts=(16,), cost_max_tokens=2, cost_repeats=1, peer=False)
     base.update(kw)
     return SweepConfig(**base)
@@ -72,8 +63,9 @@ def _tokens(run: records.Run) -> dict:
     return {(r.cell_id, r.prompt_id, r.mode, int(r.repeat)): r.tokens for r in g.itertuples()}
 
 
-def test_ray_gives_the_local_cells_and_outputs(cluster, tiny_dir, tmp_path):
-    cfg = _config(tiny_dir)
+@pytest.mark.slow
+def test_ray_gives_the_local_cells_and_outputs(cluster, tiny_llama_dir, tmp_path):
+    cfg = _config(tiny_llama_dir)
     local = run_sweep(cfg, tmp_path / "local", show_bar=False, quiet=True)
     dist = run_sweep_distributed(cfg, tmp_path / "ray", RAY, show_bar=False, quiet=True)
     assert local.status == dist.status == "complete"
@@ -101,8 +93,9 @@ def test_ray_gives_the_local_cells_and_outputs(cluster, tiny_dir, tmp_path):
     assert "pooled in one fit" in load_runs([local.path, dist.path], pool_hardware=True).notes[-1]
 
 
-def test_killed_worker_is_retried_then_reported_failed(cluster, tiny_dir, faults, tmp_path):
-    cfg = _config(tiny_dir, drafts=("ngram:2",), domains=("docs",))
+@pytest.mark.slow
+def test_killed_worker_is_retried_then_reported_failed(cluster, tiny_llama_dir, faults, tmp_path):
+    cfg = _config(tiny_llama_dir, drafts=("ngram:2",), domains=("docs",))
     once = records.cell_id("ngram:2", "fixed:1", 0, "docs")
     always = records.cell_id("ngram:2", "fixed:3", 0, "docs")
     faults.write_text(json.dumps({once: "once", always: "always"}))
@@ -123,8 +116,9 @@ def test_killed_worker_is_retried_then_reported_failed(cluster, tiny_dir, faults
     assert run2.table("generations").query("cell_id == @once")["wall_s"].tolist() == wall
 
 
-def test_interrupted_driver_resumes_without_rerunning(cluster, tiny_dir, tmp_path):
-    cfg = _config(tiny_dir, drafts=("ngram:2",), gammas=("fixed:1", "fixed:2", "fixed:3", "fixed:4"),
+@pytest.mark.slow
+def test_interrupted_driver_resumes_without_rerunning(cluster, tiny_llama_dir, tmp_path):
+    cfg = _config(tiny_llama_dir, drafts=("ngram:2",), gammas=("fixed:1", "fixed:2", "fixed:3", "fixed:4"),
                   domains=("conversation",))
     out = tmp_path / "run"
     seen: list[str] = []
@@ -149,10 +143,11 @@ def test_interrupted_driver_resumes_without_rerunning(cluster, tiny_dir, tmp_pat
     assert len(run.meta["resumed_utc"]) == 1
 
 
-def test_ray_resume_times_only_the_cost_points_not_on_disk(cluster, tiny_dir, tmp_path):
+@pytest.mark.slow
+def test_ray_resume_times_only_the_cost_points_not_on_disk(cluster, tiny_llama_dir, tmp_path):
     """Cost curves cut short on disk (an append interrupted), resumed on Ray: the worker times the missing
     points only; the ones on disk keep their values (before, any row on disk made the worker skip them all)."""
-    cfg = _config(tiny_dir, drafts=("ngram:2",), gammas=("fixed:1",), cost_repeats_verified=2)
+    cfg = _config(tiny_llama_dir, drafts=("ngram:2",), gammas=("fixed:1",), cost_repeats_verified=2)
     out = tmp_path / "run"
     full = run_sweep_distributed(cfg, out, RAY, show_bar=False, quiet=True)
     n_target, n_draft = len(full.table("cost_target")), len(full.table("cost_draft"))
@@ -184,11 +179,12 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           env=e, timeout=240)
 
 
-def test_cli_joins_a_cluster_by_address(cluster, tiny_dir, tmp_path):
+@pytest.mark.slow
+def test_cli_joins_a_cluster_by_address(cluster, tiny_llama_dir, tmp_path):
     address = cluster.get_runtime_context().gcs_address  # the module's own cluster, as HOST:PORT
     assert address.split(":")[0] == cluster.nodes()[0]["NodeManagerAddress"]  # this machine (its one node)
     out = tmp_path / "run"
-    p = _cli("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "1,2", "--domains", "code", "--prompts", "1",
+    p = _cli("--target", tiny_llama_dir, "--draft", "ngram:2", "--gamma", "1,2", "--domains", "code", "--prompts", "1",
              "--max-new-tokens", "8", "--warmup", "0", "--repeats", "1", "--no-cost", "--no-peer", "--quiet",
              "--no-system-check", "--no-progress", "--executor", "ray", "--ray-address", address,
              "--out", str(out))
@@ -204,14 +200,15 @@ JOIN = ("--draft", "ngram:2", "--gamma", "1", "--domains", "code", "--prompts", 
         "--executor", "ray")
 
 
-def test_cli_address_nobody_answers_is_one_line_and_the_run_resumes(cluster, tiny_dir, tmp_path):
+@pytest.mark.slow
+def test_cli_address_nobody_answers_is_one_line_and_the_run_resumes(cluster, tiny_llama_dir, tmp_path):
     # issue 32: Ray retried for ever and the run stayed "running"; now one line at once, the run kept to resume
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # free again once closed: nothing listens there
     out = tmp_path / "run"
     start = time.monotonic()
-    p = _cli("--target", tiny_dir, *JOIN, "--ray-address", f"127.0.0.1:{port}", "--out", str(out))
+    p = _cli("--target", tiny_llama_dir, *JOIN, "--ray-address", f"127.0.0.1:{port}", "--out", str(out))
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-3000:]
     assert f"--ray-address 127.0.0.1:{port}: nothing answers there" in lines[0]
@@ -219,7 +216,7 @@ def test_cli_address_nobody_answers_is_one_line_and_the_run_resumes(cluster, tin
     run = records.load_run(out)
     assert run.status == "failed" and "nothing answers there" in run.meta["error"]
     address = cluster.get_runtime_context().gcs_address
-    p = _cli("--target", tiny_dir, *JOIN, "--ray-address", address, "--out", str(out))
+    p = _cli("--target", tiny_llama_dir, *JOIN, "--ray-address", address, "--out", str(out))
     assert p.returncode == 0, p.stderr[-3000:]
     assert records.load_run(out).status == "complete" and len(records.load_run(out).table("cells")) == 1
 
@@ -246,19 +243,16 @@ def test_join_gives_up_on_an_address_without_ray():
     (("--cpus-per-cell", "2"), "--cpus-per-cell needs --executor ray"),
     (("--executor", "dask"), "invalid choice: 'dask'"),
 ])
-def test_cli_bad_executor_flags_are_one_line(tiny_dir, tmp_path, args, msg):
-    p = _cli("--target", tiny_dir, "--out", str(tmp_path / "r"), *args)
+def test_cli_bad_executor_flags_are_one_line(tiny_llama_dir, tmp_path, args, msg):
+    p = run_main(measure_main, ["--target", tiny_llama_dir, "--out", str(tmp_path / "r"), *args])
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert msg in p.stderr or msg.split(":")[0] in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
-def test_cli_without_ray_names_the_extra(tiny_dir, tmp_path):
-    fake = tmp_path / "noray" / "ray"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text("raise ImportError('No module named ray')\n")
-    env = {"PYTHONPATH": f"{fake.parent}{os.pathsep}{ROOT}"}
-    p = _cli("--target", "no-such-model", "--executor", "ray", "--out", str(tmp_path / "r"), env=env)
+def test_cli_without_ray_names_the_extra(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray: ImportError, as where it is not installed
+    p = run_main(measure_main, ["--target", "no-such-model", "--executor", "ray", "--out", str(tmp_path / "r")])
     assert p.returncode == 2 and "Traceback" not in p.stderr
     assert p.stderr.strip() == ("python -m measure: error: --executor ray: Ray is not installed; install the extra: "
                                 "pip install 'specscope[ray]'")

@@ -1,4 +1,10 @@
-"""``python -m measure`` through a subprocess: a tiny run, the run directory, errors, resume."""
+"""``python -m measure``: a tiny run, the run directory, errors, resume.
+
+The flag checks, the refusals and the resume run the CLI's ``main`` in this process
+(:func:`cli_inprocess.run_main`: exit status, stdout, stderr as a finished process would give them);
+the tests of the process itself (its first run, Ctrl-C, the same one-line error from ``python -m
+measure``) spawn one.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from cli_inprocess import run_main
 from measure import records
+from measure.__main__ import main as measure_main
 from measure.rows import RoundRow
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,18 +33,12 @@ def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return p
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    path = tmp_path_factory.mktemp("tiny_llama")
-    cfg = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512)
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
-    return str(path)
+def _main(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """What ``_run(*args)`` gives, from ``python -m measure``'s ``main`` in this process."""
+    p = run_main(measure_main, args)
+    if check and p.returncode != 0:
+        raise AssertionError(p.stderr[-3000:])
+    return p
 
 
 NO_COST = ("--prompts", "1", "--max-new-tokens", "12", "--quiet", "--warmup", "0", "--repeats", "2",
@@ -44,9 +46,9 @@ NO_COST = ("--prompts", "1", "--max-new-tokens", "12", "--quiet", "--warmup", "0
 BASE = (*NO_COST[:-1], "--cost-contexts", "16", "--cost-max-tokens", "3")
 
 
-def test_cli_run_writes_run_directory(tiny_dir, tmp_path):
+def test_cli_run_writes_run_directory(tiny_llama_dir, tmp_path):
     out = tmp_path / "run"
-    p = _run("--target", tiny_dir, "--draft", "ngram:2,early:2", "--gamma", "2,heuristic:2", "--temperature",
+    p = _run("--target", tiny_llama_dir, "--draft", "ngram:2,early:2", "--gamma", "2,heuristic:2", "--temperature",
              "0,0.8", "--domains", "code,docs", "--out", str(out), *BASE)
     summary = json.loads(p.stdout.strip().splitlines()[-1])
     assert summary["run_dir"] == str(out) and summary["status"] == "complete"
@@ -72,11 +74,11 @@ def test_cli_run_writes_run_directory(tiny_dir, tmp_path):
     assert "draft=ngram:2|gamma=fixed:2|temp=0|domain=code" in set(cells["cell_id"])
 
 
-def test_cli_resume_skips_finished_cells(tiny_dir, tmp_path):
+def test_cli_resume_skips_finished_cells(tiny_llama_dir, tmp_path):
     out = tmp_path / "run"
-    args = ("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "1,3", "--domains", "code", "--out", str(out),
+    args = ("--target", tiny_llama_dir, "--draft", "ngram:2", "--gamma", "1,3", "--domains", "code", "--out", str(out),
             "--no-peer", *BASE)
-    _run(*args)
+    _main(*args)
     first = records.load_run(out)
     keep = records.cell_id("ngram:2", "fixed:1", 0, "code")
     gen_before = first.table("generations")
@@ -89,7 +91,7 @@ def test_cli_resume_skips_finished_cells(tiny_dir, tmp_path):
     bad = records.cell_id("ngram:2", "fixed:3", 0, "code")
     w.append("rounds", [RoundRow(bad, "x", 0, 3, 1, 3, 0, 1.0, 1.0, 0.0, repeat=0)])
     w.close("interrupted")
-    p = _run(*args)
+    p = _main(*args)
     run = records.load_run(out)
     assert run.status == "complete" and len(run.meta["resumed_utc"]) == 2
     cells = run.table("cells")
@@ -104,12 +106,12 @@ def test_cli_resume_skips_finished_cells(tiny_dir, tmp_path):
     assert json.loads(p.stdout.strip().splitlines()[-1])["n_cells"] == 2
     # another γ on the same --out: refused in one line naming --extend, before any model loads ...
     more = [a if a != "1,3" else "1,3,4" for a in args]
-    p = _run(*more, check=False)
+    p = _main(*more, check=False)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1 and "--extend" in p.stderr
     assert "adds γ fixed:4" in p.stderr and "loading" not in p.stderr
     assert records.load_run(out).meta == run.meta  # nothing written
     # ... and added, recorded as an extension, with --extend
-    p = _run(*more, "--extend")
+    p = _main(*more, "--extend")
     assert "--extend: adding γ fixed:4 to the run (its 2 finished cells are kept" in p.stderr
     ext = records.load_run(out)
     assert ext.status == "complete" and sorted(ext.table("cells")["gamma"]) == [1, 3, 4]
@@ -117,7 +119,7 @@ def test_cli_resume_skips_finished_cells(tiny_dir, tmp_path):
     (e,) = ext.meta["extensions"]
     assert e["added"] == {"gammas": ["fixed:4"]} and e["status"] == "complete" and "--extend" in e["command"]
     assert e["config"]["gammas"] == ["fixed:1", "fixed:3", "fixed:4"]
-    p = _run(*more, "--extend", "--force-new", check=False)
+    p = _main(*more, "--extend", "--force-new", check=False)
     assert p.returncode == 2 and "give one of them" in p.stderr
 
 
@@ -169,11 +171,21 @@ NO_MODEL = "specscope-tests/no-such-model"  # a hub id never cached: any attempt
 def test_cli_bad_input_is_one_line_before_any_model_loads(tmp_path, args, msg):
     out = tmp_path / "r"
     target = () if args[0] == "--pair" and len(args) == 2 else ("--target", NO_MODEL)
-    p = _run(*target, "--out", str(out), *BASE, *args, check=False)
+    p = _main(*target, "--out", str(out), *BASE, *args, check=False)
     assert p.returncode == 2, p.stderr[-2000:]
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and msg in lines[0] and "usage:" not in p.stderr, p.stderr[-2000:]
     assert not out.exists()  # no run directory, let alone one marked failed
+
+
+@pytest.mark.parametrize("args", [("--repeats", "0"), ("--gamma", "0")])
+def test_python_m_measure_prints_what_its_main_prints(tmp_path, args):
+    """The tests above call ``main`` in this process; ``python -m measure`` gives the same status and line."""
+    argv = ("--target", NO_MODEL, "--out", str(tmp_path / "r"), *BASE, *args)
+    proc, inproc = _run(*argv, check=False), _main(*argv, check=False)
+    assert proc.returncode == inproc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert (proc.stdout, proc.stderr) == (inproc.stdout, inproc.stderr)
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("args, msg", [
@@ -190,7 +202,7 @@ def test_cli_bad_model_spec_is_one_line_before_the_run_directory(tmp_path, args,
     text = tmp_path / "notes.gguf"
     text.write_text("not a model")
     out = tmp_path / "r"
-    p = _run(*(a.replace("{text}", str(text)) for a in args), "--out", str(out), *BASE, check=False)
+    p = _main(*(a.replace("{text}", str(text)) for a in args), "--out", str(out), *BASE, check=False)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert msg.replace("{text}", str(text)) in lines[0], lines[0]
@@ -200,9 +212,9 @@ def test_cli_bad_model_spec_is_one_line_before_the_run_directory(tmp_path, args,
 def test_cli_out_is_a_file_and_unknown_subcommand(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
-    p = _run("--target", NO_MODEL, "--out", str(f), *BASE, check=False)
+    p = _main("--target", NO_MODEL, "--out", str(f), *BASE, check=False)
     assert p.returncode == 2 and "is a file, not a directory" in p.stderr and len(p.stderr.splitlines()) == 1
-    p = _run("head-swep", check=False)
+    p = _main("head-swep", check=False)
     assert p.returncode == 2 and "valid: head-sweep, head-recall" in p.stderr and len(p.stderr.splitlines()) == 1
 
 
@@ -210,7 +222,7 @@ def test_cli_files_that_are_not_what_they_claim_are_one_line(tmp_path):
     # issue 32: 4,096 NUL bytes were measured as a prompt; a 4-byte .gguf ended in struct.error
     nul = tmp_path / "nul.txt"
     nul.write_bytes(b"\x00" * 4096)
-    p = _run("--target", NO_MODEL, "--prompts-file", str(nul), "--out", str(tmp_path / "r"), *BASE, check=False)
+    p = _main("--target", NO_MODEL, "--prompts-file", str(nul), "--out", str(tmp_path / "r"), *BASE, check=False)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
     assert f"--prompts-file {str(nul)!r}: not a text file (a NUL byte at character 0)" in lines[0]
@@ -227,7 +239,7 @@ def test_cli_files_that_are_not_what_they_claim_are_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("args, msg", [
-    # issue 32: --max-prompt-tokens 9000 beyond the model's context was accepted (tiny_dir has 512 positions)
+    # issue 32: --max-prompt-tokens 9000 beyond the model's context was accepted (tiny_llama_dir has 512 positions)
     (("--max-prompt-tokens", "9000"), "--max-prompt-tokens 9000 + --max-new-tokens 12 + γ 2 = 9014 positions, more "
                                       "than the 512 the target ({tiny}) was trained for; valid: --max-prompt-tokens "
                                       "up to 498"),
@@ -235,13 +247,13 @@ def test_cli_files_that_are_not_what_they_claim_are_one_line(tmp_path):
     (("--cost-contexts", "16,510"), "--cost-contexts 510 + --cost-max-tokens 3 = 513 positions, more than the 512 "
                                     "the target ({tiny}) was trained for; valid: contexts up to 509, or --no-cost"),
 ])
-def test_cli_longer_than_the_model_was_trained_for_is_one_line(tiny_dir, tmp_path, args, msg):
+def test_cli_longer_than_the_model_was_trained_for_is_one_line(tiny_llama_dir, tmp_path, args, msg):
     out = tmp_path / "r"
-    args = tuple(a.replace("{tiny}", tiny_dir) for a in args)
-    p = _run("--target", tiny_dir, "--gamma", "2", "--out", str(out), *BASE, *args, check=False)
+    args = tuple(a.replace("{tiny}", tiny_llama_dir) for a in args)
+    p = _main("--target", tiny_llama_dir, "--gamma", "2", "--out", str(out), *BASE, *args, check=False)
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and "Traceback" not in p.stderr, p.stderr[-2000:]
-    assert msg.replace("{tiny}", tiny_dir) in lines[0], lines[0]
+    assert msg.replace("{tiny}", tiny_llama_dir) in lines[0], lines[0]
     assert not out.exists()  # refused before any weights load, no run directory
 
 
@@ -256,7 +268,7 @@ def test_a_draft_model_with_a_shorter_context_is_named(tmp_path):
                                                      num_hidden_layers=1, num_attention_heads=2,
                                                      num_key_value_heads=1, head_dim=8,
                                                      max_position_embeddings=512)).save_pretrained(short)
-    p = _run("--target", "smollm2-135m", "--draft", f"model:{short}", "--gamma", "2", "--max-prompt-tokens", "1000",
+    p = _main("--target", "smollm2-135m", "--draft", f"model:{short}", "--gamma", "2", "--max-prompt-tokens", "1000",
              "--out", str(tmp_path / "r"), *BASE, check=False)
     assert p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1, p.stderr[-2000:]
     assert f"more than the 512 the draft model:{short} ({short}) was trained for; valid: --max-prompt-tokens up " \
@@ -278,7 +290,7 @@ def test_a_draft_model_with_a_shorter_context_is_named(tmp_path):
 def test_subcommand_bad_input_is_one_line_before_loading(tmp_path, sub, args, msg):
     out = tmp_path / "r"
     flag = "--model" if sub == "head-recall" else "--target"
-    p = _run(sub, flag, NO_MODEL, "--out", str(out), *args, check=False)
+    p = _main(sub, flag, NO_MODEL, "--out", str(out), *args, check=False)
     assert p.returncode == 2, p.stderr[-2000:]
     assert len(p.stderr.strip().splitlines()) == 1 and msg in p.stderr, p.stderr[-2000:]
     assert not (out / "run.json").exists()
@@ -288,32 +300,32 @@ def test_subcommand_out_is_a_file(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
     for sub, flag in (("head-sweep", "--target"), ("head-recall", "--model")):
-        p = _run(sub, flag, NO_MODEL, "--out", str(f), check=False)
+        p = _main(sub, flag, NO_MODEL, "--out", str(f), check=False)
         assert p.returncode == 2 and "is a file, not a directory" in p.stderr, p.stderr
 
 
-def test_cli_prompts_file_and_fingerprint_refusal(tiny_dir, tmp_path):
+def test_cli_prompts_file_and_fingerprint_refusal(tiny_llama_dir, tmp_path):
     pf = tmp_path / "mine.jsonl"
     pf.write_text('{"prompt": "def add(a, b):", "domain": "mycode"}\n{"prompt": "Say hi.", "domain": "chat"}\n')
     out = tmp_path / "r"
-    _run("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "2", "--prompts-file", str(pf), "--out", str(out),
-         "--no-peer", *NO_COST)
+    _main("--target", tiny_llama_dir, "--draft", "ngram:2", "--gamma", "2", "--prompts-file", str(pf), "--out",
+          str(out), "--no-peer", *NO_COST)
     run = records.load_run(out)
     assert set(run.table("cells")["domain"]) == {"mycode", "chat"}
     sel = run.meta["prompt_selection"]
     assert sel["format"] == "jsonl" and len(sel["sha256"]) == 64
-    p = _run("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "2", "--prompts-file", str(pf), "--out",
+    p = _main("--target", tiny_llama_dir, "--draft", "ngram:2", "--gamma", "2", "--prompts-file", str(pf), "--out",
              str(out), "--no-peer", *NO_COST, "--max-new-tokens", "8", check=False)
     assert p.returncode == 2 and "refusing to resume" in p.stderr and "max_new_tokens 12 -> 8" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
     # issue 32: resuming a run measured without the peer, now with it (or the reverse), was accepted
-    p = _run("--target", tiny_dir, "--draft", "ngram:2", "--gamma", "2", "--prompts-file", str(pf), "--out",
+    p = _main("--target", tiny_llama_dir, "--draft", "ngram:2", "--gamma", "2", "--prompts-file", str(pf), "--out",
              str(out), *NO_COST, check=False)
     assert p.returncode == 2 and "refusing to resume" in p.stderr and "(peer false -> true)" in p.stderr, p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
 
 
-def test_ctrl_c_twice_is_one_line_and_no_traceback(tiny_dir, tmp_path):
+def test_ctrl_c_twice_is_one_line_and_no_traceback(tiny_llama_dir, tmp_path):
     # issue 32: a second Ctrl-C landed in Python's shutdown: "Exception ignored in atexit callback" and a
     # KeyboardInterrupt traceback from torch's library finalizers. Here Ctrl-C once while cells are measured,
     # then again every 20 ms until the process is gone, so some land in every stage of the shutdown.
@@ -322,7 +334,7 @@ def test_ctrl_c_twice_is_one_line_and_no_traceback(tiny_dir, tmp_path):
 
     out = tmp_path / "r"
     env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    p = subprocess.Popen([sys.executable, "-m", "measure", "--target", tiny_dir, "--draft", "ngram:2", "--gamma",
+    p = subprocess.Popen([sys.executable, "-m", "measure", "--target", tiny_llama_dir, "--draft", "ngram:2", "--gamma",
                           "2,4", "--domains", "code,docs", "--prompts", "2", "--max-new-tokens", "200", "--repeats",
                           "5", "--warmup", "0", "--no-cost", "--no-peer", "--no-system-check", "--no-progress",
                           "--quiet", "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -341,10 +353,10 @@ def test_ctrl_c_twice_is_one_line_and_no_traceback(tiny_dir, tmp_path):
     assert f"interrupted: finished cells are kept in {out}" in err.strip().splitlines()[-1]
 
 
-def test_cli_unwritable_out_and_mismatched_vocab(tiny_dir, tmp_path):
+def test_cli_unwritable_out_and_mismatched_vocab(tiny_llama_dir, tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
-    p = _run("--target", tiny_dir, "--out", str(f / "sub"), *BASE, check=False)
+    p = _main("--target", tiny_llama_dir, "--out", str(f / "sub"), *BASE, check=False)
     assert p.returncode == 2 and "not writable" in p.stderr and "Traceback" not in p.stderr
 
     import torch
@@ -355,7 +367,8 @@ def test_cli_unwritable_out_and_mismatched_vocab(tiny_dir, tmp_path):
         AutoModelForCausalLM.from_config(LlamaConfig(vocab_size=100, hidden_size=16, intermediate_size=32,
                                                      num_hidden_layers=1, num_attention_heads=2,
                                                      num_key_value_heads=1, head_dim=8)).save_pretrained(other)
-    p = _run("--target", tiny_dir, "--draft", f"model:{other}", "--out", str(tmp_path / "r2"), *BASE, check=False)
+    p = _main("--target", tiny_llama_dir, "--draft", f"model:{other}", "--out", str(tmp_path / "r2"), *BASE,
+              check=False)
     assert p.returncode != 0 and "must share a tokenizer" in p.stderr and "Traceback" not in p.stderr
 
 

@@ -219,20 +219,11 @@ def test_interleave_is_part_of_the_run_identity(tmp_path):
         _cfg(interleave="pass")
 
 
-def test_head_sweep_and_main_sweep_cells_share_one_code_path(tmp_path, monkeypatch):
+def test_head_sweep_and_main_sweep_cells_share_one_code_path(tiny_llama_dir, tmp_path, monkeypatch):
     """Both front ends measure and write cells with measure.sweep.measure_cells (its ``_finish``); the head
     sweep's cells carry the same columns."""
-    import torch
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
     from measure.head import head_sweep
 
-    tiny = tmp_path / "tiny"
-    with torch.random.fork_rng():
-        torch.manual_seed(0)
-        AutoModelForCausalLM.from_config(LlamaConfig(
-            vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, head_dim=8, max_position_embeddings=512)).save_pretrained(tiny)
     seen = []
     real = cells._finish
 
@@ -241,7 +232,7 @@ def test_head_sweep_and_main_sweep_cells_share_one_code_path(tmp_path, monkeypat
         return real(ctx, plan, *a, **kw)
 
     monkeypatch.setattr(cells, "_finish", spy)
-    cfg = head_sweep.HeadSweepConfig(target=str(tiny), draft="bf16", head_ks=("50", "full"),
+    cfg = head_sweep.HeadSweepConfig(target=tiny_llama_dir, draft="bf16", head_ks=("50", "full"),
                                      variants=("clustered",), domains=("code",), prompts_per_domain=1,
                                      max_new_tokens=6, n_clusters=8, context_tokens=8, head_repeats=2,
                                      step_repeats=2, profile=False, cache_dir=str(tmp_path / "cache"),

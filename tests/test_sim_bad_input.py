@@ -1,9 +1,11 @@
-"""Bad inputs through the CLIs (``python -m sim``, ``calibrate``, ``reports``), one subprocess per case.
+"""Bad inputs through the CLIs (``python -m sim``, ``calibrate``, ``reports``).
 
 Every case must end with exit status 2 and exactly one stderr line (no
 traceback, no argparse usage block) that names the bad value and says what is
-valid. None of them loads a model or runs a simulation, so each takes well
-under a second; the file stays far below a minute.
+valid. None of them loads a model or runs a simulation: each case runs the
+CLI's ``main`` in this process (:func:`cli_inprocess.run_module`, a
+millisecond where a subprocess took 0.3 s); a few run as ``python -m`` too, and
+must print exactly what ``main`` printed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from cli_inprocess import run_module
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -248,6 +252,12 @@ OTHER = [
 
 
 def _run(module: str, argv: list[str], d: Path) -> subprocess.CompletedProcess:
+    """``python -m module argv`` in this process, in ``d``."""
+    return run_module(module, [a.replace("{d}", str(d)) for a in argv], cwd=d)
+
+
+def _spawn(module: str, argv: list[str], d: Path) -> subprocess.CompletedProcess:
+    """``python -m module argv`` in a subprocess, in ``d``."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}  # this checkout's code, whatever the venv has installed
     return subprocess.run([sys.executable, "-m", module, *[a.replace("{d}", str(d)) for a in argv]], cwd=d,
                           capture_output=True, text=True, timeout=60, env=env)
@@ -274,6 +284,16 @@ def test_calibrate_reports_bad_input_is_one_line(argv: list[str], needles: list[
     _check(_run(argv[0], argv[1:], files), needles, files)
 
 
+@pytest.mark.parametrize("argv", [["sim", "--gamma", "0"], ["sim", "tree", "--paths", "[[0],[1,0]]"],
+                                  ["sim", "--alpha", "0.5", "--cost-model", "{d}/deep.json"],
+                                  ["calibrate", "{d}/run", "--holdout", "bogus"], ["reports", "{d}/subdir"]])
+def test_python_m_prints_what_main_prints(argv: list[str], files: Path) -> None:
+    """The cases above run ``main`` in this process; ``python -m`` gives the same status and the same line."""
+    proc, inproc = _spawn(argv[0], argv[1:], files), _run(argv[0], argv[1:], files)
+    assert proc.returncode == inproc.returncode == 2
+    assert (proc.stdout, proc.stderr) == (inproc.stdout, inproc.stderr)
+
+
 def test_holdout_choices_match_calibrate() -> None:
     # the CLI checks --holdout before importing calibrate.folds; the two lists must stay one list
     from calibrate.__main__ import HOLDOUT_CHOICES
@@ -289,5 +309,5 @@ def test_help_still_shows_usage() -> None:
 
 def test_bad_output_path_fails_before_the_work(files: Path) -> None:
     # a serve run that would take seconds fails at once when --out cannot be written
-    r = _run("sim", ["--mode", "serve", "--gamma", "4", "--requests", "20000", "--out", "{d}/plain.txt/x"], files)
+    r = _spawn("sim", ["--mode", "serve", "--gamma", "4", "--requests", "20000", "--out", "{d}/plain.txt/x"], files)
     _check(r, ["--out", "cannot be written"], files)

@@ -2,10 +2,12 @@
 
 The issue's test: a ``measure`` run and a ``calibrate`` run logged with
 ``--track wandb`` (offline) and ``--track mlflow`` (file store) can be read
-back and hold the cells' speedups and CIs. The measure runs are real
-(SmolLM2-135M, one prompt, 8 tokens; slow); the calibrations are of the
-committed default job. A tracker that cannot work costs one warning line and
-leaves the command's results and exit status as they were.
+back and hold the cells' speedups and CIs. The measure runs are real runs
+of the CLI (one prompt, 8 tokens; slow: a process each, and wandb's service)
+on a tiny random-weight Llama saved here, since what is tested is the logging,
+not the model; the calibrations are of the committed default job. A tracker
+that cannot work costs one warning line and leaves the command's results and
+exit status as they were.
 """
 
 from __future__ import annotations
@@ -70,10 +72,10 @@ def _assert_cells(metrics: dict, cells: pd.DataFrame) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind, entry", [("wandb", ["-m", "measure"]), ("mlflow", ["-m", "specscope", "measure"])])
-def test_a_real_measure_run_is_tracked(kind: str, entry: list[str], tmp_path: Path) -> None:
+def test_a_real_measure_run_is_tracked(kind: str, entry: list[str], tiny_llama_dir: str, tmp_path: Path) -> None:
     env = _env(tmp_path)
     out = tmp_path / "run"
-    proc = _run([*entry, *SMALL, "--out", str(out), "--track", kind], env)
+    proc = _run([*entry, "--target", tiny_llama_dir, *SMALL, "--out", str(out), "--track", kind], env)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["run_dir"] == str(out)  # still the last line
     assert f"tracked: {kind}" in proc.stderr and "warning" not in proc.stderr
@@ -93,12 +95,12 @@ def test_a_real_measure_run_is_tracked(kind: str, entry: list[str], tmp_path: Pa
 
 
 @pytest.mark.slow
-def test_a_tracker_that_fails_after_a_real_measurement_costs_one_line(tmp_path: Path) -> None:
+def test_a_tracker_that_fails_after_a_real_measurement_costs_one_line(tiny_llama_dir: str, tmp_path: Path) -> None:
     # the server is found unreachable when the tracker opens, after the sweep: the run stands as without --track
     port = _free_port()
     env = _env(tmp_path, MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}")
     out = tmp_path / "run"
-    proc = _run(["-m", "measure", *SMALL, "--out", str(out), "--track", "mlflow"], env)
+    proc = _run(["-m", "measure", "--target", tiny_llama_dir, *SMALL, "--out", str(out), "--track", "mlflow"], env)
     assert proc.returncode == 0, proc.stderr
     last = json.loads(proc.stdout.strip().splitlines()[-1])
     assert last["run_dir"] == str(out) and last["status"] == "complete"
