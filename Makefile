@@ -2,7 +2,7 @@
 #   make run    set up .venv and run the main job (predict -> measure -> calibrate -> report)
 #   make test   set up .venv and run the test suite (every test; CI runs it)
 # and the loop for development:
-#   make check  ruff, mypy (toolkit, presets, sim) and every test not marked slow (real models)
+#   make check  ruff, mypy (toolkit, presets, sim) and every test not marked slow (the ones taking seconds)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -46,7 +46,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -n auto --dist worksteal
 
-# the fast loop: lint, types, and the tests that load no real model (pytest -m "not slow"), same scheduler as test
+# the fast loop: lint, types, and the tests not marked slow (pytest -m "not slow"), same scheduler as test
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy

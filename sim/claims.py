@@ -161,10 +161,12 @@ class Verdict:
             return f"not reachable (bound {self.bound_at_alpha1:.2f}× at α = 1)"
         if self.kind == "consistent":
             return "consistent"
+        need = self.alpha_needed
+        assert need is not None, "a needs_alpha verdict has the α it needs"
         if self.alpha_stated is not None:
-            return f"needs α ≥ {self.alpha_needed:.3f} (source: {self.alpha_stated:.3f})"
-        place = "inside" if self.alpha_needed <= self.typical_alpha.high else "above"
-        return (f"needs α ≥ {self.alpha_needed:.3f} ({place} typical {self.typical_alpha.low:g}–"
+            return f"needs α ≥ {need:.3f} (source: {self.alpha_stated:.3f})"
+        place = "inside" if need <= self.typical_alpha.high else "above"
+        return (f"needs α ≥ {need:.3f} ({place} typical {self.typical_alpha.low:g}–"
                 f"{self.typical_alpha.high:g})")
 
     def curve_text(self, alphas: tuple[float, ...] = (0.5, 0.6, 0.7, 0.8, 0.9, 1.0)) -> str:
@@ -236,19 +238,23 @@ def check_speedup(
             return implied_alpha_from_tau(tau, g)
         return alpha
 
+    def reference_alpha(g: int) -> float:  # the α the verdict is read at: the source's, else the typical top
+        a = stated_alpha(g)
+        return a if a is not None else typical.high
+
     bounds = {g: speedup_at(cost, 1.0, g, context_tokens) for g in candidates}
     needs = {g: alpha_needed(cost, speedup, g, context_tokens) for g in candidates}
     if len(candidates) == 1:
         g_eval = candidates[0]
     elif alpha is not None or tau is not None:  # the γ where the stated acceptance gives the most
-        g_eval = max(candidates, key=lambda g: (round(speedup_at(cost, stated_alpha(g), g, context_tokens), 9), -g))
+        g_eval = max(candidates, key=lambda g: (round(speedup_at(cost, reference_alpha(g), g, context_tokens), 9), -g))
     elif any(n is not None for n in needs.values()):  # the γ that needs the least acceptance
         g_eval = min((g for g in candidates if needs[g] is not None), key=lambda g: (needs[g], g))
     else:
         g_eval = max(candidates, key=lambda g: (bounds[g], -g))
 
     a_stated = stated_alpha(g_eval)
-    a_ref = a_stated if a_stated is not None else typical.high
+    a_ref = reference_alpha(g_eval)
     ref_source = ("stated by the source" if alpha is not None else
                   f"implied by the stated τ = {tau:g} at γ = {g_eval}" if tau is not None else
                   f"top of the typical range ({typical.text()})")
@@ -380,7 +386,8 @@ def check_roofline(pair: Pair, hardware: Hardware, gamma: int, claimed_speedup: 
     base = cost.target_step_ms(context_tokens)
     floor = round_time_ms(cost, gamma, context_tokens) / (gamma + 1)  # α = 1: every round yields γ + 1 tokens
     weights = _weights_bytes(pair, hardware)
-    fits = None if hardware.memory_bytes is None else weights <= hardware.memory_bytes
+    memory = hardware.memory_bytes
+    fits = None if memory is None else weights <= memory
     findings: list[str] = []
     b_ratio = s_ratio = implied = None
     nearest = nearest_ms = None
@@ -415,14 +422,14 @@ def check_roofline(pair: Pair, hardware: Hardware, gamma: int, claimed_speedup: 
         implied = baseline_ms / speculative_ms
         if abs(implied / claimed_speedup - 1.0) > MS_CONSISTENCY_REL:
             findings.append(f"its own ms figures give {implied:.2f}×, not the {claimed_speedup:g}× it states")
-    if fits is False:
+    if memory is not None and not fits:
         findings.append(f"draft + target weights ({weights / 1e9:.1f} GB at {hardware.bytes_per_param:g} bytes/param) "
-                        f"do not fit the {hardware.name}'s {hardware.memory_bytes / 1e9:.0f} GB")
+                        f"do not fit the {hardware.name}'s {memory / 1e9:.0f} GB")
     return RooflineCheck(
         hardware=hardware.name, baseline_roofline_ms=base, claimed_baseline_ms=baseline_ms, baseline_ratio=b_ratio,
         speculative_floor_ms=floor, claimed_speculative_ms=speculative_ms, speculative_ratio=s_ratio,
         ms_implied_speedup=implied, weights_gb=weights / 1e9,
-        memory_gb=None if hardware.memory_bytes is None else hardware.memory_bytes / 1e9, fits_memory=fits,
+        memory_gb=None if memory is None else memory / 1e9, fits_memory=fits,
         nearest_hardware=nearest, nearest_baseline_ms=nearest_ms, findings=tuple(findings),
     )
 
@@ -472,6 +479,7 @@ class Claim:
         """The cost model the claim is checked under, and the pair and device behind it (if any)."""
         if self.cost_ratio is not None:
             return LeviathanCost(self.cost_ratio), None, None
+        assert self.preset is not None and self.hardware is not None, "__post_init__: no cost ratio, so a preset"
         pair, hw = get_pair(self.preset), get_hardware(self.hardware)
         if self.bytes_per_param is not None:
             hw = replace(hw, bytes_per_param=self.bytes_per_param)
@@ -523,14 +531,14 @@ class ClaimCheck:
 
 def check_claim(claim: Claim) -> ClaimCheck:
     """Run :func:`check_speedup` (and :func:`check_roofline` where ms/token are given) on one claim."""
-    cost, pair, _ = claim.cost_model()
+    cost, pair, hardware = claim.cost_model()
     ratio = pair.draft.params / pair.target.params if pair is not None else None
     verdict = check_speedup(cost, claim.speedup, claim.gamma, alpha=claim.alpha, tau=claim.tau,
                             gamma_max=claim.gamma_max, context_tokens=claim.context_tokens, parameter_ratio=ratio,
                             typical=typical_alpha(pair))
     roof = None
-    if pair is not None and (claim.baseline_ms_per_token or claim.speculative_ms_per_token):
-        roof = check_roofline(pair, get_hardware(claim.hardware), verdict.gamma, claim.speedup,
+    if pair is not None and hardware is not None and (claim.baseline_ms_per_token or claim.speculative_ms_per_token):
+        roof = check_roofline(pair, hardware, verdict.gamma, claim.speedup,
                               claim.baseline_ms_per_token, claim.speculative_ms_per_token, claim.context_tokens,
                               claim.bytes_per_param)
     return ClaimCheck(claim, verdict, roof, cost.describe())

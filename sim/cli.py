@@ -65,7 +65,7 @@ from sim.limits import (
     SEED_LIMIT,
     SIMULATED_TOKENS_LIMIT,
 )
-from sim.policies import POLICY_KINDS, GammaSpec
+from sim.policies import POLICY_KINDS, FixedGamma, GammaSpec
 from toolkit.cli import (
     OneLineParser,
     check_output_file,
@@ -87,7 +87,6 @@ DEFAULT_PRESET = "llama3-1b-3b"
 COMMANDS: tuple[str, ...] = ("check", "tree")
 
 GAMMA_MAX_DEFAULT = 8  # not argparse's default: "--gamma 4 --gamma-max 8" must still be seen as a conflict
-SERVE_DEFAULTS = {"requests": 200, "arrival_rate": 5.0, "max_batch": 32}
 NEW_TOKENS_DEFAULT = {"event": 4096, "serve": 256}
 
 
@@ -151,6 +150,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 @dataclass(frozen=True)
+class ServeLoad:
+    """Serve mode's requests, Poisson arrival rate and largest batch (the defaults where a flag is not given)."""
+
+    requests: int = 200
+    arrival_rate_per_s: float = 5.0
+    max_batch: int = 32
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> ServeLoad:
+        given = {"requests": args.requests, "arrival_rate_per_s": args.arrival_rate, "max_batch": args.max_batch}
+        return cls(**{k: v for k, v in given.items() if v is not None})
+
+
+@dataclass(frozen=True)
+class TauAt:
+    """A measured mean of tokens per round (``--tau``) and the γ it was measured at (``--gamma``)."""
+
+    tokens_per_round: float
+    gamma: int
+
+
+@dataclass(frozen=True)
 class Setup:
     """Everything a prediction needs, validated; built from the arguments by :func:`resolve`."""
 
@@ -171,8 +192,7 @@ class Setup:
     seed: int
     usd_per_hour: float | None
     alpha_source: str | None
-    tau: float | None
-    tau_gamma: int | None
+    tau: TauAt | None
 
 
 def _check_mode_flags(args: argparse.Namespace) -> None:
@@ -228,7 +248,8 @@ def _resolve_acceptance(args: argparse.Namespace, pair: Pair | None, gammas: lis
             raise CliError(f"--acceptance {args.acceptance!r} was recorded up to gamma={recorded}; cannot replay "
                            f"gamma={asked} (--gamma/--gamma-max {max(gammas)}); valid: 1..{recorded}")
         if recorded is not None and args.policy not in (None, "fixed"):
-            reach = GammaSpec(args.policy, 1).policy().gamma_max
+            pol = GammaSpec(args.policy, 1).policy()
+            reach = pol.gamma if isinstance(pol, FixedGamma) else pol.gamma_max  # the highest γ it can draft
             if reach > recorded:
                 raise CliError(f"--policy {args.policy} can raise gamma to {reach}, but --acceptance "
                                f"{args.acceptance!r} was recorded up to gamma={recorded}; use --policy fixed")
@@ -240,11 +261,23 @@ def _resolve_acceptance(args: argparse.Namespace, pair: Pair | None, gammas: lis
     raise CliError("no acceptance given: use --alpha, --alpha-per-position, --tau or --acceptance")
 
 
+def _resolve_hardware(args: argparse.Namespace, pair: Pair | None) -> str | None:
+    """The hardware profile the roofline costs use (``--hardware``, else the pair's); ``None`` with
+    ``--cost-ratio`` or ``--cost-model``, whose costs name no device."""
+    if args.cost_ratio is not None or args.cost_model is not None:
+        return None
+    if args.hardware is not None or pair is None:
+        return args.hardware
+    return pair.default_hardware
+
+
 def _resolve_cost(args: argparse.Namespace, pair: Pair | None, hardware: str | None) -> CostModel:
     if args.cost_ratio is not None:
         return LeviathanCost(args.cost_ratio)
     if args.cost_model is not None:
         return load_cost_model(args.cost_model)
+    if pair is None or hardware is None:  # _resolve_pair gives the default pair when no cost flag is given
+        raise CliError("no cost model: use --cost-ratio, --cost-model or a pair (--preset, or --draft and --target)")
     return pair_roofline_cost(pair, get_hardware(hardware))
 
 
@@ -277,19 +310,17 @@ def resolve(args: argparse.Namespace) -> Setup:
     _check_mode_flags(args)
     gammas = [args.gamma] if args.gamma is not None else list(range(1, (args.gamma_max or GAMMA_MAX_DEFAULT) + 1))
     new_tokens = args.new_tokens if args.new_tokens is not None else NEW_TOKENS_DEFAULT.get(args.mode, 0)
-    serve = {k: getattr(args, k) if getattr(args, k) is not None else v for k, v in SERVE_DEFAULTS.items()}
+    serve = ServeLoad.from_args(args)
     policy = args.policy or "fixed"
     pair = _resolve_pair(args)
-    _check_workload(args, pair, gammas, new_tokens, serve["requests"], serve["max_batch"], policy)
+    _check_workload(args, pair, gammas, new_tokens, serve.requests, serve.max_batch, policy)
     if args.chart and Path(args.chart).suffix not in CHART_SUFFIXES:
         raise CliError(f"--chart {args.chart!r}: unknown suffix {Path(args.chart).suffix!r}; "
                        f"valid: {', '.join(CHART_SUFFIXES)}")
     for flag, path in (("--out", args.out), ("--chart", args.chart)):
         if path:
             check_output_file(flag, path)
-    hardware = None
-    if args.cost_ratio is None and args.cost_model is None:
-        hardware = args.hardware if args.hardware is not None else pair.default_hardware
+    hardware = _resolve_hardware(args, pair)
     acceptance = _resolve_acceptance(args, pair, gammas)
     cost = _resolve_cost(args, pair, hardware)
     cost_ratio = cost.draft_step_ms(args.context_tokens) / cost.target_step_ms(args.context_tokens)
@@ -301,8 +332,8 @@ def resolve(args: argparse.Namespace) -> Setup:
 
         alpha_source = default_alpha(pair)[1]
     return Setup(pair.name if pair else None, hardware, acceptance, cost, cost_ratio, gammas, pair, args.mode,
-                 policy, args.context_tokens, new_tokens, serve["requests"], serve["arrival_rate"],
-                 serve["max_batch"], args.seed, args.usd_per_hour, alpha_source, args.tau, args.gamma)
+                 policy, args.context_tokens, new_tokens, serve.requests, serve.arrival_rate_per_s, serve.max_batch,
+                 args.seed, args.usd_per_hour, alpha_source, None if args.tau is None else TauAt(args.tau, args.gamma))
 
 
 def _analytic_rows(s: Setup) -> list[dict]:
@@ -427,9 +458,9 @@ def run(s: Setup) -> dict:
     if s.alpha_source is not None:
         doc["alpha_source"] = s.alpha_source
     if s.tau is not None:
-        doc["tau"] = s.tau
+        doc["tau"] = s.tau.tokens_per_round
         doc["note"] = ("alpha implied from tau at gamma=%d; accepted/drafted = (tau-1)/gamma = %.3f is not alpha"
-                       % (s.tau_gamma, (s.tau - 1) / s.tau_gamma))
+                       % (s.tau.gamma, (s.tau.tokens_per_round - 1) / s.tau.gamma))
     return doc
 
 
@@ -559,7 +590,9 @@ def list_presets() -> str:
         lines.append(f"  {h.name:10s} {h.description}")
     lines.append("draft heads on their target (--preset NAME, or --draft KIND --target MODEL):")
     for p in HEAD_PAIRS.values():
-        lines.append(f"  {p.name:24s} {p.draft.head_kind.title} on {p.target.name}  hardware={p.default_hardware}")
+        head = p.head
+        assert head is not None, "HEAD_PAIRS holds draft heads only"
+        lines.append(f"  {p.name:24s} {head.head_kind.title} on {p.target.name}  hardware={p.default_hardware}")
     for k in HEAD_KINDS.values():
         lines.append(f"  kind {k.name:8s} {k.architecture}")
     return "\n".join(lines)

@@ -82,13 +82,15 @@ def baseline_time_ms(cost: CostModel, n_tokens: int, context_tokens: float, batc
     return float(sum(cost.target_step_ms(context_tokens + i, batch) for i in range(n_tokens)))
 
 
-def _tree_sampler(acceptance: AcceptanceModel | PositionalAcceptance, pol: object) -> TreeSampler | None:
-    """The τ sampler of a tree policy (a chain acceptance model counts as its one-rank positional model)."""
+def _round_source(acceptance: AcceptanceModel | PositionalAcceptance,
+                  pol: GammaPolicy | TreePolicy) -> TreeSampler | AcceptanceModel:
+    """What a round's outcome is drawn from: the τ sampler of a tree policy (a chain acceptance model counts as
+    its one-rank positional model), or for a γ policy the chain acceptance model itself."""
     if not isinstance(pol, TreePolicy):
         if isinstance(acceptance, PositionalAcceptance):
             raise ValueError("a positional (tree) acceptance needs a TreePolicy; for a gamma policy give its "
                              "chain model (PositionalAcceptance.chain())")
-        return None
+        return acceptance
     acc = acceptance if isinstance(acceptance, PositionalAcceptance) else PositionalAcceptance.from_model(acceptance)
     return TreeSampler(pol.tree, acc)
 
@@ -112,22 +114,22 @@ def simulate_request(
     n_tokens = check_count("n_tokens", n_tokens)
     pol = make_policy(policy) if isinstance(policy, (str, int, GammaSpec)) else policy
     pol.reset()
-    sampler = _tree_sampler(acceptance, pol)
-    widths = sampler.tree.frontier_widths if sampler is not None else ()
+    source = _round_source(acceptance, pol)
+    widths = source.tree.frontier_widths if isinstance(source, TreeSampler) else ()
     rng = np.random.default_rng(seed)
     env = simpy.Environment()
     gpu = simpy.Resource(env, capacity=1)
-    totals = {"rounds": 0, "drafted": 0, "accepted": 0, "produced": 0,
-              "draft_ms": 0.0, "verify_ms": 0.0, "overhead_ms": 0.0}
+    counts = {"rounds": 0, "drafted": 0, "accepted": 0, "produced": 0}
+    totals = {"draft_ms": 0.0, "verify_ms": 0.0, "overhead_ms": 0.0}
 
     def request() -> simpy.events.ProcessGenerator:
         ctx = float(context_tokens)
-        while totals["produced"] < n_tokens:
-            if sampler is not None:  # a tree: one draft forward per level, over that level's parents
-                drafted, accepted = sampler.tree.n_nodes, sampler.sample(rng) - 1
+        while counts["produced"] < n_tokens:
+            if isinstance(source, TreeSampler):  # a tree: one draft forward per level, over that level's parents
+                drafted, accepted = source.tree.n_nodes, source.sample(rng) - 1
                 forwards = [(w, ctx + level) for level, w in enumerate(widths)]
             else:  # a chain: what the round drafts (a lookup draft may propose fewer than γ) and accepts
-                drafted, accepted = sample_round(acceptance, pol.gamma, rng)  # type: ignore[arg-type]
+                drafted, accepted = sample_round(source, pol.gamma, rng)
                 forwards = [(1, ctx + i) for i in range(drafted)]
             with gpu.request() as slot:
                 yield slot
@@ -142,22 +144,22 @@ def simulate_request(
                 if t > 0:
                     totals["overhead_ms"] += t
                     yield env.timeout(t)
-            totals["rounds"] += 1
-            totals["drafted"] += drafted
-            totals["accepted"] += accepted
-            totals["produced"] += accepted + 1
+            counts["rounds"] += 1
+            counts["drafted"] += drafted
+            counts["accepted"] += accepted
+            counts["produced"] += accepted + 1
             ctx += accepted + 1
             if drafted:
                 pol.update(drafted, accepted)
 
     env.process(request())
     env.run()
-    produced = totals["produced"]
+    produced = counts["produced"]
     return RequestResult(
         n_tokens=produced,
-        rounds=totals["rounds"],
-        drafted=totals["drafted"],
-        accepted=totals["accepted"],
+        rounds=counts["rounds"],
+        drafted=counts["drafted"],
+        accepted=counts["accepted"],
         time_ms=float(env.now),
         baseline_time_ms=baseline_time_ms(cost, produced, context_tokens),
         draft_ms=totals["draft_ms"],

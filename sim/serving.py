@@ -132,7 +132,7 @@ class LockstepCost:
     draft: bool = True
     context_quantum_tokens: float = 1.0
     uses_max_draft = True  # the simulator keeps the per-step longest draft for it
-    _memo: dict = field(default_factory=dict, compare=False, repr=False)
+    _memo: dict[tuple[int, int, float], float] = field(default_factory=dict, compare=False, repr=False)
 
     def _gen_ms(self, seqs: int, max_draft: int, ctx: float) -> float:
         c = self.cost
@@ -148,9 +148,10 @@ class LockstepCost:
             q = self.context_quantum_tokens
             ctx = round(ctx_sum / seqs / q) * q if q > 0 else ctx_sum / seqs
             key = (seqs, max_draft, ctx)
-            t = self._memo.get(key)
-            if t is None:
-                t = self._memo[key] = float(self._gen_ms(seqs, max_draft, ctx))
+            memo = self._memo.get(key)
+            if memo is None:
+                memo = self._memo[key] = float(self._gen_ms(seqs, max_draft, ctx))
+            t = memo
         if prompt_seqs:
             t += self.cost.verify_ms(max(1, round(prompt_tokens / prompt_seqs)), 0.0, prompt_seqs)
         return float(t)
@@ -282,7 +283,7 @@ class Workload:
     load: OpenLoop | ClosedLoop
     prompt_tokens: int | Sequence[int] = 0
     request_overhead_ms: float = 0.0
-    arrivals_ms: Sequence[float] | None = None
+    arrivals_ms: Sequence[float] | np.ndarray | None = None
 
     def __post_init__(self) -> None:
         check_count("n_requests", self.n_requests)
@@ -306,14 +307,16 @@ def _pcts(x: np.ndarray, w: np.ndarray | None = None) -> tuple[float, float, flo
     if x.size == 0:
         return (math.nan,) * 3
     if w is None:
-        return tuple(float(v) for v in np.percentile(x, (50, 95, 99)))  # type: ignore[return-value]
+        p50, p95, p99 = (float(v) for v in np.percentile(x, (50, 95, 99)))
+        return p50, p95, p99
     order = np.argsort(x, kind="stable")
     cw = np.cumsum(w[order])
-    out = []
-    for q in (0.50, 0.95, 0.99):
+
+    def at(q: float) -> float:
         i = int(np.searchsorted(cw, q * cw[-1], side="left"))
-        out.append(float(x[order][min(i, x.size - 1)]))
-    return tuple(out)  # type: ignore[return-value]
+        return float(x[order][min(i, x.size - 1)])
+
+    return at(0.50), at(0.95), at(0.99)
 
 
 @dataclass(frozen=True)
@@ -581,7 +584,7 @@ class _FixedRounds:
                 self.drafts[k:q1] = [row[1] - 1.0 for row in capped]
         if q1 > q0:
             n = q1 - q0 if whole else n_shifted
-            ring.add_block(step, self.block[q0:q1], shift, self.shift_rows[q0:q0 + n], self.drafts[q0:q1])
+            ring.add_block(step, self.block[q0:q1], self.drafts[q0:q1], shift, self.shift_rows[q0:q0 + n])
 
 
 def _int_array(x: np.ndarray) -> array:
@@ -704,8 +707,8 @@ class _Ring:
         k = self.mask + 1 - i
         return (slice(i, None), slice(0, k)), (slice(0, n - k), slice(k, n))
 
-    def add_block(self, step: int, block: np.ndarray, shift: float = 0.0, shift_rows: np.ndarray | None = None,
-                  drafts: np.ndarray | None = None) -> None:
+    def add_block(self, step: int, block: np.ndarray, drafts: np.ndarray, shift: float = 0.0,
+                  shift_rows: np.ndarray | None = None) -> None:
         """Add rounds at steps ``step, step + 1, ...``: ``block`` rows are 1, tokens, context, attention work at
         that context, tokens emitted; then ``shift`` × ``shift_rows`` to the first ``len(shift_rows)`` of them (a
         context shift: ``shift_rows`` are 0, 0, 1, tokens, 0); the longest draft from ``drafts``."""
@@ -715,22 +718,22 @@ class _Ring:
         if i + k <= self.mask + 1:  # no wrap (nearly always)
             sums[i:i + k] += block
             if self.track:
-                np.maximum(self.drafts[i:i + k], drafts, out=self.drafts[i:i + k])  # type: ignore[arg-type]
-            if n_shifted:
-                sums[i:i + n_shifted] += shift * shift_rows  # type: ignore[operator]
+                np.maximum(self.drafts[i:i + k], drafts, out=self.drafts[i:i + k])
+            if n_shifted and shift_rows is not None:
+                sums[i:i + n_shifted] += shift * shift_rows
             return
         for dst, src in self._parts(step, k):
             sums[dst] += block[src]
             if self.track:
-                np.maximum(self.drafts[dst], drafts[src], out=self.drafts[dst])  # type: ignore[index]
-        if n_shifted:
+                np.maximum(self.drafts[dst], drafts[src], out=self.drafts[dst])
+        if n_shifted and shift_rows is not None:
             for dst, src in self._parts(step, n_shifted):
-                sums[dst] += shift * shift_rows[src]  # type: ignore[index]
+                sums[dst] += shift * shift_rows[src]
 
     def add(self, step: int, t: np.ndarray, ctx: np.ndarray, emitted: np.ndarray) -> None:
         """Add a request's rounds (tokens ``t`` at contexts ``ctx``, ``emitted`` tokens) at steps ``step, ...``."""
         block = np.stack([np.ones_like(t), t, ctx, t * (ctx + 0.5 * (t + 1)), emitted], axis=1)
-        self.add_block(step, block, drafts=t - 1.0)
+        self.add_block(step, block, t - 1.0)
 
 
 def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks, steps, finishes) kept together
@@ -754,17 +757,17 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
     if (policy is None) != (acceptance is None):
         raise ValueError("speculation needs both an acceptance model and a gamma policy (or neither)")
     arrivals_rng, rounds_rng = np.random.default_rng(seed).spawn(2)
-    if policy is None:
+    if policy is None or acceptance is None:  # both None (checked above)
         rounds_by: list[_FixedRounds | _PolicyRounds] = [_FixedRounds(None, 1, rounds_rng)]
     else:
         spec = GammaSpec.parse(policy)
         pol = spec.policy()
-        models = list(acceptance) if isinstance(acceptance, (list, tuple)) else [acceptance]
+        models = list(acceptance) if isinstance(acceptance, Sequence) else [acceptance]
         if not models:
             raise ValueError("acceptance: an empty list of models")
         rngs = [rounds_rng] if len(models) == 1 else rounds_rng.spawn(len(models))
         rounds_by = [(_FixedRounds(m, pol.gamma, g) if isinstance(pol, FixedGamma) else _PolicyRounds(m, spec, g))
-                     for m, g in zip(models, rngs)]  # type: ignore[arg-type]
+                     for m, g in zip(models, rngs)]
     n_models = len(rounds_by)
     ctx_base = float(context_tokens)
     for rb in rounds_by:  # whole-number contexts: every total is a whole number, summed exactly in any order
@@ -883,7 +886,7 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
                 start_rounds(r, s + 1, 1, ctx0)  # the prompt step yields the first token
                 firsts.append(r)
             if seqs or p_seqs:
-                dt = step_fn(int(seqs), tokens + p_tok, int(win_drafts[j]), ctx_sum, attn, p_tok, p_seqs,
+                dt = step_fn(int(seqs), int(tokens) + p_tok, int(win_drafts[j]), ctx_sum, attn, p_tok, p_seqs,
                              int(emitted))
                 t += dt
                 ms_append(dt)
@@ -895,8 +898,7 @@ def simulate_server(  # long: one event loop (arrivals, admission, prompt chunks
                 if emitted > seqs:
                     dt += c_acc * (emitted - seqs)
             else:
-                dt = step_fn(int(seqs), tokens, int(win_drafts[j]), ctx_sum, attn, 0, 0,  # type: ignore[arg-type]
-                             int(emitted))
+                dt = step_fn(int(seqs), int(tokens), int(win_drafts[j]), ctx_sum, attn, 0, 0, int(emitted))
             t += dt
             ms_append(dt)
             seqs_append(seqs)

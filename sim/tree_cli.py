@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from presets import HARDWARE, HEAD_KINDS, HEAD_PAIRS, MODELS, PAIRS, Pair
-from sim.cli import CliError, _resolve_cost, _resolve_pair, _write_output
+from sim.cli import CliError, _resolve_cost, _resolve_hardware, _resolve_pair, _write_output
 from sim.cost import CostModel
 from sim.limits import CONTEXT_LIMIT_TOKENS, GAMMA_LIMIT, GAMMA_WHY, MAX_BATCH_LIMIT, NEW_TOKENS_LIMIT, SEED_LIMIT
 from sim.rank_law import DEFAULT_RANK_LAW, DEFAULT_RANKS, RANK_LAWS, RankLaw
@@ -126,6 +126,12 @@ class TreeSetup:
     seed: int
     notes: tuple[str, ...] = ()
 
+    def search(self) -> tuple[int, int]:
+        """The node budget and depth limit of a ``--budget`` run; ``ValueError`` for a ``--paths`` one."""
+        if self.budget is None or self.max_depth is None:
+            raise ValueError("this tree setup evaluates a given tree (--paths): it has no --budget to search")
+        return self.budget, self.max_depth
+
 
 def _check_flags(args: argparse.Namespace) -> None:
     """Refuse combinations that would be ignored or cannot be computed."""
@@ -169,8 +175,9 @@ def _parse_tree(args: argparse.Namespace, pair: Pair | None) -> TokenTree | None
 
 def _candidate_vocabulary(pair: Pair) -> tuple[int, str]:
     """How many candidates the draft ranks (an EAGLE-3 head: its own reduced vocabulary), and whose they are."""
-    if pair.is_head and pair.draft.kind == "eagle3":
-        return pair.draft.draft_vocab_size, f"{pair.draft.name}'s own draft vocabulary"
+    head = pair.head
+    if head is not None and head.kind == "eagle3":
+        return head.draft_vocab_size, f"{head.name}'s own draft vocabulary"
     return pair.draft.vocab_size, f"{pair.draft.name}'s vocabulary"
 
 
@@ -190,7 +197,8 @@ def _resolve_acceptance(args: argparse.Namespace,
 
         alpha, why = default_alpha(pair)
         acc = PositionalAcceptance.from_chain([alpha], f"preset {pair.name}: alpha = {alpha:.4g} at every depth ({why})")
-        if pair.is_head and pair.draft.head_kind.acceptance[0].tree:
+        head = pair.head
+        if head is not None and head.head_kind.acceptance[0].tree:
             notes = (TREE_TAU_NOTE,)
     else:
         raise CliError("no acceptance given: use --acceptance FILE, --alpha or --alpha-per-position (or a --preset)")
@@ -216,9 +224,7 @@ def resolve(args: argparse.Namespace) -> TreeSetup:
                        f"valid: 0..{pair.context_window_tokens}")
     if args.out:
         check_output_file("--out", args.out)
-    hardware = None
-    if args.cost_ratio is None and args.cost_model is None:
-        hardware = args.hardware if args.hardware is not None else pair.default_hardware
+    hardware = _resolve_hardware(args, pair)
     acceptance, law, notes = _resolve_acceptance(args, pair)
     if tree is not None:
         try:
@@ -270,8 +276,9 @@ def run_tree(s: TreeSetup) -> dict:
     if tree is None:
         from sim.tree_search import optimal_tree
 
-        tree = optimal_tree(s.acceptance, s.budget, s.max_depth)
-        doc["optimal"] = {"budget": s.budget, "max_depth": s.max_depth,
+        budget, max_depth = s.search()
+        tree = optimal_tree(s.acceptance, budget, max_depth)
+        doc["optimal"] = {"budget": budget, "max_depth": max_depth,
                           "criterion": "highest E[tau] of a tree with exactly budget nodes (Sequoia's DP)"}
     pred = predict_tree(tree, s.acceptance, s.cost, s.context_tokens, s.batch)
     doc.update(_prediction_doc(pred))
@@ -290,12 +297,12 @@ def run_advice(s: TreeSetup) -> dict:
     """The JSON-able document of ``--advise``."""
     from sim.tree_advice import branching_answer
 
-    ans = branching_answer(s.acceptance, s.cost, s.budget, s.max_depth, s.context_tokens, s.batch)
-    doc = {"command": "tree --advise", **_setting(s), "budget": s.budget, "max_depth": s.max_depth,
-           **ans.as_dict()}
+    budget, max_depth = s.search()
+    ans = branching_answer(s.acceptance, s.cost, budget, max_depth, s.context_tokens, s.batch)
+    doc = {"command": "tree --advise", **_setting(s), "budget": budget, "max_depth": max_depth, **ans.as_dict()}
     notes = doc["notes"]
-    if ans.best_tree.n_nodes == s.budget:
-        notes.append(f"the best tree spends the largest budget searched ({s.budget}): a larger --budget may do better")
+    if ans.best_tree.n_nodes == budget:
+        notes.append(f"the best tree spends the largest budget searched ({budget}): a larger --budget may do better")
     notes.append("SGLang redraws its tree every round from the draft's confidences; its line is the static "
                  "expected-value tree of the same flags (sim/tree_search.py)")
     notes.append("vLLM's EAGLE proposer drafts the same number of children for every node of a level "

@@ -200,6 +200,7 @@ def test_gamma_folds_leave_each_gamma_out_once(run_dir):
         holdout_folds(data.cells, "prompt")
 
 
+@pytest.mark.slow
 def test_calibration_recovers_measured_speedups_on_held_out_gamma(calibrated):
     res, out, summary = calibrated
     held = res.held_out
@@ -348,6 +349,7 @@ def test_an_explicit_gamma_holdout_on_a_one_gamma_run_names_the_fix(tmp_path):
     assert "leave --holdout out" in r.stderr
 
 
+@pytest.mark.slow
 def test_the_default_on_a_two_gamma_run_is_the_gamma_holdout_unchanged(run_dir, tmp_path):
     default = _cli(str(run_dir), "--out", str(tmp_path / "auto"))
     explicit = _cli(str(run_dir), "--holdout", "gamma", "--out", str(tmp_path / "gamma"))
@@ -416,6 +418,7 @@ def _toy_run(toy_run: Path, path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_predictions_are_judged_against_the_measured_ci(toy_run, tmp_path):
     from calibrate.calibration import calibrate as run_calibration
 

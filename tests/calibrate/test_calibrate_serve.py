@@ -87,6 +87,7 @@ def test_acceptance_fit_undoes_the_draft_cap():
     assert fit.inner.alphas[7] == pytest.approx(0.6, abs=0.08)
 
 
+@pytest.mark.slow
 def test_held_out_loads_and_k_are_predicted(cal):
     data, cal = cal
     split = cal.split
@@ -100,6 +101,7 @@ def test_held_out_loads_and_k_are_predicted(cal):
     assert any("never trained on" in n for n in cal.notes)
 
 
+@pytest.mark.slow
 def test_advice_configs_and_regret(cal):
     from calibrate.advice import advise, regret
 
@@ -140,6 +142,7 @@ def test_config_formats():
     assert t == {"draft_len_schedule": {2: 4, 4: 2}, "max_concurrency": 4}
 
 
+@pytest.mark.slow
 def test_cli_end_to_end_and_bad_input(run_dir, tmp_path):
     out = tmp_path / "cal"
     p = subprocess.run([sys.executable, "-m", "calibrate", str(run_dir), "--seeds", "2", "--advice-draws", "2",
@@ -160,6 +163,7 @@ def test_cli_end_to_end_and_bad_input(run_dir, tmp_path):
         assert p.returncode == 2 and msg in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 
+@pytest.mark.slow
 def test_iid_model_also_fits(tmp_path):
     acc = {2: IIDAcceptance(0.7), 4: IIDAcceptance(0.7)}
     run = make_serve_run(tmp_path / "r", acc, [LoadSpec(concurrency=1), LoadSpec(concurrency=3)], repeats=2,
@@ -169,6 +173,7 @@ def test_iid_model_also_fits(tmp_path):
     assert cal.model.acceptance[4].inner.alphas[0] == pytest.approx(0.7, abs=0.1)
 
 
+@pytest.mark.slow
 def test_prompts_that_accept_differently_get_their_own_scale(tmp_path):
     # prompt p0 accepts most drafts, p1 few, p2 in between: their requests' latencies spread accordingly
     shape = (0.8, 0.7, 0.6, 0.55)
@@ -203,6 +208,7 @@ def test_simulated_counters_match_the_servers_rules_written_plainly():
     np.testing.assert_allclose(c.accepted_per_pos, pos, rtol=0.03)
 
 
+@pytest.mark.slow
 def test_a_k_below_the_lookup_ngram_never_drafts_and_is_said(tmp_path):
     # llama.cpp's ngram-simple with k = 2 < n = 3 drafts nothing (copy_max < size_n): the run shows it
     never = ProposalAcceptance(0.0, PerPositionAcceptance((0.0, 0.0)))
@@ -218,6 +224,7 @@ def test_a_k_below_the_lookup_ngram_never_drafts_and_is_said(tmp_path):
 SMALL = dict(repeats=2, n_requests=6, new_tokens=32)  # a run the fits take seconds on
 
 
+@pytest.mark.slow
 def test_held_out_units_cannot_move_the_fit(tmp_path):
     # every measured number of a held-out unit (its times, tokens, counters, its requests' times and timings)
     # changed wildly: the fitted model (step cost, overhead, acceptance, prompt scales) stays what it was

@@ -46,6 +46,7 @@ def cal_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_calibration_metrics_hold_the_mape_and_every_cell(cal_dir: Path) -> None:
     doc = json.loads((cal_dir / "calibration.json").read_text())
     pred = pd.read_csv(cal_dir / "predictions.csv")
@@ -65,6 +66,7 @@ def test_calibration_metrics_hold_the_mape_and_every_cell(cal_dir: Path) -> None
 
 
 @pytest.mark.parametrize("kind", TRACKERS)
+@pytest.mark.slow
 def test_a_calibration_is_logged_and_read_back(kind: str, cal_dir: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     env = use_offline_env(monkeypatch, tmp_path)
@@ -128,6 +130,7 @@ def test_ingest_metrics_and_tracking(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert "ingest-ingest/ingest.json" in mlflow_artifacts(env, run.info.run_id, "ingest-ingest")
 
 
+@pytest.mark.slow
 def test_a_calibration_whose_runs_moved_is_logged_without_charts(cal_dir: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch,
                                                                    capsys: pytest.CaptureFixture) -> None:

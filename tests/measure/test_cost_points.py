@@ -164,6 +164,7 @@ class BusyPointToy(ToyEngine):
 
 
 @pytest.mark.parametrize("busy_calls,action", [(4, "re-timed"), (100, "dropped")])
+@pytest.mark.slow
 def test_a_sweep_retimes_a_busy_cost_point_says_so_and_records_it(tmp_path, busy_calls, action):
     cfg = SweepConfig(target="toy", drafts=("ngram:2",), gammas=("fixed:2",), domains=("code",),
                       prompts_per_domain=1, max_new_tokens=6, repeats=1, warmup=0, device="cpu",
@@ -181,6 +182,7 @@ def test_a_sweep_retimes_a_busy_cost_point_says_so_and_records_it(tmp_path, busy
     assert {(4, 16, 0), (4, 16, 1), (4, 16, 2)} <= {tuple(k) for k in screening["superseded"]}
 
 
+@pytest.mark.slow
 def test_calibrate_leaves_a_busy_cost_point_out_and_says_so(tmp_path, monkeypatch):
     """A run whose table has a point timed while the machine was busy (a Ray worker's, or written before the
     sweep screened): 5 tokens after 16 cached, beyond the 4 its γ ≤ 3 cells verify, as in the issue (6 tokens

@@ -221,6 +221,7 @@ def test_cli_address_nobody_answers_is_one_line_and_the_run_resumes(cluster, tin
     assert records.load_run(out).status == "complete" and len(records.load_run(out).table("cells")) == 1
 
 
+@pytest.mark.slow
 def test_join_gives_up_on_an_address_without_ray():
     # something listens but it is not Ray: ray.init would retry for many minutes; the probe stops at its timeout
     pytest.importorskip("ray", reason="the ray extra is not installed (pip install 'specscope[ray]')")

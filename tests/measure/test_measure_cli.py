@@ -46,6 +46,7 @@ NO_COST = ("--prompts", "1", "--max-new-tokens", "12", "--quiet", "--warmup", "0
 BASE = (*NO_COST[:-1], "--cost-contexts", "16", "--cost-max-tokens", "3")
 
 
+@pytest.mark.slow
 def test_cli_run_writes_run_directory(tiny_llama_dir, tmp_path):
     out = tmp_path / "run"
     p = _run("--target", tiny_llama_dir, "--draft", "ngram:2,early:2", "--gamma", "2,heuristic:2", "--temperature",
@@ -179,6 +180,7 @@ def test_cli_bad_input_is_one_line_before_any_model_loads(tmp_path, args, msg):
 
 
 @pytest.mark.parametrize("args", [("--repeats", "0"), ("--gamma", "0")])
+@pytest.mark.slow
 def test_python_m_measure_prints_what_its_main_prints(tmp_path, args):
     """The tests above call ``main`` in this process; ``python -m measure`` gives the same status and line."""
     argv = ("--target", NO_MODEL, "--out", str(tmp_path / "r"), *BASE, *args)
@@ -218,6 +220,7 @@ def test_cli_out_is_a_file_and_unknown_subcommand(tmp_path):
     assert p.returncode == 2 and "valid: head-sweep, head-recall" in p.stderr and len(p.stderr.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_cli_files_that_are_not_what_they_claim_are_one_line(tmp_path):
     # issue 32: 4,096 NUL bytes were measured as a prompt; a 4-byte .gguf ended in struct.error
     nul = tmp_path / "nul.txt"
@@ -325,6 +328,7 @@ def test_cli_prompts_file_and_fingerprint_refusal(tiny_llama_dir, tmp_path):
     assert len(p.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_ctrl_c_twice_is_one_line_and_no_traceback(tiny_llama_dir, tmp_path):
     # issue 32: a second Ctrl-C landed in Python's shutdown: "Exception ignored in atexit callback" and a
     # KeyboardInterrupt traceback from torch's library finalizers. Here Ctrl-C once while cells are measured,

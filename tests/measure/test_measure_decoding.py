@@ -126,6 +126,7 @@ def test_rejection_sampling_output_distribution_equals_target():
     assert chisquare(counts.numpy(), (q[0] * N).numpy())[1] < 1e-6
 
 
+@pytest.mark.slow
 def test_speculative_sampling_matches_target_marginal(tmp_path):
     """End to end on a vocabulary of 8: the 2nd generated token's law equals the target's marginal."""
     from scipy.stats import chisquare

@@ -64,6 +64,7 @@ def _pids_dead(tmp_path: Path) -> bool:
     return bool(pids)
 
 
+@pytest.mark.slow
 def test_a_small_run_is_complete_with_ttft_and_acceptance(fake_bin, model, tmp_path, capsys):
     out = tmp_path / "run"
     assert _run(["--target", model, "--draft", "ngram:3", "--gamma", "2", "--concurrency", "1,2",
@@ -96,6 +97,7 @@ def test_a_small_run_is_complete_with_ttft_and_acceptance(fake_bin, model, tmp_p
     assert _pids_dead(tmp_path)  # every server stopped
 
 
+@pytest.mark.slow
 def test_a_dead_server_interrupts_the_run_and_the_same_command_resumes(fake_bin, model, tmp_path, monkeypatch,
                                                                         capsys):
     out = tmp_path / "run"
@@ -116,6 +118,7 @@ def test_a_dead_server_interrupts_the_run_and_the_same_command_resumes(fake_bin,
     assert _pids_dead(tmp_path)
 
 
+@pytest.mark.slow
 def test_changing_the_units_of_a_run_needs_extend(fake_bin, model, tmp_path, capsys):
     out = tmp_path / "run"
     args = ["--target", model, "--gamma", "2", "--slots", "2", "--out", str(out), *BASE]
@@ -127,6 +130,7 @@ def test_changing_the_units_of_a_run_needs_extend(fake_bin, model, tmp_path, cap
     assert len(run.table("serve_units")) == 8 and run.meta.get("extended_utc")
 
 
+@pytest.mark.slow
 def test_port_taken_takes_another(fake_bin, tmp_path, monkeypatch):
     from measure.serve import server as srv_mod
 
@@ -198,6 +202,7 @@ def url_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         p.wait()
 
 
+@pytest.mark.slow
 def test_url_measures_a_running_server_and_its_acceptance(url_server, tmp_path, capsys):
     url, _ = url_server()
     out = tmp_path / "run"
@@ -266,6 +271,7 @@ def test_missing_binary_says_how_to_get_one(tmp_path, monkeypatch, capsys):
     assert "--llama-server=" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_projects_build_is_found_checked_and_recorded(fake_bin, model, tmp_path, monkeypatch):
     from measure.engines.llamacpp_native import build, probe
 
@@ -283,6 +289,7 @@ def test_the_projects_build_is_found_checked_and_recorded(fake_bin, model, tmp_p
     assert checked_with == [Path(model[5:])]  # the run's own model decoded before the server starts
 
 
+@pytest.mark.slow
 def test_the_flag_overrides_the_environment_and_is_not_checked(fake_bin, model, tmp_path, monkeypatch):
     from measure.engines.llamacpp_native import probe
 
@@ -295,6 +302,7 @@ def test_the_flag_overrides_the_environment_and_is_not_checked(fake_bin, model, 
     assert server["found_by"] == "flag" and server["build"] is None
 
 
+@pytest.mark.slow
 def test_step_cost_units_have_their_own_requests_and_repeats(fake_bin, model, tmp_path):
     out = tmp_path / "run"
     assert _run(["--target", model, "--gamma", "2", "--concurrency", "1", "--step-cost", "--step-cost-gamma", "2",
@@ -315,6 +323,7 @@ def test_url_that_does_not_answer(tmp_path, capsys):
     assert "does not answer" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_ctrl_c_closes_the_run_interrupted_and_stops_the_server(fake_bin, model, tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "FAKE_STEP_MS": "40", "PYTHONPATH": str(ROOT)}

@@ -39,6 +39,7 @@ def test_rotation_cycles_through_every_order():
     assert orders[2] == ("peer", "baseline", "speculative") and orders[3] == modes
 
 
+@pytest.mark.slow
 def test_sweep_records_repeats_cis_and_tokens(tmp_path):
     run = run_sweep(_cfg(), tmp_path / "r", engine=ToyEngine(), show_bar=False)
     assert run.status == "complete" and run.schema_version == 2
@@ -83,6 +84,7 @@ def test_tokens_on_disk_reproduce_the_lossless_check(tmp_path):
     assert rounds["accepted"].sum() / rounds["drafted"].sum() == pytest.approx(cell["acceptance_rate"])
 
 
+@pytest.mark.slow
 def test_resume_with_changed_max_new_tokens_is_refused(tmp_path):
     run_sweep(_cfg(domains=("code",), gammas=("fixed:2",)), tmp_path / "r", engine=ToyEngine(), show_bar=False)
     before = (tmp_path / "r" / "run.json").read_text()
@@ -98,6 +100,7 @@ def test_resume_with_changed_max_new_tokens_is_refused(tmp_path):
     assert run.status == "complete" and len(list(tmp_path.glob("r.replaced-*"))) == 1
 
 
+@pytest.mark.slow
 def test_extend_adds_cells_without_redoing_finished_ones(tmp_path):
     run_sweep(_cfg(gammas=("fixed:2",), domains=("code",)), tmp_path / "r", engine=ToyEngine(), show_bar=False)
     first = records.load_run(tmp_path / "r").table("generations")
@@ -108,6 +111,7 @@ def test_extend_adds_cells_without_redoing_finished_ones(tmp_path):
     assert old["wall_s"].tolist() == first["wall_s"].tolist() and len(run.table("cells")) == 2
 
 
+@pytest.mark.slow
 def test_until_stable_remeasures_an_unstable_cell(tmp_path, monkeypatch):
     calls = []
     real = stats.stability
@@ -147,6 +151,7 @@ def _staged_lines(out: Path) -> int:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.slow
 def test_kill_during_a_run_then_resume(tmp_path, sig):
     """Killed mid-sweep, the run keeps every finished visit (staged on disk); the resume measures only the
     missing ones and finishes every cell whole."""
@@ -188,6 +193,7 @@ def test_kill_during_a_run_then_resume(tmp_path, sig):
 
 
 @pytest.mark.parametrize("mode", ["sweep", "cell"])
+@pytest.mark.slow
 def test_visits_are_interleaved_across_cells(tmp_path, monkeypatch, mode):
     """``sweep``: prompt by prompt, repeat by repeat, every cell in each pass; ``cell``: one cell at a time."""
     order = []
@@ -218,6 +224,7 @@ def test_interleave_is_part_of_the_run_identity(tmp_path):
         _cfg(interleave="pass")
 
 
+@pytest.mark.slow
 def test_head_sweep_and_main_sweep_cells_share_one_code_path(tiny_llama_dir, tmp_path, monkeypatch):
     """Both front ends measure and write cells with measure.sweep.measure_cells (its ``_finish``); the head
     sweep's cells carry the same columns."""
@@ -261,6 +268,7 @@ def test_head_sweep_and_main_sweep_cells_share_one_code_path(tiny_llama_dir, tmp
 
 
 @pytest.mark.parametrize("mode", ["sweep", "cell"])
+@pytest.mark.slow
 def test_cost_curves_are_timed_between_the_visits_of_an_interleaved_sweep(tmp_path, monkeypatch, mode):
     log: list[str] = []
     real_visit, real_measure = cells._visit, CostCurves.measure

@@ -92,6 +92,7 @@ def test_the_engines_own_decoding_is_logged_where_it_was_run() -> None:
 
 
 @pytest.mark.parametrize("kind", TRACKERS)
+@pytest.mark.slow
 def test_a_run_directory_is_logged_and_read_back(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture) -> None:
     env = use_offline_env(monkeypatch, tmp_path)

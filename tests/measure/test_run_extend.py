@@ -42,6 +42,7 @@ def test_another_gamma_without_extend_is_refused_in_one_line_and_writes_nothing(
     assert eng.loads == [] and (finished / "run.json").read_text() == before
 
 
+@pytest.mark.slow
 def test_extend_adds_the_cells_and_keeps_the_run_its_config_and_command(finished):
     first = records.load_run(finished)
     gens = first.table("generations")
@@ -68,6 +69,7 @@ def test_extend_adds_the_cells_and_keeps_the_run_its_config_and_command(finished
         run_sweep(_cfg(), finished, engine=ToyEngine(), show_bar=False)
 
 
+@pytest.mark.slow
 def test_an_interrupted_extension_leaves_the_run_complete_and_resumes(finished, tmp_path):
     # 1 warm-up of the new cell, then its visits: stopped in its 2nd
     with pytest.raises(KeyboardInterrupt):
@@ -96,6 +98,7 @@ def test_an_interrupted_extension_leaves_the_run_complete_and_resumes(finished, 
     assert sorted(done.table("cells")["gamma"]) == [2, 3]
 
 
+@pytest.mark.slow
 def test_extend_adds_a_domain_and_keeps_the_runs_prompts(finished):
     run = run_sweep(_cfg(domains=("code", "docs")), finished, engine=ToyEngine(), show_bar=False, extend=True)
     assert sorted(run.table("cells")["domain"]) == ["code", "docs"]
@@ -106,6 +109,7 @@ def test_extend_adds_a_domain_and_keeps_the_runs_prompts(finished):
     assert again.status == "complete"
 
 
+@pytest.mark.slow
 def test_what_extend_cannot_do_is_refused_in_one_line(finished, tmp_path):
     cases = {
         "other temperatures": (_cfg(gammas=("fixed:2", "fixed:3"), temperatures=(0.0, 0.8)),

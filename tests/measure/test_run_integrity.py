@@ -119,6 +119,7 @@ DAMAGE = {
 
 
 @pytest.mark.parametrize("case", list(DAMAGE))
+@pytest.mark.slow
 def test_damaged_finished_cells_are_refused_by_calibrate_and_remeasured_on_resume(case, complete_run, tmp_path):
     path = _copy(complete_run, tmp_path)
     DAMAGE[case](path)
@@ -180,6 +181,7 @@ def _bad_staged(path: Path, kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ["torn tail", "no attempt", "generations as a string", "repeat 7 of 2",
                                   "prompt_index 5 of 2", "not JSON"])
+@pytest.mark.slow
 def test_bad_staged_visits_are_repaired_or_quarantined_never_pooled(kind, interrupted_run, tmp_path):
     path = _copy(interrupted_run, tmp_path)
     _bad_staged(path, kind)
@@ -221,6 +223,7 @@ def test_a_second_writer_on_a_run_is_refused_naming_the_first(tmp_path):
     w.close("complete")
 
 
+@pytest.mark.slow
 def test_two_simultaneous_sweeps_into_one_out_never_both_write(tmp_path):
     code = textwrap.dedent(f"""
         import sys
@@ -249,6 +252,7 @@ def test_two_simultaneous_sweeps_into_one_out_never_both_write(tmp_path):
 
 
 # -- disk errors are one line, and the run stays resumable -------------------------------------------------
+@pytest.mark.slow
 def test_a_disk_error_mid_run_interrupts_the_run_in_one_line(tmp_path, monkeypatch):
     real = records._append_bytes
     calls = {"n": 0}

@@ -62,6 +62,7 @@ def test_the_installed_script_runs_where_the_package_is_installed() -> None:
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow
 def test_each_subcommand_help_lists_its_examples(name: str) -> None:
     cmd = BY_NAME[name]
     out = specscope(name, "--help")
@@ -113,6 +114,7 @@ def test_predict_is_python_m_sim() -> None:
     assert bad.returncode == 2 and bad.stderr.startswith("python -m sim: error: argument --gamma")
 
 
+@pytest.mark.slow
 def test_check_checks_the_published_claims() -> None:
     out = specscope("check", "--claims", "--format", "json")
     assert out.returncode == 0, out.stderr
@@ -120,6 +122,7 @@ def test_check_checks_the_published_claims() -> None:
     assert len(claims) > 5 and {"verdict"} <= set(claims[0])
 
 
+@pytest.mark.slow
 def test_measure_reaches_the_sweep_cli() -> None:
     # a real model run of `specscope measure` is in tests/project/test_track_cli.py (slow); here its checks, no model
     out = specscope("measure", "--gamma", "0", "--domains", "code")
@@ -135,6 +138,7 @@ def test_ingest_answers_from_an_engine_file() -> None:
     assert last["optimal_k"] in range(1, 9) and len(last["alpha_per_position"]) == 3
 
 
+@pytest.mark.slow
 def test_calibrate_then_report(tmp_path: Path) -> None:
     cal = tmp_path / "cal"
     out = specscope("calibrate", str(RUN), "--out", str(cal))
@@ -167,6 +171,7 @@ def test_shell_completion_of_commands_and_their_options(tmp_path: Path) -> None:
     assert "--explain" in _complete("specscope ingest --ex", tmp_path)
 
 
+@pytest.mark.slow
 def test_python_m_forms_keep_working() -> None:
     for module in ("sim", "measure", "calibrate", "reports"):
         out = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True)

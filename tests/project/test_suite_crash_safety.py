@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 CRASHING = '''
@@ -63,6 +65,7 @@ def test_the_makefile_runs_the_suite_in_parallel_with_a_crash_safe_scheduler():
     assert opts[opts.index("--dist") + 1] in ("load", "worksteal")  # loadfile/loadscope/loadgroup deadlock
 
 
+@pytest.mark.slow
 def test_a_test_that_segfaults_fails_by_name_and_the_suite_goes_on(tmp_path):
     (tmp_path / "test_crashing.py").write_text(CRASHING)
     for i in range(5):

@@ -113,6 +113,7 @@ def test_a_tracker_that_fails_after_a_real_measurement_costs_one_line(tiny_llama
 
 
 @pytest.mark.parametrize("kind", ["wandb", "mlflow"])
+@pytest.mark.slow
 def test_a_calibration_is_tracked(kind: str, tmp_path: Path) -> None:
     env = _env(tmp_path)
     cal = tmp_path / "cal"
@@ -132,6 +133,7 @@ def test_a_calibration_is_tracked(kind: str, tmp_path: Path) -> None:
     assert (cal / "report" / "predicted_vs_measured.png").exists()
 
 
+@pytest.mark.slow
 def test_ingest_is_tracked(tmp_path: Path) -> None:
     env = _env(tmp_path)
     proc = _run(["-m", "calibrate", "ingest", str(VLLM), "--preset", "llama3-1b-8b", "--track", "wandb"], env)
@@ -149,6 +151,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_a_failing_tracker_costs_one_line_and_never_the_result(tmp_path: Path) -> None:
     args = ["calibrate", "ingest", str(VLLM), "--preset", "llama3-1b-8b"]
     ref = _run(["-m", *args], _env(tmp_path))

@@ -91,6 +91,7 @@ def report(tmp_path_factory) -> Path:
     return build_report(base / "cal", base / "report", png=False).html_path
 
 
+@pytest.mark.slow
 def test_the_report_leads_with_the_answer_and_fits_a_1400px_window(report, tmp_path):
     p = probe(report, tmp_path)
     assert p["scroll_width"] <= WIDTH_PX and p["overflowing"] == [], p["overflowing"]

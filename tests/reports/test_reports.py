@@ -178,6 +178,7 @@ def test_save_chart_suffixes(tmp_path):
 
 
 # -- frames from a calibration ------------------------------------------------------
+@pytest.mark.slow
 def test_frames_from_calibration(cal_dir):
     pred = pd.read_csv(cal_dir / "predictions.csv")
     pvm = pred_vs_meas_frame(pred)
@@ -198,6 +199,7 @@ def test_frames_from_calibration(cal_dir):
     assert set(bd["source"]) == {"measured", "predicted"}
 
 
+@pytest.mark.slow
 def test_published_table_is_the_check_command_table():
     t = published_table()
     assert len(t) == len(CLAIMS) and t["source"].str.len().gt(0).all()
@@ -215,6 +217,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           timeout=120)
 
 
+@pytest.mark.slow
 def test_cli_report_from_calibration_dir(cal_dir, tmp_path):
     r = _cli(str(cal_dir), "--out", str(tmp_path / "rep"), "--no-png")
     assert r.returncode == 0, r.stderr
@@ -230,6 +233,7 @@ def test_cli_report_from_calibration_dir(cal_dir, tmp_path):
     assert claims.count('<tr id="claim-') == len(CLAIMS) and "issue #" not in claims
 
 
+@pytest.mark.slow
 def test_cli_report_from_run_dir_needs_its_calibration(tmp_path):
     # reports reads files only: an uncalibrated run is refused in one line that names the command to run
     make_run(tmp_path / "run", seed=5, gammas=(2,), drafts=("tiny",), domains=("code",), prompts_per_domain=2,

@@ -101,6 +101,7 @@ def test_the_page_opens_with_the_answer(tmp_path):
     assert (tmp_path / "rep" / "serving.html").is_file()
 
 
+@pytest.mark.slow
 def test_reports_cli_takes_a_serving_calibration_or_its_run(tmp_path):
     d = _files(tmp_path / "cal")
     run = _serving_run(tmp_path, d)

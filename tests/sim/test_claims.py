@@ -163,6 +163,7 @@ def test_the_claims_are_data_read_from_the_toml_file():
     assert len(t5) == 12 and {c.source for c in t5} == {t5[0].source}  # the template's fields, shared
 
 
+@pytest.mark.slow
 def test_no_claim_carries_internal_wording():
     for c in CLAIMS:
         text = " ".join(str(v) for v in check_claim(c).row().values()).lower()
@@ -212,6 +213,7 @@ def test_a_bad_claims_file_is_refused_naming_the_claim_and_field(tmp_path, edit,
     assert needle in str(exc.value)
 
 
+@pytest.mark.slow
 def test_leviathan_rows_reproduce_the_papers_expected_column():
     # Table 4 of the paper: Exp = Theorem 3.8 at the row's α, γ, c, printed to one decimal (the α and c it prints
     # are rounded too, so agreement is within a few hundredths), and the measured Emp = the claimed speed
@@ -227,6 +229,7 @@ def test_leviathan_rows_reproduce_the_papers_expected_column():
     assert checks["leviathan-ende-t5-large-t0"].verdict.kind == "consistent"  # Emp 1.7 < Exp 2.5
 
 
+@pytest.mark.slow
 def test_article_claims_verdicts():
     checks = {c.claim.claim_id: c for c in check_claims()}
     for cid in ("article-llama-7b-13b", "article-1000-tokens"):
@@ -265,6 +268,7 @@ def test_cli_json_matches_the_function():
     assert d["verdict"]["alpha_needed"] == pytest.approx(v.alpha_needed) and d["verdict"]["kind"] == v.kind
 
 
+@pytest.mark.slow
 def test_cli_claims_table_and_markdown():
     r = _cli("--claims")
     assert r.returncode == 0 and len(r.stdout.strip().splitlines()) == len(CLAIMS) + 1

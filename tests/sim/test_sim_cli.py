@@ -42,6 +42,7 @@ def test_per_position_and_tau():
     assert 0.5 < doc["alpha"] < 0.8 and "not alpha" in doc["note"]
 
 
+@pytest.mark.slow
 def test_event_and_serve_modes_seeded():
     a = run("--preset", "gpt2-small-large", "--mode", "event", "--gamma-max", "3", "--seed", "5", "--format", "json")
     b = run("--preset", "gpt2-small-large", "--mode", "event", "--gamma-max", "3", "--seed", "5", "--format", "json")
@@ -75,6 +76,7 @@ def test_chart_html(tmp_path):
     assert "vega" in html and "speedup" in html
 
 
+@pytest.mark.slow
 def test_chart_keeps_sim_free_of_plotting(tmp_path):
     # --chart works, but the sim process itself never imports reports or a plotting/dataframe library
     out = tmp_path / "c.svg"

@@ -168,6 +168,7 @@ except KeyboardInterrupt:
 
 
 @pytest.mark.parametrize("mode", ["fixed", "plain"])
+@pytest.mark.slow
 def test_a_second_ctrl_c_in_the_shutdown_is_quiet(mode):
     # plain Python: the second Ctrl-C lands in the atexit hook, "Exception ignored in atexit callback" and a
     # traceback; with exit_on_next_interrupt it is ignored there and the process ends with the status given

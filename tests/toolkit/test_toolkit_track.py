@@ -75,6 +75,7 @@ def _log_everything(kind: str, tmp_path: Path) -> track.Tracker:
 
 
 @pytest.mark.parametrize("kind", TRACKERS)
+@pytest.mark.slow
 def test_a_run_is_logged_and_read_back(kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                        capsys: pytest.CaptureFixture) -> None:
     env = use_offline_env(monkeypatch, tmp_path)
@@ -155,6 +156,7 @@ def _free_port() -> int:
     ("mlflow", {"MLFLOW_TRACKING_URI": "http://127.0.0.1:{port}"}, "cannot reach http://127.0.0.1:{port}"),
     ("mlflow", {"MLFLOW_ALLOW_FILE_STORE": None}, "only with MLFLOW_ALLOW_FILE_STORE=true"),
 ])
+@pytest.mark.slow
 def test_a_tracker_that_cannot_start_costs_one_warning_line(kind: str, changes: dict, reason: str,
                                                              tmp_path: Path) -> None:
     port = _free_port()
@@ -215,6 +217,7 @@ def test_nothing_imports_a_tracker_library_until_asked() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_mlflow_default_store_is_its_sqlite_file(tmp_path: Path) -> None:
     """No MLFLOW_TRACKING_URI: MLflow's own default, ``sqlite:///mlflow.db`` in the working directory."""
     pytest.importorskip("sqlalchemy")

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 ROOT = Path(__file__).resolve().parents[3]
 GOOD = ("SpecDecoding metrics: Mean acceptance length: 3.03, Accepted throughput: 3.87 tokens/s, Drafted throughput: "
@@ -70,6 +72,7 @@ def _guide_example() -> tuple[list[str], str]:
     return m.group("cmd").split(), m.group("out")
 
 
+@pytest.mark.slow
 def test_the_guide_shows_what_the_command_prints(tmp_path):
     cmd, shown = _guide_example()
     assert cmd[:4] == ["python", "-m", "calibrate", "ingest"]

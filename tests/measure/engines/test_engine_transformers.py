@@ -89,6 +89,7 @@ def test_every_draft_kind_lossless_with_both_caches(tiny, cache, draft_spec):
         assert spec.tokens == ref.tokens, (pol, cache)
 
 
+@pytest.mark.slow
 def test_compiled_steps_are_lossless_and_compile_time_is_kept_apart(tmp_path):
     """One small compile test (inductor on 2 cores is slow): baseline, a model draft and a lookup draft."""
     from transformers import AutoModelForCausalLM, LlamaConfig

@@ -241,6 +241,7 @@ def test_interpreted_kernels_match_torch_reference(interpreted, case):
 
 @needs_triton
 @pytest.mark.parametrize("case", COMPILE_CASES)
+@pytest.mark.slow
 def test_kernels_compile_to_cubin_for_cuda_targets(compiled, case):
     # the real GPU code path down to ptxas (not run): the shared helper, types and masks lower for sm_80/sm_90
     assert compiled[case] == "ok", compiled[case]
