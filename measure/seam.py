@@ -54,7 +54,10 @@ class EngineOptions:
     ``threads``: CPU threads (None: the engine's default). ``cache``/``compile``:
     the transformers engine's KV cache kind and ``torch.compile`` of its decode
     steps; ``max_len_tokens``: what a static cache is sized for (prompt + new
-    tokens + γ_max + 1). ``quiet``: silence third-party loading output.
+    tokens + γ_max + 1). ``quiet``: silence third-party loading output. ``tree_sequences``: a tree run's
+    (:mod:`measure.trees`) most root-to-leaf paths in one round plus the committed sequence; the llama.cpp
+    engine then makes every context of the run with ``n_seq_max`` of it and a unified KV cache (what llama.cpp's
+    own tree speculation sets); 0, every other run: llama.cpp's own single-sequence context.
     """
 
     device: str = "cpu"
@@ -63,6 +66,7 @@ class EngineOptions:
     compile: bool = False
     max_len_tokens: int = 512
     quiet: bool = False
+    tree_sequences: int = 0
 
     def __post_init__(self) -> None:
         if self.cache not in CACHES:
@@ -71,6 +75,8 @@ class EngineOptions:
             raise ValueError(f"--threads {self.threads}: must be in 1..1024")
         if self.max_len_tokens < 2:
             raise ValueError(f"max_len_tokens {self.max_len_tokens}: must be >= 2")
+        if self.tree_sequences < 0:
+            raise ValueError(f"tree_sequences {self.tree_sequences}: must be >= 0")
 
 
 @runtime_checkable
@@ -104,9 +110,23 @@ class Decoder(Protocol):
 
 @runtime_checkable
 class TreeDecoder(Decoder, Protocol):
-    """A :class:`Decoder` that verifies a token tree in one forward (:mod:`measure.trees`): the transformers
-    engine's. A token tree's nodes are fed together under a tree attention mask, then the accepted path's
-    cached keys and values are moved into place."""
+    """A :class:`Decoder` that verifies a token tree in one forward (:mod:`measure.trees`). A token tree's nodes
+    are fed together under a tree attention mask, then only the accepted path is kept in the cache: the
+    transformers engine's 4D mask with its keys and values moved into place; llama.cpp's tree tokens carrying
+    the sequence ids of the paths through them, then the accepted path's sequence kept
+    (:mod:`measure.engines.llamacpp_native.tree`).
+
+    Fast paths a tree decoder may have (the tree loop takes them where present, as the chain loops take
+    ``forward_argmax``; :func:`measure.trees.loop.tree_argmax`), so that only ids and a few scores cross an
+    engine's process boundary instead of ``[m, V]`` logits:
+
+    * ``forward_tree_argmax(input_ids, prefix_tokens, slot_positions, visible) -> [m]`` long: each row's argmax
+      (the target's verification);
+    * ``forward_tree_topk(input_ids, prefix_tokens, slot_positions, visible, k) -> (ids [m, k] long, logprobs
+      [m, k] float32)``: each row's ``k`` best ids, best first, and their log-probabilities (a draft's
+      candidates);
+    * ``forward_topk_logprobs(input_ids, k, last_only=False)``: the same for a plain :meth:`forward`.
+    """
 
     def forward_tree(self, input_ids: torch.Tensor, prefix_tokens: int, slot_positions: torch.Tensor,
                      visible: torch.Tensor) -> torch.Tensor:

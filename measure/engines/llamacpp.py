@@ -18,6 +18,12 @@ parent's side, the :class:`~measure.seam.Engine` the sweep sees:
   positions ``m..`` (``llama_memory_seq_rm``). Every call is one message to
   the worker and back (its cost is inside the times our loop measures, the
   same for the baseline, the speculative loop and the cost curves);
+* :class:`LlamaCppTreeDecoder` — in a tree run (``EngineOptions.tree_sequences``)
+  every decoder is one: a context with ``n_seq_max`` sequences in a unified KV
+  cache, where a token tree is verified in one ``llama_decode`` (its tokens
+  carrying the sequence ids of the paths through them) and only the accepted
+  path is kept (:mod:`measure.engines.llamacpp_native.tree`); argmaxes and
+  top-k ids with log-probabilities come back, not logits;
 * the peer — llama-cpp-python's own prompt lookup,
   ``Llama(draft_model=LlamaPromptLookupDecoding(max_ngram_size=N,
   num_pred_tokens=γ)).generate``, beside ``ngram:N:first`` cells (the
@@ -161,21 +167,24 @@ class LlamaCppTarget:
                 "weight_bytes": self.weight_bytes, "sha256": self.sha256}
 
     def new_decoder(self) -> LlamaCppDecoder:
-        """A fresh, empty decoder (its own llama.cpp context and KV cache) over this model's weights."""
-        return LlamaCppDecoder(self)
+        """A fresh, empty decoder (its own llama.cpp context and KV cache) over this model's weights: a
+        :class:`LlamaCppTreeDecoder` in a tree run (``EngineOptions.tree_sequences``)."""
+        seqs = int(self.engine.options.tree_sequences)
+        return LlamaCppTreeDecoder(self, seqs) if seqs > 1 else LlamaCppDecoder(self)
 
 
 class LlamaCppDecoder:
     """One llama.cpp context in the worker: a KV-cached sequence (batch size 1) behind the :class:`Decoder`
     protocol, with the greedy fast path ``forward_argmax``."""
 
-    def __init__(self, target: LlamaCppTarget) -> None:
+    def __init__(self, target: LlamaCppTarget, sequences: int = 1) -> None:
         self._worker = target.engine.worker
         self.vocab_size = target.vocab_size
         opts = target.engine.options
         info = self._worker.call("decoder", model=target.handle, max_len_tokens=int(opts.max_len_tokens),
-                                 threads=target.engine.threads)
+                                 threads=target.engine.threads, sequences=int(sequences))
         self.handle, self.n_ctx, self.n_batch = int(info["handle"]), int(info["n_ctx"]), int(info["n_batch"])
+        self.n_seq_max = int(info["n_seq_max"])
         self._n_cached = 0
 
     @property
@@ -202,6 +211,15 @@ class LlamaCppDecoder:
         self._n_cached += len(ids)
         return torch.tensor(out, dtype=torch.long)
 
+    def forward_topk_logprobs(self, input_ids: torch.Tensor, k: int,
+                              last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Like :meth:`forward`, but only each row's ``k`` best ids (best first) and their log-probabilities
+        come back: ``[n, k]`` long and float32 (``[1, k]`` if ``last_only``)."""
+        ids = input_ids.reshape(-1).tolist()
+        top, logp = self._worker.call("topk", dec=self.handle, ids=ids, k=int(k), last_only=bool(last_only))
+        self._n_cached += len(ids)
+        return torch.tensor(top, dtype=torch.long), torch.tensor(logp, dtype=torch.float32)
+
     def rollback(self, n_tokens: int) -> None:
         """Keep the first ``n_tokens`` cached positions."""
         if n_tokens < 0:
@@ -218,6 +236,119 @@ class LlamaCppDecoder:
                 w.call("free", dec=self.handle)
             except (RuntimeError, ValueError):
                 pass
+
+
+def tree_parents(prefix_tokens: int, n_cached: int, known: list[frozenset[int]], slot_positions: torch.Tensor,
+                 visible: torch.Tensor) -> tuple[list[int], list[frozenset[int]]]:
+    """A tree attention mask read back as a tree: each new token's parent slot (-1: the context's last
+    position) and what it sees, ``ValueError`` naming the token if the mask is not one of a tree.
+
+    The slots are the cached positions from ``prefix_tokens`` on (``known``: what each cached one sees, as slot
+    numbers counted from ``prefix_tokens``), then the new tokens; ``visible`` (bool ``[m, n_cached + m −
+    prefix_tokens]``) and ``slot_positions`` are :meth:`~measure.seam.TreeDecoder.forward_tree`'s. A token's
+    parent is the deepest slot it sees; it must see exactly its parent's ancestors, its parent and itself, at
+    its parent's position + 1.
+    """
+    m, width = int(visible.shape[0]), n_cached - prefix_tokens + int(visible.shape[0])
+    if tuple(visible.shape) != (m, width) or int(slot_positions.shape[0]) != width or len(known) != width - m:
+        raise ValueError(f"tree forward: visible {tuple(visible.shape)} and slot_positions "
+                         f"{tuple(slot_positions.shape)} do not cover the {width} slots after {prefix_tokens}")
+    pos = slot_positions.tolist()
+    sees = list(known)
+    parents = []
+    for i, row in enumerate(visible.tolist()):
+        own = width - m + i
+        seen = frozenset(j for j, v in enumerate(row) if v)
+        above = seen - {own}
+        parent = max(above, key=lambda j: pos[j]) if above else -1
+        want = (sees[parent] if parent >= 0 else frozenset()) | {own}
+        at = pos[parent] + 1 if parent >= 0 else prefix_tokens
+        if seen != want or parent >= own or pos[own] != at:
+            raise ValueError(f"tree forward: token {i} (slot {own}) sees slots {sorted(seen)} at position "
+                             f"{pos[own]}: not a tree node (its ancestors {sorted(want - {own})}, position {at})")
+        sees.append(seen)
+        parents.append(prefix_tokens + parent if parent >= 0 else -1)
+    return parents, sees
+
+
+class LlamaCppTreeDecoder(LlamaCppDecoder):
+    """A :class:`LlamaCppDecoder` over a tree context (several sequences, a unified KV cache): the
+    :class:`~measure.seam.TreeDecoder` of this engine, with its fast paths ``forward_tree_argmax`` and
+    ``forward_tree_topk`` (:mod:`measure.engines.llamacpp_native.tree` says how the mask is made)."""
+
+    def __init__(self, target: LlamaCppTarget, sequences: int) -> None:
+        super().__init__(target, sequences)
+        self._committed = 0
+        self._sees: list[frozenset[int]] = []  # per tree slot after the committed ones: the slots it sees
+
+    def reset(self) -> None:
+        super().reset()
+        self._committed, self._sees = 0, []
+
+    def forward(self, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        out = super().forward(input_ids, last_only)
+        self._committed = self._n_cached
+        return out
+
+    def forward_argmax(self, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        out = super().forward_argmax(input_ids, last_only)
+        self._committed = self._n_cached
+        return out
+
+    def forward_topk_logprobs(self, input_ids: torch.Tensor, k: int,
+                              last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        out = super().forward_topk_logprobs(input_ids, k, last_only)
+        self._committed = self._n_cached
+        return out
+
+    def _tree(self, input_ids: torch.Tensor, prefix_tokens: int, slot_positions: torch.Tensor,
+              visible: torch.Tensor, out: str, k: int = 0) -> Any:
+        if prefix_tokens != self._committed:
+            raise ValueError(f"tree forward after {prefix_tokens} tokens: llama.cpp's committed sequence holds "
+                             f"{self._committed} (the tree slots follow it)")
+        parents, sees = tree_parents(prefix_tokens, self._n_cached, self._sees, slot_positions, visible)
+        ids = input_ids.reshape(-1).tolist()
+        res = self._worker.call("tree", dec=self.handle, ids=ids, parents=parents, out=out, k=int(k))
+        self._n_cached += len(ids)
+        self._sees = sees
+        return res
+
+    def forward_tree(self, input_ids: torch.Tensor, prefix_tokens: int, slot_positions: torch.Tensor,
+                     visible: torch.Tensor) -> torch.Tensor:
+        """Float32 logits ``[m, V]`` of the tree tokens (:meth:`~measure.seam.TreeDecoder.forward_tree`)."""
+        return torch.from_numpy(self._tree(input_ids, prefix_tokens, slot_positions, visible, "logits"))
+
+    def forward_tree_argmax(self, input_ids: torch.Tensor, prefix_tokens: int, slot_positions: torch.Tensor,
+                            visible: torch.Tensor) -> torch.Tensor:
+        """Each tree token's argmax ``[m]``: only ids come back."""
+        return torch.tensor(self._tree(input_ids, prefix_tokens, slot_positions, visible, "argmax"),
+                            dtype=torch.long)
+
+    def forward_tree_topk(self, input_ids: torch.Tensor, prefix_tokens: int, slot_positions: torch.Tensor,
+                          visible: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each tree token's ``k`` best ids ``[m, k]`` and their log-probabilities ``[m, k]``."""
+        top, logp = self._tree(input_ids, prefix_tokens, slot_positions, visible, "topk", k)
+        return torch.tensor(top, dtype=torch.long), torch.tensor(logp, dtype=torch.float32)
+
+    def keep_slots(self, start: int, slots: list[int]) -> None:
+        """Keep the first ``start`` positions and the tree slots ``slots`` (one path on from them): the
+        accepted path's sequence becomes the committed one, every other path's cells go."""
+        self._worker.call("tree_keep", dec=self.handle, start=int(start), slots=[int(s) for s in slots])
+        self._n_cached = self._committed = int(start) + len(slots)
+        self._sees = []
+
+    def rollback(self, n_tokens: int) -> None:
+        if n_tokens < 0:
+            raise ValueError(f"rollback to {n_tokens} tokens")
+        if n_tokens >= self._n_cached:
+            return
+        super().rollback(n_tokens)
+        self._committed = self._n_cached
+        self._sees = []
+
+    def cached_sequences(self) -> dict[int, tuple[int, int]]:
+        """Per sequence holding cells in llama.cpp's cache, its lowest and highest position."""
+        return {int(k): (int(v[0]), int(v[1])) for k, v in self._worker.call("tree_cells", dec=self.handle).items()}
 
 
 # -- drafts ---------------------------------------------------------------------------------------
@@ -410,7 +541,8 @@ class LlamaCppEngine:
 
     def versions(self) -> Mapping[str, str | None]:
         """For ``run.json`` and the fingerprint: llama-cpp-python's version, threads, the build and the CPU
-        backend llama.cpp loaded with the feature line it reports, and that it ran in a process of its own."""
+        backend llama.cpp loaded with the feature line it reports, that it ran in a process of its own, and in a
+        tree run the contexts' tree settings (``n_seq_max``, unified KV cache)."""
         h = self.worker.hello
         build = self.trust.get("build") or {}
         sel = self.trust.get("selection") or {}
@@ -421,7 +553,10 @@ class LlamaCppEngine:
                 "llamacpp_process": f"own process, torch {'loaded' if h.get('torch_loaded') else 'not loaded'}, "
                                     f"OMP_WAIT_POLICY {h.get('omp_wait_policy') or 'unset'}",
                 **({"llamacpp_variants_tried": "; ".join(f"{v}: {o}" for v, o in sel.get("tried", []))}
-                   if sel else {})}
+                   if sel else {}),
+                **({"llamacpp_tree_context": f"n_seq_max={self.options.tree_sequences}, kv_unified=true (a tree "
+                                             "run's contexts, as llama.cpp's examples/speculative needs)"}
+                   if self.options.tree_sequences > 1 else {})}
 
     # llama-cpp-python's own loops
     def _library_args(self, target: LlamaCppTarget, input_ids: torch.Tensor) -> dict:

@@ -2,6 +2,8 @@
 
     python -m measure tree --target smollm2-135m --draft int8 \\
         --tree '[[0],[1],[0,0]]' --tree depth=3,topk=2,budget=6 --gamma 2,4 --prompts 2
+    python -m measure tree --engine llamacpp --target smollm2-135m --draft ngram:3 \\
+        --tree '[[0],[1],[0,0]]' --tree depth=3,topk=2,budget=5 --gamma 2,4 --prompts 2
 
 Arguments are parsed and checked here (one line naming the value and flag,
 exit status 2, before any model loads, except ``topk`` against the vocabulary
@@ -65,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int_arg(0, 100), default=1)
     p.add_argument("--temperature", default="0", help="0 only: trees are greedy until multi-candidate rejection "
                                                       "sampling is built")
-    p.add_argument("--engine", default="transformers", help="transformers only (tree verification)")
+    p.add_argument("--engine", default="transformers", help="transformers (default) or llamacpp: both verify a "
+                                                               "tree in one target forward")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32")
     p.add_argument("--cache", default="static", choices=("static", "dynamic"))
@@ -93,12 +96,11 @@ def config_from_args(args: argparse.Namespace) -> TreeRunConfig:
                         max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
                         repeats=args.repeats, warmup=args.warmup, seed=args.seed, device=args.device,
                         dtype=args.dtype, cache=args.cache, threads=args.threads,
-                        cost_curves=not args.no_cost_curves, quiet=args.quiet)
-    parse_draft_spec(args.draft)
+                        cost_curves=not args.no_cost_curves, quiet=args.quiet, engine=args.engine)
+    if args.engine == "transformers":
+        parse_draft_spec(args.draft)
     for text in cfg.trees:  # the engine and temperature refusals name the tree
         check_tree_option(parse_tree_option(text), draft_spec=args.draft, engine=args.engine, temperature=temp)
-    if args.engine != "transformers":
-        raise ValueError(f"--engine {args.engine}: tree runs use the transformers engine; valid: transformers")
     if temp != 0:
         raise ValueError(f"--temperature {args.temperature}: tree runs are greedy; valid: 0")
     check_config(cfg)

@@ -9,9 +9,9 @@
   out of range, ``topk`` above the vocabulary and a draft that cannot branch.
 * Tree drafts (:class:`DraftTree`, one per round): a model draft
   (:class:`~measure.drafts.ModelDraft`: ``model:``, ``early:N``, ``layers:``,
-  ``int8``, ``bf16``, ``fp16``) drafts level by level, one draft forward per
-  level over the nodes it expands, each under a tree mask over the draft's own
-  cache. With ``depth/topk/budget`` it drafts as SGLang's EAGLE: the top
+  ``int8``, ``bf16``, ``fp16``; on llama.cpp ``model:`` and ``quant:TYPE``)
+  drafts level by level, one draft forward per level over the nodes it
+  expands, each under a tree mask over the draft's own cache. With ``depth/topk/budget`` it drafts as SGLang's EAGLE: the top
   ``topk`` children of the root, then the top ``topk`` children of each of the
   ``topk`` best nodes of the level above (by cumulative draft log-probability),
   and keeps the ``budget`` best nodes of all of them. With a path list it drafts
@@ -27,17 +27,23 @@
   what a tree of any shape would have accepted at that position.
 * :func:`verify_tree` — the target verifies the root (the last emitted token)
   and every node in **one** forward: each token sees the committed context and
-  its ancestors (a 4D mask), at position ``L − 1 + depth``; greedy acceptance is
+  its ancestors (a 4D mask on transformers; on llama.cpp the sequence ids of
+  the paths through it), at position ``L − 1 + depth``; greedy acceptance is
   the longest path whose every token is the target's argmax at its parent, and
-  the accepted path's KV entries are moved into place (no re-run).
+  only the accepted path stays in the cache (no re-run). Only ids cross the
+  seam where the decoder has the fast paths (:func:`tree_argmax`,
+  :func:`tree_topk`, :func:`last_topk`): a llama.cpp worker sends back argmaxes
+  and top-k ids with their log-probabilities, not ``[m, V]`` logits.
 * :func:`tree_generate` — the loop (greedy only: a tree at temperature > 0 is
   refused until multi-candidate rejection sampling is built), returning the
   chain loop's :class:`~measure.seam.GenerationResult` and one
   :class:`TreeRoundRecord` per round (each node's depth, rank, parent, token,
   accepted or not).
 
-Decoders: the tree forward needs a :class:`~measure.seam.TreeDecoder` (the
-transformers engine's), for the target and for a model draft.
+Decoders: the tree forward needs a :class:`~measure.seam.TreeDecoder`, for the
+target and for a model draft: the transformers engine's, or the llama.cpp
+engine's in a tree run (its contexts made with ``n_seq_max`` =
+:func:`tree_sequences` and a unified KV cache, ``EngineOptions.tree_sequences``).
 """
 
 from __future__ import annotations
@@ -58,8 +64,12 @@ from sim.trees import TokenTree
 
 #: The keys of ``--tree depth=D,topk=K,budget=N``.
 TREE_KEYS = ("depth", "topk", "budget")
-#: Draft kinds that branch from the draft model's top-k (transformers engine).
-MODEL_KINDS = ("model", "early", "layers", "int8", "bf16", "fp16")
+#: Draft kinds that branch from the draft model's top-k (``quant:TYPE``: the llama.cpp engine's).
+MODEL_KINDS = ("model", "early", "layers", "int8", "bf16", "fp16", "quant")
+#: The engines that verify a tree in one forward.
+TREE_ENGINES = ("transformers", "llamacpp")
+#: The most sequences one llama.cpp context holds (``LLAMA_MAX_SEQ``, its ``src/llama-cparams.h``).
+LLAMACPP_MAX_SEQUENCES = 256
 #: Candidates kept per ranked node for the counterfactual record (``tree_ranks.csv``): enough for any tree of up
 #: to this many children per node to be replayed from the record.
 RANKED = 8
@@ -145,6 +155,17 @@ def parse_tree_option(text: str) -> TreeOption:
     return TreeOption(depth, topk, budget)
 
 
+def tree_sequences(option: TreeOption) -> int:
+    """The sequences a llama.cpp context needs for ``option``'s rounds: the committed one, and one per path a
+    batch adds — the verified tree's leaves (at most its nodes) or the nodes a model draft feeds level by level
+    (a path list's inner nodes; a beam's ``topk`` per level below the last)."""
+    if option.paths is not None:
+        paths = set(option.paths.paths)
+        inner = {p[:-1] for p in paths if len(p) > 1}
+        return 1 + max(len(paths - inner), len(inner), 1)
+    return 1 + max(option.budget, option.topk * (option.depth - 1))
+
+
 def can_branch(draft_spec: str) -> bool:
     """Whether a draft spec can propose more than one candidate per node (model top-k, multi-match lookup)."""
     kind, _, arg = str(draft_spec).partition(":")
@@ -161,16 +182,21 @@ def check_tree_option(option: TreeOption, *, draft_spec: str, engine: str = "tra
     ``context_tokens``/``vocab_size``: the target's, where known before loading.
     """
     label = option.label()
-    if engine != "transformers":
+    if engine not in TREE_ENGINES:
         raise ValueError(f"--tree {label} with --engine {engine}: tree verification is built for the "
-                         "transformers engine only; valid: --engine transformers")
+                         f"{' and '.join(TREE_ENGINES)} engines; valid: --engine {', '.join(TREE_ENGINES)}")
+    if engine == "llamacpp" and tree_sequences(option) > LLAMACPP_MAX_SEQUENCES:
+        raise ValueError(f"--tree {label} with --engine llamacpp: a round needs {tree_sequences(option)} sequences "
+                         f"(the committed one and one per path), above llama.cpp's {LLAMACPP_MAX_SEQUENCES} "
+                         "(LLAMA_MAX_SEQ); valid: fewer leaves (budget) or topk*(depth-1) below 256")
     if temperature > 0:
         raise ValueError(f"--tree {label} at --temperature {temperature:g}: trees are greedy only until "
                          "multi-candidate rejection sampling is built; valid: --temperature 0")
     if not option.is_chain and not can_branch(draft_spec):
         raise ValueError(f"--tree {label} with --draft {draft_spec}: this lookup proposes one candidate (the "
                          "earliest match) and cannot branch; valid: ngram:N (several earlier matches as branches), "
-                         "a model draft (model:, early:N, layers:, int8, bf16, fp16), or a chain (topk=1)")
+                         "a model draft (model:, early:N, layers:, int8, bf16, fp16; on llama.cpp model:, quant:), "
+                         "or a chain (topk=1)")
     if vocab_size is not None and option.topk > vocab_size:
         raise ValueError(f"--tree {label}: topk {option.topk} exceeds the vocabulary of {vocab_size} tokens; "
                          f"valid: 1..{vocab_size}")
@@ -295,13 +321,12 @@ class _Growing:
             return tuple(range(self.option.topk))
         return self.need.get(() if parent < 0 else self.path(parent), ())
 
-    def add_children(self, parent: int, row: torch.Tensor) -> None:
-        """Rank the draft's candidates after ``parent`` (its logits ``row`` ``[V]``), keep the wanted ones."""
+    def add_children(self, parent: int, ids_l: list[int], vals_l: list[float]) -> None:
+        """Rank the draft's candidates after ``parent`` (its best ids and their log-probabilities, best first,
+        at least :attr:`k` of them), keep the wanted ones."""
         want = self.wanted(parent)
-        logp = torch.log_softmax(row.float(), -1)
-        vals, ids = torch.topk(logp, min(max(max(want, default=0) + 1, RANKED), int(logp.shape[-1])))
-        ids_l, vals_l = ids.tolist(), vals.tolist()
-        self.ranked[parent] = tuple(ids_l[:RANKED])
+        assert len(ids_l) > max(want, default=-1), (len(ids_l), want)
+        self.ranked[parent] = tuple(int(i) for i in ids_l[:RANKED])
         base = self.scores[parent] if parent >= 0 else 0.0
         for r in want:
             self.toks.append(int(ids_l[r]))
@@ -309,6 +334,10 @@ class _Growing:
             self.ranks.append(r)
             self.scores.append(base + float(vals_l[r]))
             self.depths.append(1 if parent < 0 else self.depths[parent] + 1)
+
+    def k(self, vocab_size: int) -> int:
+        """Candidates to rank per expanded node: every rank the tree drafts and the :data:`RANKED` recorded."""
+        return min(max(self.option.topk, RANKED), int(vocab_size))
 
     def to_expand(self, level: int) -> list[int]:
         """The nodes of depth ``level`` whose children are drafted: a path list's parents, or the beam's best."""
@@ -326,12 +355,51 @@ class _Growing:
         return reindex(tree, range(len(self.toks)))
 
 
+def _topk_of(logits: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:
+    """Each row's ``k`` best ids (best first) and their log-probabilities, from logits ``[n, V]``."""
+    logp = torch.log_softmax(logits.float(), -1)
+    vals, ids = torch.topk(logp, min(int(k), int(logp.shape[-1])))
+    return ids.tolist(), vals.tolist()
+
+
+def tree_argmax(dec: TreeDecoder, ids: torch.Tensor, prefix_tokens: int, positions: torch.Tensor,
+                visible: torch.Tensor) -> list[int]:
+    """:meth:`~measure.seam.TreeDecoder.forward_tree`'s argmax per row, by the decoder's fast path
+    ``forward_tree_argmax`` where it has one (only ids cross the engine boundary)."""
+    fast = getattr(dec, "forward_tree_argmax", None)
+    if fast is not None:
+        return fast(ids, prefix_tokens, positions, visible).tolist()
+    return dec.forward_tree(ids, prefix_tokens, positions, visible).argmax(-1).tolist()
+
+
+def tree_topk(dec: TreeDecoder, ids: torch.Tensor, prefix_tokens: int, positions: torch.Tensor,
+              visible: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:
+    """Per tree row its ``k`` best ids and their log-probabilities, by ``forward_tree_topk`` where present."""
+    fast = getattr(dec, "forward_tree_topk", None)
+    if fast is not None:
+        top, logp = fast(ids, prefix_tokens, positions, visible, k)
+        return top.tolist(), logp.tolist()
+    return _topk_of(dec.forward_tree(ids, prefix_tokens, positions, visible), k)
+
+
+def last_topk(dec: Any, ids: torch.Tensor, k: int) -> tuple[list[int], list[float]]:
+    """Feed ``ids`` ``[1, n]``; the last row's ``k`` best ids and log-probabilities (``forward_topk_logprobs``
+    where the decoder has it)."""
+    fast = getattr(dec, "forward_topk_logprobs", None)
+    if fast is not None:
+        top, logp = fast(ids, k, last_only=True)
+        return top[0].tolist(), logp[0].tolist()
+    top_l, logp_l = _topk_of(dec.forward(ids, last_only=True), k)
+    return top_l[0], logp_l[0]
+
+
 class ModelTreeDrafter:
     """Tree drafts from a :class:`~measure.drafts.ModelDraft` whose decoder is a :class:`~measure.seam.TreeDecoder`."""
 
     def __init__(self, draft: Any, option: TreeOption) -> None:
         if not isinstance(draft.decoder, TreeDecoder):
-            raise ValueError(f"draft {draft.name!r}: its decoder has no tree forward (transformers engine only)")
+            raise ValueError(f"draft {draft.name!r}: its decoder has no tree forward (a transformers decoder, or "
+                             "a llama.cpp one made for a tree run)")
         self.draft, self.option = draft, option
 
     def start(self, prompt_ids: torch.Tensor) -> None:
@@ -343,7 +411,8 @@ class ModelTreeDrafter:
         dec = self.draft.decoder
         L = int(tokens.shape[1])
         g = _Growing(self.option)
-        g.add_children(-1, dec.forward(tokens[:, dec.n_cached:], last_only=True)[0])  # [V]: the root's children
+        k = g.k(dec.vocab_size)
+        g.add_children(-1, *last_topk(dec, tokens[:, dec.n_cached:], k))  # the root's children
         fed: list[int] = []  # nodes in the draft cache's tree slots, in slot order
         for level in range(1, self.option.depth):
             expand = g.to_expand(level)
@@ -354,10 +423,10 @@ class ModelTreeDrafter:
             vis = torch.tensor([[j in anc[i] for j in slots] for i in expand], dtype=torch.bool)
             pos = torch.tensor([L - 1 + g.depths[j] for j in slots], dtype=torch.long)
             ids = torch.tensor([[g.toks[i] for i in expand]], dtype=torch.long, device=tokens.device)
-            rows = dec.forward_tree(ids, L, pos, vis)  # [w, V]
+            tops, logps = tree_topk(dec, ids, L, pos, vis, k)  # per expanded node: its k best children
             fed = slots
-            for i, row in zip(expand, rows):
-                g.add_children(i, row)
+            for i, top, logp in zip(expand, tops, logps):
+                g.add_children(i, top, logp)
         dec.rollback(L)
         return g.tree()
 
@@ -508,7 +577,7 @@ def verify_tree(dec: TreeDecoder, tokens: torch.Tensor, tree: DraftTree) -> Tree
     pos = torch.tensor([L - 1 + d for d in depths], dtype=torch.long)
     ids = torch.tensor([[0, *tree.tokens]], dtype=torch.long, device=tokens.device)
     ids[0, 0] = tokens[0, L - 1]
-    am = dec.forward_tree(ids, L - 1, pos, vis).argmax(-1).tolist()  # [m]: the round's device-to-host transfer
+    am = tree_argmax(dec, ids, L - 1, pos, vis)  # [m]: the round's device-to-host transfer
     verdict = accept_tree(tree, am)
     dec.keep_slots(L, [L + i for i in verdict.accepted])
     return verdict
@@ -566,7 +635,8 @@ def _checked_decoder(dec: Any, temperature: float) -> TreeDecoder:
         raise ValueError(f"temperature {temperature:g}: token trees are greedy only until multi-candidate "
                          "rejection sampling is built; valid: 0")
     if not isinstance(dec, TreeDecoder):
-        raise ValueError(f"decoder {type(dec).__name__}: it has no tree forward (transformers engine only)")
+        raise ValueError(f"decoder {type(dec).__name__}: it has no tree forward (a transformers decoder, or a "
+                         "llama.cpp one made for a tree run: EngineOptions.tree_sequences)")
     return dec
 
 
@@ -631,7 +701,9 @@ def tree_generate(dec: TreeDecoder, drafter: Any, input_ids: torch.Tensor, tempe
 
 
 __all__ = [
+    "LLAMACPP_MAX_SEQUENCES",
     "RANKED",
+    "TREE_ENGINES",
     "TREE_KEYS",
     "DraftTree",
     "LookupTreeDrafter",
@@ -644,11 +716,15 @@ __all__ = [
     "beam_nodes",
     "can_branch",
     "check_tree_option",
+    "last_topk",
     "lookup_candidates",
     "make_tree_drafter",
     "parse_tree_option",
     "reindex",
+    "tree_argmax",
     "tree_generate",
+    "tree_sequences",
+    "tree_topk",
     "trie",
     "verify_tree",
 ]

@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from measure import records
+from measure import engines, records
 from measure.decoding import autoregressive_generate, speculative_generate
 from measure.devices import resolve_device
 from measure.drafts import parse_draft_spec
@@ -52,7 +52,7 @@ from measure.sweep.identity import environment, fingerprint
 from measure.sweep.session import Session, open_session
 from measure.timing import Timer
 from measure.trees.loop import (TreeOption, TreeRoundRecord, check_tree_option, make_tree_drafter, parse_tree_option,
-                                tree_generate)
+                                tree_generate, tree_sequences)
 from sim.policies import GammaSpec, make_policy
 
 
@@ -77,10 +77,17 @@ class TreeRunConfig:
     threads: int | None = None
     cost_curves: bool = True
     quiet: bool = False
+    engine: str = "transformers"
 
     def widest(self, options: list[TreeOption]) -> int:
         """The most draft tokens one round of any cell verifies."""
         return max([o.budget for o in options] + list(self.gammas))
+
+
+def run_tree_sequences(options: list[TreeOption]) -> int:
+    """The sequences each llama.cpp context of the run holds (``n_seq_max``): the most any of its trees needs
+    (:func:`~measure.trees.loop.tree_sequences`); 0 without a tree (its chains run in the default context)."""
+    return max((tree_sequences(o) for o in options), default=0)
 
 
 class TreeRunWriter(records.RunWriter):
@@ -91,20 +98,25 @@ class TreeRunWriter(records.RunWriter):
 
 def check_config(cfg: TreeRunConfig) -> list[TreeOption]:
     """The parsed tree options; one-line ``ValueError`` for any bad value, without loading a model."""
-    check_model_spec(cfg.target, "--target ")
-    ds = parse_draft_spec(cfg.draft)
-    if ds.kind == "model":
-        check_model_spec(ds.arg, "--draft model:")
+    if cfg.engine == "transformers":
+        check_model_spec(cfg.target, "--target ")
+        ds = parse_draft_spec(cfg.draft)
+        if ds.kind == "model":
+            check_model_spec(ds.arg, "--draft model:")
+        draft_spec = ds.to_str()
+        ctx, vocab = context_tokens(cfg.target), vocab_tokens(cfg.target)
+    else:  # the engine's own spec checks (files, GGUF magic, its draft forms); the vocabulary is read on loading
+        engines.check_specs(cfg.engine, cfg.target, [cfg.draft])
+        draft_spec, ctx, vocab = cfg.draft, engines.context_tokens(cfg.engine, cfg.target), None
     if not cfg.trees and not cfg.gammas:
         raise ValueError("--tree: give at least one tree (or a --gamma chain), e.g. --tree depth=4,topk=2,budget=8")
     for d in cfg.domains:
         if d not in DOMAINS:
             raise ValueError(f"--domains {d!r}: unknown domain; valid: {', '.join(DOMAINS)}")
-    ctx, vocab = context_tokens(cfg.target), vocab_tokens(cfg.target)
     options = []
     for text in cfg.trees:
         opt = parse_tree_option(text)
-        check_tree_option(opt, draft_spec=ds.to_str(), context_tokens=ctx, vocab_size=vocab)
+        check_tree_option(opt, draft_spec=draft_spec, engine=cfg.engine, context_tokens=ctx, vocab_size=vocab)
         options.append(opt)
     if len({o.label() for o in options}) < len(options):
         raise ValueError(f"--tree: a tree is given twice ({', '.join(o.label() for o in options)})")
@@ -128,7 +140,7 @@ def sweep_config(cfg: TreeRunConfig, options: list[TreeOption]) -> SweepConfig:
                        max_new_tokens=cfg.max_new_tokens, max_prompt_tokens=cfg.max_prompt_tokens, device=cfg.device,
                        dtype=cfg.dtype, seed=cfg.seed, warmup=cfg.warmup, peer=False, library=False, traces=False,
                        cost_curves=cfg.cost_curves, cost_max_tokens=widest + 1 if widest > MAX_GAMMA else None,
-                       repeats=cfg.repeats,
+                       repeats=cfg.repeats, engine=cfg.engine,
                        threads=cfg.threads, cache=cfg.cache)
 
 
@@ -277,13 +289,13 @@ def _open(cfg: TreeRunConfig, options: list[TreeOption], out_dir: str | Path, co
     fp = {**fingerprint(scfg, device, selection, hardware, versions), "trees": [o.label() for o in options],
           "gammas": list(cfg.gammas), "draft": cfg.draft}
     writer = TreeRunWriter(out_dir, resume=False, fingerprint=fp)
+    eopts = replace(engine_options(scfg, device, cfg.threads, cfg.quiet), tree_sequences=run_tree_sequences(options))
     writer.update(command=command, **source, hardware=hardware, versions=versions, prompt_selection=selection,
-                  config={**asdict(cfg), "kind": "trees", "sweep": scfg.as_dict()})
-    session = open_session(scfg, prompts, engine_options(scfg, device, cfg.threads, cfg.quiet), quiet=cfg.quiet,
-                           say=say, check=writer.check_fingerprint)
+                  config={**asdict(cfg), "kind": "trees", "sweep": scfg.as_dict(), "engine_options": asdict(eopts)})
+    session = open_session(scfg, prompts, eopts, quiet=cfg.quiet, say=say, check=writer.check_fingerprint)
     writer.update(models=session.models(), versions=session.versions(versions), prompts=session.prompts_meta())
     for opt in options:  # the vocabulary of a GGUF target is known now, before any generation
-        check_tree_option(opt, draft_spec=cfg.draft, vocab_size=session.target.vocab_size)
+        check_tree_option(opt, draft_spec=cfg.draft, engine=cfg.engine, vocab_size=session.target.vocab_size)
     return RunContext(writer, session, cfg, Timer(device)), hardware
 
 
@@ -338,4 +350,4 @@ def run_trees(cfg: TreeRunConfig, out_dir: str | Path, command: str = "",
 
 
 __all__ = ["RunContext", "TreeCell", "TreeRunConfig", "TreeRunWriter", "check_config", "make_cells", "run_trees",
-           "sweep_config", "visit"]
+           "run_tree_sequences", "sweep_config", "visit"]

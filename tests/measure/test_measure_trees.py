@@ -237,7 +237,7 @@ def test_tree_option_checks_against_draft_engine_model():
     opt = parse_tree_option("depth=4,topk=2,budget=8")
     cases = [
         ({"draft_spec": "ngram:3:first"}, "cannot branch"),
-        ({"draft_spec": "bf16", "engine": "llamacpp"}, "transformers engine only"),
+        ({"draft_spec": "bf16", "engine": "vllm"}, "valid: --engine transformers, llamacpp"),
         ({"draft_spec": "bf16", "temperature": 0.7}, "greedy only"),
         ({"draft_spec": "bf16", "context_tokens": 4}, "depth 4 does not fit"),
         ({"draft_spec": "bf16", "context_tokens": 8}, "budget 8 (+ the root) exceeds"),
@@ -266,7 +266,7 @@ def test_tree_generate_refuses_sampling(tiny):
     (["--draft", "bf16", "--tree", "depth=2,topk=2,budget=0"], "budget=0 must be >= 1"),
     (["--draft", "ngram:3:first", "--tree", "depth=2,topk=2"], "cannot branch"),
     (["--draft", "bf16", "--tree", "depth=2,topk=2", "--temperature", "0.8"], "greedy only"),
-    (["--draft", "bf16", "--tree", "depth=2,topk=2", "--engine", "llamacpp"], "transformers engine only"),
+    (["--draft", "bf16", "--tree", "depth=2,topk=2", "--engine", "llamacpp"], "unknown model for --engine llamacpp"),
     (["--draft", "bf16"], "give at least one tree"),
     (["--draft", "nope", "--tree", "depth=2,topk=2"], "unknown draft kind"),
 ])

@@ -11,7 +11,10 @@ OpenMP setting of ours). Objects:
   every fed position (or the last), ``argmax`` the same with only the greedy
   ids coming back, ``rollback(m)`` removes positions ``m..`` with
   ``llama_memory_seq_rm``; a full-size sliding-window cache (``swa_full``)
-  keeps the rollback exact for SWA models (Gemma-3);
+  keeps the rollback exact for SWA models (Gemma-3); ``topk`` the best ``k``
+  ids and their log-probabilities per row (a tree draft's candidates);
+* a tree context (``sequences > 1``, :mod:`.tree`) — the same with several
+  sequences in a unified KV cache, for token trees verified in one decode;
 * :meth:`Runtime.peer_generate` — llama-cpp-python's own prompt lookup
   (``Llama(draft_model=LlamaPromptLookupDecoding(...)).generate``), and
   :meth:`Runtime.library_generate` — its plain ``Llama.generate``: the
@@ -35,6 +38,25 @@ import numpy as np
 _LOGGER_NAME = "llama-cpp-python"
 #: Tokens whose texts are compared between a draft's and the target's vocabulary.
 VOCAB_SAMPLE_TOKENS = 512
+#: The most sequences a llama.cpp context holds (``LLAMA_MAX_SEQ``, ``src/llama-cparams.h``).
+LLAMA_MAX_SEQ = 256
+
+
+def top_logprobs(rows: np.ndarray, k: int) -> tuple[list[list[int]], list[list[float]]]:
+    """The ``k`` best ids of each row of logits ``[n, V]`` (best first; equal logits: the lower id first) and
+    their log-probabilities (log-softmax of the row, in float64 then rounded to float32's precision)."""
+    k = min(int(k), rows.shape[1])
+    if k < 1:
+        raise ValueError(f"top-k of {k} ids")
+    x = rows.astype(np.float64)
+    part = np.argpartition(-x, k - 1, axis=1)[:, :k]  # [n, k], unordered
+    vals = np.take_along_axis(x, part, 1)
+    order = np.lexsort((part, -vals), axis=1)
+    ids = np.take_along_axis(part, order, 1)
+    top = np.take_along_axis(vals, order, 1)
+    mx = x.max(1, keepdims=True)
+    lse = mx + np.log(np.exp(x - mx).sum(1, keepdims=True))
+    return ids.tolist(), (top - lse).astype(np.float32).tolist()
 
 
 def vocabulary_mismatch(n_a: int, n_b: int, text_a: Any, text_b: Any,
@@ -57,17 +79,23 @@ class ContextSettings:
 
     ``n_ctx = n_batch = max_len_tokens`` (a prefill is one batch), ``n_ubatch ≤ 512``, one thread count for
     single-token and batch decodes, flash attention off (``Llama``'s default), a full-size SWA cache.
+    ``sequences``: 1 (llama.cpp's own ``n_seq_max`` default, every chain run), or, for a tree run only, what
+    llama.cpp's tree speculation (``examples/speculative``) sets: ``n_seq_max = sequences`` and a unified KV
+    cache (:mod:`.tree`).
     """
 
     max_len_tokens: int
     threads: int
     gpu_layers: int = 0
+    sequences: int = 1
 
     def __post_init__(self) -> None:
         if self.max_len_tokens < 2:
             raise ValueError(f"max_len_tokens {self.max_len_tokens}: must be >= 2")
         if not 1 <= self.threads <= 1024:
             raise ValueError(f"threads {self.threads}: must be in 1..1024")
+        if not 1 <= self.sequences <= LLAMA_MAX_SEQ:
+            raise ValueError(f"sequences {self.sequences}: must be in 1..{LLAMA_MAX_SEQ} (llama.cpp's LLAMA_MAX_SEQ)")
 
 
 class Model:
@@ -116,7 +144,8 @@ class Context:
         self.n_ctx = int(ll.llama_n_ctx(ctx))
         self.n_batch = int(cp.n_batch)
         self._mem = ll.llama_get_memory(ctx)
-        self._batch = ll.llama_batch_init(self.n_batch, 0, 1)
+        self.n_seq_max = int(cp.n_seq_max)
+        self._batch = ll.llama_batch_init(self.n_batch, 0, self.n_seq_max)
         b = self._batch
         self._tok = np.ctypeslib.as_array(b.token, shape=(self.n_batch,))
         self._pos = np.ctypeslib.as_array(b.pos, shape=(self.n_batch,))
@@ -131,8 +160,7 @@ class Context:
         self._ll.llama_memory_clear(self._mem, True)
         self.n_cached = 0
 
-    def _decode(self, ids: list[int], out_rows: int) -> np.ndarray:
-        n = len(ids)
+    def _check_room(self, n: int) -> None:
         if n == 0:
             raise ValueError("forward of 0 tokens")
         if self.n_cached + n > self.n_ctx:
@@ -140,10 +168,18 @@ class Context:
                              "(raise max_len_tokens)")
         if n > self.n_batch:
             raise ValueError(f"forward of {n} tokens exceeds the llama.cpp batch of {self.n_batch} (max_len_tokens)")
+
+    def _decode(self, ids: list[int], out_rows: int) -> np.ndarray:
+        n = len(ids)
+        self._check_room(n)
         self._tok[:n] = ids
         self._pos[:n] = np.arange(self.n_cached, self.n_cached + n)
         self._logit_flags[:n] = 0
         self._logit_flags[n - out_rows:n] = 1
+        return self._run(n, out_rows)
+
+    def _run(self, n: int, out_rows: int) -> np.ndarray:
+        """``llama_decode`` of the batch's first ``n`` tokens → a view of llama.cpp's logits ``[out_rows, V]``."""
         self._batch.n_tokens = n
         rc = self._ll.llama_decode(self.ctx, self._batch)
         if rc != 0:
@@ -159,6 +195,11 @@ class Context:
     def argmax(self, ids: list[int], last_only: bool = False) -> list[int]:
         """Like :meth:`forward`, but only the greedy token of each row comes back."""
         return self._decode(ids, 1 if last_only else len(ids)).argmax(-1).tolist()
+
+    def topk(self, ids: list[int], k: int, last_only: bool = False) -> tuple[list[list[int]], list[list[float]]]:
+        """Like :meth:`forward`, but only each row's ``k`` best ids and their log-probabilities come back
+        (:func:`top_logprobs`)."""
+        return top_logprobs(self._decode(ids, 1 if last_only else len(ids)), k)
 
     def rollback(self, n_tokens: int) -> None:
         """Keep the first ``n_tokens`` cached positions (``llama_memory_seq_rm`` of the rest)."""
@@ -188,7 +229,9 @@ def context_params(ll: Any, s: ContextSettings) -> Any:
     cp.n_ctx = int(s.max_len_tokens)
     cp.n_batch = int(s.max_len_tokens)
     cp.n_ubatch = min(int(s.max_len_tokens), 512)
-    cp.n_seq_max = 1
+    cp.n_seq_max = int(s.sequences)
+    if s.sequences > 1:  # a tree run's context (.tree): the paths' sequences share the context's cells
+        cp.kv_unified = True
     cp.n_threads = cp.n_threads_batch = int(s.threads)
     cp.flash_attn_type = ll.LLAMA_FLASH_ATTN_TYPE_DISABLED
     cp.swa_full = True

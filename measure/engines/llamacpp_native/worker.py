@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from measure.engines.llamacpp_native.runtime import ContextSettings, Model, Runtime, vocabulary_mismatch
+from measure.engines.llamacpp_native.tree import TreeContext
 
 FAULT_ENV = "SPECSCOPE_LLAMACPP_FAULT"
 
@@ -85,17 +86,39 @@ class Worker:
         return self.rt.quantize(Path(source), qtype, threads, Path(root))
 
     # -- contexts (our decoders) -----------------------------------------------------------------
-    def op_decoder(self, model: int, max_len_tokens: int, threads: int) -> dict:
-        c = self.rt.new_decoder(self.models[model], max_len_tokens, threads)
+    def op_decoder(self, model: int, max_len_tokens: int, threads: int, sequences: int = 1) -> dict:
+        m = self.models[model]
+        if sequences > 1:  # a tree run's context: n_seq_max sequences in a unified KV cache
+            c = TreeContext(self.rt.ll, m, ContextSettings(max_len_tokens, threads, m.gpu_layers, sequences))
+        else:
+            c = self.rt.new_decoder(m, max_len_tokens, threads)
         h = self._handle()
         self.contexts[h] = c
-        return {"handle": h, "n_ctx": c.n_ctx, "n_batch": c.n_batch}
+        return {"handle": h, "n_ctx": c.n_ctx, "n_batch": c.n_batch, "n_seq_max": c.n_seq_max}
 
     def op_forward(self, dec: int, ids: list[int], last_only: bool) -> Any:
         return self.contexts[dec].forward(ids, last_only)
 
     def op_argmax(self, dec: int, ids: list[int], last_only: bool) -> list[int]:
         return self.contexts[dec].argmax(ids, last_only)
+
+    def op_topk(self, dec: int, ids: list[int], k: int, last_only: bool) -> tuple[list, list]:
+        return self.contexts[dec].topk(ids, k, last_only)
+
+    def op_tree(self, dec: int, ids: list[int], parents: list[int], out: str, k: int = 0) -> Any:
+        return self._tree(dec).tree(ids, parents, out, k)
+
+    def op_tree_keep(self, dec: int, start: int, slots: list[int]) -> None:
+        self._tree(dec).keep(start, slots)
+
+    def op_tree_cells(self, dec: int) -> dict:
+        return self._tree(dec).cached_positions()
+
+    def _tree(self, dec: int) -> Any:
+        c = self.contexts[dec]
+        if not hasattr(c, "keep"):
+            raise ValueError(f"decoder {dec}: a chain context (one sequence) has no tree forward")
+        return c
 
     def op_rollback(self, dec: int, n_tokens: int) -> None:
         self.contexts[dec].rollback(n_tokens)
