@@ -228,17 +228,6 @@ def engine():
 
 
 @pytest.fixture(scope="module")
-def smollm2(engine):
-    from measure.engines.gguf_files import PACKAGED
-
-    try:
-        PACKAGED["smollm2-135m"]()
-    except ValueError as e:
-        pytest.skip(str(e))
-    return engine.load_target("smollm2-135m", device="cpu", dtype="float32", seed=0)
-
-
-@pytest.fixture(scope="module")
 def prompt(engine, smollm2) -> torch.Tensor:
     return engine.encode(smollm2, MESSAGES[0], 200)
 

@@ -29,7 +29,6 @@ from measure.trees.loop import (
     tree_sequences,
     verify_tree,
 )
-from tests.test_engine_llamacpp import smollm2  # noqa: F401 (the packaged model, loaded by this module's engine)
 
 HAVE_LLAMA = importlib.util.find_spec("llama_cpp") is not None
 TREES = ("[[0],[1],[0,0]]", "depth=3,topk=2,budget=5")
@@ -134,7 +133,7 @@ def test_worker_top_k_log_probabilities_match_torch():
 def test_llama_cpp_tree_cli_bad_input_exits_2_before_loading(tmp_path, monkeypatch, argv, needle):
     from measure.__main__ import main
     from measure.engines import llamacpp
-    from tests.cli_inprocess import run_main
+    from tests.support.cli_inprocess import run_main
 
     def no_start(*a, **k):
         raise AssertionError("the llama.cpp worker was started")
@@ -192,7 +191,7 @@ def _plain_greedy(target, ids: torch.Tensor, n: int) -> list[int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("draft_spec", ["ngram:3", "quant:q8_0"])
-def test_greedy_trees_on_llama_cpp_reproduce_plain_greedy_decoding(engine, smollm2, draft_spec,  # noqa: F811
+def test_greedy_trees_on_llama_cpp_reproduce_plain_greedy_decoding(engine, smollm2, draft_spec,
                                                                    tmp_path_factory, monkeypatch):
     """Every tree's output is plain greedy decoding's, up to a flip at a near tie of the target's logits (the
     engine's lossless criterion: llama.cpp's batched logits move by up to ~1.5, its top-two margins by up to
@@ -226,7 +225,7 @@ def test_greedy_trees_on_llama_cpp_reproduce_plain_greedy_decoding(engine, smoll
 
 
 @pytest.mark.slow
-def test_after_a_round_the_cache_holds_exactly_the_context_and_the_accepted_path(smollm2, engine):  # noqa: F811
+def test_after_a_round_the_cache_holds_exactly_the_context_and_the_accepted_path(smollm2, engine):
     ids = engine.encode(smollm2, MESSAGES[0], 120)
     cont = _plain_greedy(smollm2, ids, 6)
     L = ids.shape[1] + 1
@@ -257,7 +256,7 @@ def test_after_a_round_the_cache_holds_exactly_the_context_and_the_accepted_path
 
 
 @pytest.mark.slow
-def test_tree_node_logits_equal_the_same_path_fed_in_order(smollm2, engine):  # noqa: F811
+def test_tree_node_logits_equal_the_same_path_fed_in_order(smollm2, engine):
     """Each node's logits in one tree decode against its path fed to a one-sequence context as one batch
     (root and path): equal within llama.cpp's batch noise, and with the same top-2 order wherever the margin
     exceeds the near-tie tolerance.
@@ -306,7 +305,7 @@ def test_llama_cpp_tree_run_is_lossless_and_records_its_context(tmp_path):
         pytest.skip("llama-cpp-python is not installed")
     from measure.__main__ import main
     from measure.records import load_run
-    from tests.cli_inprocess import run_main
+    from tests.support.cli_inprocess import run_main
 
     out = tmp_path / "run"
     r = run_main(main, ["tree", "--engine", "llamacpp", "--target", "smollm2-135m", "--draft", "ngram:3",
