@@ -42,7 +42,7 @@ run: $(STAMP)
 
 # -n auto --dist worksteal (pytest-xdist): one worker per core, an idle worker takes tests from a busy one. A test
 # that kills its worker (a native crash) is a failure under its own name and the rest still run; the loadfile and
-# loadscope schedulers deadlock there (tests/test_suite_crash_safety.py)
+# loadscope schedulers deadlock there (tests/project/test_suite_crash_safety.py)
 test: $(STAMP)
 	$(PY) -m pytest -q -n auto --dist worksteal
 

@@ -6,7 +6,7 @@ tables) are read by ``calibrate`` and ``reports`` on machines without torch.
 Everything that needs torch lives in submodules.
 
 Layout, in one-way layers (each imports only its own layer and those below;
-``tests/test_import_graph.py`` holds the list, ``docs/ARCHITECTURE.md`` draws it):
+``tests/project/test_import_graph.py`` holds the list, ``docs/ARCHITECTURE.md`` draws it):
 the run format (``records``, ``stats``, ``analysis``: torch-free) → the
 machine and the inputs (``timing``, ``system``, ``prompts``, ``devices``) →
 the seam (``seam``: every protocol that crosses layers) → the loops, drafts

@@ -18,7 +18,7 @@ sizes the bootstrap's interval is too narrow: on seeded synthetic cells with
 a known ratio it covered the truth 82% of the time at 4 pairs (the default
 job's 2 prompts × 2 repeats), 87% at 6, 90% at 12 and 94% at 24, where
 Fieller's covered 95–96% at every n (``python benchmarks/ci_coverage.py``,
-``results/ci-coverage.json``; ``tests/test_measure_stats.py`` checks the
+``results/ci-coverage.json``; ``tests/measure/test_measure_stats.py`` checks the
 rate at 4 and 24 pairs). Where Fieller's set is unbounded or reaches 0 or below (the
 pairs vary too much to bound a positive ratio at 95%), there is no interval, and
 :attr:`Estimate.note` says why.
@@ -34,7 +34,7 @@ gamma- and lognormal-distributed samples it covers the true mean 94–95% of
 the time at a spread of 8–30% for 2 to 12 samples (Student's t: 94–95%, but
 below zero in 17% of the 2-sample intervals even at 8%), and 92–95% at a
 spread of 80% where Student's t covers 89–93%
-(``tests/test_measure_stats.py`` checks the rates). Fewer than 2 samples:
+(``tests/measure/test_measure_stats.py`` checks the rates). Fewer than 2 samples:
 no interval, and the note says "too few samples". All closed forms: no
 resampling, no seed.
 
@@ -67,7 +67,7 @@ CONFIDENCE = 0.95
 #: results/2026-11-24-readme-evidence.md §3.2). At 15% / 20% (1.9 and 2.5 times that σ; 0.4% and 1.2% by the same arithmetic) they flag 3 of 48, and
 #: still 4 of 6 cells in each of the two runs with a CPU hog beside them (-hog, -hog2: CV up to 38%, drift up
 #: to 40%). The price: on seeded synthetic cells (8% noise) one visit slowed by 35% is flagged 80% of the
-#: time (10% / 10%: 99.8%), two in a row 99%; tests/test_measure_stats.py checks these rates.
+#: time (10% / 10%: 99.8%), two in a row 99%; tests/measure/test_measure_stats.py checks these rates.
 CV_THRESHOLD = 0.15
 DRIFT_THRESHOLD = 0.20
 

@@ -4,7 +4,7 @@ Numbers are copied from each model's published ``config.json`` on the model
 hub (layers, hidden size, heads, KV heads, head dim, FFN size, vocabulary,
 tied embeddings, context length) and the published parameter count.
 :meth:`ModelSpec.counted_params` recounts parameters from the architecture;
-``tests/test_presets.py`` checks the two agree within 2%.
+``tests/presets/test_presets.py`` checks the two agree within 2%.
 
 FLOPs and bytes of one forward (used by the roofline in :mod:`presets.hardware`):
 

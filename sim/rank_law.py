@@ -14,7 +14,7 @@ that fills that in, from α alone, for the top ``ranks`` candidates:
   fitted (least squares on the top-2..5 recall) to the 15 top-1..top-5
   accuracy curves of Medusa's heads on Vicuna-7B/13B/33B
   (:data:`MEDUSA_TOPK_ACCURACY`, top-1 from 0.12 to 0.60), RMSE 0.008; the
-  constants below are that fit (``tests/test_rank_law.py`` refits them).
+  constants below are that fit (``tests/sim/test_rank_law.py`` refits them).
   Caveats, said wherever the law is used: Medusa heads predict the token
   after next without the next one, not a draft model continuing a chain; the
   accuracies are against the training text, not a target's greedy token; and

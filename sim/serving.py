@@ -37,7 +37,7 @@ per request a few NumPy additions of contiguous rows, per step a read of one
 Python list (the ring is read a window of steps at a time) and, for a
 :class:`LinearStepCost`, its formula written out in the loop. Every total is
 summed as the first version of this loop summed it, so a seed gives the same
-numbers, bit for bit (``tests/serve_golden.py``).
+numbers, bit for bit (``tests/support/serve_golden.py``).
 
 Times are in milliseconds; lengths in tokens.
 """

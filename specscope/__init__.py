@@ -3,5 +3,5 @@
 The top layer: :mod:`specscope.cli` maps each subcommand onto a module's own
 CLI (``specscope predict`` is ``python -m sim``, ``specscope calibrate`` is
 ``python -m calibrate``, ...), importing it only when that subcommand runs.
-Nothing imports this package (``tests/test_import_graph.py``).
+Nothing imports this package (``tests/project/test_import_graph.py``).
 """

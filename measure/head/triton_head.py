@@ -11,9 +11,9 @@ Triton is imported lazily: importing this module on a machine without Triton
 (or without CUDA) works, :func:`triton_available` returns ``False`` and the
 callers (:class:`measure.head.pruned_head.PrunedLMHead`) fall back to the torch
 implementation, which is also the reference these kernels are tested against
-(``tests/test_pruned_head.py``, GPU-only tests). Both kernels share one
+(``tests/measure/head/test_pruned_head.py``, GPU-only tests). Both kernels share one
 ``@triton.jit`` helper, ``_gather_dot_block`` (row gather + float32 dot for one
-block of ``BLOCK_K`` kept tokens). Without a GPU, ``tests/test_triton_interpret.py``
+block of ``BLOCK_K`` kept tokens). Without a GPU, ``tests/measure/head/test_triton_interpret.py``
 runs both kernels in Triton's interpreter (``TRITON_INTERPRET=1``, CPU tensors,
 numpy semantics) against the torch reference; :func:`triton_available` stays
 ``False`` on CPU, so the interpreter is a correctness check, never a dispatch path.
@@ -184,7 +184,7 @@ def triton_gather_project_argmax(weight: torch.Tensor, ids: torch.Tensor, hidden
 
 
 # The launchers below skip the CUDA check: under TRITON_INTERPRET=1 the tests run
-# them on CPU tensors (tests/test_triton_interpret.py).
+# them on CPU tensors (tests/measure/head/test_triton_interpret.py).
 def _launch_project(weight: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     _check_shapes(weight, ids, hidden)
     k = _kernels()

@@ -1,0 +1,1 @@
+"""The test suite: one folder per package (``tests/<package>/``, subpackages likewise), shared helpers in ``tests/support/``."""

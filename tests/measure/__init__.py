@@ -1,0 +1,1 @@
+"""Tests of measure (its subpackages engines and head in folders of their own)."""

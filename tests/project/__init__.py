@@ -1,0 +1,1 @@
+"""Project-wide tests: the layering and conventions, the docs, the notebook, the suite itself, the specscope command."""
