@@ -269,6 +269,16 @@ def table_html(df: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
                       float_format=lambda v: floatfmt.format(v))
 
 
+def judged_columns(df: pd.DataFrame, value: str, lo: str, hi: str, fmt: str) -> pd.DataFrame:
+    """``df`` with the columns a judged-prediction table shows: ``measured [95% CI]`` (``value [lo, hi]`` as
+    ``fmt``, the value alone where the CI is missing) and ``inside CI`` (yes / no / a dash) from ``inside_ci``."""
+    out = df.copy()
+    out["measured [95% CI]"] = [f"{fmt.format(m)} [{fmt.format(a)}, {fmt.format(b)}]" if pd.notna(a)
+                                else fmt.format(m) for m, a, b in zip(out[value], out[lo], out[hi])]
+    out["inside CI"] = out["inside_ci"].map({True: "yes", False: "no"}).fillna("—")
+    return out
+
+
 def _read_csv_or_empty(path: Path, required: tuple[str, ...] | None = None) -> pd.DataFrame:
     """A calibration table, or an empty frame when it has no columns (nothing was fitted) or, unless
     ``required`` names its columns, is absent. A table that cannot be parsed or lacks a required column is one

@@ -282,12 +282,10 @@ def _answer_html(cal: dict, advice: dict, meta: dict | None, units: Any) -> str:
 
 def _groups_html(pred: pd.DataFrame) -> str:
     """Every (configuration, load, metric) judged: measured [95% CI], predicted, error, inside the CI."""
-    from reports.page import table_html
+    from reports.page import judged_columns, table_html
 
-    keep = pred[pred["metric"].isin([m for m, _ in PANELS])].copy()
-    keep["measured [95% CI]"] = [f"{m:.1f} [{lo:.1f}, {hi:.1f}]" if pd.notna(lo) else f"{m:.1f}"
-                                 for m, lo, hi in zip(keep["measured"], keep["measured_lo"], keep["measured_hi"])]
-    keep["inside CI"] = keep["inside_ci"].map({True: "yes", False: "no"}).fillna("—")
+    keep = judged_columns(pred[pred["metric"].isin([m for m, _ in PANELS])], "measured", "measured_lo",
+                          "measured_hi", "{:.1f}")
     cols = ["config", "load", "split", "metric", "measured [95% CI]", "predicted", "ape_pct", "inside CI"]
     return table_html(keep[cols].rename(columns={"ape_pct": "error %"}), "{:.1f}")
 

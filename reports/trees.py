@@ -146,13 +146,10 @@ def section_html(cal_dir: str | Path) -> str:
 
 
 def _cells_html(pred: pd.DataFrame) -> str:
-    from reports.page import table_html
+    from reports.page import judged_columns, table_html
 
     held = measured_frame(pred)
-    held["measured [95% CI]"] = [f"{m:.3f} [{lo:.3f}, {hi:.3f}]" if pd.notna(lo) else f"{m:.3f}"
-                                 for m, lo, hi in zip(held["measured_speedup"], held["measured_speedup_lo"],
-                                                      held["measured_speedup_hi"])]
-    held["inside CI"] = held["inside_ci"].map({True: "yes", False: "no"}).fillna("—")
+    held = judged_columns(held, "measured_speedup", "measured_speedup_lo", "measured_speedup_hi", "{:.3f}")
     cols = ["kind", "loop", "shape", "budget", "measured [95% CI]", "predicted_speedup", "ape_speedup_pct",
             "inside CI"]
     return table_html(held[cols].rename(columns={"predicted_speedup": "held-out prediction",
