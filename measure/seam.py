@@ -208,6 +208,16 @@ class Engine(Protocol):
         """Library versions and engine settings (threads …) that change a timing, for ``run.json``."""
         ...
 
+    def has_peer(self, target: TargetModel, draft: Any, gamma: int) -> bool:
+        """Whether the engine has its own speculative decoding for this draft and γ (:meth:`peer_generate` runs
+        it), decided from the objects alone, without generating: a sweep's visit modes follow from it."""
+        ...
+
+    def has_library(self, target: TargetModel) -> bool:
+        """Whether the engine has its own plain decoding of ``target`` (:meth:`library_generate` runs it),
+        decided without generating."""
+        ...
+
     def peer_generate(self, target: TargetModel, draft: Any, input_ids: torch.Tensor, gamma: int,
                       temperature: float, max_new_tokens: int, seed: int) -> PeerResult | None:
         """The engine's own speculative decoding with the same draft and γ, or None if it has none for it."""

@@ -563,12 +563,21 @@ class LlamaCppEngine:
         return {"model": target.handle, "max_len_tokens": int(self.options.max_len_tokens), "threads": self.threads,
                 "prompt": input_ids.reshape(-1).tolist(), "eos": list(target.eos_token_ids)}
 
+    def has_peer(self, target: LlamaCppTarget, draft: Any, gamma: int) -> bool:
+        """Whether :meth:`peer_generate` runs this pair: llama-cpp-python's prompt lookup takes ``ngram:N:first``
+        drafts only."""
+        return isinstance(draft, NGramDraft) and ngram_rule(draft) == "first" and gamma >= 1
+
+    def has_library(self, target: LlamaCppTarget) -> bool:
+        """True: llama-cpp-python's plain ``Llama.generate`` runs every target."""
+        return True
+
     def peer_generate(self, target: LlamaCppTarget, draft: Any, input_ids: torch.Tensor, gamma: int,
                       temperature: float, max_new_tokens: int, seed: int) -> PeerResult | None:
         """llama-cpp-python's own prompt lookup, for ``ngram:N:first`` drafts only (None for others): pure
         temperature sampling, seeded by ``seed``; ``drafted``/``accepted``/``rounds`` counted from the proposals
         the library asked for and the tokens it then emitted."""
-        if not isinstance(draft, NGramDraft) or ngram_rule(draft) != "first" or gamma < 1:
+        if not self.has_peer(target, draft, gamma):
             return None
         r = self.worker.call("peer", **self._library_args(target, input_ids), max_ngram=int(draft.max_ngram),
                              gamma=int(gamma), temperature=float(temperature), max_new_tokens=int(max_new_tokens),

@@ -63,7 +63,8 @@ class CellContext:
     config: SweepConfig
     timer: Timer
     bar: Any = None
-    peer_ok: dict = field(default_factory=dict)
+    #: peers found failing by this context (draft name -> error): a worker's context outlives the cells it runs
+    peer_errors: dict = field(default_factory=dict)
     hardware: str | None = None  # records.hardware_label of the machine measuring the cells
 
     @property
@@ -97,27 +98,57 @@ def rotation(index: int, modes: tuple[str, ...]) -> tuple[str, ...]:
     return modes[k:] + modes[:k]
 
 
-def _warm(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, modes: tuple[str, ...]) -> set[str]:
-    """Warm ``modes`` up (never recorded); returns the modes that generated (an engine without a peer for this
-    pair, or without a library baseline, returns None there)."""
+def visit_modes(ctx: CellContext, draft: Any, spec: GammaSpec, name: str) -> tuple[str, ...]:
+    """The modes every visit of a cell measures: the one place that decides them, from the run's config, what
+    the engine declares it has for this pair (:meth:`measure.seam.Engine.has_peer`, ``has_library``: no
+    generation) and the peers ``run.json`` records as failing (``peer_errors``) — so the first pass, a resume
+    and every ``--warmup`` agree (issue #43: a resume with ``--warmup 0`` used to quarantine every visit)."""
+    cfg, t = ctx.config, ctx.target
+    modes = ["baseline", "speculative"]
+    if cfg.peer and name not in peer_failures(ctx) and ctx.engine.has_peer(t, draft, spec.gamma):
+        modes.append("peer")
+    if cfg.library and ctx.engine.has_library(t):
+        modes.append("library")
+    return tuple(modes)
+
+
+def peer_failures(ctx: CellContext) -> dict[str, str]:
+    """The drafts whose peer failed in this run (``run.json`` ``peer_errors``: the error in words) or in this
+    context."""
+    return {**(ctx.writer.meta.get("peer_errors") or {}), **ctx.peer_errors}
+
+
+def _peer_failed(ctx: CellContext, name: str, e: Exception) -> None:
+    """Record that the peer of draft ``name`` failed (``peer_errors``): its cells are measured without it."""
+    errs = peer_failures(ctx)
+    errs[name] = ctx.peer_errors[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    ctx.writer.update(peer_errors=errs)
+
+
+def _warm(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, modes: tuple[str, ...]) -> None:
+    """Warm ``modes`` up, ``config.warmup`` times each (never recorded)."""
     cfg, t = ctx.config, ctx.target
     ids = ctx.enc[next(iter(ctx.enc))]
     n = min(8, cfg.max_new_tokens)
-    ran: set[str] = set()
     for _ in range(cfg.warmup):
         for mode in modes:
-            g = _gen(cfg.seed, -1, t.device)
-            if mode == "baseline":
-                autoregressive_generate(ctx.decoder, ids, temp, n, g, t.eos_token_ids, ctx.timer)
-            elif mode == "speculative":
-                speculative_generate(ctx.decoder, draft, ids, spec.policy(), temp, n, g, t.eos_token_ids, ctx.timer)
-            elif mode == "peer":
-                if ctx.engine.peer_generate(t, draft, ids, spec.gamma, temp, n, cfg.seed) is None:
-                    continue
-            elif ctx.engine.library_generate(t, ids, temp, n, cfg.seed) is None:
-                continue
-            ran.add(mode)
-    return ran if cfg.warmup else set(modes)
+            _generate_mode(ctx, mode, draft, spec, temp, ids, n, _gen(cfg.seed, -1, t.device), cfg.seed)
+
+
+def _warm_modes(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, name: str) -> tuple[str, ...]:
+    """Warm the cell's modes up (:func:`visit_modes`); the modes it is measured in. A peer that fails while it
+    warms up is recorded (``peer_errors``) and left out of every visit of its draft's cells."""
+    modes = visit_modes(ctx, draft, spec, name)
+    _warm(ctx, draft, spec, temp, tuple(m for m in modes if m != "peer"))
+    if "peer" in modes:
+        try:
+            _warm(ctx, draft, spec, temp, ("peer",))
+        except records.RunInterrupted:
+            raise
+        except Exception as e:  # a peer that cannot run this pair is recorded, not fatal
+            _peer_failed(ctx, name, e)
+            modes = visit_modes(ctx, draft, spec, name)
+    return modes
 
 
 def _lossless(ctx: CellContext, ids: torch.Tensor, baseline: Sequence[int], other: Sequence[int]) -> LosslessCheck:
@@ -176,28 +207,42 @@ class CellMeasurement:
     series: CellSeries
 
 
+def _generate_mode(ctx: CellContext, mode: str, draft: Any, spec: GammaSpec, temp: float, ids: torch.Tensor,
+                   n: int, gen: torch.Generator, seed: int) -> Any:
+    """One generation of ``mode`` (a decoding result, or the engine's :class:`~measure.seam.PeerResult`).
+
+    A mode :func:`visit_modes` chose always generates: an engine whose peer or library baseline answers None
+    after declaring it has one breaks the seam, said in one line (``ValueError``)."""
+    t = ctx.target
+    if mode == "baseline":
+        return autoregressive_generate(ctx.decoder, ids, temp, n, gen, t.eos_token_ids, ctx.timer)
+    if mode == "speculative":
+        return speculative_generate(ctx.decoder, draft, ids, spec.policy(), temp, n, gen, t.eos_token_ids,
+                                    ctx.timer)
+    if mode == "library":
+        pr = ctx.engine.library_generate(t, ids, temp, n, seed)
+    else:  # the peer gets the initial γ only: it runs its engine's constant schedule whatever the policy
+        pr = ctx.engine.peer_generate(t, draft, ids, spec.gamma, temp, n, seed)
+    if pr is None:
+        raise ValueError(f"engine {ctx.engine.name!r} declares a {mode} for this cell but generated none "
+                         f"(its has_{'library' if mode == 'library' else 'peer'} and {mode}_generate disagree)")
+    return pr
+
+
 def _generate(ctx: CellContext, mode: str, draft: Any, spec: GammaSpec, temp: float, ids: torch.Tensor,
-              seed_i: int, rep: int, order: int) -> Generation | None:
-    """One generation of ``mode``; None when the peer cannot run this pair."""
+              seed_i: int, rep: int, order: int) -> Generation:
+    """One counted generation of ``mode``."""
     cfg, t, timer = ctx.config, ctx.target, ctx.timer
     timer.reset_peak_memory()
+    r = _generate_mode(ctx, mode, draft, spec, temp, ids, cfg.max_new_tokens, _gen(seed_i, rep, t.device),
+                       seed_i + rep)
     if mode == "baseline":
-        r = autoregressive_generate(ctx.decoder, ids, temp, cfg.max_new_tokens, _gen(seed_i, rep, t.device),
-                                    t.eos_token_ids, timer)
         return Generation(r.tokens, r.wall_s, r.ttft_ms, r.token_latency_ms, (), None, None, None, order,
                           timer.peak_memory_bytes())
     if mode == "speculative":
-        r = speculative_generate(ctx.decoder, draft, ids, spec.policy(), temp, cfg.max_new_tokens,
-                                 _gen(seed_i, rep, t.device), t.eos_token_ids, timer)
         return Generation(r.tokens, r.wall_s, r.ttft_ms, r.token_latency_ms, r.rounds, r.drafted, r.accepted,
                           len(r.rounds), order, timer.peak_memory_bytes())
-    if mode == "library":
-        pr = ctx.engine.library_generate(t, ids, temp, cfg.max_new_tokens, seed_i + rep)
-    else:  # the peer gets the initial γ only: it runs its engine's constant schedule whatever the policy
-        pr = ctx.engine.peer_generate(t, draft, ids, spec.gamma, temp, cfg.max_new_tokens, seed_i + rep)
-    if pr is None:
-        return None
-    return Generation(pr.tokens, pr.wall_s, pr.ttft_ms, (), (), pr.drafted, pr.accepted, pr.rounds, order,
+    return Generation(r.tokens, r.wall_s, r.ttft_ms, (), (), r.drafted, r.accepted, r.rounds, order,
                       timer.peak_memory_bytes())
 
 
@@ -274,6 +319,13 @@ class Visit:
                    tuple(TokenLatencyRow.from_json(r) for r in rec["token_latency"]),
                    tuple(RoundRow.from_json(r) for r in rec["rounds"]))
 
+    def keeping(self, modes: Sequence[str]) -> "Visit":
+        """The visit with the generations of ``modes`` only (a peer found failing later is dropped from the visits
+        measured with it; the baseline and speculative generations stay)."""
+        return Visit(self.cell_id, self.attempt, self.repeat, self.prompt_index,
+                     tuple(r for r in self.gen_rows if r.mode in modes),
+                     tuple(r for r in self.lat_rows if r.mode in modes), self.round_rows)
+
     def problem(self, repeats: int, n_prompts: int, modes: Sequence[str]) -> str | None:
         """Why this visit cannot belong to a cell measured with ``repeats`` repeats of ``n_prompts`` prompts in
         ``modes`` (None if it can): indices out of range, rows of another cell, a generation per mode."""
@@ -329,33 +381,17 @@ def _visit(ctx: CellContext, plan: CellPlan, modes: tuple[str, ...], rep: int, p
     visit = rep * len(ctx.prompts[cell.domain]) + pi
     res: dict[str, Generation] = {}
     for pos, mode in enumerate(rotation(visit, modes)):
-        g = _generate(ctx, mode, plan.draft, cell.gamma, cell.temperature, ids, seed_i, rep, pos)
-        if g is not None:
-            res[mode] = g
+        try:
+            res[mode] = _generate(ctx, mode, plan.draft, cell.gamma, cell.temperature, ids, seed_i, rep, pos)
+        except records.RunInterrupted:
+            raise
+        except Exception as e:
+            if mode != "peer":
+                raise
+            _peer_failed(ctx, cell.draft, e)  # measured without it from here on (measure_cells drops it)
     gen_rows, lat_rows = _generation_rows(ctx, cid, p, cell.domain, ids, rep, cell.temperature, res)
     round_rows = [RoundRow(cid, p.prompt_id, **asdict(rr), repeat=rep) for rr in res["speculative"].rounds]
     return Visit(cid, attempt, rep, pi, tuple(gen_rows), tuple(lat_rows), tuple(round_rows))
-
-
-def _warm_modes(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, name: str) -> tuple[str, ...]:
-    """Warm every mode up; the modes the cell is measured in. A peer that fails on this pair is recorded
-    (``peer_errors``) and dropped; a peer or library baseline the engine does not have for it is dropped."""
-    cfg = ctx.config
-    modes = ["baseline", "speculative"]
-    _warm(ctx, draft, spec, temp, tuple(modes))
-    if cfg.peer and ctx.peer_ok.get(name, True):
-        try:
-            modes += sorted(_warm(ctx, draft, spec, temp, ("peer",)))
-        except records.RunInterrupted:
-            raise
-        except Exception as e:  # a peer that cannot run this pair is recorded, not fatal
-            errs = dict(ctx.writer.meta.get("peer_errors", {}))
-            errs[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            ctx.writer.update(peer_errors=errs)
-            ctx.peer_ok[name] = False
-    if cfg.library:
-        modes += sorted(_warm(ctx, draft, spec, temp, ("library",)))
-    return tuple(modes)
 
 
 def _cell_row(ctx: CellContext, draft: Any, cell: CellId, m: CellMeasurement, modes: tuple[str, ...],
@@ -436,6 +472,48 @@ def _naming(what: str) -> Iterator[None]:
                                      "--out to resume") from None
 
 
+def _staged_visits(ctx: CellContext, plans: Sequence[CellPlan], modes: dict[str, tuple[str, ...]]
+                   ) -> tuple[dict[str, dict[tuple[int, int], Visit]], dict[str, int]]:
+    """The visits staged on disk that belong to ``plans`` as configured (by cell, by (repeat, prompt)), and each
+    cell's attempt; a visit that cannot belong is quarantined with the reason. The generations of a peer that
+    failed after they were measured are dropped, the visit kept."""
+    wanted = {p.cell_id: p for p in plans}
+    staged: dict[str, dict[tuple[int, int], Visit]] = {cid: {} for cid in wanted}
+    attempts = {cid: 1 for cid in wanted}
+    failed = peer_failures(ctx)
+    for rec in ctx.writer.staged():
+        try:
+            v = Visit.from_record(rec)
+        except ValueError as e:
+            ctx.writer.quarantine(rec, str(e))
+            continue
+        plan = wanted.get(v.cell_id)
+        if plan is None:
+            continue
+        if "peer" not in modes[v.cell_id] and plan.cell.draft in failed:
+            v = v.keeping(modes[v.cell_id])
+        why = v.problem(ctx.config.repeats, len(ctx.prompts[plan.cell.domain]), modes[v.cell_id])
+        if why is not None:
+            ctx.writer.quarantine(rec, why)
+            continue
+        if v.attempt < attempts[v.cell_id]:
+            continue
+        if v.attempt > attempts[v.cell_id]:  # a later attempt supersedes the visits of an earlier one
+            attempts[v.cell_id], staged[v.cell_id] = v.attempt, {}
+        staged[v.cell_id][(v.repeat, v.prompt_index)] = v
+    return staged, attempts
+
+
+def _drop_peer(ctx: CellContext, plans: Sequence[CellPlan], draft: str, modes: dict[str, tuple[str, ...]],
+               staged: dict[str, dict[tuple[int, int], Visit]]) -> None:
+    """The peer of ``draft`` failed mid-run (recorded in ``peer_errors``): its cells are measured without it,
+    and their visits measured so far keep every other mode."""
+    for q in plans:
+        if q.cell.draft == draft:
+            modes[q.cell_id] = visit_modes(ctx, q.draft, q.cell.gamma, draft)
+            staged[q.cell_id] = {k: v.keeping(modes[q.cell_id]) for k, v in staged[q.cell_id].items()}
+
+
 # long: the interleaving schedule (passes over repeat, prompt, cell), resume of staged visits and the
 #   until-stable re-measurement are one loop; each visit and each finished cell is a call
 def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Callable[[str], None] | None = None,
@@ -454,32 +532,12 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
     after each visit (the sweep times a few cost-curve points there, :class:`CostCurves`).
     """
     cfg = ctx.config
-    wanted = {p.cell_id for p in plans}
-    staged: dict[str, dict[tuple[int, int], Visit]] = {cid: {} for cid in wanted}
-    attempts = {cid: 1 for cid in wanted}
     modes = {}
     for p in plans:
         with _naming(f"warming up cell {p.cell_id}"):
             modes[p.cell_id] = _warm_modes(ctx, p.draft, p.cell.gamma, p.cell.temperature, p.cell.draft)
-    n_prompts = {p.cell_id: len(ctx.prompts[p.cell.domain]) for p in plans}
     n_repairs = len(ctx.writer.repairs)
-    for rec in ctx.writer.staged():
-        try:
-            v = Visit.from_record(rec)
-        except ValueError as e:
-            ctx.writer.quarantine(rec, str(e))
-            continue
-        if v.cell_id not in wanted:
-            continue
-        why = v.problem(cfg.repeats, n_prompts[v.cell_id], modes[v.cell_id])
-        if why is not None:
-            ctx.writer.quarantine(rec, why)
-            continue
-        if v.attempt < attempts[v.cell_id]:
-            continue
-        if v.attempt > attempts[v.cell_id]:  # a later attempt supersedes the visits of an earlier one
-            attempts[v.cell_id], staged[v.cell_id] = v.attempt, {}
-        staged[v.cell_id][(v.repeat, v.prompt_index)] = v
+    staged, attempts = _staged_visits(ctx, plans, modes)
     for note in ctx.writer.repairs[n_repairs:]:
         if on_attempt:
             on_attempt(note)
@@ -504,6 +562,8 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                             v = _visit(ctx, plan, modes[cid], rep, pi, attempts[cid])
                         ctx.writer.stage(v.to_record())
                         staged[cid][(rep, pi)] = v
+                        if "peer" in modes[cid] and plan.cell.draft in peer_failures(ctx):
+                            _drop_peer(ctx, plans, plan.cell.draft, modes, staged)
                         if ctx.bar is not None:
                             ctx.bar.update(1)
                         if between is not None:

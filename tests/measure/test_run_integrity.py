@@ -273,3 +273,85 @@ def test_a_disk_error_mid_run_interrupts_the_run_in_one_line(tmp_path, monkeypat
     monkeypatch.setattr(records, "_append_bytes", real)
     run = _resume(tmp_path / "r", [])
     assert run.status == "complete" and set(_generations_per_cell(tmp_path / "r").values()) == {2 * 2 * MODES}
+
+
+# -- a resume keeps every staged visit, whatever --warmup was (issue #43) --------------------------------------
+def _kill_at(monkeypatch: pytest.MonkeyPatch, stage: str) -> None:
+    """Raise ``KeyboardInterrupt`` (what a kill leaves, short of the heartbeat) at ``stage`` of the first run."""
+    from measure.sweep import cells
+
+    calls = {"n": 0}
+
+    def nth(n: int, fn, before: bool = True):
+        def wrapped(*a, **kw):
+            calls["n"] += 1
+            if before and calls["n"] == n:
+                raise KeyboardInterrupt
+            out = fn(*a, **kw)
+            if not before and calls["n"] == n:
+                raise KeyboardInterrupt
+            return out
+        return wrapped
+
+    if stage == "warming up":
+        monkeypatch.setattr(cells, "_warm", nth(2, cells._warm))
+    elif stage == "mid-visit":
+        monkeypatch.setattr(cells, "_visit", nth(4, cells._visit))
+    elif stage == "between visits":
+        monkeypatch.setattr(records.RunWriter, "stage", nth(5, records.RunWriter.stage, before=False))
+    else:  # writing the cells: the first cell's tables appended, its cells.csv row not
+        monkeypatch.setattr(records.RunWriter, "finish_cell", nth(1, records.RunWriter.finish_cell))
+
+
+@pytest.mark.parametrize("warmup", [0, 1])
+@pytest.mark.parametrize("stage", ["warming up", "mid-visit", "between visits", "writing cells"])
+@pytest.mark.slow
+def test_a_resume_measures_nothing_again_whatever_the_warmup(stage, warmup, tmp_path, monkeypatch):
+    from measure.sweep import cells
+    from tests.support.fake_engine import NoLibraryToy
+
+    cfg = _cfg(warmup=warmup, traces=False)  # NoLibraryToy: three modes a visit, as the transformers engine
+    measured: list[list[tuple]] = [[], []]
+    visit = cells._visit
+
+    def counted(ctx, plan, modes, rep, pi, attempt):
+        v = visit(ctx, plan, modes, rep, pi, attempt)
+        measured[-1].append((v.cell_id, v.repeat, v.prompt_index))
+        return v
+
+    monkeypatch.setattr(cells, "_visit", counted)
+    path = tmp_path / "run"
+    with monkeypatch.context() as m:
+        _kill_at(m, stage)
+        with pytest.raises(KeyboardInterrupt):
+            run_sweep(cfg, path, engine=NoLibraryToy(), show_bar=False)
+    first = measured.pop()
+    measured.append([])
+    notes: list[str] = []
+    run = run_sweep(cfg, path, engine=NoLibraryToy(), show_bar=False, progress=notes.append)
+    again = measured[-1]
+    assert run.status == "complete" and len(run.table("cells")) == 2
+    assert not set(first) & set(again), f"measured again: {sorted(set(first) & set(again))}"
+    assert len(set(first) | set(again)) == 2 * 2 * 2  # cells x prompts x repeats
+    assert not (path / records.QUARANTINE).exists(), notes
+    assert set(run.table("generations")["mode"]) == {"baseline", "speculative", "peer"}
+
+
+def test_a_peer_that_fails_mid_run_is_dropped_and_its_visits_kept(tmp_path):
+    from tests.support.fake_engine import NoLibraryToy
+
+    class FailingPeer(NoLibraryToy):
+        calls = 0
+
+        def peer_generate(self, *a, **kw):
+            FailingPeer.calls += 1
+            if FailingPeer.calls == 3:
+                raise RuntimeError("peer broke on this prompt")
+            return super().peer_generate(*a, **kw)
+
+    run = run_sweep(_cfg(warmup=0, traces=False), tmp_path / "run", engine=FailingPeer(), show_bar=False)
+    assert run.status == "complete" and len(run.table("cells")) == 2
+    assert "peer broke" in run.meta["peer_errors"]["ngram:2"]
+    g = run.table("generations")
+    assert set(g["mode"]) == {"baseline", "speculative"} and len(g) == 2 * 8  # every visit kept, peer dropped
+    assert run.table("cells")["tokens_per_s_peer"].isna().all()

@@ -107,6 +107,12 @@ class ToyEngine:
     def versions(self) -> dict:
         return {"toy": "1"}
 
+    def has_peer(self, target: ToyTarget, draft: Any, gamma: int) -> bool:
+        return True
+
+    def has_library(self, target: ToyTarget) -> bool:
+        return True
+
     def library_generate(self, target: ToyTarget, input_ids: torch.Tensor, temperature: float,
                          max_new_tokens: int, seed: int) -> PeerResult:
         """The toy's "own plain decoding": greedy, token by token, recomputing the prefix (no cache)."""
@@ -136,3 +142,31 @@ class InterruptedToy(ToyEngine):
         if self.calls == self.stop_at:
             raise KeyboardInterrupt
         return super().library_generate(*a, **kw)
+
+
+class NoLibraryToy(ToyEngine):
+    """The toy engine without a library baseline (as the transformers engine): its visits hold three modes."""
+
+    def has_library(self, target: ToyTarget) -> bool:
+        return False
+
+    def library_generate(self, *a: Any, **kw: Any) -> None:
+        return None
+
+
+class KilledToy(NoLibraryToy):
+    """:class:`NoLibraryToy` SIGKILLed-alike (``KeyboardInterrupt``) in its ``stop_at``-th generation of any mode
+    (warm-ups count); ``calls`` counts every generation, so a test sees what a resume measured again."""
+
+    def __init__(self, stop_at: int = 0) -> None:
+        super().__init__()
+        self.stop_at, self.calls = stop_at, 0
+
+    def _count(self) -> None:
+        self.calls += 1
+        if self.calls == self.stop_at:
+            raise KeyboardInterrupt
+
+    def peer_generate(self, *a: Any, **kw: Any) -> PeerResult:
+        self._count()
+        return super().peer_generate(*a, **kw)

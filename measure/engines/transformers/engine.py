@@ -62,6 +62,14 @@ class TransformersEngine:
                 "threads": str(torch.get_num_threads()), "cache": self.options.cache,
                 "compile": str(self.options.compile)}
 
+    def has_peer(self, target: Any, draft: Any, gamma: int) -> bool:
+        """Whether :func:`peer_generate` runs this pair: a target with an HF model and an n-gram or model draft."""
+        return gamma >= 1 and _peer_kind(target, draft) is not None
+
+    def has_library(self, target: Any) -> bool:
+        """False: :meth:`library_generate` has nothing to run here."""
+        return False
+
     def library_generate(self, target: Any, input_ids: torch.Tensor, temperature: float, max_new_tokens: int,
                          seed: int) -> PeerResult | None:
         """None: the baseline is held against transformers' own ``generate`` by ``benchmarks/bench_engine.py``,
@@ -71,6 +79,18 @@ class TransformersEngine:
     def peer_generate(self, target: Any, draft: Any, input_ids: torch.Tensor, gamma: int, temperature: float,
                       max_new_tokens: int, seed: int) -> PeerResult | None:
         return peer_generate(target, draft, input_ids, gamma, temperature, max_new_tokens, seed)
+
+
+def _peer_kind(target: Any, draft: Any) -> str | None:
+    """How transformers runs this pair as the peer: ``"lookup"`` (an n-gram draft), ``"assisted"`` (a model
+    draft), or None (no HF model behind the target or the draft)."""
+    if getattr(target, "model", None) is None:
+        return None
+    if isinstance(draft, NGramDraft):
+        return "lookup"
+    if isinstance(draft, ModelDraft) and getattr(draft, "model", None) is not None:
+        return "assisted"
+    return None
 
 
 def peer_generate(target: Any, draft: Any, input_ids: torch.Tensor, gamma: int, temperature: float,
@@ -90,25 +110,24 @@ def peer_generate(target: Any, draft: Any, input_ids: torch.Tensor, gamma: int, 
     """
     if gamma < 1:
         raise ValueError(f"peer gamma {gamma}: must be >= 1")
-    model = getattr(target, "model", None)
-    if model is None:
+    kind = _peer_kind(target, draft)
+    if kind is None:
         return None
+    model = target.model
     kw: dict[str, Any] = dict(max_new_tokens=max_new_tokens, do_sample=temperature > 0,
                               attention_mask=torch.ones_like(input_ids))
     if temperature > 0:
         kw.update(temperature=temperature, top_k=0, top_p=1.0)
     eos = list(target.eos_token_ids)
     kw.update(eos_token_id=eos or None, pad_token_id=eos[0] if eos else 0)
-    if isinstance(draft, NGramDraft):
+    if kind == "lookup":
         kw.update(prompt_lookup_num_tokens=int(gamma), max_matching_ngram_size=draft.max_ngram)
-    elif isinstance(draft, ModelDraft) and getattr(draft, "model", None) is not None:
+    else:
         gc = draft.model.generation_config
         gc.num_assistant_tokens = int(gamma)
         gc.num_assistant_tokens_schedule = schedule
         gc.assistant_confidence_threshold = 0.0
         kw.update(assistant_model=draft.model)
-    else:
-        return None
     dev = torch.device(getattr(target, "device", "cpu"))
     devices = [dev.index or 0] if dev.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
