@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from toolkit.cli import OneLineParser, csv_items, fail, int_arg
+from toolkit.cli import OneLineParser, csv_items, fail, float_arg, int_arg
 from measure.serve.units import LoadSpec, ServeConfig, UnitRow
 
 PROG = "python -m measure serve"
@@ -87,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force-new", action="store_true", help="move an existing --out aside and start afresh")
     p.add_argument("--extend", action="store_true",
                    help="add units (configurations, loads, repeats) to an existing run: recorded in run.json")
+    p.add_argument("--stall-timeout", type=float_arg(0, 3600, lo_open=True), default=60.0, metavar="S",
+                   help="a request whose stream sends nothing for S seconds fails (default 60)")
     p.add_argument("--quiet", action="store_true", help="no per-unit lines, only the table and the JSON line")
     return p
 
@@ -258,7 +260,7 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Any, dict]:
                 max_new_tokens=args.max_new_tokens, repeats=args.repeats, seed=args.seed, prompts=prompts,
                 threads=threads, ctx_size=per_slot * slots, batch_tokens=args.batch_size, url=url,
                 synth_configs=synth_configs, synth_loads=synth_loads, synth_requests=args.step_cost_requests or 0,
-                synth_repeats=args.step_cost_repeats or 0)
+                synth_repeats=args.step_cost_repeats or 0, stall_s=args.stall_timeout)
     config = {"kind": "serve", "configs": [c.to_str() for c in configs], "loads": [ld.to_str() for ld in loads],
               "slots": slots, "threads": threads if url is None else None, "requests": args.requests,
               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "seed": args.seed,
@@ -337,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail(PROG, f"--out {str(out)!r} is a file, not a directory")
     if args.force_new and out.exists():
         out.rename(out.with_name(f"{out.name}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"))
-    from measure.records import FingerprintMismatch, hardware_label, load_run, strict_dumps
+    from measure.records import FingerprintMismatch, hardware_label, load_run
     from measure.serve.runner import Interrupted, Progress, run_units
     from measure.serve.units import ServeRunWriter, summarise
     from measure.sweep import environment
@@ -389,14 +391,26 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     progress = Progress(on_unit=(lambda row: None) if args.quiet else _print_unit,
                         on_block=(lambda text: None) if args.quiet else
-                        (lambda text: print(text, file=sys.stderr)))
+                        (lambda text: print(text, file=sys.stderr)),
+                        on_failed=lambda f: print(f"  {f.text()}: not kept, a resume measures it again",
+                                                  file=sys.stderr),
+                        on_note=lambda text: print(f"note: {text}", file=sys.stderr))
+    failures: list = []
+    groups: list = []
     try:
         with writer.recording():
-            run_units(plan, writer, progress, label, factory)
+            failures = run_units(plan, writer, progress, label, factory)
             run = load_run(out)
             groups = summarise(run.table("serve_units"))
             writer.update(summary={"groups": [g.as_dict() for g in groups], "load_generator": _overhead(run)})
+            _raise_for(failures, len(writer.finished_cells))
+    except RequestsFailed as e:
+        _print_result(out, groups, writer, failures)
+        print(f"{PROG}: failed: {e}", file=sys.stderr)
+        return 1
     except Interrupted as e:
+        if failures:
+            _print_result(out, groups, writer, failures)
         print(f"{PROG}: interrupted: {e}; finished units are kept in {out} (the same command resumes)",
               file=sys.stderr)
         return 1
@@ -406,11 +420,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 143 if sig == "SIGTERM" else 130
     except ValueError as e:
         fail(PROG, str(e))
-    print(format_summary(groups))
-    lg = writer.meta["summary"]["load_generator"]
-    print(f"load generator: {lg['text']}")
-    print(strict_dumps({"out": str(out), "groups": [g.as_dict() for g in groups], "load_generator": lg}))
+    _print_result(out, groups, writer, failures)
     return 0
+
+
+class RequestsFailed(RuntimeError):
+    """Every request a run sent failed, so it measured nothing: closed ``failed`` (never ``complete``)."""
+
+
+def _raise_for(failures: Sequence[Any], n_finished: int) -> None:
+    """End a run that had units with failed requests: ``failed`` if no unit of it is finished, else
+    ``interrupted`` (a resume measures those units again); one line either way."""
+    from measure.serve.runner import Interrupted
+
+    if not failures:
+        return
+    what = f"{failures[0].text()}" + (f", and {len(failures) - 1} more unit(s) with failed requests"
+                                       if len(failures) > 1 else "")
+    if n_finished == 0:
+        raise RequestsFailed(f"no unit finished: {what}")
+    raise Interrupted(f"{what}; those units are not kept")
+
+
+def _print_result(out: Path, groups: Sequence[Any], writer: Any, failures: Sequence[Any]) -> None:
+    """The table, the load generator's cost and the one JSON line (with the units whose requests failed)."""
+    from measure.records import strict_dumps
+
+    print(format_summary(groups))
+    if failures:
+        print(f"failed units: {len(failures)} (requests failed: {sum(f.n_failed for f in failures)} of "
+              f"{sum(f.n_requests for f in failures)}); {failures[0].text()}")
+    lg = (writer.meta.get("summary") or {}).get("load_generator") or {"text": "no units"}
+    print(f"load generator: {lg['text']}")
+    print(strict_dumps({"out": str(out), "status": writer.meta.get("status"),
+                        "groups": [g.as_dict() for g in groups], "load_generator": lg,
+                        "failed_units": [f.as_dict() for f in failures]}))
 
 
 def _overhead(run: Any) -> dict:

@@ -10,6 +10,15 @@ time and its end-to-end latency; the final chunk's ``usage`` and (llama-server)
 this process over the unit (:func:`run_load` returns it) and, open loop, how
 late each request left against its schedule.
 
+**What counts.** A request finished only when its event stream ended with
+``data: [DONE]`` after at least one token; anything else is a failed request
+with the reason in words (an HTTP error, a 200 answered with a plain body, a
+chunk that is not a JSON object, an ``error`` chunk, a stream that stops
+before ``[DONE]``, or a *stall*: no line for ``stall_s`` seconds). Its tokens
+are the chunks that carried text, as streamed; the server's
+``usage.completion_tokens`` is kept beside them only to be checked
+(:func:`usage_disagreement`), never used for a throughput.
+
 One ``httpx2.AsyncClient`` on one asyncio loop; no request is retried.
 """
 
@@ -28,6 +37,8 @@ import numpy as np
 from measure.serve.units import LoadSpec
 
 REQUEST_TIMEOUT_S = 600.0
+#: Seconds without a line from a started stream after which its request fails (``--stall-timeout``).
+STALL_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -51,7 +62,8 @@ class RequestResult:
     scheduled_s: float = math.nan
     event_s: list[float] = field(default_factory=list)
     done_s: float = math.nan
-    tokens: int | None = None
+    tokens: int | None = None  # chunks that carried text, as streamed
+    usage_tokens: Any = None  # the server's usage.completion_tokens as it answered (checked, never used)
     prompt_tokens: int | None = None
     timings: dict = field(default_factory=dict)
     error: str | None = None
@@ -92,8 +104,60 @@ def _chunk_text(obj: dict) -> str:
     return c.get("text") or ""
 
 
-async def _one(client: Any, ep: Endpoint, spec: RequestSpec, max_tokens: int, res: RequestResult) -> None:
-    """Send one streaming request and fill ``res`` as its chunks arrive."""
+def _count(v: Any) -> int | None:
+    """A token count the server reported, if it is one (a non-negative integer), else None."""
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def _chunk(res: RequestResult, payload: str, now: float) -> str | None:
+    """Take one ``data:`` payload into ``res``; why the request failed, if this chunk fails it."""
+    obj = json.loads(payload)
+    if not isinstance(obj, dict):
+        return f"a stream chunk is not a JSON object ({' '.join(payload.split())[:80]})"
+    if obj.get("error"):
+        return f"the stream carried an error ({' '.join(json.dumps(obj['error']).split())[:160]})"
+    if _chunk_text(obj):
+        res.event_s.append(now)
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        res.usage_tokens = usage.get("completion_tokens")
+        res.prompt_tokens = _count(usage.get("prompt_tokens"))
+    if isinstance(obj.get("timings"), dict):
+        res.timings = obj["timings"]
+    return None
+
+
+async def _stream(resp: Any, res: RequestResult, stall_s: float) -> str | None:
+    """Read an event stream into ``res`` until ``data: [DONE]``; why the request failed (None: it finished)."""
+    lines = resp.aiter_lines().__aiter__()
+    other: list[str] = []
+    while True:
+        try:
+            line = await asyncio.wait_for(lines.__anext__(), stall_s)
+        except StopAsyncIteration:
+            break
+        except asyncio.TimeoutError:
+            return f"the stream stalled: no chunk for {stall_s:g} s after {len(res.event_s)} token(s)"
+        if not line.startswith("data:"):
+            if line.strip() and len(other) < 3:
+                other.append(line.strip())
+            continue
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            return None if res.event_s else "the stream ended with no token"
+        why = _chunk(res, payload, time.perf_counter())
+        if why is not None:
+            return why
+    if not res.event_s and other:
+        kind = resp.headers.get("content-type", "") or "none"
+        return (f"HTTP 200 without an event stream (content-type {kind}: "
+                f"{' '.join(' '.join(other).split())[:120]})")
+    return f"the stream ended before data: [DONE] after {len(res.event_s)} token(s)"
+
+
+async def _one(client: Any, ep: Endpoint, spec: RequestSpec, max_tokens: int, res: RequestResult,
+               stall_s: float = STALL_TIMEOUT_S) -> None:
+    """Send one streaming request and fill ``res`` as its chunks arrive (module docstring: what counts)."""
     res.sent_s = time.perf_counter()
     try:
         async with client.stream("POST", ep.base_url + ep.path, json=ep.body(spec.text, max_tokens)) as resp:
@@ -101,27 +165,24 @@ async def _one(client: Any, ep: Endpoint, spec: RequestSpec, max_tokens: int, re
                 body = (await resp.aread()).decode(errors="replace")[:200]
                 res.error = f"HTTP {resp.status_code}: {' '.join(body.split())}"
                 return
-            async for line in resp.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                now = time.perf_counter()
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
-                obj = json.loads(payload)
-                if _chunk_text(obj):
-                    res.event_s.append(now)
-                if obj.get("usage"):
-                    res.tokens = obj["usage"].get("completion_tokens")
-                    res.prompt_tokens = obj["usage"].get("prompt_tokens")
-                if obj.get("timings"):
-                    res.timings = obj["timings"]
+            res.error = await _stream(resp, res, stall_s)
     except (httpx2.HTTPError, ValueError, OSError) as e:
         res.error = f"{type(e).__name__}: {' '.join(str(e).split()) or 'connection failed'}"
     finally:
         res.done_s = time.perf_counter()
-        if res.tokens is None and res.error is None:
-            res.tokens = len(res.event_s)
+        res.tokens = len(res.event_s)
+
+
+def usage_disagreement(results: Sequence[RequestResult]) -> str | None:
+    """In words, the finished requests whose server-reported ``usage.completion_tokens`` is not the streamed
+    count (the streamed count is the one used); None when every report agrees or there is none."""
+    bad = [r for r in results if r.error is None and r.usage_tokens is not None and r.usage_tokens != r.tokens]
+    if not bad:
+        return None
+    r = bad[0]
+    return (f"the server's usage.completion_tokens disagrees with the streamed tokens in {len(bad)} of "
+            f"{len(results)} requests (e.g. {str(r.usage_tokens)[:40]} for {r.tokens} streamed); the streamed "
+            "count is used")
 
 
 @dataclass(frozen=True)
@@ -142,7 +203,7 @@ def arrival_offsets_s(n: int, rate_per_s: float, seed: int) -> np.ndarray:
 
 
 async def _run(ep: Endpoint, requests: Sequence[RequestSpec], load: LoadSpec, max_tokens: int,
-               seed: int) -> LoadResult:
+               seed: int, stall_s: float) -> LoadResult:
     results = [RequestResult(r.index, r.prompt_id, r.domain) for r in requests]
     n_conn = load.concurrency if load.closed else len(requests)
     limits = httpx2.Limits(max_connections=max(n_conn, 1) + 2, max_keepalive_connections=max(n_conn, 1) + 2)
@@ -154,7 +215,7 @@ async def _run(ep: Endpoint, requests: Sequence[RequestSpec], load: LoadSpec, ma
 
             async def worker() -> None:
                 for i in queue:
-                    await _one(client, ep, requests[i], max_tokens, results[i])
+                    await _one(client, ep, requests[i], max_tokens, results[i], stall_s)
 
             await asyncio.gather(*(worker() for _ in range(min(load.concurrency, len(requests)))))
         else:
@@ -165,7 +226,7 @@ async def _run(ep: Endpoint, requests: Sequence[RequestSpec], load: LoadSpec, ma
                 delay = results[i].scheduled_s - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
-                await _one(client, ep, requests[i], max_tokens, results[i])
+                await _one(client, ep, requests[i], max_tokens, results[i], stall_s)
 
             await asyncio.gather(*(timed(i) for i in range(len(requests))))
         wall = time.perf_counter() - t0
@@ -175,9 +236,10 @@ async def _run(ep: Endpoint, requests: Sequence[RequestSpec], load: LoadSpec, ma
 
 
 def run_load(ep: Endpoint, requests: Sequence[RequestSpec], load: LoadSpec, max_tokens: int,
-             seed: int = 0) -> LoadResult:
-    """Drive ``requests`` through ``ep`` under ``load``; every request's result, however it ended."""
-    return asyncio.run(_run(ep, requests, load, max_tokens, seed))
+             seed: int = 0, stall_s: float = STALL_TIMEOUT_S) -> LoadResult:
+    """Drive ``requests`` through ``ep`` under ``load``; every request's result, however it ended (a stream
+    with no line for ``stall_s`` seconds fails its request)."""
+    return asyncio.run(_run(ep, requests, load, max_tokens, seed, stall_s))
 
 
 def get_json(url: str, timeout_s: float = 10.0) -> tuple[int, Any]:

@@ -10,6 +10,13 @@ units the server answers one short warm-up request (not recorded). Per unit:
 ``serve_units`` row last. A unit already finished in ``--out`` is skipped
 (resume); a server that dies mid-unit loses that unit only: the run is closed
 ``interrupted`` with one line, and the same command resumes it.
+
+A unit is finished only when every request of its load finished
+(:mod:`measure.serve.client`: what counts). A unit with a failed request is
+not written: it is counted in ``run.json`` ``failed_units`` (requests,
+failures, the first reason), :func:`run_units` returns it, and a resume
+measures it again; a unit whose every request failed stops the run there (the
+server is not answering as one that streams completions).
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ import numpy as np
 
 from measure.records import Terminated
 from measure.system import cpu_sample, other_cpu_shares
-from measure.serve.client import Endpoint, LoadResult, RequestSpec, get_json, run_load
+from measure.serve.client import STALL_TIMEOUT_S, Endpoint, LoadResult, RequestSpec, get_json, run_load, \
+    usage_disagreement
 from measure.serve.units import (
     LoadSpec,
     RequestRow,
@@ -69,6 +77,7 @@ class Plan:
     synth_configs: tuple[ServeConfig, ...] = ()
     synth_requests: int = 0  # requests per step-cost unit (0: as ``requests``)
     synth_repeats: int = 0  # repeats of the step-cost units, in the first repeats' blocks (0: as ``repeats``)
+    stall_s: float = STALL_TIMEOUT_S  # a stream with no line for this long fails its request
 
     def blocks(self) -> list[tuple[int, int, ServeConfig, list[LoadSpec]]]:
         """(block, repeat, configuration, loads in order) for every block, in the order they run."""
@@ -248,17 +257,42 @@ class Progress:
 
     on_unit: Callable[[UnitRow], None] = lambda row: None
     on_block: Callable[[str], None] = lambda text: None
+    on_failed: Callable[["UnitFailure"], None] = lambda failure: None
+    on_note: Callable[[str], None] = lambda text: None
+
+
+@dataclass(frozen=True)
+class UnitFailure:
+    """A unit measured with failed requests: not finished, not written; ``run.json`` ``failed_units`` holds it."""
+
+    unit: str
+    n_requests: int
+    n_failed: int
+    error: str  # the first failed request's reason
+
+    @property
+    def all_failed(self) -> bool:
+        return self.n_failed == self.n_requests
+
+    def text(self) -> str:
+        return f"{self.unit}: {self.n_failed} of {self.n_requests} requests failed ({self.error})"
+
+    def as_dict(self) -> dict:
+        return {"unit": self.unit, "n_requests": self.n_requests, "n_failed": self.n_failed, "error": self.error}
 
 
 def run_units(plan: Plan, writer: ServeRunWriter, progress: Progress, hardware: str,
-              server_factory: Callable[[ServeConfig, Path], Any] | None = None) -> int:
-    """Measure every unit of ``plan`` not finished in ``writer``'s run; the number measured now.
+              server_factory: Callable[[ServeConfig, Path], Any] | None = None) -> list[UnitFailure]:
+    """Measure every unit of ``plan`` not finished in ``writer``'s run; the units that had failed requests
+    (not written; the run goes on, except after a unit whose every request failed: it stops there).
 
     ``server_factory(config, log_path)`` gives a context manager with ``base_url``, ``alive()`` and ``died()``
     (:class:`~measure.serve.server.LlamaServer`); None with ``plan.url``: the server is already running.
     """
-    measured = 0
+    failures: list[UnitFailure] = []
     for block, r, cfg, loads in plan.blocks():
+        if failures and failures[-1].all_failed:
+            break
         todo = [ld for ld in loads if not writer.is_finished(UnitId(cfg, plan.slots, ld, r).to_str())]
         if not todo:
             continue
@@ -269,14 +303,31 @@ def run_units(plan: Plan, writer: ServeRunWriter, progress: Progress, hardware: 
         try:
             ep = _endpoint(plan, cfg, srv.base_url if srv is not None else str(plan.url))
             run_load(ep, [RequestSpec(0, "warmup", "warmup", _requests(plan, cfg)[0].text)], LoadSpec(1),
-                     WARMUP_TOKENS, plan.seed)
+                     WARMUP_TOKENS, plan.seed, plan.stall_s)
             for ld in todo:
-                measured += _one_unit(plan, writer, progress, hardware, UnitId(cfg, plan.slots, ld, r), block, ep,
-                                      srv)
+                failed = _one_unit(plan, writer, progress, hardware, UnitId(cfg, plan.slots, ld, r), block, ep, srv)
+                _record_failure(writer, UnitId(cfg, plan.slots, ld, r).to_str(), failed)
+                if failed is not None:
+                    failures.append(failed)
+                    progress.on_failed(failed)
+                    if failed.all_failed:
+                        break
         finally:
             if ctx is not None:
                 ctx.__exit__(None, None, None)
-    return measured
+    return failures
+
+
+def _record_failure(writer: ServeRunWriter, cid: str, failed: UnitFailure | None) -> None:
+    """``run.json`` ``failed_units``: the unit's last failure, or none once it finished."""
+    old = dict(writer.meta.get("failed_units") or {})
+    if failed is None and cid not in old:
+        return
+    if failed is None:
+        del old[cid]
+    else:
+        old[cid] = failed.as_dict()
+    writer.update(failed_units=old)
 
 
 def _endpoint(plan: Plan, cfg: ServeConfig, base: str) -> Endpoint:
@@ -295,20 +346,25 @@ def _url_model(base: str) -> str:
 
 
 def _one_unit(plan: Plan, writer: ServeRunWriter, progress: Progress, hardware: str, uid: UnitId, block: int,
-              ep: Endpoint, srv: Any) -> int:
+              ep: Endpoint, srv: Any) -> UnitFailure | None:
+    """Measure one unit; written when every request finished, else its failure (nothing written)."""
     cid = uid.to_str()
     raw_before, before = _scrape(ep.base_url)
     pids = [os.getpid(), srv.proc.pid] if srv is not None and getattr(srv, "proc", None) is not None else None
     cpu0 = cpu_sample(pids) if pids else None
     load = run_load(ep, _requests(plan, uid.config), uid.load, plan.max_new_tokens,
-                    seed=plan.seed * 1000 + uid.repeat)
+                    seed=plan.seed * 1000 + uid.repeat, stall_s=plan.stall_s)
     other, steal = other_cpu_shares(cpu0, cpu_sample(pids) if pids else None)
     raw_after, after = _scrape(ep.base_url)
     if srv is not None and not srv.alive():
         raise Interrupted(str(srv.died()))
     errors = [r.error for r in load.results if r.error]
-    if plan.url is not None and len(errors) == len(load.results):
-        raise Interrupted(f"every request of {cid} failed at {plan.url} ({errors[0]})")
+    if errors:
+        return UnitFailure(cid, len(load.results), len(errors), errors[0])
+    note = usage_disagreement(load.results)
+    if note is not None:
+        progress.on_note(f"{cid}: {note}")
+        writer.update(usage_notes={**(writer.meta.get("usage_notes") or {}), cid: note})
     if raw_before is not None and raw_after is not None:
         mdir = writer.path / "metrics"
         mdir.mkdir(exist_ok=True)
@@ -323,4 +379,4 @@ def _one_unit(plan: Plan, writer: ServeRunWriter, progress: Progress, hardware: 
                   steal_share=steal)
     writer.finish_cell(row)
     progress.on_unit(row)
-    return 1
+    return None

@@ -7,6 +7,9 @@ and on leaving — normally, on Ctrl-C, on SIGTERM (turned into an exception by
 the run writer) or on an error — sends SIGTERM, then SIGKILL after a grace
 period. Its output goes to a log file in the run directory. A server that
 exits while starting is reported in one line with the last line of its log.
+The server runs in its own process group and, on Linux, dies with the process
+that started it (``PR_SET_PDEATHSIG``: SIGKILL when its parent dies), so a
+harness that SIGKILLs ``measure serve`` leaves no server behind.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Callable
 
 from measure.serve.units import ServeConfig
 from toolkit.signals import deferred_signals
@@ -27,6 +32,22 @@ HOST = "127.0.0.1"
 START_TIMEOUT_S = 300.0
 STOP_GRACE_S = 10.0
 PORT_ATTEMPTS = 4
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child SIGKILLed when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``),
+    resolved here in the parent so the forked child only makes the call; None elsewhere (the process group is
+    still stopped on every exit Python sees)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 class ServerDied(RuntimeError):
@@ -110,7 +131,8 @@ class LlamaServer:
             log.flush()
             with deferred_signals():  # an interrupt between fork and assignment would orphan the server
                 self.proc = subprocess.Popen(self.spec.args(self.port), stdout=log, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
+                                             stdin=subprocess.DEVNULL, start_new_session=True,
+                                             preexec_fn=_die_with_parent())
         deadline = time.monotonic() + START_TIMEOUT_S
         with httpx2.Client(timeout=5.0) as client:
             while time.monotonic() < deadline:

@@ -181,8 +181,8 @@ def url_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """The stand-in started by hand on a free port, as a deployment --url points at."""
     from measure.serve.server import free_port
 
-    def start(**env: str) -> tuple[str, subprocess.Popen]:
-        port = free_port()
+    def start(port: int = 0, **env: str) -> tuple[str, subprocess.Popen]:
+        port = port or free_port()
         proc = subprocess.Popen([sys.executable, str(FAKE), "--port", str(port), "--spec-type", "ngram-simple",
                                  "--spec-ngram-simple-size-m", "3"], env={**os.environ, **env},
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -338,6 +338,105 @@ def test_ctrl_c_closes_the_run_interrupted_and_stops_the_server(fake_bin, model,
     assert proc.returncode == 130, err
     assert load_run(out).status == "interrupted"
     assert _pids_dead(tmp_path)
+
+
+# -- a misbehaving server (issue #43): a unit is finished only when every request of its load finished --------
+URL_BASE = ["--domains", "code", "--prompts", "1", "--requests", "4", "--max-new-tokens", "6", "--repeats", "1"]
+
+
+def _url_run(url: str, out: Path, *extra: str) -> int:
+    return _run(["--url", url, "--concurrency", "2", "--out", str(out), *URL_BASE, *extra])
+
+
+def _result(text: str) -> dict:
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def test_failed_requests_keep_a_unit_unfinished_and_the_run_failed(url_server, tmp_path, capsys):
+    url, _ = url_server(FAKE_HTTP500_EVERY="2")
+    out = tmp_path / "run"
+    assert _run(["--url", url, "--concurrency", "1,2", "--out", str(out), *URL_BASE]) == 1
+    cap = capsys.readouterr()
+    run = load_run(out)
+    assert run.status == "failed" and len(run.table("serve_units")) == 0  # no half-load unit kept as finished
+    result = _result(cap.out)
+    assert result["status"] == "failed" and [f["n_failed"] for f in result["failed_units"]] == [2, 2]
+    assert "failed units: 2 (requests failed: 4 of 8)" in cap.out and "HTTP 500" in cap.out
+    assert "failed: no unit finished" in cap.err and "Traceback" not in cap.err
+    assert set(run.meta["failed_units"]) == {f["unit"] for f in result["failed_units"]}
+
+
+@pytest.mark.parametrize("env,reason", [
+    ({"FAKE_PLAIN_JSON": "1"}, "HTTP 200 without an event stream (content-type application/json"),
+    ({"FAKE_NON_OBJECT_CHUNK": "1"}, "a stream chunk is not a JSON object ([1, 2])"),
+])
+def test_a_server_that_does_not_stream_fails_the_run(url_server, tmp_path, capsys, env, reason):
+    url, _ = url_server(**env)
+    out = tmp_path / "run"
+    assert _url_run(url, out) == 1
+    cap = capsys.readouterr()
+    assert load_run(out).status == "failed" and reason in cap.err and "Traceback" not in cap.err
+    assert _result(cap.out)["failed_units"][0]["n_failed"] == 4
+
+
+def test_a_stalled_stream_fails_its_request_after_the_stall_timeout(url_server, tmp_path, capsys):
+    url, _ = url_server(FAKE_STALL_AFTER="2")
+    t0 = time.monotonic()
+    assert _url_run(url, tmp_path / "run", "--stall-timeout", "1") == 1
+    assert time.monotonic() - t0 < 20  # not the 600 s request timeout
+    assert "the stream stalled: no chunk for 1 s after 3 token(s)" in capsys.readouterr().err  # 1 + a round of 2
+
+
+@pytest.mark.parametrize("usage", ["1000000000", "-50", '"many"', "null"])
+def test_tokens_are_counted_from_the_stream_and_the_servers_usage_checked(url_server, tmp_path, capsys, usage):
+    url, _ = url_server(FAKE_USAGE=usage)
+    out = tmp_path / "run"
+    assert _url_run(url, out) == 0
+    err = capsys.readouterr().err
+    notes = [ln for ln in err.splitlines() if "usage.completion_tokens disagrees" in ln]
+    assert len(notes) == (0 if usage == "null" else 1)  # one line per unit: the streamed count is used
+    assert all(f"(e.g. {json.loads(usage)} for 6 streamed); the streamed count is used" in n for n in notes)
+    run = load_run(out)
+    units, reqs = run.table("serve_units"), run.table("serve_requests")
+    assert (reqs["completion_tokens"] == 6).all() and (units["completion_tokens"] == 4 * 6).all()
+    assert units["throughput_tokens_per_s"].between(1, 1e6).all()
+
+
+def test_a_unit_with_failed_requests_is_measured_again_on_resume(url_server, tmp_path, capsys):
+    from measure.serve.server import free_port
+
+    port = free_port()
+    url, proc = url_server(port=port, FAKE_DIE_AFTER="8")  # per repeat: a warm-up and 4 requests; dies after
+    # 2 requests of repeat 1 (its unit half measured: it used to be kept as finished, the run complete)
+    out = tmp_path / "run"
+    argv = ["--url", url, "--concurrency", "2", "--out", str(out), *URL_BASE[:-1], "2"]
+    assert _run(argv) == 1
+    assert "interrupted:" in capsys.readouterr().err
+    run = load_run(out)
+    assert run.status == "interrupted" and list(run.table("serve_units")["repeat"]) == [0]
+    proc.wait(timeout=10)
+    url_server(port=port)
+    assert _run(argv) == 0
+    run = load_run(out)
+    assert run.status == "complete" and sorted(run.table("serve_units")["repeat"]) == [0, 1]
+    assert len(run.table("serve_requests")) == 2 * 4 and not run.meta.get("failed_units")
+
+
+@pytest.mark.slow
+def test_the_server_is_stopped_when_our_process_is_killed(fake_bin, tmp_path):
+    code = ("import sys, time; from pathlib import Path; from measure.serve.server import LlamaServer, ServerSpec;"
+            "from measure.serve.units import ServeConfig;"
+            f"s = LlamaServer(ServerSpec(Path({str(fake_bin)!r}), Path('m.gguf'), ServeConfig('off'), 1, 1, 256),"
+            f" Path({str(tmp_path / 'log')!r})).__enter__(); print('up', flush=True); time.sleep(60)")
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "up"
+    proc.kill()  # SIGKILL: no handler, no finally
+    proc.wait()
+    deadline = time.time() + 10
+    while time.time() < deadline and not _pids_dead(tmp_path):
+        time.sleep(0.1)
+    assert _pids_dead(tmp_path), "llama-server outlived the process that started it"
 
 
 # -- the pieces -------------------------------------------------------------------------------------------

@@ -8,6 +8,12 @@ and accepts the first ``FAKE_ACCEPT`` (default 1) of them, all counted in ``/met
 ``timings``. Faults on request: ``FAKE_DIE_AFTER=n`` exits after the n-th completion request starts;
 ``--port`` already taken: exits with llama-server's bind error; ``FAKE_NO_METRICS=1``: ``/metrics`` is 404;
 ``FAKE_NOT_OPENAI=1``: ``/v1/models`` is 404. ``FAKE_PID_FILE``: its pid is appended there.
+Misbehaving servers (issue #43): ``FAKE_HTTP500_EVERY=n``: every n-th completion request answers HTTP 500;
+``FAKE_PLAIN_JSON=1``: 200 with a plain JSON completion body, no stream; ``FAKE_USAGE=<JSON>``: the final chunk's
+``usage.completion_tokens`` is that value (``1000000000``, ``-50``, ``"many"``); ``FAKE_NON_OBJECT_CHUNK=1``: a
+``data: [1, 2]`` chunk after the first token; ``FAKE_STALL_AFTER=n``: after n tokens the stream sends nothing
+more (for a minute); ``FAKE_PROPS_CTX=n``: ``/props`` reports a slot context of n tokens (default: ``-c`` / ``-np``,
+raised to 256 as llama-server does).
 """
 
 from __future__ import annotations
@@ -40,6 +46,10 @@ COUNTERS = {"prompt_tokens_total": 0, "tokens_predicted_total": 0, "n_decode_tot
             "spec_decode_num_accepted_tokens_total": 0}
 PER_POS = [0] * max(K, 1)
 STARTED = [0]
+HTTP500_EVERY = int(os.environ.get("FAKE_HTTP500_EVERY", "0"))
+STALL_AFTER = int(os.environ.get("FAKE_STALL_AFTER", "0"))
+SLOTS = int(arg("-np", "1") or 1)
+N_CTX_SLOT = int(os.environ.get("FAKE_PROPS_CTX", "0")) or max(256, int(arg("-c", "4096") or 4096) // SLOTS)
 
 
 def metrics_text() -> str:
@@ -70,6 +80,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path == "/health":
             self._json(200, {"status": "ok"})
+        elif self.path == "/props":
+            self._json(200, {"total_slots": SLOTS, "default_generation_settings": {"n_ctx": N_CTX_SLOT}})
         elif self.path == "/v1/models" and not os.environ.get("FAKE_NOT_OPENAI"):
             self._json(200, {"object": "list", "data": [{"id": "fake-model"}]})
         elif self.path == "/metrics" and not os.environ.get("FAKE_NO_METRICS"):
@@ -92,9 +104,17 @@ class Handler(BaseHTTPRequestHandler):
             STARTED[0] += 1
             if DIE_AFTER and STARTED[0] > DIE_AFTER:
                 os._exit(3)
+            nth = STARTED[0]
+        if HTTP500_EVERY and nth % HTTP500_EVERY == 0:
+            self._json(500, {"error": {"code": 500, "message": "fake internal error"}})
+            return
         chat = self.path.endswith("chat/completions")
         text = (req.get("messages") or [{}])[-1].get("content", "") if chat else req.get("prompt", "")
         n_prompt, n_new = max(1, len(text.split())), int(req.get("max_tokens", 16))
+        if os.environ.get("FAKE_PLAIN_JSON"):
+            self._json(200, {"object": "chat.completion", "choices": [{"index": 0, "message": {
+                "role": "assistant", "content": " t" * n_new}}], "usage": {"completion_tokens": n_new}})
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -114,7 +134,12 @@ class Handler(BaseHTTPRequestHandler):
         time.sleep(STEP_S * (1 + n_prompt / 100))  # the prompt step
         produced, drafted, accepted = 1, 0, 0
         send(token(0))
+        if os.environ.get("FAKE_NON_OBJECT_CHUNK"):
+            send("[1, 2]")
         while produced < n_new:
+            if STALL_AFTER and produced >= STALL_AFTER:
+                time.sleep(60)
+                return
             d = min(K, n_new - produced - 1)
             a = min(ACCEPT, d)
             time.sleep(STEP_S)
@@ -133,8 +158,9 @@ class Handler(BaseHTTPRequestHandler):
         with LOCK:
             COUNTERS["prompt_tokens_total"] += n_prompt
             COUNTERS["tokens_predicted_total"] += produced
+        usage = json.loads(os.environ["FAKE_USAGE"]) if os.environ.get("FAKE_USAGE") else produced
         final = {"choices": [], "object": "chunk",
-                 "usage": {"completion_tokens": produced, "prompt_tokens": n_prompt},
+                 "usage": {"completion_tokens": usage, "prompt_tokens": n_prompt},
                  "timings": {"prompt_n": n_prompt, "prompt_ms": 1.0, "predicted_n": produced,
                              "predicted_ms": (time.perf_counter() - t0) * 1000.0,
                              **({"draft_n": drafted, "draft_n_accepted": accepted} if K else {})}}
