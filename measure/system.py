@@ -22,6 +22,22 @@ BUSY_CPU_SHARE = 0.5
 SAMPLE_S = 0.5
 
 
+def available_memory_bytes() -> int | None:
+    """Memory a new process can take now without swapping: Linux's ``MemAvailable``, else the physical memory
+    (``sysconf``); None where neither is known."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
 def _proc_times() -> dict[int, tuple[str, float]]:
     """pid → (command name, user+system CPU seconds) of every readable process."""
     hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100

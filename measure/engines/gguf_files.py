@@ -114,6 +114,14 @@ _GGUF_MAX_STRING_BYTES = 1 << 24  # a key or string longer than 16 MiB: not a GG
 def gguf_context_tokens(path: str | os.PathLike) -> int | None:
     """``<general.architecture>.context_length`` of GGUF file ``path``, read from its header (None if absent,
     or the file is not a little-endian GGUF v2/v3 this can read: the model's loader then says what is wrong)."""
+    n = gguf_arch_values(path, ("context_length",)).get("context_length")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
+def gguf_arch_values(path: str | os.PathLike, keys: tuple[str, ...]) -> dict[str, object]:
+    """``<general.architecture>.<key>`` for each of ``keys`` (``block_count``, ``attention.head_count_kv`` …)
+    that GGUF file ``path``'s header holds as a scalar, read from the header alone; keys absent (or a file this
+    cannot read) are left out."""
 
     def read(f: BinaryIO, n: int) -> bytes:
         b = f.read(n)
@@ -143,12 +151,12 @@ def gguf_context_tokens(path: str | os.PathLike) -> int | None:
             return None
         raise EOFError
 
-    arch, lengths = None, {}
+    arch, found = None, {}
     try:
         with open(path, "rb") as f:
             magic, version = struct.unpack("<4sI", read(f, 8))
             if magic != GGUF_MAGIC or version not in (2, 3):
-                return None
+                return {}
             _n_tensors, n_kv = struct.unpack("<QQ", read(f, 16))
             for _ in range(n_kv):
                 key = string(f)
@@ -156,14 +164,13 @@ def gguf_context_tokens(path: str | os.PathLike) -> int | None:
                 v = value(f, kind)
                 if key == "general.architecture":
                     arch = v
-                elif key.endswith(".context_length"):
-                    lengths[key] = v
-                n = lengths.get(f"{arch}.context_length")
-                if isinstance(n, int) and not isinstance(n, bool):
-                    return n if n > 0 else None
+                elif v is not None and key.split(".", 1)[-1] in keys:
+                    found[key] = v
+                if arch is not None and all(f"{arch}.{k}" in found for k in keys):
+                    break
     except (OSError, EOFError, struct.error):
-        return None
-    return None
+        pass
+    return {k: found[f"{arch}.{k}"] for k in keys if f"{arch}.{k}" in found}
 
 
 def _hash_key(p: Path) -> tuple[str, int, int]:

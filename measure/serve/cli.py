@@ -158,7 +158,7 @@ def _check_url(url: str) -> bool:
 
 
 def _model_path(target: str) -> Path:
-    from measure.engines.gguf_files import PACKAGED
+    from measure.engines.gguf_files import PACKAGED, check_gguf
 
     if target in PACKAGED:
         try:
@@ -169,10 +169,59 @@ def _model_path(target: str) -> Path:
         p = Path(target[5:])
         if not p.is_file():
             fail(PROG, f"--target {target!r}: model file missing")
+        try:
+            check_gguf(p, "--target gguf:")  # its magic bytes, before a server is started on it
+        except ValueError as e:
+            fail(PROG, str(e))
         return p
     fail(PROG, f"--target {target!r}: llama-server needs a GGUF file; valid: {', '.join(PACKAGED)} or "
                "gguf:/path/file.gguf")
     raise AssertionError  # unreachable
+
+
+#: GGUF header keys (``<arch>.<key>``) that size llama-server's KV cache.
+KV_KEYS = ("block_count", "attention.head_count_kv", "attention.head_count", "embedding_length",
+           "attention.key_length", "attention.value_length")
+KV_BYTES_PER_VALUE = 2  # llama-server's default cache type, f16
+
+
+def kv_cache_bytes(model: Path, context_tokens: int) -> tuple[int, str] | None:
+    """The bytes of llama-server's KV cache for ``context_tokens`` (every slot's context) of ``model`` and how
+    they were counted, from its GGUF header; None where the header does not say (the server then does)."""
+    from measure.engines.gguf_files import gguf_arch_values
+
+    v = gguf_arch_values(model, KV_KEYS)
+
+    def count(key: str) -> int | None:
+        x = v.get(key)
+        return x if isinstance(x, int) and not isinstance(x, bool) and x > 0 else None
+
+    layers, heads = count("block_count"), count("attention.head_count")
+    kv_heads = count("attention.head_count_kv") or heads
+    width = count("embedding_length")
+    k_dim = count("attention.key_length") or (width // heads if width and heads else None)
+    v_dim = count("attention.value_length") or k_dim
+    if not (layers and kv_heads and k_dim and v_dim):
+        return None
+    per_token = layers * kv_heads * (k_dim + v_dim) * KV_BYTES_PER_VALUE
+    return per_token * context_tokens, (f"f16, {layers} layers x {kv_heads} KV heads x ({k_dim} + {v_dim}) "
+                                        f"dims = {per_token / 1024:.1f} KiB a token")
+
+
+def _check_memory(model: Path, slots: int, ctx_per_slot: int) -> None:
+    """Refuse (one line) a server whose KV cache and weights do not fit in the memory available now."""
+    from measure.system import available_memory_bytes
+
+    kv, avail = kv_cache_bytes(model, slots * ctx_per_slot), available_memory_bytes()
+    if kv is None or avail is None:
+        return
+    need, how = kv
+    weights = model.stat().st_size
+    if need + weights > avail:
+        fail(PROG, f"--slots {slots} x {ctx_per_slot} tokens of context a slot: llama-server's KV cache needs "
+                   f"{need / 2**30:.1f} GiB ({how}) and the model {weights / 2**30:.1f} GiB, this machine has "
+                   f"{avail / 2**30:.1f} GiB available; give fewer --slots (or a lower --concurrency), a smaller "
+                   "--max-new-tokens or --ctx-per-slot")
 
 
 def _sha256(path: Path) -> str:
@@ -309,6 +358,8 @@ def format_summary(groups: Sequence[Any]) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.extend and args.force_new:
+        fail(PROG, "--extend adds units to the run in --out; --force-new starts a new one there: give one of them")
     plan, config = plan_from_args(args)
     has_metrics = True
     binary = version = model = None
@@ -329,6 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as e:
             fail(PROG, str(e))
         model = _model_path(args.target or "smollm2-135m")
+        _check_memory(model, plan.slots, config["ctx_per_slot"])
         try:
             binary = checked(found, model)
             version = server_version(binary.path)

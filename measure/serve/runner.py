@@ -301,6 +301,8 @@ def run_units(plan: Plan, writer: ServeRunWriter, progress: Progress, hardware: 
         ctx = server_factory(cfg, log) if server_factory is not None else None
         srv = ctx.__enter__() if ctx is not None else None
         try:
+            if srv is not None:
+                _record_slot_context(plan, writer, progress, srv.base_url, log)
             ep = _endpoint(plan, cfg, srv.base_url if srv is not None else str(plan.url))
             run_load(ep, [RequestSpec(0, "warmup", "warmup", _requests(plan, cfg)[0].text)], LoadSpec(1),
                      WARMUP_TOKENS, plan.seed, plan.stall_s)
@@ -316,6 +318,36 @@ def run_units(plan: Plan, writer: ServeRunWriter, progress: Progress, hardware: 
             if ctx is not None:
                 ctx.__exit__(None, None, None)
     return failures
+
+
+def slot_context(base_url: str, log: Path | None = None) -> int | None:
+    """The context a slot of the llama-server at ``base_url`` has: ``/props``
+    ``default_generation_settings.n_ctx``, else its log's ``n_ctx_slot = N``; None where neither says."""
+    status, body = get_json(base_url + "/props")
+    if status == 200 and isinstance(body, dict):
+        n = (body.get("default_generation_settings") or {}).get("n_ctx")
+        if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+            return n
+    try:
+        found = re.findall(r"n_ctx_slot\s*=\s*(\d+)", log.read_text(errors="replace")) if log else []
+    except OSError:
+        found = []
+    return int(found[-1]) if found else None
+
+
+def _record_slot_context(plan: Plan, writer: ServeRunWriter, progress: Progress, base_url: str, log: Path) -> None:
+    """``run.json`` records the slot context the server runs (``config.ctx_per_slot``; what was asked as
+    ``ctx_per_slot_asked``): llama-server raises a small one (``--ctx-per-slot 64`` runs 256)."""
+    asked = plan.ctx_size // max(plan.slots, 1)
+    used = slot_context(base_url, log)
+    cfg = dict(writer.meta.get("config") or {})
+    if cfg.get("ctx_per_slot_asked") == asked and cfg.get("ctx_per_slot") == (used or asked):
+        return
+    writer.update(config={**cfg, "ctx_per_slot": used or asked, "ctx_per_slot_asked": asked,
+                          "ctx_per_slot_source": "server" if used else "asked (the server did not say)"})
+    if used is not None and used != asked:
+        progress.on_note(f"llama-server runs {used} tokens of context a slot, not the {asked} asked "
+                         f"(--ctx-per-slot): run.json records {used}")
 
 
 def _record_failure(writer: ServeRunWriter, cid: str, failed: UnitFailure | None) -> None:

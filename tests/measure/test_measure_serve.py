@@ -250,6 +250,7 @@ def test_url_that_is_not_openai_is_refused(url_server, tmp_path, capsys, env, me
     (["--concurrency", "1", "--step-cost-requests", "2"], "apply with --step-cost only"),
     (["--concurrency", "1", "--step-cost", "--step-cost-repeats", "4"], "--step-cost-repeats 4 is out of range"),
     (["--concurrency", "1", "--url", "http://127.0.0.1:9", "--llama-server", "/x"], "--llama-server applies"),
+    (["--concurrency", "1", "--extend", "--force-new"], "--extend adds units to the run in --out; --force-new"),
 ])
 def test_bad_input_is_one_line_before_anything_starts(fake_bin, tmp_path, capsys, argv, message):
     assert _run(argv + ["--out", str(tmp_path / "r")]) == 2
@@ -437,6 +438,46 @@ def test_the_server_is_stopped_when_our_process_is_killed(fake_bin, tmp_path):
     while time.time() < deadline and not _pids_dead(tmp_path):
         time.sleep(0.1)
     assert _pids_dead(tmp_path), "llama-server outlived the process that started it"
+
+
+# -- bad input a server would only fail on later (issue #43) ---------------------------------------------------
+def test_a_target_that_is_not_a_gguf_is_refused_before_a_server_starts(fake_bin, tmp_path, capsys):
+    bad = tmp_path / "weights.bin"
+    bad.write_bytes(b"PK\x03\x04 not a model")
+    assert _run(["--target", f"gguf:{bad}", "--concurrency", "1", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not a GGUF file" in err[0] and str(bad) in err[0]
+    assert not (tmp_path / "pids").exists() and not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("argv", [["--concurrency", "1024"],
+                                  ["--concurrency", "1", "--slots", "256", "--max-new-tokens", "8192"]])
+def test_a_kv_cache_beyond_the_machines_memory_is_refused_in_one_line(fake_bin, tmp_path, capsys, monkeypatch,
+                                                                       argv):
+    from measure import system
+    from tests.support.gguf_headers import llama_header
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(llama_header(layers=30, heads=9, kv_heads=3, width=576))  # SmolLM2-135M's sizes
+    monkeypatch.setattr(system, "available_memory_bytes", lambda: 8 * 2**30)
+    assert _run(["--target", f"gguf:{model}", *argv, "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "KV cache needs" in err[0] and "8.0 GiB available" in err[0], err
+    assert "22.5 KiB a token" in err[0] and not (tmp_path / "pids").exists()
+    monkeypatch.setattr(system, "available_memory_bytes", lambda: 64 * 2**40)  # a machine it fits: no refusal
+    from measure.serve.cli import kv_cache_bytes
+
+    assert kv_cache_bytes(model, 1024 * 512) is not None
+
+
+@pytest.mark.slow
+def test_the_slot_context_the_server_runs_is_recorded_not_the_one_asked(fake_bin, model, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert _run(["--target", model, "--gamma", "2", "--concurrency", "1", "--ctx-per-slot", "64", "--out", str(out),
+                 *BASE[:-1], "1"]) == 0
+    cfg = load_run(out).meta["config"]
+    assert cfg["ctx_per_slot"] == 256 and cfg["ctx_per_slot_asked"] == 64 and cfg["ctx_per_slot_source"] == "server"
+    assert "llama-server runs 256 tokens of context a slot, not the 64 asked" in capsys.readouterr().err
 
 
 # -- the pieces -------------------------------------------------------------------------------------------

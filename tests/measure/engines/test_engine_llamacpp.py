@@ -26,6 +26,7 @@ from measure.decoding import speculative_generate
 from measure.seam import Decoder, Engine, EngineOptions, TargetModel
 from sim.policies import FixedGamma
 from measure.engines.gguf_files import GGUF_MAGIC, QUANT_TYPES, check_gguf, file_sha256
+from tests.support.gguf_headers import gguf_header
 from measure.engines.lossless import (NEAR_TIE_TOLERANCE, baseline_logits_at, check_greedy_lossless,
                                       count_statuses, first_divergence)
 
@@ -108,18 +109,7 @@ def _fake_gguf(tmp_path: Path) -> Path:
     return p
 
 
-def _gguf_header(kvs: list[tuple[str, int, bytes]], version: int = 3) -> bytes:
-    """A GGUF file with metadata only: ``kvs`` are (key, gguf type, encoded value)."""
-    import struct
-
-    def string(text: str) -> bytes:
-        return struct.pack("<Q", len(text.encode())) + text.encode()
-
-    body = b"".join(string(k) + struct.pack("<I", t) + v for k, t, v in kvs)
-    return GGUF_MAGIC + struct.pack("<IQQ", version, 0, len(kvs)) + body
-
-
-def test_the_training_context_is_read_from_the_gguf_header(tmp_path):
+def test_the_training_context_is_read_from_thegguf_header(tmp_path):
     # issue 32: --max-prompt-tokens beyond the model's context was accepted; the check needs the context
     # before any weights load (gguf's GGUFReader indexes the whole file: 5-28 s for the packaged models)
     import struct
@@ -138,17 +128,17 @@ def test_the_training_context_is_read_from_the_gguf_header(tmp_path):
                                                                           struct.pack("<I", 7)),
            ("llama.context_length", 4, struct.pack("<I", 2048))]
     good = tmp_path / "m.gguf"
-    good.write_bytes(_gguf_header(kvs))
+    good.write_bytes(gguf_header(kvs))
     assert gguf_context_tokens(good) == 2048
     assert context_tokens("llamacpp", f"gguf:{good}") == context_tokens("transformers", f"gguf:{good}") == 2048
     # key order does not matter; the architecture's own key is the one read
-    (tmp_path / "late.gguf").write_bytes(_gguf_header([kvs[5], kvs[4], kvs[0]]))
+    (tmp_path / "late.gguf").write_bytes(gguf_header([kvs[5], kvs[4], kvs[0]]))
     assert gguf_context_tokens(tmp_path / "late.gguf") == 2048
     # unknown, not a failure: the model's loader names what is wrong with the file
-    cases = {"v1.gguf": _gguf_header(kvs, version=1), "short.gguf": _gguf_header(kvs)[:60],
-             "none.gguf": _gguf_header(kvs[:4]), "zero.gguf": _gguf_header([kvs[0], ("llama.context_length", 4,
+    cases = {"v1.gguf": gguf_header(kvs, version=1), "short.gguf": gguf_header(kvs)[:60],
+             "none.gguf": gguf_header(kvs[:4]), "zero.gguf": gguf_header([kvs[0], ("llama.context_length", 4,
                                                                                    bytes(4))]),
-             "badtype.gguf": _gguf_header([kvs[0], ("x", 99, b"")] + kvs[5:]), "text.gguf": b"hello"}
+             "badtype.gguf": gguf_header([kvs[0], ("x", 99, b"")] + kvs[5:]), "text.gguf": b"hello"}
     for name, data in cases.items():
         (tmp_path / name).write_bytes(data)
         assert gguf_context_tokens(tmp_path / name) is None, name
