@@ -467,7 +467,7 @@ class RunWriter:
         except OSError as e:
             raise ValueError(f"output directory {str(self.path)!r} is not writable: {e.strerror or e}") from None
         existing = self.path / RUN_JSON
-        self.resumed = existing.exists()
+        self.resumed = existing.exists() and not self._set_aside_empty_failure(existing)
         if self.resumed and not resume:
             raise ValueError(f"{existing} exists; pass resume=True or choose another directory")
         if self.resumed:
@@ -523,6 +523,23 @@ class RunWriter:
         (self._extension if self._ext_index is not None else self.meta).update(
             status="running", pid=os.getpid(), host=socket.gethostname())
         self._write_meta()
+
+    def _set_aside_empty_failure(self, existing: Path) -> bool:
+        """A run that failed before it measured anything (a bad model file, a draft checked only once the target
+        loaded) holds nothing to resume: its ``run.json`` is kept beside as ``run.failed-<UTC>.json`` and a new
+        run starts, so the corrected command needs no ``--force-new``. Whether it was set aside."""
+        try:
+            meta = read_meta(existing)
+        except ValueError:
+            return False
+        if meta.get("status") != "failed" or meta.get("extensions") or has_measured_data(self.path):
+            return False
+        kept = existing.with_name(f"run.failed-{utc_now().replace(':', '')}.json")
+        existing.rename(kept)
+        why = " ".join(str(meta.get("error") or "no error recorded").split())[:160]
+        self.repairs.append(f"{self.path}: the run there failed before it measured anything ({why}); its run.json "
+                            f"is kept as {kept.name} and a new run starts")
+        return True
 
     @property
     def _extension(self) -> dict:

@@ -429,6 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(e, FingerprintMismatch) and re.search(r"[(; ]units \[", msg):
             msg += " (to add units to this run on purpose: --extend)"
         fail(PROG, msg)
+    for note in writer.repairs:
+        print(f"note: {note}", file=sys.stderr)
     if args.extend and writer.resumed:
         writer.update(extended_utc=[*writer.meta.get("extended_utc", []), time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                         time.gmtime())],

@@ -380,6 +380,16 @@ def test_a_server_that_does_not_stream_fails_the_run(url_server, tmp_path, capsy
     assert _result(cap.out)["failed_units"][0]["n_failed"] == 4
 
 
+def test_a_run_that_failed_before_measuring_does_not_block_the_next_command(url_server, tmp_path, capsys):
+    bad, _ = url_server(FAKE_PLAIN_JSON="1")
+    out = tmp_path / "run"
+    assert _url_run(bad, out) == 1 and load_run(out).status == "failed"
+    good, _ = url_server()
+    assert _url_run(good, out) == 0  # another --url into the same --out: no --force-new needed
+    assert "failed before it measured anything" in capsys.readouterr().err
+    assert load_run(out).status == "complete" and len(list(out.glob("run.failed-*.json"))) == 1
+
+
 def test_a_stalled_stream_fails_its_request_after_the_stall_timeout(url_server, tmp_path, capsys):
     url, _ = url_server(FAKE_STALL_AFTER="2")
     t0 = time.monotonic()

@@ -355,3 +355,31 @@ def test_a_peer_that_fails_mid_run_is_dropped_and_its_visits_kept(tmp_path):
     g = run.table("generations")
     assert set(g["mode"]) == {"baseline", "speculative"} and len(g) == 2 * 8  # every visit kept, peer dropped
     assert run.table("cells")["tokens_per_s_peer"].isna().all()
+
+
+# -- a run that failed before measuring anything does not block the corrected command (issue #43) ----------------
+def test_a_run_that_failed_before_measuring_does_not_block_the_corrected_command(tmp_path):
+    class BadDraft(ToyEngine):
+        def make_draft(self, spec, target, *, seed):
+            raise ValueError(f"--draft {spec}: layer 99 is beyond the target's 4 layers")
+
+    path = tmp_path / "run"
+    with pytest.raises(ValueError, match="layer 99"):
+        run_sweep(_cfg(gammas=("fixed:2",), drafts=("ngram:3",)), path, engine=BadDraft(), show_bar=False)
+    assert records.load_run(path).status == "failed"
+    notes: list[str] = []
+    run = run_sweep(_cfg(gammas=("fixed:2",), traces=False), path, engine=ToyEngine(), show_bar=False,
+                    progress=notes.append)  # the corrected command: another draft, no --force-new
+    assert run.status == "complete" and len(run.table("cells")) == 1
+    kept = list(path.glob("run.failed-*.json"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text())["status"] == "failed"
+    assert any("failed before it measured anything" in n and "layer 99" in n for n in notes), notes
+
+
+def test_a_failed_run_with_measured_data_is_not_set_aside(interrupted_run, tmp_path):
+    path = _copy(interrupted_run, tmp_path)
+    meta = json.loads((path / records.RUN_JSON).read_text())
+    (path / records.RUN_JSON).write_text(json.dumps({**meta, "status": "failed"}))
+    notes: list[str] = []
+    _resume(path, notes)
+    assert not list(path.glob("run.failed-*.json")) and not any("failed before" in n for n in notes)
