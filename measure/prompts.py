@@ -235,6 +235,20 @@ def _clean_domain(d: Any) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "-" for c in text)[:40]
 
 
+def _row(p: Path, where: str, fields: dict[str, str]) -> tuple[str, str, str]:
+    """``(id, domain, text)`` of one prompt from its fields (by their names in the file, in that order); a field
+    that is not encodable text (a JSON ``\\ud800`` escape decodes to a lone surrogate) is one ``ValueError``
+    naming the file, the line or record and the field."""
+    for name, value in fields.items():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"--prompts-file {str(p)!r}: {where}: {name!r} holds a lone surrogate "
+                             f"({value[e.start]!r} at character {e.start}), not text; fix that escape") from None
+    pid, dom, text = fields.values()
+    return pid, dom, text
+
+
 # long: a long docstring naming the four file formats; the body detects the format and parses it with one-line
 #   errors
 def load_prompts_file(path: str | Path) -> tuple[list[Prompt], str]:
@@ -265,7 +279,8 @@ def load_prompts_file(path: str | Path) -> tuple[list[Prompt], str]:
                 raise ValueError(f"--prompts-file {str(p)!r}: record {i} has no 'conversations' list")
             t = _first_human_turn(rec)
             if t and t.strip():
-                rows.append((str(rec.get("id", i)), "conversation", t))
+                rows.append(_row(p, f"record {i}", {"id": str(rec.get("id", i)), "domain": "conversation",
+                                                    "conversations": t}))
     elif stripped.startswith("{"):
         fmt = "jsonl"
         for ln, line in enumerate(text.splitlines(), start=1):
@@ -283,11 +298,14 @@ def load_prompts_file(path: str | Path) -> tuple[list[Prompt], str]:
                 if not isinstance(turns, list) or not turns or not isinstance(turns[0], str):
                     raise ValueError(f"--prompts-file {str(p)!r}: line {ln}: 'turns' must be a non-empty list "
                                      "of strings")
-                rows.append((str(rec.get("question_id", ln)), _clean_domain(rec.get("category")), turns[0]))
+                rows.append(_row(p, f"line {ln}", {"question_id": str(rec.get("question_id", ln)),
+                                                   "category": _clean_domain(rec.get("category")),
+                                                   "turns": turns[0]}))
             elif "prompt" in rec:
                 if not isinstance(rec["prompt"], str):
                     raise ValueError(f"--prompts-file {str(p)!r}: line {ln}: 'prompt' must be a string")
-                rows.append((str(rec.get("id", ln)), _clean_domain(rec.get("domain")), rec["prompt"]))
+                rows.append(_row(p, f"line {ln}", {"id": str(rec.get("id", ln)),
+                                                   "domain": _clean_domain(rec.get("domain")), "prompt": rec["prompt"]}))
             else:
                 raise ValueError(f"--prompts-file {str(p)!r}: line {ln}: needs a 'prompt' (JSONL) or 'turns' "
                                  "(Spec-Bench question.jsonl) key")

@@ -55,6 +55,12 @@ def test_plain_text_blocks(tmp_path):
     ("a prompt\x1b[31m in red", r"not a text file \(control character U\+001B at character 8\)"),
     ("[" * 100_000 + "]" * 100_000, "nests deeper than 100 levels"),
     ('{"prompt": ' + "[" * 5000 + "]" * 5000 + "}\n", "line 1 nests deeper than 100 levels"),
+    # a lone surrogate escape (issue 43): a codec error naming no file, line or field
+    ('{"prompt": "ok"}\n{"prompt": "bad \\ud800 here"}\n',
+     r"line 2: 'prompt' holds a lone surrogate \('\\ud800' at character 4\)"),
+    ('{"prompt": "x", "id": "\\udfff"}\n', "line 1: 'id' holds a lone surrogate"),
+    ('{"turns": ["\\ud83d"], "question_id": 7}\n', "line 1: 'turns' holds a lone surrogate"),
+    ('[{"conversations": [{"from": "human", "value": "\\ud800"}]}]', "record 0: 'conversations' holds a lone"),
 ])
 def test_bad_prompts_files_are_one_line(tmp_path, content, msg):
     f = tmp_path / "bad.jsonl"
