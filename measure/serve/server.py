@@ -89,6 +89,18 @@ def _log_tail(path: Path, n: int = 1) -> str:
     return " | ".join(lines[-n:])
 
 
+def _log_reason(path: Path) -> str:
+    """Why the server stopped, from its log: its first error line that says what went wrong (``error loading
+    model: tensor ... data is not within the file bounds``), else its last line."""
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    said = [ln for ln in lines if " E " in f" {ln} " and ("error" in ln.lower() or "failed" in ln.lower())]
+    first = next((ln for ln in said if ": error" in ln), said[0] if said else None)
+    return first.split(" E ", 1)[-1].strip() if first else (lines[-1] if lines else "")
+
+
 class LlamaServer:
     """``with LlamaServer(spec, log_path) as srv:`` — ``srv.base_url`` serves until the block ends."""
 
@@ -115,7 +127,7 @@ class LlamaServer:
         except BaseException:  # Ctrl-C or SIGTERM while it starts: no process left behind
             self.stop()
             raise
-        raise ValueError(f"llama-server did not start ({_log_tail(self.log_path) or 'no output'}); "
+        raise ValueError(f"llama-server did not start ({_log_reason(self.log_path) or 'no output'}); "
                          f"its log: {self.log_path}")
 
     def _port_taken(self) -> bool:

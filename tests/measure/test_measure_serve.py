@@ -490,6 +490,19 @@ def test_the_slot_context_the_server_runs_is_recorded_not_the_one_asked(fake_bin
     assert "llama-server runs 256 tokens of context a slot, not the 64 asked" in capsys.readouterr().err
 
 
+def test_a_server_that_cannot_load_its_model_is_said_by_its_first_error(tmp_path):
+    from measure.serve.server import _log_reason
+
+    log = tmp_path / "server.log"
+    log.write_text("# llama-server -m cut.gguf\n0.00.10 I main: loading model\n"
+                   "0.00.10 E llama_model_load: error loading model: tensor 'token_embd.weight' data is not within "
+                   "the file bounds, model is corrupted or incomplete\n0.00.10 E llama_model_load_from_file_impl: "
+                   "failed to load model\n0.00.19 E srv  llama_server: exiting due to model loading error\n")
+    assert _log_reason(log).startswith("llama_model_load: error loading model: tensor 'token_embd.weight' data")
+    log.write_text("main: server is listening\ncouldn't bind HTTP server socket\n")
+    assert _log_reason(log) == "couldn't bind HTTP server socket"
+
+
 # -- the pieces -------------------------------------------------------------------------------------------
 def test_identities_round_trip():
     for text in ("off", "url", "ngram:3:k4", "synth:k8:p512", "synth:off:p32"):

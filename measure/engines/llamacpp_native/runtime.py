@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import importlib.metadata
 import logging
+import sys
 import os
 import time
 from dataclasses import dataclass
@@ -98,6 +99,33 @@ class ContextSettings:
             raise ValueError(f"sequences {self.sequences}: must be in 1..{LLAMA_MAX_SEQ} (llama.cpp's LLAMA_MAX_SEQ)")
 
 
+#: ggml's log levels (``enum ggml_log_level`` in the ggml.h of the llama.cpp this runs). llama-cpp-python's
+#: ``_logger`` maps an older order (no DEBUG at 1), under which llama.cpp's INFO lines pass as warnings: the
+#: loader's 180-line metadata dump went to stderr before a one-line error without ``--quiet`` (issue #43).
+GGML_LOG_WARN, GGML_LOG_ERROR, GGML_LOG_CONT = 3, 4, 5
+#: llama.cpp's first error line since the last model load began (what a failed load says: a truncated file …)
+_ERRORS: list[str] = []
+
+
+def _log_callback(ll: Any, quiet: bool) -> Any:
+    """A llama.cpp log callback writing warnings and errors to stderr (``quiet``: errors only); a continued line
+    (``CONT``) follows the level of the line it continues. Keep the object: llama.cpp holds only its address."""
+    floor = GGML_LOG_ERROR if quiet else GGML_LOG_WARN
+    last = [0]
+
+    @ll.llama_log_callback
+    def callback(level: int, text: bytes, _user_data: Any) -> None:
+        if level != GGML_LOG_CONT:
+            last[0] = level
+        if level == GGML_LOG_ERROR and not _ERRORS:
+            _ERRORS.append(" ".join(text.decode("utf-8", "replace").split()))
+        if last[0] >= floor:
+            sys.stderr.write(text.decode("utf-8", "replace"))
+            sys.stderr.flush()
+
+    return callback
+
+
 class Model:
     """A ``llama_model`` loaded from a GGUF (freed when this object is collected)."""
 
@@ -105,9 +133,11 @@ class Model:
         params = ll.llama_model_default_params()
         params.n_gpu_layers = int(gpu_layers)
         params.vocab_only = bool(vocab_only)
+        _ERRORS.clear()
         ptr = ll.llama_model_load_from_file(str(path).encode(), params)
         if not ptr:
-            raise ValueError(f"llama.cpp could not load {path} (unsupported architecture or damaged file)")
+            why = _ERRORS[0].split(": ", 1)[-1] if _ERRORS else "unsupported architecture or damaged file"
+            raise ValueError(f"llama.cpp could not load {path} ({why})")
         self._ll, self.ptr, self.path, self.gpu_layers = ll, ptr, Path(path), int(gpu_layers)
         self.vocab = ll.llama_model_get_vocab(ptr)
         self.n_vocab = int(ll.llama_vocab_n_tokens(self.vocab))
@@ -273,7 +303,14 @@ class Runtime:
         self.ll = llama_cpp
         logging.getLogger(_LOGGER_NAME).setLevel(logging.ERROR if quiet else logging.WARNING)
         self.quiet = quiet
+        self._log = _log_callback(llama_cpp, quiet)
+        self._install_log()
         self._llamas: dict[tuple, Any] = {}
+
+    def _install_log(self) -> None:
+        """llama.cpp's log through :func:`_log_callback` (again after ``Llama`` is first imported: its module
+        installs llama-cpp-python's own callback)."""
+        self.ll.llama_log_set(self._log, ctypes.c_void_p(0))
 
     # -- what is loaded ----------------------------------------------------------------------
     def system_info(self) -> str:
@@ -352,6 +389,7 @@ class Runtime:
                 n_threads_batch=s.threads, flash_attn=False, swa_full=True, no_perf=True,
                 draft_model=LlamaPromptLookupDecoding() if lookup else None, verbose=False)
             logging.getLogger(_LOGGER_NAME).setLevel(logging.ERROR if self.quiet else logging.WARNING)
+            self._install_log()
         return self._llamas[key]
 
     @staticmethod

@@ -207,6 +207,41 @@ def test_vocabulary_mismatch_compares_size_and_token_texts():
     assert why.startswith("token 999 is b'other'")
 
 
+def test_llama_cpp_log_lines_pass_by_their_real_level(capsys):
+    # issue 43: llama-cpp-python maps an older ggml level order, so INFO (2) passed as a warning: 180 lines of
+    # loader metadata before a one-line error without --quiet
+    from types import SimpleNamespace
+
+    from measure.engines.llamacpp_native import runtime
+
+    ll = SimpleNamespace(llama_log_callback=lambda f: f)
+    for quiet, shown in ((False, "warn\n...more\nerror\n"), (True, "error\n")):
+        cb = runtime._log_callback(ll, quiet)
+        for level, text in ((1, b"debug\n"), (2, b"info: kv 0\n"), (5, b"info continued\n"), (3, b"warn\n"),
+                            (5, b"...more\n"), (4, b"error\n")):
+            cb(level, text, None)
+        assert capsys.readouterr().err == shown
+
+
+@needs_llama
+def test_a_model_that_fails_to_load_says_why_in_one_line_without_the_loader_dump(tmp_path):
+    from measure.engines.gguf_files import PACKAGED
+
+    try:
+        good = PACKAGED["smollm2-135m"]()
+    except ValueError as e:
+        pytest.skip(str(e))
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(good.read_bytes()[:4_000_000])
+    code = ("from pathlib import Path; from measure.engines.llamacpp_native.runtime import Runtime\n"
+            f"rt = Runtime(quiet=False)\nrt.load_model(Path({str(good)!r}), 0, vocab_only=True)\n"
+            f"try:\n    rt.load_model(Path({str(cut)!r}), 0)\nexcept ValueError as e:\n    print(e)\n")
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "llama_model_loader: - kv" not in p.stderr and len(p.stderr.splitlines()) <= 4, p.stderr
+    assert "not within the file bounds" in p.stdout and str(cut) in p.stdout
+
+
 # -- the real packaged models ---------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def engine():
