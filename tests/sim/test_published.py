@@ -47,7 +47,7 @@ def test_shipped_table_loads_from_the_package(rows):
 
 def test_shipped_table_has_enough_rows_and_batched_rows(rows):
     assert len(rows) >= 30
-    assert sum(r.batch > 1 for r in rows) >= 10
+    assert sum((r.batch or 0) > 1 for r in rows) >= 10
 
 
 def test_every_row_names_its_source_and_cells(rows):
@@ -77,21 +77,42 @@ def test_stated_speedups_agree_with_their_own_throughputs(rows):
 
 def test_tau_conversions():
     base = dict(id="x", target="t", draft_kind="eagle", hardware="h100", engine="sglang", source="s", cells="c",
-                speedup=2.0)
+                speedup=2.0, speedup_metric="throughput")
     assert PublishedResult(**base, acceptance=2.5, acceptance_kind="tau_excl_bonus").tau_incl_bonus == 3.5
     r = PublishedResult(**base, gamma=3, acceptance=0.5, acceptance_kind="alpha_per_token")
     assert r.tau_incl_bonus == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    r = PublishedResult(**base, gamma=1, acceptance=0.85, acceptance_max=0.9, acceptance_kind="alpha_per_token")
+    assert r.tau_incl_bonus_range == pytest.approx((1.85, 1.9)) and r.tau_incl_bonus == pytest.approx(1.875)
     assert PublishedResult(**base, acceptance=0.5, acceptance_kind="alpha_per_token").tau_incl_bonus is None
     assert PublishedResult(**base, acceptance=3.0, acceptance_kind="unknown").tau_incl_bonus is None
-    ms = dict(base, speedup=None, baseline_ms_per_token=10.0, spec_ms_per_token=4.0)
+    ms = dict(base, speedup=None, speedup_metric=None, baseline_ms_per_token=10.0, spec_ms_per_token=4.0)
     assert math.isclose(PublishedResult(**ms).published_speedup or 0.0, 2.5)
+
+
+def test_shipped_deepseek_v3_row_is_a_range_of_alpha(rows):
+    (r,) = [r for r in rows if r.id == "deepseek-v3-report-mtp-second-token"]
+    assert r.acceptance_kind == "alpha_per_token" and r.gamma == 1
+    assert r.tau_incl_bonus_range == pytest.approx((1.85, 1.9))
+
+
+def test_published_slowdowns_are_in_the_table(rows):
+    """The table holds speculative decoding made slower at load, as the sources publish it."""
+    slow = [r for r in rows if (r.published_speedup or 1.0) < 1.0]
+    assert len(slow) >= 2
+    assert all(r.batch_kind == "request_rate" or (r.batch or 1) > 1 for r in slow)
 
 
 # -- bad files ------------------------------------------------------------------------------
 def test_a_good_small_file_loads(tmp_path):
     (row,) = load_published(write(tmp_path, GOOD_ROW))
-    assert row.batch == 1 and row.batch_kind == "batch" and row.gamma == 3
+    assert row.batch == 1 and row.batch_kind == "batch" and row.gamma == 3 and row.hardware == "h200"
     assert row.published_speedup == pytest.approx(404 / 190)
+
+
+def test_a_request_rate_row_has_no_batch(tmp_path):
+    text = GOOD_ROW.replace("gamma = 3", 'gamma = 3\nbatch_kind = "request_rate"\nrequest_rate_qps = 8')
+    (row,) = load_published(write(tmp_path, text))
+    assert row.batch is None and row.request_rate_qps == 8.0 and isinstance(row.request_rate_qps, float)
 
 
 @pytest.mark.parametrize(("old", "new", "names"), [
@@ -109,6 +130,12 @@ def test_a_good_small_file_loads(tmp_path):
     ('draft_kind = "eagle3"', 'draft_kind = "model"', ("'r1'", "'draft_model'", "required")),
     ('gamma = 3', 'gamma = 3\ntree_topk = 4', ("'r1'", "'tree_topk'", "tree_num_draft_tokens")),
     ('gamma = 3', 'gamma = 3\ngpus = 1\ntp = 2', ("'r1'", "'tp'", "gpus")),
+    ('gamma = 3', 'gamma = 3\nbatch_kind = "request_rate"', ("'r1'", "'request_rate_qps'", "request_rate")),
+    ('gamma = 3', 'gamma = 3\nrequest_rate_qps = 2.0', ("'r1'", "'request_rate_qps'", "request_rate")),
+    ('gamma = 3', 'gamma = 3\nbatch = 4\nbatch_kind = "request_rate"\nrequest_rate_qps = 2.0',
+     ("'r1'", "'batch'", "request_rate")),
+    ('gamma = 3', 'gamma = 3\nspeedup = 2.1', ("'r1'", "'speedup_metric'", "speedup")),
+    ('acceptance = 2.9', 'acceptance = 2.9\nacceptance_max = 2.5', ("'r1'", "'acceptance_max'", "above")),
 ])
 def test_bad_rows_are_one_line_naming_row_and_field(tmp_path, old, new, names):
     assert old in GOOD_ROW
