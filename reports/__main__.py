@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from toolkit.cli import OneLineParser, check_output_dir, fail, nonempty_arg
+from toolkit.cli import OneLineParser, check_output_dir, entry_point, fail, nonempty_arg
 
 PROG = "python -m reports"
 
@@ -33,6 +33,7 @@ def _done(res) -> int:
     return 0
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("src", metavar="RUN_DIR_OR_CALIBRATION_DIR", type=nonempty_arg("directory"))
