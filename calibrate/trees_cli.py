@@ -130,10 +130,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _check_run(run)
     out = Path(args.out) if args.out else run / "calibration"
     try:
-        check_output_dir("--out", out)
         from calibrate.trees import acceptance_table, calibrate_trees, curve_rows, load_trees, mean_context
 
-        res = calibrate_trees(load_trees(run, allow_incomplete=args.allow_incomplete))
+        data = load_trees(run, allow_incomplete=args.allow_incomplete)  # checked before --out is made: on bad
+        check_output_dir("--out", out)  # tables nothing is written, not even the directory
+        res = calibrate_trees(data)
         if res.models.tree_cost is None:
             raise ValueError(f"{run}: no tree cell (only chains): nothing to advise on trees")
         ctx = mean_context(res.data)
