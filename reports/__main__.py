@@ -50,20 +50,24 @@ def main(argv: list[str] | None = None) -> int:
                                              "tree_calibration.json")):
         fail(PROG, f"{args.src!r} is neither a calibration directory (calibration.json, serve_calibration.json, "
                    "tree_calibration.json) nor a run directory (run.json)")
-    try:
-        from reports.serving import build_serving_report, serve_calibration_dir
-        from reports.trees import build_trees_report, tree_calibration_dir
+    try:  # each calibration is checked whole before --out is made: a damaged one draws nothing
+        from reports.serving import build_serving_report, read_serving_calibration, serve_calibration_dir
+        from reports.trees import build_trees_report, read_tree_calibration, tree_calibration_dir
 
         serve = serve_calibration_dir(src)
         if serve is not None:  # python -m measure serve, calibrated by python -m calibrate serve
+            read_serving_calibration(serve)
             check_output_dir("--out", Path(args.out) if args.out else serve / "report")
             return _done(build_serving_report(serve, args.out, png=not args.no_png))
         trees = tree_calibration_dir(src)
         if trees is not None:  # python -m measure tree, calibrated by python -m calibrate trees
+            read_tree_calibration(trees)
             check_output_dir("--out", Path(args.out) if args.out else trees / "report")
             return _done(build_trees_report(trees, args.out, png=not args.no_png))
+        from reports.page import _load_calibration, build_report, read_calibration
+
+        read_calibration(_load_calibration(src))
         check_output_dir("--out", Path(args.out) if args.out else src / "report")
-        from reports.page import build_report
 
         res = build_report(args.src, args.out, png=not args.no_png)
     except ValueError as exc:
