@@ -19,8 +19,11 @@ over bootstrap refits of the acceptance. Writes into the calibration directory
 ``tree_predictions.csv``, ``tree_acceptance.csv``, ``tree_curves.csv`` (speedup
 against verify budget, for the report), ``positional.json`` and
 ``cost_model-tree.json`` (``python -m sim tree --acceptance FILE --cost-model
-FILE`` reads them) and ``advice.json``; ends with one JSON line. Bad input:
-one line, exit status 2.
+FILE`` reads them) and ``advice.json``; ends with one JSON line. Bad input —
+and a run whose tables its writer could not have written
+(:func:`calibrate.checks.check_tree_run`: a row written twice, torn or lost, a
+missing file or column, a value out of range) — is one line naming the file,
+exit status 2, and nothing written.
 """
 
 from __future__ import annotations

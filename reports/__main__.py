@@ -10,7 +10,9 @@ one interactive HTML per chart, and ``claims.html`` (published claims checked
 against the simulator, a page of its own); prints where the report is, and
 ends with one JSON line.
 Bad input (a missing or wrong source directory, an ``--out`` that is a file or
-cannot be created): one-line error, exit status 2, before any chart is drawn.
+cannot be created, a calibration that is not whole: a torn or missing table,
+column or key, an ``inf``, a model file it names that is gone): one-line error
+naming the file, exit status 2, before any chart is drawn or ``--out`` made.
 """
 
 from __future__ import annotations
