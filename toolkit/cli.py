@@ -94,7 +94,7 @@ def entry_point(main: MainFn) -> MainFn:
             try:
                 return main(*args, **kwargs)
             finally:  # on a SystemExit too (argparse's --help): what is buffered goes now, not at exit
-                sys.stdout.flush()
+                _flush_stdout()
         except BrokenPipeError:
             try:
                 devnull = os.open(os.devnull, os.O_WRONLY)
@@ -105,6 +105,17 @@ def entry_point(main: MainFn) -> MainFn:
             return BROKEN_PIPE_STATUS
 
     return wrapped  # type: ignore[return-value]
+
+
+def _flush_stdout() -> None:
+    """Flush stdout; a closed pipe raises ``BrokenPipeError`` (for :func:`entry_point`), any other fault of a
+    stdout that is gone or closed is nothing to report."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def fail(prog: str, message: object) -> NoReturn:
