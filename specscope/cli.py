@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
+from toolkit.cli import entry_point
+
 PROG = "specscope"
 
 
@@ -190,10 +192,14 @@ def _complete() -> None:
     argcomplete.autocomplete(completion_parser(os.environ.get("COMP_LINE", "")))
 
 
+@entry_point
 def main(argv: Sequence[str] | None = None) -> int:
     """``specscope``: dispatch to a subcommand's module; 2 with one line for an unknown command."""
     _complete()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["help"] and len(argv) > 2:  # help names one command; more words were silently dropped
+        return _fail(f"help takes one command name, got {len(argv) - 1} words ({' '.join(argv[1:])!r}); e.g. "
+                     f"{PROG} help {argv[1]}")
     if argv[:1] == ["help"] and len(argv) == 2:  # specscope help COMMAND = specscope COMMAND --help
         argv = [argv[1], "--help"]
     if not argv or argv[0] in ("-h", "--help", "help"):
