@@ -809,7 +809,9 @@ def prepare_call(ctx: Context, k: int, n: int, site: Path, stash: Path) -> dict:
         part / gpu_prepare.WHEELS_SUBDIR
     try:
         notes["wheels"] = install_wheels(wheels, site, ctx.log)
-    except (subprocess.CalledProcessError, OSError) as e:
+    except subprocess.CalledProcessError as e:
+        notes["wheels"] = f"pip install failed (exit {e.returncode}; its output is in the log)"
+    except OSError as e:
         notes["wheels"] = f"pip install failed: {e}"
     if k == n:
         try:

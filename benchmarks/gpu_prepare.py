@@ -192,16 +192,22 @@ def smollm2_files() -> tuple[Path, Path, list[Path]]:
 
 
 def plan_parts(gguf_bytes: int, first_fixed_bytes: int, room_bytes: int) -> list[int]:
-    """Sizes of the GGUF's parts: the first beside ``first_fixed_bytes`` (wheels, metadata), every part within
-    ``room_bytes``; ``ValueError`` when not even the first fits."""
-    first = room_bytes - first_fixed_bytes
-    if first <= 0 or room_bytes <= 0:
+    """Sizes of the GGUF's parts: as few as fit ``room_bytes`` each (the first beside ``first_fixed_bytes`` of
+    wheels and metadata), balanced so every call sends about the same and keeps the same slack under the limit;
+    ``ValueError`` when not even the first fits."""
+    if room_bytes - first_fixed_bytes <= 0:
         raise ValueError(f"no room: {room_bytes / MIB:.1f} MiB beside the checkout, "
                          f"{first_fixed_bytes / MIB:.1f} MiB of wheels and metadata")
-    sizes = [min(first, gguf_bytes)]
-    rest = gguf_bytes - sizes[0]
-    sizes += [room_bytes] * (rest // room_bytes) + ([rest % room_bytes] if rest % room_bytes else [])
-    return sizes
+    total = gguf_bytes + first_fixed_bytes
+    n = -(-total // room_bytes)
+    while True:
+        per = -(-total // n)
+        sizes = [min(gguf_bytes, per - first_fixed_bytes)]
+        while sum(sizes) < gguf_bytes:
+            sizes.append(min(per, gguf_bytes - sum(sizes)))
+        if sizes[0] > 0 and max(sizes[0] + first_fixed_bytes, *sizes[1:], 0) <= room_bytes:
+            return sizes
+        n += 1
 
 
 def compressed_gguf(gguf: Path, digest: str, cache: Path) -> Path:
@@ -300,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     room = TREE_LIMIT_BYTES - tree - int(args.margin_mib * MIB)
     fixed = sum(w.stat().st_size for w in wheels) + sum(f.stat().st_size for f in others) + 4096
     digest = sha256_of(gguf)
-    print(f"compressing {gguf.name} (xz; cached in {args.cache_dir})", flush=True)
+    print(f"{gguf.name}: its xz copy in {args.cache_dir} (made now if absent: minutes)", flush=True)
     packed = compressed_gguf(gguf, digest, Path(args.cache_dir))
     try:
         sizes = plan_parts(packed.stat().st_size, fixed, room)

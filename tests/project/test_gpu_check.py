@@ -58,9 +58,12 @@ def test_the_image_list_and_the_wheels(prep: ModuleType) -> None:
 
 def test_parts_fit_the_room(prep: ModuleType) -> None:
     mib = prep.MIB
-    sizes = prep.plan_parts(94 * mib, 2 * mib, 28 * mib)
-    assert sum(sizes) == 94 * mib and sizes[0] == 26 * mib and max(sizes) <= 28 * mib and len(sizes) == 4
-    assert prep.plan_parts(10, 5, 100) == [10]
+    sizes = prep.plan_parts(94 * mib, 2 * mib, 28 * mib)  # 96 MiB in all: 4 calls of 24 MiB
+    assert sum(sizes) == 94 * mib and sizes == [22 * mib, 24 * mib, 24 * mib, 24 * mib]
+    sizes = prep.plan_parts(86 * mib + 5, 2 * mib, 30 * mib)
+    assert sum(sizes) == 86 * mib + 5 and len(sizes) == 3 and sizes[0] + 2 * mib <= 30 * mib
+    assert max(sizes) - min(sizes[1:]) <= 1 and abs(sizes[0] + 2 * mib - sizes[1]) <= 1
+    assert prep.plan_parts(10, 5, 100) == [10] and prep.plan_parts(10, 5, 15) == [10]
     with pytest.raises(ValueError, match="no room"):
         prep.plan_parts(10, 50, 40)
     assert prep.call_groups(1) == ["kernels,pairs,smollm2"]
