@@ -482,7 +482,7 @@ def probe_head(plan: Plan) -> dict:
     g = torch.Generator().manual_seed(0)
     weight = (torch.randn(plan.head_vocab, plan.head_hidden, generator=g) * 0.02).to(plan.device, dtype)
     hidden = torch.randn(1, plan.head_hidden, generator=g).to(plan.device, dtype)
-    head = torch.nn.Linear(plan.head_hidden, plan.head_vocab, bias=False).requires_grad_(False)
+    head = torch.nn.Linear(plan.head_hidden, plan.head_vocab, bias=False, device="meta")  # no init: replaced
     head.weight = torch.nn.Parameter(weight, requires_grad=False)
     timer = Timer(plan.device)
 
