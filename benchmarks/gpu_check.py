@@ -740,9 +740,16 @@ def _fmt_data(r: StageResult) -> str:
     return ", ".join(f"{k} {v}" for k, v in d.items() if not isinstance(v, (dict, list)))[:160]
 
 
+def _result_text(r: StageResult) -> str:
+    try:
+        return _fmt_data(r)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # a result of another shape: still a table
+        return f"(see the summary JSON; not formatted: {type(e).__name__} {e})"
+
+
 def table_lines(results: list[StageResult]) -> list[str]:
     lines = [f"{'stage':24s} {'status':8s} {'s':>6s}  result"]
-    lines += [f"{r.name:24s} {r.status:8s} {r.seconds:6.1f}  {_fmt_data(r)}" for r in results]
+    lines += [f"{r.name:24s} {r.status:8s} {r.seconds:6.1f}  {_result_text(r)}" for r in results]
     return lines
 
 
@@ -773,7 +780,11 @@ def write_results(ctx: Context, extra: dict) -> None:
     md = [f"# GPU check {ctx.tag}", "", f"device plan: {ctx.plan.device}; reductions: "
           f"`{' '.join(ctx.plan.measure_reduced)}`", "", "```", *table_lines(ctx.results), "```", ""]
     (ctx.out / f"summary-{ctx.tag}.md").write_text("\n".join(md))
-    bundle_runs(ctx)
+    try:
+        bundle_runs(ctx)
+    except (OSError, tarfile.TarError) as e:  # the summaries stand without the tarball
+        with ctx.log.open("a") as f:
+            f.write(f"\nruns tarball not written: {e}\n")
 
 
 def run_stages(ctx: Context, todo: list[Stage], extra: dict) -> None:
