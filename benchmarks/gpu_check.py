@@ -673,7 +673,12 @@ def stage_calibrate(ctx: Context, budget_s: float) -> dict:
     mape = {f"{split} {method}": round(v["speedup_mape_pct"], 1) for split, by in (doc.get("mape") or {}).items()
             if isinstance(by, dict) for method, v in by.items()
             if isinstance(v, dict) and v.get("speedup_mape_pct") is not None}
-    return {"holdout": (doc.get("holdout") or {}).get("mode"), "speedup_mape_pct": mape}
+    # cells flagged unstable (a noisy machine) are scored apart
+    mape.update({f"unstable held_out {method}": round(v["speedup_mape_pct"], 1)
+                 for method, v in (doc.get("unstable_held_out") or {}).items()
+                 if isinstance(v, dict) and v.get("speedup_mape_pct") is not None})
+    return {"holdout": (doc.get("holdout") or {}).get("mode"), "speedup_mape_pct": mape,
+            "n_unstable_cells": len(doc.get("unstable_cells") or [])}
 
 
 def stage_reports(ctx: Context, budget_s: float) -> dict:
