@@ -296,6 +296,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     root = Path(args.root).resolve()
     wheels_dir = Path(args.wheels_dir) if args.wheels_dir else root / ".cache" / "gpu-wheels"
+    probe = f"{PART_PREFIX}1/{MANIFEST}"
+    if subprocess.run(["git", "-C", str(root), "check-ignore", "-q", probe]).returncode != 0:
+        print(f"gpu_prepare: error: {root}/.gitignore does not ignore {PART_PREFIX}1/ (add /{PART_PREFIX}[0-9]*/): "
+              "the parts would travel in every call", file=sys.stderr)
+        return 2
     try:
         wheels = check_wheels(wheels_dir) if args.no_download else download_wheels(wheels_dir)
         gguf, site, others = smollm2_files()
