@@ -22,7 +22,6 @@ from pathlib import Path
 
 import altair as alt
 import pandas as pd
-import vl_convert as vlc
 
 from reports import charts
 from reports.published import published_table
@@ -542,7 +541,7 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
 
     sections, pngs = [], []
     for name, title, ch in built:
-        svg = vlc.vegalite_to_svg(ch.to_json())
+        svg = charts.chart_svg(ch, f"{name}.html")
         charts.save_chart(ch, out / f"{name}.html")
         if png:
             pngs.append(charts.save_chart(ch, out / f"{name}.png"))

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import altair as alt
 import pandas as pd
-import vl_convert as vlc
+
+from reports.charts import chart_svg
 
 from toolkit.tables import Column
 
@@ -187,7 +188,7 @@ def _section_html(sc: ServingCalibration) -> str:
             f"<p class='key'>Points: measured, with 95% CI bars (shape: held out or trained on). Lines: the "
             f"calibrated serving simulator. Held out: k {html.escape(str(cal['split']['test_k']))}, loads "
             f"{html.escape(str(cal['split']['test_loads']))}.</p>{_error_html(cal.get('summary', {}))}"
-            f"<div class='chart'>{vlc.vegalite_to_svg(chart.to_json())}</div>{_advice_html(advice)}</section>")
+            f"<div class='chart'>{chart_svg(chart, 'serving.html')}</div>{_advice_html(advice)}</section>")
 
 
 # -- the page ---------------------------------------------------------------------------------------------------

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 
 import altair as alt
 import pandas as pd
-import vl_convert as vlc
+
+from reports.charts import chart_svg
 
 from toolkit.tables import Column
 
@@ -180,7 +181,7 @@ def _section_html(files: TreeCalibrationFiles) -> str:
             "<p class='key'>Black: measured, with 95% CI bars (shape: chain or tree). Red, open: each cell's held-out "
             "prediction (fitted on the other shapes only). Lines: the calibration on every cell — the best tree of "
             "each budget and the chains.</p>"
-            f"{_error_html(cal.get('summary', {}))}<div class='chart'>{vlc.vegalite_to_svg(chart.to_json())}</div>"
+            f"{_error_html(cal.get('summary', {}))}<div class='chart'>{chart_svg(chart, f'{CHART}.html')}</div>"
             f"{_advice_html(advice)}</section>")
 
 

@@ -178,6 +178,14 @@ def test_save_chart_suffixes(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_chart_svg_inline_or_a_note_without_vl_convert(monkeypatch):
+    ch = charts.speedup_vs_gamma_chart(pd.DataFrame({"gamma": [1, 2], "speedup": [1.1, 1.3]}))
+    assert "<svg" in charts.chart_svg(ch)
+    monkeypatch.setitem(sys.modules, "vl_convert", None)  # as on the GPU check's device image
+    note = charts.chart_svg(ch, "speedup.html")
+    assert "vl-convert-python is not installed" in note and 'href="speedup.html"' in note
+
+
 # -- frames from a calibration ------------------------------------------------------
 @pytest.mark.slow
 def test_frames_from_calibration(cal_dir):
