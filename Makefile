@@ -9,7 +9,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.specscope-installed
 RUN_DIR ?= runs/main
 
-.PHONY: run test check bench bench-serve bench-head venv clean
+.PHONY: run test check bench bench-serve bench-head gpu-check gpu-prepare venv clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,15 @@ bench-serve: $(STAMP)
 
 bench-head: $(STAMP)
 	$(PY) benchmarks/bench_pruned_head.py --device auto --threads 1
+
+# the GPU check (docs/guides/gpu.md): on a machine with a CUDA GPU every GPU path in one short run (about 8 min),
+# its results in runs/gpucheck; without one the dry run (tiny sizes on the CPU, the device image's imports)
+gpu-check: $(STAMP)
+	$(PY) benchmarks/gpu_check.py --out runs/gpucheck
+
+# a lent device machine (docs/guides/gpu.md): wheels + the SmolLM2 GGUF in parts .gpu1/ ... and the device commands
+gpu-prepare: $(STAMP)
+	$(PY) benchmarks/gpu_prepare.py
 
 clean:
 	rm -rf $(VENV) runs

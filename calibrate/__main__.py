@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from toolkit.cli import OneLineParser, check_output_dir, choice_arg, fail, int_arg, nonempty_arg
+from toolkit.cli import OneLineParser, check_output_dir, choice_arg, entry_point, fail, int_arg, nonempty_arg
 from toolkit.jsonio import strict_dumps
 from toolkit.track import TRACKERS, usable_tracker
 
@@ -86,6 +86,7 @@ def _run_kind(first: list[str]) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["ingest"]:  # subcommand: an engine's spec-decode metrics and llama-bench costs -> sim

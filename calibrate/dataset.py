@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from calibrate.checks import CHAIN_TABLES, check_finished_count, check_tables
 from measure.records import Run, damaged_cells, hardware_label, load_run
 
 
@@ -54,7 +55,10 @@ def load_runs(paths: list[str | Path], allow_incomplete: bool = False, pool_hard
     reads as interrupted) unless ``allow_incomplete``; for a run with a
     finished cell whose rows are incomplete or written twice
     (:func:`measure.records.damaged_cells`, the check a resume makes) unless
-    ``exclude_damaged``, which leaves those cells out and names them. The
+    ``exclude_damaged``, which leaves those cells out and names them; for a
+    value no writer writes (:data:`calibrate.checks.CHAIN_TABLES`: a speedup of
+    ``inf``, a baseline of 0 tok/s) or a complete run with fewer or more finished
+    cells than its ``run.json`` recorded (:func:`calibrate.checks.check_finished_count`). The
     same run given twice (same directory, or a copy with the same
     ``run_id``) is counted once, with a note in ``Dataset.notes``.
     """
@@ -91,6 +95,8 @@ def load_runs(paths: list[str | Path], allow_incomplete: bool = False, pool_hard
                                  "with the same --out to re-measure them" +
                                  ("" if any(d.cell_id == "*" for d in damage) else ", or pass --exclude-damaged"))
             notes.append(f"{p}: left out {len(damage)} damaged cell(s) (--exclude-damaged): {named}")
+        check_tables(p, {t: run.table(t) for t in CHAIN_TABLES}, CHAIN_TABLES)
+        check_finished_count(p, run.meta, run.table("cells")["cell_id"], "cells")
         label = p.resolve().name or "run"
         base, i = label, 2
         while label in runs:

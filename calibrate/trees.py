@@ -62,6 +62,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
+from calibrate.checks import MAX_RANKS, check_tree_run
 from calibrate.errors import add_errors
 from calibrate.fit_acceptance import wilson_ci
 from calibrate.fit_cost import CostFit, LinearFit, fit_cost, ols, target_curve
@@ -74,8 +75,6 @@ from sim.trees import PositionalAcceptance, TokenTree, TreePrediction, predict_t
 
 #: Fewest ranked positions at a depth for its row of ``p`` (deeper rows reuse the last one).
 MIN_TRIALS = 20
-#: Ranks ``p`` gives per depth where the counterfactual record has them (measure.trees.loop.RANKED).
-MAX_RANKS = 8
 #: Shape kinds, as reported: a fixed token tree, a chain (either loop), a per-round beam.
 KINDS = ("tree", "chain", "beam")
 #: Targets of the held-out error (issue 30's "done when").
@@ -112,7 +111,8 @@ def is_tree_run(path: str | Path) -> bool:
 
 def load_trees(path: str | Path, allow_incomplete: bool = False) -> TreeData:
     """The tree run at ``path``, checked: one-line ``ValueError`` for a run that is not a complete tree run
-    (unless ``allow_incomplete``), or has no finished cell."""
+    (unless ``allow_incomplete``), has no finished cell, or holds tables its writer could not have written
+    (:func:`calibrate.checks.check_tree_run`: rows written twice, lost or torn, values out of range)."""
     path = Path(path)
     run = load_run(path)
     if (run.meta.get("config") or {}).get("kind") != "trees":
@@ -131,6 +131,7 @@ def load_trees(path: str | Path, allow_incomplete: bool = False) -> TreeData:
     if tables["cost_target"].empty:
         raise ValueError(f"{path}: no cost curves (cost_target.csv); calibrate prices shapes it did not measure with "
                          "them: measure again without --no-cost-curves")
+    check_tree_run(path, run.meta, {"tree_cells": cells, **tables})
     return TreeData(path, run, cells, tables["generations"], tables["rounds"], tables["tree_nodes"],
                     tables["tree_ranks"], tables["cost_target"], tables["cost_draft"], tuple(notes))
 

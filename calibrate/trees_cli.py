@@ -19,8 +19,11 @@ over bootstrap refits of the acceptance. Writes into the calibration directory
 ``tree_predictions.csv``, ``tree_acceptance.csv``, ``tree_curves.csv`` (speedup
 against verify budget, for the report), ``positional.json`` and
 ``cost_model-tree.json`` (``python -m sim tree --acceptance FILE --cost-model
-FILE`` reads them) and ``advice.json``; ends with one JSON line. Bad input:
-one line, exit status 2.
+FILE`` reads them) and ``advice.json``; ends with one JSON line. Bad input —
+and a run whose tables its writer could not have written
+(:func:`calibrate.checks.check_tree_run`: a row written twice, torn or lost, a
+missing file or column, a value out of range) — is one line naming the file,
+exit status 2, and nothing written.
 """
 
 from __future__ import annotations
@@ -130,10 +133,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     _check_run(run)
     out = Path(args.out) if args.out else run / "calibration"
     try:
-        check_output_dir("--out", out)
         from calibrate.trees import acceptance_table, calibrate_trees, curve_rows, load_trees, mean_context
 
-        res = calibrate_trees(load_trees(run, allow_incomplete=args.allow_incomplete))
+        data = load_trees(run, allow_incomplete=args.allow_incomplete)  # checked before --out is made: on bad
+        check_output_dir("--out", out)  # tables nothing is written, not even the directory
+        res = calibrate_trees(data)
         if res.models.tree_cost is None:
             raise ValueError(f"{run}: no tree cell (only chains): nothing to advise on trees")
         ctx = mean_context(res.data)

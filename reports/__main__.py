@@ -10,7 +10,9 @@ one interactive HTML per chart, and ``claims.html`` (published claims checked
 against the simulator, a page of its own); prints where the report is, and
 ends with one JSON line.
 Bad input (a missing or wrong source directory, an ``--out`` that is a file or
-cannot be created): one-line error, exit status 2, before any chart is drawn.
+cannot be created, a calibration that is not whole: a torn or missing table,
+column or key, an ``inf``, a model file it names that is gone): one-line error
+naming the file, exit status 2, before any chart is drawn or ``--out`` made.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from toolkit.cli import OneLineParser, check_output_dir, fail, nonempty_arg
+from toolkit.cli import OneLineParser, check_output_dir, entry_point, fail, nonempty_arg
 
 PROG = "python -m reports"
 
@@ -33,6 +35,7 @@ def _done(res) -> int:
     return 0
 
 
+@entry_point
 def main(argv: list[str] | None = None) -> int:
     ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("src", metavar="RUN_DIR_OR_CALIBRATION_DIR", type=nonempty_arg("directory"))
@@ -49,20 +52,24 @@ def main(argv: list[str] | None = None) -> int:
                                              "tree_calibration.json")):
         fail(PROG, f"{args.src!r} is neither a calibration directory (calibration.json, serve_calibration.json, "
                    "tree_calibration.json) nor a run directory (run.json)")
-    try:
-        from reports.serving import build_serving_report, serve_calibration_dir
-        from reports.trees import build_trees_report, tree_calibration_dir
+    try:  # each calibration is checked whole before --out is made: a damaged one draws nothing
+        from reports.serving import build_serving_report, read_serving_calibration, serve_calibration_dir
+        from reports.trees import build_trees_report, read_tree_calibration, tree_calibration_dir
 
         serve = serve_calibration_dir(src)
         if serve is not None:  # python -m measure serve, calibrated by python -m calibrate serve
+            read_serving_calibration(serve)
             check_output_dir("--out", Path(args.out) if args.out else serve / "report")
             return _done(build_serving_report(serve, args.out, png=not args.no_png))
         trees = tree_calibration_dir(src)
         if trees is not None:  # python -m measure tree, calibrated by python -m calibrate trees
+            read_tree_calibration(trees)
             check_output_dir("--out", Path(args.out) if args.out else trees / "report")
             return _done(build_trees_report(trees, args.out, png=not args.no_png))
+        from reports.page import _load_calibration, build_report, read_calibration
+
+        read_calibration(_load_calibration(src))
         check_output_dir("--out", Path(args.out) if args.out else src / "report")
-        from reports.page import build_report
 
         res = build_report(args.src, args.out, png=not args.no_png)
     except ValueError as exc:

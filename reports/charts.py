@@ -372,6 +372,18 @@ def pareto_chart(df: pd.DataFrame, title: str = "Pruned draft head: tokens/s aga
     return (line + pts).properties(title=title, width=_WIDTH, height=_HEIGHT)
 
 
+def chart_svg(chart: alt.TopLevelMixin, interactive: str | None = None) -> str:
+    """``chart`` as inline SVG (vl-convert). Without ``vl-convert-python`` (84 MiB installed: the GPU check's device
+    image goes without it, docs/guides/gpu.md) a one-line note instead, linking the interactive chart
+    ``interactive`` (an HTML file beside the page) when given: the page is still written."""
+    try:
+        import vl_convert as vlc
+    except ImportError:
+        link = f' <a href="{interactive}">interactive chart</a>' if interactive else ""
+        return f"<p class='note'>chart not drawn inline: vl-convert-python is not installed.{link}</p>"
+    return vlc.vegalite_to_svg(chart.to_json())
+
+
 def save_chart(chart: alt.TopLevelMixin, path: str | Path) -> Path:
     """Write ``chart`` to ``path``; the suffix picks the format (.html, .png, .svg, .json).
 
@@ -393,6 +405,7 @@ def save_chart(chart: alt.TopLevelMixin, path: str | Path) -> Path:
 
 __all__ = [
     "CHART_SUFFIXES",
+    "chart_svg",
     "MARKERS",
     "PREDICTION_LINES",
     "acceptance_per_position_chart",

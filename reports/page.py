@@ -22,7 +22,6 @@ from pathlib import Path
 
 import altair as alt
 import pandas as pd
-import vl_convert as vlc
 
 from reports import charts
 from reports.published import published_table
@@ -38,10 +37,18 @@ from reports.summary import (
     predicted_optima,
 )
 from toolkit.jsonio import read_json
+from toolkit.tables import Column, check_values, read_csv
 
 CAL_JSON = "calibration.json"
 #: The columns of ``predictions.csv`` the page reads (calibrate/outputs.py writes them).
-PREDICTION_COLUMNS = ("run", "cell_id", "method", "predicted_speedup", "split")
+PREDICTION_COLUMNS = ("run", "cell_id", "draft", "domain", "gamma_policy", "method", "measured_speedup",
+                      "predicted_speedup", "split")
+#: A speedup the page draws is a finite number above 0 (a prediction may be missing: its cell says why).
+SPEEDUP = Column("measured_speedup", lo=0.0, lo_open=True)
+PREDICTION_VALUES = (SPEEDUP, Column("predicted_speedup", lo=0.0, lo_open=True, required=False),
+                     Column("measured_speedup_lo", required=False), Column("measured_speedup_hi", required=False))
+CURVE_VALUES = (Column("gamma", lo=1, integer=True), Column("predicted_speedup", lo=0.0, lo_open=True,
+                                                            required=False))
 _AGAIN = "re-run python -m calibrate to write it again"
 
 
@@ -279,25 +286,48 @@ def judged_columns(df: pd.DataFrame, value: str, lo: str, hi: str, fmt: str) -> 
     return out
 
 
-def _read_csv_or_empty(path: Path, required: tuple[str, ...] | None = None) -> pd.DataFrame:
+def read_table(path: Path, required: tuple[str, ...] | None = None, values: tuple[Column, ...] = (),
+               again: str = _AGAIN) -> pd.DataFrame:
     """A calibration table, or an empty frame when it has no columns (nothing was fitted) or, unless
-    ``required`` names its columns, is absent. A table that cannot be parsed or lacks a required column is one
-    ``ValueError`` line naming the file (a damaged calibration was a pandas traceback)."""
-    try:
-        df = pd.read_csv(path)
-    except FileNotFoundError:
+    ``required`` names its columns, is absent. A table that cannot be parsed, has a torn row (pandas alone fills
+    it with NaN), lacks a required column or holds a value ``values`` refuse (an ``inf`` speedup) is one
+    ``ValueError`` line naming the file, ending with ``again`` (a damaged calibration was a pandas traceback, or
+    drawn)."""
+    if not path.is_file():
         if required is None:
             return pd.DataFrame()
-        raise ValueError(f"calibration directory {str(path.parent)!r} has no {path.name}; {_AGAIN}") from None
-    except pd.errors.EmptyDataError:
-        return pd.DataFrame()
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, OSError) as exc:
-        why = " ".join(str(exc).split())[:200]
-        raise ValueError(f"{str(path)!r} is not a table this reads ({why}); {_AGAIN}") from None
+        raise ValueError(f"calibration directory {str(path.parent)!r} has no {path.name}; {again}")
+    try:
+        df = read_csv(path)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; {again}") from None
+    if not len(df.columns):
+        return df
     missing = [c for c in required or () if c not in df.columns]
-    if missing and len(df.columns):
-        raise ValueError(f"{str(path)!r} has no column {', '.join(missing)}; {_AGAIN}")
+    if missing:
+        raise ValueError(f"{str(path)!r} has no column {', '.join(missing)}; {again}")
+    try:
+        check_values(df, repr(str(path)), values)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; {again}") from None
     return df
+
+
+def read_doc(path: Path, what: str, keys: dict[str, type | tuple[type, ...]], again: str = _AGAIN) -> dict:
+    """The JSON object of ``path`` (``what``: e.g. ``advice file``), with each of ``keys`` present and of its
+    type; else one ``ValueError`` line naming the file and the key, ending with ``again``."""
+    if not path.is_file():
+        raise ValueError(f"calibration directory {str(path.parent)!r} has no {path.name}; {again}")
+    doc = read_json(path, what)
+    name = f"{what} {str(path)!r}"
+    if not isinstance(doc, dict):
+        raise ValueError(f"{name} holds a JSON {type(doc).__name__}, not an object; {again}")
+    for key, typ in keys.items():
+        if not isinstance(doc.get(key), typ):
+            kind = " or ".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
+            found = "no" if key not in doc else f"a {type(doc[key]).__name__} as"
+            raise ValueError(f"{name} has {found} {key!r} ({kind} expected); {again}")
+    return doc
 
 
 def read_calibration(cal_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
@@ -319,8 +349,14 @@ def read_calibration(cal_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
         if not (Path(info["path"]) / "run.json").is_file():
             raise ValueError(f"{name} names run {label!r} at {info['path']!r}, which holds no run.json (moved or "
                              "deleted?)")
-    pred = _read_csv_or_empty(cal_dir / "predictions.csv", required=PREDICTION_COLUMNS)
-    return doc, pred, _read_csv_or_empty(cal_dir / "speedup_curves.csv")
+    files = doc.get("files") or {}
+    for kind, named in (files.items() if isinstance(files, dict) else ()):
+        for f in (named.values() if isinstance(named, dict) else ()):
+            if isinstance(f, str) and not (cal_dir / f).is_file():  # the page's next step names them
+                raise ValueError(f"{name} names {kind.replace('_', ' ').removesuffix('s')} file {f!r}, which is not in "
+                                 f"{str(cal_dir)!r} (deleted?); {_AGAIN}")
+    pred = read_table(cal_dir / "predictions.csv", required=PREDICTION_COLUMNS, values=PREDICTION_VALUES)
+    return doc, pred, read_table(cal_dir / "speedup_curves.csv", values=CURVE_VALUES)
 
 
 _CSS = """
@@ -467,9 +503,9 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
     """
     src = Path(src)
     out = Path(out) if out else (src / "report")
-    make_out_dir(out)
     cal_dir = _load_calibration(src)
-    doc, pred, curves = read_calibration(cal_dir)
+    doc, pred, curves = read_calibration(cal_dir)  # checked whole before anything is drawn
+    make_out_dir(out)
 
     from measure.records import load_run
 
@@ -493,7 +529,7 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
     pp_path, fam_path = cal_dir / "acceptance_per_position.csv", cal_dir / "acceptance_families.csv"
     if pp_path.exists() and fam_path.exists():
         built.append(("acceptance_per_position", "Per-position acceptance α_i, 95% Wilson intervals, dashed: chosen model",
-                      charts.acceptance_per_position_chart(acceptance_frame(pd.read_csv(pp_path), pd.read_csv(fam_path)))))
+                      charts.acceptance_per_position_chart(acceptance_frame(read_table(pp_path), read_table(fam_path)))))
     bd = breakdown_frame(pred)
     if len(bd):
         built.append(("round_breakdown", "Round time: draft, verify, overhead (each configuration: measured, "
@@ -505,7 +541,7 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
 
     sections, pngs = [], []
     for name, title, ch in built:
-        svg = vlc.vegalite_to_svg(ch.to_json())
+        svg = charts.chart_svg(ch, f"{name}.html")
         charts.save_chart(ch, out / f"{name}.html")
         if png:
             pngs.append(charts.save_chart(ch, out / f"{name}.png"))
@@ -516,7 +552,7 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
 
     claims_path = out / "claims.html"
     claims_path.write_text(claims_page(published_table()), encoding="utf-8")
-    cost_params = _read_csv_or_empty(cal_dir / "cost_params.csv")
+    cost_params = read_table(cal_dir / "cost_params.csv")
     hold = doc["holdout"]
     note = f" {html.escape(hold['note'])}." if hold.get("note") else ""
     body = f"""<h1>specscope report: {html.escape(_title(setups))}</h1>

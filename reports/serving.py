@@ -26,12 +26,16 @@ from __future__ import annotations
 import html
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import altair as alt
 import pandas as pd
-import vl_convert as vlc
+
+from reports.charts import chart_svg
+
+from toolkit.tables import Column
 
 if TYPE_CHECKING:
     from reports.page import ReportResult
@@ -42,6 +46,55 @@ CALIBRATION = "serve_calibration.json"
 ADVICE = "advice.json"
 PANELS = (("e2e_p50_ms", "e2e latency p50 (ms)"), ("e2e_p95_ms", "e2e latency p95 (ms)"),
           ("throughput_tokens_per_s", "throughput (tokens/s)"))
+AGAIN = "re-run python -m calibrate serve to write it again"
+#: What the page reads of each file ``python -m calibrate serve`` writes, and what their values must be.
+PREDICTION_COLUMNS = ("config", "load", "split", "metric", "measured", "measured_lo", "measured_hi", "predicted",
+                      "ape_pct", "inside_ci")
+PREDICTION_VALUES = (Column("measured", lo=0.0, lo_open=True), Column("measured_lo", required=False),
+                     Column("measured_hi", required=False), Column("predicted", lo=0.0, lo_open=True, required=False),
+                     Column("ape_pct", lo=0.0, required=False))
+CURVE_COLUMNS = ("config", "load", *(f"predicted_{m}" for m, _ in PANELS))
+CURVE_VALUES = tuple(Column(f"predicted_{m}", lo=0.0, lo_open=True, required=False) for m, _ in PANELS)
+ADVICE_KEYS: dict[str, type | tuple[type, ...]] = {"rows": list, "vllm": (dict, str), "trtllm": (dict, str),
+                                                    "llama_server": (dict, str), "sglang": (dict, str)}
+ADVICE_ROW_KEYS = ("concurrency", "best_k", "speedup", "speedup_lo", "speedup_hi", "speedup_by_k")
+
+
+@dataclass(frozen=True)
+class ServingCalibration:
+    """A serving calibration directory read whole and checked (:func:`read_serving_calibration`)."""
+
+    path: Path
+    cal: dict
+    advice: dict
+    predictions: pd.DataFrame
+    curves: pd.DataFrame
+
+
+def read_serving_calibration(d: Path) -> ServingCalibration:
+    """Every file of the serving calibration ``d`` the page draws from, checked before anything is drawn: the
+    JSON documents with the keys the page reads (a deleted ``advice.json`` left the page without its answer, a
+    ``{}`` calibration was a KeyError), the tables whole (torn rows, ``inf``, missing columns), and a predicted
+    curve for every measured group (half of ``serve_curves.csv`` drew the rest). One ``ValueError`` line."""
+    from reports.page import read_doc, read_table
+
+    cal = read_doc(d / CALIBRATION, "serving calibration", {"split": dict, "summary": dict}, AGAIN)
+    for key in ("test_k", "test_loads"):
+        if key not in cal["split"]:
+            raise ValueError(f"serving calibration {str(d / CALIBRATION)!r} has no split {key!r}; {AGAIN}")
+    advice = read_doc(d / ADVICE, "advice file", ADVICE_KEYS, AGAIN)
+    for i, row in enumerate(advice["rows"]):
+        missing = [k for k in ADVICE_ROW_KEYS if not isinstance(row, dict) or k not in row]
+        if missing:
+            raise ValueError(f"advice file {str(d / ADVICE)!r}: row {i + 1} has no {', '.join(missing)}; {AGAIN}")
+    pred = read_table(d / PREDICTIONS, PREDICTION_COLUMNS, PREDICTION_VALUES, AGAIN)
+    curves = read_table(d / CURVES, CURVE_COLUMNS, CURVE_VALUES, AGAIN)
+    lost = sorted(set(zip(pred["config"], pred["load"])) - set(zip(curves["config"], curves["load"]))) \
+        if len(pred) and len(curves.columns) else []
+    if lost:
+        raise ValueError(f"{str(d / CURVES)!r} has no predicted curve for {len(lost)} measured group(s) (first: "
+                         f"{lost[0][0]} at {lost[0][1]}): cut short?; {AGAIN}")
+    return ServingCalibration(d, cal, advice, pred, curves)
 
 
 def _load_axis(frame: pd.DataFrame) -> pd.DataFrame:
@@ -123,24 +176,19 @@ def _advice_html(advice: dict) -> str:
             f"<th>speedup [95% CI]</th>{head}</tr>{''.join(body)}</table><ul>{configs}</ul>")
 
 
-def _check_dir(d: Path) -> None:
-    for name in (PREDICTIONS, CURVES, CALIBRATION):
-        if not (d / name).is_file():
-            raise ValueError(f"{str(d)!r} holds no {name}: write it with python -m calibrate serve RUN --out {d}")
-
-
 def section_html(cal_dir: str | Path) -> str:
     """The serving section of a report (an HTML fragment): error summary, the chart (inline SVG), the advice."""
-    d = Path(cal_dir)
-    _check_dir(d)
-    chart = latency_vs_load_chart(pd.read_csv(d / PREDICTIONS), pd.read_csv(d / CURVES))
-    cal = json.loads((d / CALIBRATION).read_text())
-    advice = json.loads((d / ADVICE).read_text()) if (d / ADVICE).is_file() else {}
+    return _section_html(read_serving_calibration(Path(cal_dir)))
+
+
+def _section_html(sc: ServingCalibration) -> str:
+    cal, advice = sc.cal, sc.advice
+    chart = latency_vs_load_chart(sc.predictions, sc.curves)
     return ("<section id='serving'><h2>Latency and throughput against load</h2>"
             f"<p class='key'>Points: measured, with 95% CI bars (shape: held out or trained on). Lines: the "
             f"calibrated serving simulator. Held out: k {html.escape(str(cal['split']['test_k']))}, loads "
             f"{html.escape(str(cal['split']['test_loads']))}.</p>{_error_html(cal.get('summary', {}))}"
-            f"<div class='chart'>{vlc.vegalite_to_svg(chart.to_json())}</div>{_advice_html(advice)}</section>")
+            f"<div class='chart'>{chart_svg(chart, 'serving.html')}</div>{_advice_html(advice)}</section>")
 
 
 # -- the page ---------------------------------------------------------------------------------------------------
@@ -299,14 +347,12 @@ def build_serving_report(src: str | Path, out: str | Path | None = None, png: bo
     d = serve_calibration_dir(src)
     if d is None:
         raise ValueError(f"{str(src)!r} is not a serving calibration ({CALIBRATION}) or a serving run")
-    _check_dir(d)
+    sc = read_serving_calibration(d)  # checked whole before anything is drawn
+    cal, advice, pred = sc.cal, sc.advice, sc.predictions
     out = Path(out) if out else d / "report"
     make_out_dir(out)
-    cal = json.loads((d / CALIBRATION).read_text())
-    advice = json.loads((d / ADVICE).read_text()) if (d / ADVICE).is_file() else {}
-    pred = pd.read_csv(d / PREDICTIONS)
     meta, units = _run_meta(cal)
-    chart = latency_vs_load_chart(pred, pd.read_csv(d / CURVES))
+    chart = latency_vs_load_chart(pred, sc.curves)
     charts.save_chart(chart, out / "serving.html")
     pngs = (charts.save_chart(chart, out / "serving.png"),) if png else ()
     target = ((meta or {}).get("models") or {}).get("target", {}).get("name", "a model")
@@ -315,7 +361,7 @@ def build_serving_report(src: str | Path, out: str | Path | None = None, png: bo
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in cal.get("notes") or [])
     body = (f"<h1>{html.escape(title)}</h1>{_answer_html(cal, advice, meta, units)}"
             f"<h2 id='measured'>What was measured</h2>{_measured_html(meta, units, cal)}"
-            f"{section_html(d)}"
+            f"{_section_html(sc)}"
             f"<p><a href='serving.html'>interactive chart</a>" + (" · <a href='serving.png'>PNG</a>" if png else "")
             + "</p><h2 id='groups'>Every group, measured against predicted</h2>" + _groups_html(pred)
             + (f"<details><summary>Calibration notes</summary><ul>{notes}</ul></details>" if notes else "")

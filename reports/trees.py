@@ -19,13 +19,16 @@ Reads what ``python -m calibrate trees`` wrote (``tree_predictions.csv``,
 from __future__ import annotations
 
 import html
-import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import altair as alt
 import pandas as pd
-import vl_convert as vlc
+
+from reports.charts import chart_svg
+
+from toolkit.tables import Column
 
 if TYPE_CHECKING:
     from reports.page import ReportResult
@@ -36,6 +39,48 @@ CALIBRATION = "tree_calibration.json"
 ADVICE = "advice.json"
 CAL_DIR = "calibration"
 CHART = "speedup_vs_budget"
+AGAIN = "re-run python -m calibrate trees to write it again"
+#: What the page reads of each file ``python -m calibrate trees`` writes, and what their values must be.
+PREDICTION_COLUMNS = ("split", "kind", "shape", "loop", "n_nodes", "measured_speedup", "measured_speedup_lo",
+                      "measured_speedup_hi", "predicted_speedup", "ape_speedup_pct", "inside_ci")
+PREDICTION_VALUES = (Column("n_nodes", lo=1, integer=True), Column("measured_speedup", lo=0.0, lo_open=True),
+                     Column("measured_speedup_lo", required=False), Column("measured_speedup_hi", required=False),
+                     Column("predicted_speedup", lo=0.0, lo_open=True), Column("ape_speedup_pct", lo=0.0))
+CURVE_COLUMNS = ("budget", "series", "predicted_speedup")
+CURVE_VALUES = (Column("budget", lo=1, integer=True), Column("predicted_speedup", lo=0.0, lo_open=True))
+ADVICE_KEYS: dict[str, type | tuple[type, ...]] = {"answer": str, "budget": int, "best_chain": dict,
+                                                    "best_tree": dict, "sglang": dict, "vllm": dict}
+
+
+@dataclass(frozen=True)
+class TreeCalibrationFiles:
+    """A tree calibration directory read whole and checked (:func:`read_tree_calibration`)."""
+
+    path: Path
+    cal: dict
+    advice: dict
+    predictions: pd.DataFrame
+    curves: pd.DataFrame
+
+
+def read_tree_calibration(d: Path) -> TreeCalibrationFiles:
+    """Every file of the tree calibration ``d`` the page draws from, checked before anything is drawn: the JSON
+    documents with the keys the page reads (a ``{}`` calibration drew a page without its error, a deleted
+    ``advice.json`` one without its answer), the tables whole (torn rows, ``inf``, missing columns), and the
+    best-tree curve over every budget the advice searched (budgets 1..N, as ``tree_curves.csv`` is written).
+    One ``ValueError`` line."""
+    from reports.page import read_doc, read_table
+
+    cal = read_doc(d / CALIBRATION, "tree calibration", {"run": str, "draft": str, "summary": dict}, AGAIN)
+    advice = read_doc(d / ADVICE, "advice file", ADVICE_KEYS, AGAIN)
+    pred = read_table(d / PREDICTIONS, PREDICTION_COLUMNS, PREDICTION_VALUES, AGAIN)
+    curves = read_table(d / CURVES, CURVE_COLUMNS, CURVE_VALUES, AGAIN)
+    if len(curves.columns):
+        best = sorted(int(b) for b in curves.loc[curves["series"] == "best tree", "budget"])
+        if best != list(range(1, advice["budget"] + 1)):
+            raise ValueError(f"{str(d / CURVES)!r} holds the best tree at {len(best)} of the {advice['budget']} "
+                             f"budgets the advice searched (1..{advice['budget']}): cut short?; {AGAIN}")
+    return TreeCalibrationFiles(d, cal, advice, pred, curves)
 
 
 def tree_calibration_dir(src: str | Path) -> Path | None:
@@ -44,12 +89,6 @@ def tree_calibration_dir(src: str | Path) -> Path | None:
     from reports.page import run_calibration_dir
 
     return run_calibration_dir(src, CALIBRATION, "trees", CAL_DIR, "trees", "tree")
-
-
-def _check_dir(d: Path) -> None:
-    for name in (PREDICTIONS, CURVES, CALIBRATION):
-        if not (d / name).is_file():
-            raise ValueError(f"{str(d)!r} holds no {name}: write it with python -m calibrate trees RUN --out {d}")
 
 
 def measured_frame(predictions: pd.DataFrame) -> pd.DataFrame:
@@ -132,16 +171,17 @@ def _advice_html(advice: dict) -> str:
 
 def section_html(cal_dir: str | Path) -> str:
     """The tree section of a report (an HTML fragment): error summary, the chart (inline SVG), the advice."""
-    d = Path(cal_dir)
-    _check_dir(d)
-    chart = speedup_vs_budget_chart(pd.read_csv(d / PREDICTIONS), pd.read_csv(d / CURVES))
-    cal = json.loads((d / CALIBRATION).read_text())
-    advice = json.loads((d / ADVICE).read_text()) if (d / ADVICE).is_file() else {}
+    return _section_html(read_tree_calibration(Path(cal_dir)))
+
+
+def _section_html(files: TreeCalibrationFiles) -> str:
+    cal, advice = files.cal, files.advice
+    chart = speedup_vs_budget_chart(files.predictions, files.curves)
     return ("<section id='trees'><h2>Speedup against verify budget: chains and trees</h2>"
             "<p class='key'>Black: measured, with 95% CI bars (shape: chain or tree). Red, open: each cell's held-out "
             "prediction (fitted on the other shapes only). Lines: the calibration on every cell — the best tree of "
             "each budget and the chains.</p>"
-            f"{_error_html(cal.get('summary', {}))}<div class='chart'>{vlc.vegalite_to_svg(chart.to_json())}</div>"
+            f"{_error_html(cal.get('summary', {}))}<div class='chart'>{chart_svg(chart, f'{CHART}.html')}</div>"
             f"{_advice_html(advice)}</section>")
 
 
@@ -165,17 +205,16 @@ def build_trees_report(src: str | Path, out: str | Path | None = None, png: bool
     d = tree_calibration_dir(src)
     if d is None:
         raise ValueError(f"{str(src)!r} is not a tree calibration ({CALIBRATION}) or a tree run")
-    _check_dir(d)
+    files = read_tree_calibration(d)  # checked whole before anything is drawn
+    cal, pred = files.cal, files.predictions
     out = Path(out) if out else d / "report"
     make_out_dir(out)
-    cal = json.loads((d / CALIBRATION).read_text())
-    pred = pd.read_csv(d / PREDICTIONS)
-    chart = speedup_vs_budget_chart(pred, pd.read_csv(d / CURVES))
+    chart = speedup_vs_budget_chart(pred, files.curves)
     charts.save_chart(chart, out / f"{CHART}.html")
     pngs = (charts.save_chart(chart, out / f"{CHART}.png"),) if png else ()
     title = f"specscope token-tree report: {cal.get('draft', '?')} draft, {Path(str(cal.get('run', ''))).name}"
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in cal.get("notes") or [])
-    body = (f"<h1>{html.escape(title)}</h1>{section_html(d)}"
+    body = (f"<h1>{html.escape(title)}</h1>{_section_html(files)}"
             f"<p><a href='{CHART}.html'>interactive chart</a>" + (f" · <a href='{CHART}.png'>PNG</a>" if png else "")
             + "</p><h2 id='cells'>Every cell, measured against its held-out prediction</h2>" + _cells_html(pred)
             + (f"<details><summary>Calibration notes</summary><ul>{notes}</ul></details>" if notes else "")

@@ -11,7 +11,10 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
+from toolkit.cli import entry_point
 
+
+@entry_point
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the subcommand ``argv`` names, else the prediction; the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)

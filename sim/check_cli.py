@@ -38,7 +38,7 @@ from sim.claims import (
     roofline_cost,
 )
 from sim.cost import CostModel, LeviathanCost
-from sim.limits import CONTEXT_LIMIT_TOKENS, COST_RATIO_LIMIT, COST_RATIO_WHY, GAMMA_LIMIT, GAMMA_WHY
+from sim.limits import BYTES_PER_PARAM_ARG, CONTEXT_TOKENS_ARG, COST_RATIO_ARG, GAMMA_LIMIT, GAMMA_WHY
 from sim.typical import TYPICAL_ALPHA, typical_alpha
 from toolkit.cli import OneLineParser, choice_arg, float_arg, int_arg
 
@@ -48,8 +48,6 @@ GAMMA_MAX_DEFAULT = 16  # not argparse's default: "--gamma 4 --gamma-max 16" mus
 #: The flags of one claim of the user's: ``--claims`` checks the built-in table and would ignore every one.
 CLAIM_FLAGS = ("speedup", "preset", "draft", "target", "hardware", "cost_ratio", "gamma", "gamma_max", "alpha",
                "tau", "baseline_ms", "speculative_ms", "bytes_per_param", "context_tokens")
-#: Widest weight format there is (float64): more bytes per parameter than that is a typo.
-BYTES_PER_PARAM_LIMIT = 8.0
 
 
 class CheckError(Exception):
@@ -70,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "--target: a pair of your own)")
     p.add_argument("--target", help="target model name (with --draft)")
     p.add_argument("--hardware", help="hardware profile (default: the pair's)")
-    p.add_argument("--cost-ratio", type=float_arg(0.0, COST_RATIO_LIMIT, why=COST_RATIO_WHY), metavar="C",
+    p.add_argument("--cost-ratio", type=COST_RATIO_ARG, metavar="C",
                    help="pure Leviathan cost model instead of a preset: draft step = C x target step")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--gamma", type=int_arg(1, GAMMA_LIMIT, GAMMA_WHY), help=f"the claim's draft length, "
@@ -85,9 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the claim's baseline ms per token (checked against the roofline)")
     p.add_argument("--speculative-ms", type=float_arg(0.0, lo_open=True),
                    help="the claim's speculative ms per token")
-    p.add_argument("--bytes-per-param", type=float_arg(0.0, BYTES_PER_PARAM_LIMIT, lo_open=True),
+    p.add_argument("--bytes-per-param", type=BYTES_PER_PARAM_ARG,
                    help="weight precision, overriding the hardware's (e.g. 0.5 int4)")
-    p.add_argument("--context-tokens", type=float_arg(0.0, CONTEXT_LIMIT_TOKENS),
+    p.add_argument("--context-tokens", type=CONTEXT_TOKENS_ARG,
                    help=f"context length the costs use (default {DEFAULT_CONTEXT_TOKENS:g})")
     p.add_argument("--format", default="table", type=choice_arg("format", FORMATS),
                    help=f"one of {', '.join(FORMATS)} (default table)")
@@ -215,13 +213,6 @@ def claims_markdown(checks: list[ClaimCheck]) -> str:
     return "\n".join(lines)
 
 
-def _print(text: str) -> None:
-    try:
-        print(text)
-    except BrokenPipeError:  # e.g. piped into `head`
-        sys.stdout = None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
@@ -240,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CheckError, ValueError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
-    _print(text)
+    print(text)  # a reader that stops early (`| head`): toolkit.cli.entry_point, around sim's main
     return 0
 
 

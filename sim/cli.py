@@ -16,13 +16,15 @@ valid choices or range — before any simulation runs. Flags that would be
 ignored (``--policy heuristic`` in analytic mode, ``--requests`` outside serve
 mode, ``--hardware`` with a fitted cost model) are refused, not dropped.
 
-Bounds, and why (:mod:`sim.limits`, shared with ``sim check`` and
+Bounds, and why (:mod:`sim.limits`, shared with ``sim tree``, ``sim check`` and
 ``calibrate ingest``): γ ≤ 64 (the chance that 64 draft tokens in a row are all
 accepted is 0.9^64 ≈ 0.001 even at α = 0.9: longer drafts cannot pay);
-context ≤ the pair's shortest position window, or 10^7 tokens without a pair;
-``--new-tokens`` and ``--requests`` ≤ 10^6, and at most 10^7 simulated tokens
-per run (requests × new tokens × number of γ), about a minute of simulation;
-``--cost-ratio`` ≤ 100 (from 1 on no speedup is possible).
+context ≥ 1 token and ≤ the pair's shortest position window, or 10^7 tokens
+without a pair; ``--new-tokens`` and ``--requests`` ≤ 10^6, and at most 10^7
+simulated tokens per run (requests × new tokens × number of γ), about a minute
+of simulation; ``--arrival-rate`` from 10^-3 to 10^6 per second (a run of
+10^6 requests must finish on the simulator's clock); ``--cost-ratio`` ≤ 100
+(from 1 on no speedup is possible).
 
 ``--chart`` keeps ``sim`` free of plotting: sim computes the chart data and
 hands it, as JSON on stdin, to ``python -m reports.prediction_chart`` (the
@@ -53,10 +55,9 @@ from sim.acceptance import (
 )
 from sim.cost import CostModel, LeviathanCost, load_cost_model, pair_roofline_cost
 from sim.limits import (
-    ARRIVAL_RATE_LIMIT_PER_S,
-    CONTEXT_LIMIT_TOKENS,
-    COST_RATIO_LIMIT,
-    COST_RATIO_WHY,
+    ARRIVAL_RATE_ARG,
+    CONTEXT_TOKENS_ARG,
+    COST_RATIO_ARG,
     GAMMA_LIMIT,
     GAMMA_WHY,
     MAX_BATCH_LIMIT,
@@ -118,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--acceptance", metavar="FILE", type=nonempty_arg("file name"),
                    help="acceptance model JSON (as written by calibrate)")
     c = p.add_mutually_exclusive_group()
-    c.add_argument("--cost-ratio", type=float_arg(0.0, COST_RATIO_LIMIT, why=COST_RATIO_WHY), metavar="C",
+    c.add_argument("--cost-ratio", type=COST_RATIO_ARG, metavar="C",
                    help="pure Leviathan cost model: draft step = C x target step, verify = target step")
     c.add_argument("--cost-model", metavar="FILE", type=nonempty_arg("file name"),
                    help="cost model JSON (as written by calibrate)")
@@ -126,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gamma", type=int_arg(1, GAMMA_LIMIT, GAMMA_WHY), help="evaluate one draft length (1..64)")
     g.add_argument("--gamma-max", type=int_arg(1, GAMMA_LIMIT, GAMMA_WHY),
                    help="evaluate draft lengths 1..N (default 8, at most 64)")
-    p.add_argument("--context-tokens", type=float_arg(0.0, CONTEXT_LIMIT_TOKENS), default=512.0,
+    p.add_argument("--context-tokens", type=CONTEXT_TOKENS_ARG, default=512.0,
                    help="context length the costs use (default 512; at most the pair's window)")
     p.add_argument("--mode", default="analytic", type=choice_arg("mode", MODES),
                    help=f"one of {', '.join(MODES)} (default analytic)")
@@ -135,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--new-tokens", type=int_arg(1, NEW_TOKENS_LIMIT), help="tokens per simulated request "
                    "(default 4096 in event mode, 256 in serve mode)")
     p.add_argument("--requests", type=int_arg(1, REQUESTS_LIMIT), help="requests in serve mode (default 200)")
-    p.add_argument("--arrival-rate", type=float_arg(0.0, ARRIVAL_RATE_LIMIT_PER_S, lo_open=True),
+    p.add_argument("--arrival-rate", type=ARRIVAL_RATE_ARG,
                    help="Poisson arrivals per second in serve mode (default 5)")
     p.add_argument("--max-batch", type=int_arg(1, MAX_BATCH_LIMIT), help="largest batch in serve mode (default 32)")
     p.add_argument("--seed", type=int_arg(0, SEED_LIMIT), default=0, help="seed of every random draw (default 0)")
@@ -600,10 +601,7 @@ def list_presets() -> str:
 
 def _write_output(text: str, out: str | None) -> None:
     if out is None:
-        try:
-            print(text)
-        except BrokenPipeError:  # e.g. piped into `head`
-            sys.stdout = None
+        print(text)  # a reader that stops early (`| head`): toolkit.cli.entry_point, around sim's main
         return
     try:
         Path(out).write_text(text + ("" if text.endswith("\n") else "\n"))

@@ -31,7 +31,15 @@ from typing import Any, Sequence
 from presets import HARDWARE, HEAD_KINDS, HEAD_PAIRS, MODELS, PAIRS, Pair
 from sim.cli import CliError, _resolve_cost, _resolve_hardware, _resolve_pair, _write_output
 from sim.cost import CostModel
-from sim.limits import CONTEXT_LIMIT_TOKENS, GAMMA_LIMIT, GAMMA_WHY, MAX_BATCH_LIMIT, NEW_TOKENS_LIMIT, SEED_LIMIT
+from sim.limits import (
+    CONTEXT_TOKENS_ARG,
+    COST_RATIO_ARG,
+    GAMMA_LIMIT,
+    GAMMA_WHY,
+    MAX_BATCH_LIMIT,
+    NEW_TOKENS_LIMIT,
+    SEED_LIMIT,
+)
 from sim.rank_law import DEFAULT_RANK_LAW, DEFAULT_RANKS, RANK_LAWS, RankLaw
 from sim.trees import PositionalAcceptance, TokenTree, TreePrediction, load_positional
 from toolkit.cli import (
@@ -88,11 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hardware", type=choice_arg("hardware", list(HARDWARE)), help="hardware profile "
                    "(default: the pair's)")
     c = p.add_mutually_exclusive_group()
-    c.add_argument("--cost-ratio", type=float_arg(0.0), metavar="C",
+    c.add_argument("--cost-ratio", type=COST_RATIO_ARG, metavar="C",
                    help="pure Leviathan cost model: every draft forward = C x target step, verify = target step")
     c.add_argument("--cost-model", metavar="FILE", type=nonempty_arg("file name"),
                    help="cost model JSON (as written by calibrate)")
-    p.add_argument("--context-tokens", type=float_arg(0.0, CONTEXT_LIMIT_TOKENS), default=512.0,
+    p.add_argument("--context-tokens", type=CONTEXT_TOKENS_ARG, default=512.0,
                    help="context length the costs use (default 512)")
     p.add_argument("--batch", type=int_arg(1, MAX_BATCH_LIMIT), default=1,
                    help="sequences per batched forward, each drafting the same tree (default 1)")

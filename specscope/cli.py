@@ -25,6 +25,8 @@ import sys
 from dataclasses import dataclass
 from typing import Sequence
 
+from toolkit.cli import entry_point
+
 PROG = "specscope"
 
 
@@ -73,6 +75,10 @@ COMMANDS: tuple[Command, ...] = (
                       "specscope measure --prompts 1 --max-new-tokens 16 --gamma 2,4 --domains code --out runs/small",
                       "specscope measure --draft ngram:3,int8 --gamma 1,2,4 --track wandb",
                       "specscope measure head-sweep --help")),
+    Command("tune", "measure until the best draft/γ per domain is known (a race with a stated error rate)", "measure",
+            ("--until-decided",),
+            examples=("specscope tune --gamma 1,2,4,8 --repeats 8",
+                      "specscope tune --draft ngram:3,int8 --gamma 2,4 --regret 0.05 --time-budget 600 --out runs/tune")),
     Command("serve", "measure a real server under load (continuous batching, speculative decoding)", "measure",
             ("serve",), requires="measure.serve",
             examples=("specscope serve --target smollm2-135m --draft ngram:3 --gamma 4 --concurrency 1,4 "
@@ -186,10 +192,14 @@ def _complete() -> None:
     argcomplete.autocomplete(completion_parser(os.environ.get("COMP_LINE", "")))
 
 
+@entry_point
 def main(argv: Sequence[str] | None = None) -> int:
     """``specscope``: dispatch to a subcommand's module; 2 with one line for an unknown command."""
     _complete()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["help"] and len(argv) > 2:  # help names one command; more words were silently dropped
+        return _fail(f"help takes one command name, got {len(argv) - 1} words ({' '.join(argv[1:])!r}); e.g. "
+                     f"{PROG} help {argv[1]}")
     if argv[:1] == ["help"] and len(argv) == 2:  # specscope help COMMAND = specscope COMMAND --help
         argv = [argv[1], "--help"]
     if not argv or argv[0] in ("-h", "--help", "help"):

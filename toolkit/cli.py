@@ -16,6 +16,9 @@ Two layers, so library code and argparse share one set of checks:
   :func:`parse_host_port` (``HOST:PORT``, a port in 1..65535).
 
 :func:`fail` is the same one line for checks made after parsing;
+:func:`entry_point` wraps every command's ``main`` (``python -m PACKAGE``, the
+``specscope`` command) so that output piped into a reader that stops early
+(``specscope predict --help | head -1``) ends quietly, as a Unix tool does;
 :func:`exit_on_next_interrupt` makes a second Ctrl-C, once the first was
 handled, end the process at once and quietly;
 :func:`check_output_file` and :func:`check_output_dir` probe an output path
@@ -65,6 +68,54 @@ class OneLineParser(argparse.ArgumentParser):
             hint = f"; did you mean {close[0]}?" if close else f"; see {self.prog} --help for the options"
             return f"unknown option {flag!r}{hint}"
         return f"unexpected argument {first!r}; see {self.prog} --help"
+
+
+#: The exit status of a command whose reader went away: what a shell reports for a process SIGPIPE ended (128 + 13).
+BROKEN_PIPE_STATUS = 128 + int(getattr(signal, "SIGPIPE", 13))
+MainFn = TypeVar("MainFn", bound=Callable[..., int])
+
+
+def entry_point(main: MainFn) -> MainFn:
+    """``main`` (a command's ``main(argv) -> status``) made quiet when its reader closes the pipe early.
+
+    Python ignores SIGPIPE, so a write to a pipe ``head -1`` has closed raises
+    ``BrokenPipeError`` — a traceback in the middle of the command, or an
+    "Exception ignored" line when the interpreter flushes stdout at exit. Here
+    the output is flushed inside the call, a broken pipe points stdout at
+    ``/dev/null`` (nothing more to write, nothing to flush at exit) and the
+    status is :data:`BROKEN_PIPE_STATUS`. Nested entry points (``specscope
+    predict`` runs ``python -m sim``'s) each handle it once, where it happens.
+    """
+    import functools
+
+    @functools.wraps(main)
+    def wrapped(*args: object, **kwargs: object) -> int:
+        try:
+            try:
+                return main(*args, **kwargs)
+            finally:  # on a SystemExit too (argparse's --help): what is buffered goes now, not at exit
+                _flush_stdout()
+        except BrokenPipeError:
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, sys.stdout.fileno())
+                os.close(devnull)
+            except (OSError, ValueError):  # stdout is no file (captured in a test): nothing to redirect
+                pass
+            return BROKEN_PIPE_STATUS
+
+    return wrapped  # type: ignore[return-value]
+
+
+def _flush_stdout() -> None:
+    """Flush stdout; a closed pipe raises ``BrokenPipeError`` (for :func:`entry_point`), any other fault of a
+    stdout that is gone or closed is nothing to report."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def fail(prog: str, message: object) -> NoReturn:

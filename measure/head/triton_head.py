@@ -183,6 +183,28 @@ def triton_gather_project_argmax(weight: torch.Tensor, ids: torch.Tensor, hidden
     return _launch_argmax(weight, ids, hidden)
 
 
+def patch_interpreter_index() -> None:
+    """Make triton 3.6's interpreter (``TRITON_INTERPRET=1``) work with numpy >= 2.4: it converts 1-element arrays
+    with ``int(arr)``, an error there, hit by ``range(0, H, BLOCK_H)`` with a runtime ``H``.
+
+    Fixed upstream (triton-lang/triton#9171, PR #9172: ``int(data.squeeze())``); the same fix, applied to the
+    interpreter only, in the calling process only (the CPU checks of the kernels: the interpreter tests and
+    ``benchmarks/gpu_check.py --dry-run``).
+    """
+    import triton.runtime.interpreter as ti
+
+    orig = ti._patch_lang_tensor
+    if getattr(orig, "_specscope_patched", False):
+        return
+
+    def patched(tensor: Any, scope: Any) -> None:
+        orig(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._specscope_patched = True  # type: ignore[attr-defined]
+    ti._patch_lang_tensor = patched
+
+
 # The launchers below skip the CUDA check: under TRITON_INTERPRET=1 the tests run
 # them on CPU tensors (tests/measure/head/test_triton_interpret.py).
 def _launch_project(weight: torch.Tensor, ids: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:

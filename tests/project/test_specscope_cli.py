@@ -24,7 +24,7 @@ from specscope.cli import BY_NAME, COMMANDS
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "results" / "cpu-make-run-fresh3"
 VLLM = ROOT / "tests" / "fixtures" / "engines" / "vllm" / "metrics-after.prom"
-NAMES = ("predict", "check", "measure", "serve", "calibrate", "ingest", "report", "advise")
+NAMES = ("predict", "check", "measure", "tune", "serve", "calibrate", "ingest", "report", "advise")
 
 
 def specscope(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -100,7 +100,7 @@ def test_an_unknown_command_is_one_line_with_a_suggestion() -> None:
     out = specscope("mesure", "--gamma", "2")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [
-        "specscope: error: unknown command 'mesure'; did you mean 'measure'? (valid: predict, check, measure, "
+        "specscope: error: unknown command 'mesure'; did you mean 'measure'? (valid: predict, check, measure, tune, "
         "serve, calibrate, ingest, report, advise; see specscope --help)"]
 
 
@@ -176,3 +176,27 @@ def test_python_m_forms_keep_working() -> None:
     for module in ("sim", "measure", "calibrate", "reports"):
         out = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True)
         assert out.returncode == 0 and out.stdout.startswith("usage: python -m"), (module, out.stderr)
+
+
+def test_help_with_extra_words_is_one_line() -> None:
+    """``specscope help predict extra`` printed the general help, rc 0, the extra words ignored (issue 43)."""
+    out = specscope("help", "predict", "extra")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == ("specscope: error: help takes one command name, got 2 words ('predict extra'); "
+                                  "e.g. specscope help predict")
+
+
+@pytest.mark.parametrize("args", [("predict", "--help"), ("help", "predict"), ("predict", "--gamma-max", "8")])
+def test_a_reader_that_stops_early_ends_it_quietly(args: tuple[str, ...]) -> None:
+    """``specscope predict --help | head -1``: a BrokenPipeError traceback before (issue 43); now no word on stderr
+    and the status a shell gives a process SIGPIPE ended. The read end is closed before the command writes, so
+    every write meets the closed pipe (a reader that stopped after its first line, without the race)."""
+    from toolkit.cli import BROKEN_PIPE_STATUS
+
+    p = subprocess.Popen([sys.executable, "-m", "specscope", *args], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()
+    err = p.stderr.read()
+    assert p.wait(timeout=60) == BROKEN_PIPE_STATUS == 141
+    assert err == ""

@@ -20,6 +20,7 @@ from reports.page import acceptance_frame, breakdown_frame, claims_html, pred_vs
 from reports.published import published_table
 from sim.analytic import speedup_leviathan
 from sim.claims import CLAIMS, check_claims
+from tests.support import damage
 from tests.support.fixtures_runs import make_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -177,6 +178,14 @@ def test_save_chart_suffixes(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_chart_svg_inline_or_a_note_without_vl_convert(monkeypatch):
+    ch = charts.speedup_vs_gamma_chart(pd.DataFrame({"gamma": [1, 2], "speedup": [1.1, 1.3]}))
+    assert "<svg" in charts.chart_svg(ch)
+    monkeypatch.setitem(sys.modules, "vl_convert", None)  # as on the GPU check's device image
+    note = charts.chart_svg(ch, "speedup.html")
+    assert "vl-convert-python is not installed" in note and 'href="speedup.html"' in note
+
+
 # -- frames from a calibration ------------------------------------------------------
 @pytest.mark.slow
 def test_frames_from_calibration(cal_dir):
@@ -286,6 +295,16 @@ def _drop_column(d: Path) -> None:
     (lambda d: (d / "predictions.csv").write_bytes(b'a,"b\n' + bytes(range(128, 256))), "predictions.csv' is not "
                                                                                        "a table this reads"),
     (_drop_column, "predictions.csv' has no column predicted_speedup"),
+    # issue 43: drawn from before (a torn row read as NaN, inf plotted), or a KeyError part-way through the page
+    (lambda d: damage.tear_row(d / "predictions.csv"), "predictions.csv': line 3 has 3 fields"),
+    (lambda d: damage.set_value(d / "predictions.csv", "predicted_speedup", "inf"),
+     "predictions.csv': line 2, column predicted_speedup: inf is not finite"),
+    (lambda d: damage.set_value(d / "predictions.csv", "measured_speedup", "-inf"), "column measured_speedup"),
+    (lambda d: damage.drop_column(d / "predictions.csv", "measured_speedup"), "has no column measured_speedup"),
+    (lambda d: damage.tear_row(d / "speedup_curves.csv", 5), "speedup_curves.csv': line 6 has 3 fields"),
+    (lambda d: damage.set_value(d / "speedup_curves.csv", "predicted_speedup", "inf"), "speedup_curves.csv': line 2"),
+    # the page's next step named a cost model that was gone
+    (lambda d: next(d.glob("cost_model-*.json")).unlink(), "names cost model file 'cost_model-"),
 ])
 def test_a_damaged_calibration_is_one_line(cal_dir, tmp_path, capsys, damage, needle):
     # issue 32, bad inputs to reports: a calibration cut short, edited, or whose run moved was a traceback
@@ -298,14 +317,15 @@ def test_a_damaged_calibration_is_one_line(cal_dir, tmp_path, capsys, damage, ne
     assert main([str(d), "--out", str(tmp_path / "rep"), "--no-png"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("python -m reports: error: ") and needle in err[0], err
+    assert not (tmp_path / "rep").exists()  # nothing drawn
 
 
 def test_calibration_tables_with_nothing_fitted_read_as_empty(tmp_path):
     # a head-sweep run (one γ, one draft per cell) calibrates to an empty cost_params.csv: the page must still build
-    from reports.page import _read_csv_or_empty
+    from reports.page import read_table
 
     (tmp_path / "empty.csv").write_text("\n")
     (tmp_path / "one.csv").write_text("a,b\n1,2\n")
-    assert _read_csv_or_empty(tmp_path / "empty.csv").empty
-    assert _read_csv_or_empty(tmp_path / "missing.csv").empty
-    assert _read_csv_or_empty(tmp_path / "one.csv").to_dict("records") == [{"a": 1, "b": 2}]
+    assert read_table(tmp_path / "empty.csv").empty
+    assert read_table(tmp_path / "missing.csv").empty
+    assert read_table(tmp_path / "one.csv").to_dict("records") == [{"a": 1, "b": 2}]

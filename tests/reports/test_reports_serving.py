@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 
 from reports.serving import build_serving_report, latency_vs_load_chart, section_html
+from tests.support import damage
+from tests.support.cli_inprocess import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,3 +124,26 @@ def test_reports_cli_takes_a_serving_calibration_or_its_run(tmp_path):
 def test_missing_columns_are_named():
     with pytest.raises(ValueError, match="missing columns"):
         latency_vs_load_chart(pd.DataFrame({"config": ["off"]}), pd.DataFrame({"config": ["off"]}))
+
+
+@pytest.mark.parametrize("hurt,needle", [
+    (lambda d: damage.tear_row(d / "serve_predictions.csv"), "serve_predictions.csv': line 3 has 3 fields"),
+    (lambda d: damage.set_value(d / "serve_predictions.csv", "predicted", "inf"),
+     "serve_predictions.csv': line 2, column predicted: inf is not finite"),
+    (lambda d: damage.drop_column(d / "serve_predictions.csv", "ape_pct"), "has no column ape_pct"),
+    (lambda d: damage.write(d / "serve_curves.csv", damage.rows(d / "serve_curves.csv")[:8]),
+     "serve_curves.csv' has no predicted curve for 3 measured group(s)"),
+    (lambda d: damage.cut_in_half(d / "serve_curves.csv"), "serve_curves.csv'"),
+    (lambda d: (d / "advice.json").unlink(), "has no advice.json; re-run python -m calibrate serve"),
+    (lambda d: (d / "advice.json").write_text("{}"), "advice.json' has no 'rows'"),
+    (lambda d: (d / "serve_calibration.json").write_text("{}"), "serve_calibration.json' has no 'split'"),
+])
+def test_a_damaged_serving_calibration_is_one_line_and_draws_nothing(tmp_path, hurt, needle):
+    """Issue 43: each drew a page (half the curves, no answer) or ended in a KeyError part-way through it."""
+    d = _files(tmp_path / "cal")
+    hurt(d)
+    r = run_module("reports", [str(d), "--out", str(tmp_path / "rep"), "--no-png"])
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and err[0].startswith("python -m reports: error: "), r.stderr
+    assert needle in err[0] and "calibrate serve to write it again" in err[0]
+    assert not (tmp_path / "rep").exists()

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from reports.trees import measured_frame, speedup_vs_budget_chart, tree_calibration_dir
+from tests.support import damage
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "results" / "cpu-trees-smollm2-int8"
@@ -70,3 +72,27 @@ def test_report_page_of_the_committed_tree_calibration(tmp_path, capsys):
     page = (tmp_path / "rep" / "report.html").read_text()
     assert "<svg" in page and "Speedup against verify budget" in page and "Does branching pay here?" in page
     assert (tmp_path / "rep" / "speedup_vs_budget.html").is_file()
+
+
+@pytest.mark.parametrize("hurt,needle", [
+    (lambda d: damage.tear_row(d / "tree_predictions.csv"), "tree_predictions.csv': line 3 has 3 fields"),
+    (lambda d: damage.set_value(d / "tree_predictions.csv", "measured_speedup", "inf"), "column measured_speedup: inf"),
+    (lambda d: damage.drop_column(d / "tree_predictions.csv", "ape_speedup_pct"), "has no column ape_speedup_pct"),
+    (lambda d: damage.cut_in_half(d / "tree_curves.csv"), "tree_curves.csv'"),
+    (lambda d: damage.write(d / "tree_curves.csv", damage.rows(d / "tree_curves.csv")[:5]),
+     "tree_curves.csv' holds the best tree at 2 of the 6 budgets"),
+    (lambda d: (d / "advice.json").unlink(), "has no advice.json; re-run python -m calibrate trees"),
+    (lambda d: (d / "tree_calibration.json").write_text("{}"), "tree_calibration.json' has no 'run'"),
+])
+def test_a_damaged_tree_calibration_is_one_line_and_draws_nothing(tmp_path, hurt, needle):
+    """Issue 43: each drew a page from what was left (no answer, half the curves) or ended in a KeyError."""
+    from tests.support.cli_inprocess import run_module
+
+    d = tmp_path / "cal"
+    shutil.copytree(RUN / "calibration", d, ignore=shutil.ignore_patterns("report"))
+    hurt(d)
+    r = run_module("reports", [str(d), "--out", str(tmp_path / "rep"), "--no-png"])
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1 and err[0].startswith("python -m reports: error: "), r.stderr
+    assert needle in err[0] and "calibrate trees to write it again" in err[0]
+    assert not (tmp_path / "rep").exists()

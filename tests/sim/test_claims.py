@@ -301,6 +301,8 @@ def test_cli_claims_table_and_markdown():
     (["--preset", "gpt2-small-large", "--speedup", "2", "--gamma", "4", "--gamma-max", "8"],
      "argument --gamma-max: not allowed with argument --gamma"),
     (["--preset", "gpt2-small-large", "--speedup", "2", "--bytes-per-param", "1e9"], "--bytes-per-param: '1e9'"),
+    (["--preset", "gpt2-small-large", "--speedup", "2", "--bytes-per-param", "1e-300"], "[0.125, 8]"),
+    (["--preset", "gpt2-small-large", "--speedup", "2", "--context-tokens", "0"], "--context-tokens: '0'"),
 ])
 def test_cli_bad_input_one_line_exit_2(args, needle):
     r = _cli(*args)

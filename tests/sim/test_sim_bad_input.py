@@ -100,8 +100,12 @@ SIM = [
     (["--seed", "-1"], ["--seed", "'-1'"]),
     (["--seed", "abc"], ["--seed", "'abc'"]),
     # serve / event sizes that would hang, and flags the mode would ignore
-    (["--mode", "serve", "--arrival-rate", "inf"], ["--arrival-rate", "'inf'", "> 0"]),
-    (["--mode", "serve", "--arrival-rate", "0"], ["--arrival-rate", "'0'", "> 0"]),
+    (["--mode", "serve", "--arrival-rate", "inf"], ["--arrival-rate", "'inf'", "[0.001, 1,000,000]"]),
+    (["--mode", "serve", "--arrival-rate", "0"], ["--arrival-rate", "'0'", "[0.001, 1,000,000]"]),
+    # issue 43: a rate whose horizon is infinite divided by zero; a context of no token was accepted
+    (["--mode", "serve", "--arrival-rate", "1e-300"], ["--arrival-rate", "'1e-300'", "[0.001, 1,000,000]",
+                                                        "can finish"]),
+    (["--context-tokens", "0"], ["--context-tokens", "'0'", "[1, 10,000,000]", "attends at least"]),
     (["--mode", "serve", "--requests", "1000000000"], ["--requests", "'1000000000'", "1..1,000,000"]),
     (["--mode", "serve", "--requests", "0"], ["--requests", "'0'"]),
     (["--mode", "serve", "--requests", "1000000"], ["simulated tokens", "--requests", "1e+07"]),
@@ -185,6 +189,11 @@ SIM = [
     (["tree", "--paths", ""], ["--paths", "empty path list"]),
     (["tree", "--paths", json.dumps([[r] for r in range(257)])], ["--paths has 257 nodes", "at most 256"]),
     (["tree", "--paths", json.dumps([[0] * d for d in range(1, 66)])], ["--paths is 65 deep", "at most 64"]),
+    # issue 43: sim tree bounds what sim bounds (sim/limits.py): the cost ratio overflowed, a context of none
+    (["tree", "--paths", "[[0]]", "--alpha", "0.5", "--cost-ratio", "1e308"], ["--cost-ratio", "'1e308'", "[0, 100]",
+                                                                             "c >= 1"]),
+    (["tree", "--paths", "[[0]]", "--alpha", "0.5", "--context-tokens", "0"], ["--context-tokens", "'0'",
+                                                                             "[1, 10,000,000]"]),
     (["tree", "--budget", "0"], ["--budget", "'0'", "1..256"]),
     (["tree", "--budget", "-3"], ["--budget", "'-3'", "1..256"]),
     (["tree", "--budget", "100000"], ["--budget", "'100000'", "1..256"]),

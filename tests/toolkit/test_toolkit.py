@@ -327,3 +327,21 @@ def test_write_dict_rows_and_write_json(tmp_path):
     write_json(tmp_path / "t.json", {"x": float("nan"), "y": [1, float("inf")]})
     text = (tmp_path / "t.json").read_text()
     assert text.endswith("\n") and json.loads(text) == {"x": None, "y": [1, None]}
+
+
+def test_entry_point_ends_a_broken_pipe_quietly(capsys):
+    """A reader that stopped early (`| head -1`) is the status a shell gives SIGPIPE, not a traceback (issue 43);
+    anything else passes through."""
+
+    @cli.entry_point
+    def stopped(argv=None) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    @cli.entry_point
+    def fine(argv=None) -> int:
+        print("ok")
+        return 3
+
+    assert stopped([]) == cli.BROKEN_PIPE_STATUS == 141
+    assert fine([]) == 3 and capsys.readouterr().out == "ok\n"
+    assert fine.__name__ == "fine"

@@ -42,27 +42,6 @@ EXTRA_CASES = ["strided", "mixed_dtype", "ties"]
 
 
 # ---- the worker: runs in the subprocess with TRITON_INTERPRET=1 -----------------------
-def _patch_numpy24_index() -> None:
-    """triton 3.6's interpreter converts 1-element arrays with ``int(arr)``, an error from numpy 2.4.
-
-    Fixed upstream (triton-lang/triton#9171, PR #9172: ``int(data.squeeze())``).
-    It is hit by ``range(0, H, BLOCK_H)`` with a runtime ``H``. Same fix, applied
-    to the interpreter only, in this subprocess only.
-    """
-    import triton.runtime.interpreter as ti
-
-    orig = ti._patch_lang_tensor
-    if getattr(orig, "_specscope_patched", False):
-        return
-
-    def patched(tensor, scope):
-        orig(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    patched._specscope_patched = True
-    ti._patch_lang_tensor = patched
-
-
 def _run_cases() -> dict[str, str]:
     """``{case: "ok" | error text}`` for every case."""
     import torch
@@ -70,7 +49,7 @@ def _run_cases() -> dict[str, str]:
     from measure.head import triton_head as th
     from measure.head.pruned_head import torch_gather_project
 
-    _patch_numpy24_index()
+    th.patch_interpreter_index()
     kernels = th._kernels()
     assert type(kernels["project"]).__name__ == "InterpretedFunction", type(kernels["project"])
     dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16}
