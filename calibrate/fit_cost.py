@@ -261,6 +261,7 @@ def bounded_ols(x_report: np.ndarray, y: np.ndarray, names: list[str], units: li
     if np.any(unconstrained < lower):
         held = optimize.lsq_linear(x, y, bounds=(lower, np.full_like(lower, np.inf)), method="bvls").active_mask < 0
     theta, cov, resid = _restricted_ols(x, y, lower, held)
+    theta = np.maximum(theta, lower)  # BVLS's active set makes the free values feasible; this is rounding only
     n_points = x.shape[0]
     if noise is not None:
         _, cov, resid = _restricted_ols(np.asarray(noise[0], float), np.asarray(noise[1], float), lower, held)
@@ -274,10 +275,10 @@ def bounded_ols(x_report: np.ndarray, y: np.ndarray, names: list[str], units: li
         if nz.any():  # else only held parameters: not estimated, no standard error
             se[j] = math.sqrt(max(float(row[nz] @ cov[np.ix_(nz, nz)] @ row[nz]), 0.0))
     rms = float(np.sqrt(np.mean(resid ** 2)))
-    simpler = formula.split("  [")[0] + (" with " + ", ".join(f"{n} = {lo:g}" for n, lo, h in zip(bounds.names, lower, held) if h)
-                         if held.any() else "")
-    why = (f"below a physical bound unconstrained: noisy timings, e.g. a busy machine; residual RMS {rms:.3g} ms "
-           f"over {n_points} points")
+    simpler = formula.split("  [")[0] + (
+        " with " + ", ".join(f"{n} = {lo:g}" for n, lo, h in zip(bounds.names, lower, held) if h) if held.any() else "")
+    why = (f"unbounded, the fit crosses a physical bound: noisy timings, e.g. a busy machine; residual RMS "
+           f"{rms:.3g} ms over {n_points} points")
     fallbacks = tuple(Fallback(fit, name, float(u), float(lo), unit, simpler, why)
                       for name, unit, u, lo, h in zip(bounds.names, bounds.units, unconstrained, lower, held) if h)
     params = tuple(Param(n, float(v), float(s), u) for n, v, s, u in zip(names, values, se, units))
