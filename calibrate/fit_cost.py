@@ -238,7 +238,6 @@ class Bounds:
     units: tuple[str, ...]
 
 
-# long: one bounded solve, the restricted refit for standard errors, and the map to the reported parameters
 def bounded_ols(x_report: np.ndarray, y: np.ndarray, names: list[str], units: list[str], formula: str,
                 bounds: Bounds, fit: str, noise: tuple[np.ndarray, np.ndarray] | None = None) -> LinearFit:
     """Least squares under lower bounds (``scipy.optimize.lsq_linear``, BVLS), reported like :func:`ols`.

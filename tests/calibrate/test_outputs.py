@@ -29,15 +29,19 @@ from tests.support.cli_inprocess import run_module
 ROOT = Path(__file__).resolve().parents[2]
 #: ``optimal gamma = 2: speedup 1.014x over 21.9 tok/s autoregressive`` (sim's table output, last line)
 ANSWER = re.compile(r"optimal gamma = (\d+): speedup ([\d.eE+-]+|nan|inf)x over ([\d.eE+-]+|nan|inf) tok/s")
-#: The committed run directories ``python -m calibrate`` calibrates (the serving and tree runs have their own).
+#: Committed run directories ``python -m calibrate`` calibrates, one of each kind (the serving and tree runs
+#: have their own calibrations): the default job (quiet, and with a CPU hog), a small one-domain run, llama.cpp,
+#: γ beyond the usual. Each unbounded fit had a negative cost per context token. The two largest
+#: (cpu-smollm2-ngram-gammas, cpu-smollm2-llamacpp-gammas: 9 and 12 s here) answer plausibly too; left out for time.
 COMMITTED = ("cpu-make-run-fresh3", "cpu-make-run-interleaved-hog3", "cpu-make-run-interleaved-l",
-             "cpu-small-run-fresh-1", "cpu-small-run-fresh-2", "cpu-small-run-fresh-3", "cpu-smollm2-ngram-gammas",
-             "cpu-smollm2-llamacpp-gammas", "cpu-smollm2-llamacpp-ngram2", "cpu-smollm2-ngram-code-g7-11")
+             "cpu-small-run-fresh-3", "cpu-smollm2-llamacpp-ngram2", "cpu-smollm2-ngram-code-g7-11")
 
 
-def suggested_sim_commands(run: Path, out: Path) -> list[list[str]]:
-    """Calibrate ``run`` into ``out``; the ``python -m sim`` arguments of every next step its report prints."""
-    write_outputs(calibrate([run]), out)
+def suggested_sim_commands(run: Path, out: Path, holdout: str = "auto") -> list[list[str]]:
+    """Calibrate ``run`` into ``out``; the ``python -m sim`` arguments of every next step its report prints.
+
+    ``holdout`` ``none`` skips the folds: the files the command reads are the all-cell fit either way."""
+    write_outputs(calibrate([run], holdout=holdout), out)
     doc, pred, curves = read_calibration(out)
     cells = pd.concat([load_run(info["path"]).table("cells").assign(run=label)
                        for label, info in doc["runs"].items()], ignore_index=True)
@@ -77,7 +81,7 @@ def test_the_one_prompt_run_writes_no_nan_and_answers(one_prompt_run, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", COMMITTED)
 def test_every_committed_run_answers_plausibly(name, tmp_path):
-    commands = suggested_sim_commands(ROOT / "results" / name, tmp_path / "cal")
+    commands = suggested_sim_commands(ROOT / "results" / name, tmp_path / "cal", holdout="none")
     assert commands, "the report suggests a python -m sim command"
     for argv in commands:
         check_answer(argv)
