@@ -447,7 +447,7 @@ def load_cost_model(path: str | Path) -> CostModel:
 
 #: The metadata ``source`` of the cost models specscope writes (a prefix), what each is, whether it was measured
 _KNOWN_SOURCES = (
-    ("calibrate", "fitted by python -m calibrate to the timings a python -m measure run recorded", True),
+    ("calibrate", "fitted by python -m calibrate to measured timings", True),
     ("llama-bench", "measured by llama-bench", True),
 )
 

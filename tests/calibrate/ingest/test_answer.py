@@ -22,7 +22,7 @@ LINE = ("SpecDecoding metrics: Mean acceptance length: 3.03, Accepted throughput
 
 @pytest.mark.parametrize("metadata, said, measured", [
     ({}, "costs: supplied by the user (it records no source): taken as given, not measured: ", False),
-    ({"source": "calibrate", "draft": "ngram:3"}, "costs: fitted by python -m calibrate to the timings", True),
+    ({"source": "calibrate", "draft": "ngram:3"}, "costs: fitted by python -m calibrate to measured timings: ", True),
 ])
 def test_the_cost_files_source_is_what_is_printed(tmp_path: Path, metadata, said, measured):
     log = tmp_path / "vllm.log"
