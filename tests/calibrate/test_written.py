@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.written import check_models, write_checked
+from calibrate.written import check_models, write_all_or_fail, write_checked
 from sim.cost import TabulatedCost, load_cost_model
 from toolkit.jsonio import loads
 
@@ -60,3 +60,13 @@ def test_documents_without_models_are_written_as_strict_json(tmp_path: Path):
     path = tmp_path / "summary.json"
     write_checked(path, {"mape": {"closed_form": math.nan}, "rows": [{"kind": "serve", "x": 1}]})
     assert json.loads(path.read_text()) == {"mape": {"closed_form": None}, "rows": [{"kind": "serve", "x": 1}]}
+
+
+def test_a_command_refusing_to_write_says_one_line_and_exits_2(tmp_path: Path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        write_all_or_fail("python -m calibrate trees", tmp_path,
+                          {"advice.json": {"ok": 1}, "cost_model-tree.json": _model(draft_step_ms_ref=-1.0)})
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("python -m calibrate trees: error: refusing to write ") and "'draft_step_ms_ref'" in err
+    assert not (tmp_path / "cost_model-tree.json").exists()
