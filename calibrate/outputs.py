@@ -1,6 +1,8 @@
 """Write a calibration to disk: ``calibration.json``, CSV tables and per-draft model files.
 
-Writes only: every model here was fitted by :func:`calibrate.calibration.calibrate`.
+Writes only: every model here was fitted by :func:`calibrate.calibration.calibrate`, and every JSON file
+passes :func:`calibrate.written.write_checked` (each model in it read back as ``python -m sim`` reads it:
+finite, physical) before it is written.
 
 Files written into the output directory:
 
@@ -40,6 +42,7 @@ import pandas as pd
 from calibrate.calibration import CALIBRATION_SCHEMA_VERSION, CalibrationResult
 from calibrate.folds import HOLDOUT_EXPLANATION
 from calibrate.groups import slug
+from calibrate.written import write_checked
 from measure.records import utc_now
 from toolkit.jsonio import strict_dumps
 
@@ -52,7 +55,7 @@ def _cost_file_name(run: str, draft: str, head_k: float | None, several_runs: bo
 
 
 def _write_json(path: Path, obj: Any, indent: int | None = 2) -> None:
-    path.write_text(strict_dumps(obj, indent=indent) + "\n")
+    write_checked(path, obj, indent=indent)  # every model in it checked as python -m sim reads it
 
 
 def _write_cost(res: CalibrationResult, out: Path, files: dict) -> dict:
@@ -62,7 +65,7 @@ def _write_cost(res: CalibrationResult, out: Path, files: dict) -> dict:
     cost_section = {}
     for (run, draft, hk), fit in res.models.cost.items():
         name = _cost_file_name(run, draft, hk, several)
-        fit.model.save(out / name)
+        _write_json(out / name, fit.model.describe())
         files["cost_models"][f"{run}/{draft}" + (f"/k{int(hk)}" if hk is not None else "")] = name
         cost_section[name.removesuffix(".json")] = {"run": run, **fit.as_dict()}
         for src, params in (("target", fit.target.params), ("draft", fit.draft_fit.params if fit.draft_fit else ()),

@@ -16,7 +16,7 @@ import pandas as pd
 
 from calibrate.dataset import Dataset, as_float, k_key, rows_of
 from calibrate.fit_acceptance import AcceptanceFit, fit_acceptance, interpolate_models, trace_model
-from calibrate.fit_cost import CostFit, LinearFit, TargetCurve, fit_cost, ols, target_curve
+from calibrate.fit_cost import CostFit, LinearFit, TargetCurve, fallback_lines, fit_cost, ols, target_curve
 from calibrate.groups import AcceptanceGroup, acceptance_groups
 from measure.costpoints import screen_target
 from sim.acceptance import AcceptanceModel
@@ -145,6 +145,7 @@ class Calibrator:
             self.notes += [f"{run_label}: cost curves: {o.as_text()}" for o in screened.outliers]
             try:
                 self._targets[run_label] = target_curve(screened.kept)
+                self.notes += [f"{run_label}: {line}" for line in fallback_lines(self._targets[run_label].fit.fallbacks)]
             except ValueError as exc:
                 self._targets[run_label] = exc
         found = self._targets[run_label]
@@ -199,9 +200,12 @@ class Calibrator:
                     if not cd.empty and (cd["head_k"].map(k_key) == hk).any():
                         cd_k = cd[cd["head_k"].map(k_key) == hk]  # this K was timed: no K-term needed
                 try:
-                    cost[(run_label, draft, hk)] = fit_cost(
+                    cost[(run_label, draft, hk)] = cf = fit_cost(
                         str(draft), run.table("cost_target"), cd_k, self._rounds_of(tr["key"]),
                         self._gens_of(tr["key"], "baseline"), head_k=hk, target=self._target_curve(run_label))
+                    if label == "all":  # the fit written for python -m sim: its fallbacks (the target's are said once)
+                        self.notes += [f"{run_label}: {line}" for line in
+                                       fallback_lines([f for f in cf.fallbacks if f.fit != "target forward"])]
                 except ValueError as exc:
                     notes.append(f"{run_label}/{draft}: {exc}")
         acceptance: dict[AcceptanceGroup, AcceptanceFit] = {}

@@ -132,7 +132,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_output_dir("--out", out)
         from calibrate.advice import advice_dict, advise, format_advice, regret
         from calibrate.serve import calibrate_serve, default_split, load_serve
-        from measure.records import strict_dumps
 
         data = load_serve(run, allow_incomplete=args.allow_incomplete)
         split = default_split(data.units, hk, hl)
@@ -189,8 +188,9 @@ def main(argv: Sequence[str] | None = None) -> int:
            "acceptance": {str(k): a.to_dict() for k, a in cal.model.acceptance.items()},
            "summary": summary, "notes": cal.notes,
            "regret": [{**g.__dict__, "within_noise": g.within_noise} for g in reg], "advice": advice_dict(rows, data.slots, ngram_n)}
-    (out / "serve_calibration.json").write_text(strict_dumps(doc, indent=2) + "\n")
-    (out / "advice.json").write_text(strict_dumps(doc["advice"], indent=2) + "\n")
+    from calibrate.written import write_all_or_fail  # each model checked as python -m sim reads it
+
+    write_all_or_fail(PROG, out, {"serve_calibration.json": doc, "advice.json": doc["advice"]})
     write_dict_rows(out / "serve_predictions.csv", cal.rows)
     write_dict_rows(out / "serve_curves.csv", curves(cal, data, max(2, args.seeds // 2), args.seed))
     print(f"written to {out}")

@@ -35,7 +35,6 @@ from typing import Sequence
 
 from toolkit.cli import OneLineParser, check_output_dir, fail, int_arg, nonempty_arg
 from toolkit.files import write_dict_rows
-from toolkit.jsonio import write_json
 
 PROG = "python -m calibrate trees"
 ADVICE_BUDGET_LIMIT = 64
@@ -173,11 +172,11 @@ def main(argv: Sequence[str] | None = None) -> int:
            "chain_cost": m.chain_cost.as_dict() if m.chain_cost else None, "notes": list(res.notes),
            "advice": {"answer": doc["answer"], "verdict": doc["verdict"], "sglang": doc["sglang"]["command"],
                       "vllm": doc["vllm"]["command"]}}
-    write_json(out / "tree_calibration.json", cal)
-    write_json(out / "advice.json", advice)
-    write_json(out / "positional.json", m.acceptance.to_dict())
-    if m.tree_cost is not None:
-        write_json(out / "cost_model-tree.json", m.tree_cost.model.describe())
+    from calibrate.written import write_all_or_fail  # each model checked as python -m sim reads it
+
+    write_all_or_fail(PROG, out, {"tree_calibration.json": cal, "advice.json": advice,
+                                  "positional.json": m.acceptance.to_dict(),
+                                  **({"cost_model-tree.json": m.tree_cost.model.describe()} if m.tree_cost else {})})
     res.predictions.to_csv(out / "tree_predictions.csv", index=False)
     acc_table.to_csv(out / "tree_acceptance.csv", index=False)
     write_dict_rows(out / "tree_curves.csv", curves)

@@ -339,18 +339,79 @@ def _token_table(d: Mapping[str, Any], key: str) -> dict[int, float]:
     return out
 
 
+#: Why each number of a tabulated model has its physical range (:func:`check_physical`).
+_NONNEG_WHY = {
+    "target_context_ms_per_token": "a target forward would get faster with a longer context",
+    "draft_context_ms_per_token": "a draft step would get faster with a longer context",
+    "context_ms_per_token_by_tokens": "a target forward would get faster with a longer context",
+    "round_overhead_ms_base": "a round would take less time than its forwards",
+    "overhead_per_draft_token_ms": "each drafted token would take time off the round",
+    "batch_exponent": "a larger batch would take less time than one sequence",
+    "reference_context_tokens": "a context is a number of tokens",
+}
+
+
+def _at_context_0(ms: float, slope: float, ref: float, key: str, what: str) -> None:
+    """``ms`` at ``ref`` tokens of context less ``slope`` per token must stay positive down to context 0."""
+    if ms - slope * ref <= 0:
+        raise ValueError(f"field {key!r}: {what} is {ms:.4g} ms at {ref:g} tokens of context and its context slope "
+                         f"{slope:.4g} ms/token makes it {ms - slope * ref:.4g} ms at context 0: an impossible model "
+                         "(a forward takes a positive time)")
+
+
+def check_physical(fields: Mapping[str, Any]) -> None:
+    """A tabulated model's numbers (the keyword arguments of :class:`TabulatedCost`) in their physical ranges.
+
+    Every time positive, at every context from 0 up (the tabulated times and
+    the draft step, less their context slopes down to context 0); every cost
+    per context token, the round overhead and the batch exponent non-negative.
+    The first number out of range is a one-line ``ValueError`` naming its field
+    and why: such a model would price a forward at no time (a speedup of
+    ``0.000x over 1e9 tok/s``) or make a longer context faster.
+    """
+    for key, why in _NONNEG_WHY.items():
+        values = fields.get(key)
+        table = values if isinstance(values, Mapping) else {None: 0.0 if values is None else values}
+        for n, v in table.items():
+            if v < 0:
+                at = f" for {n} token(s)" if n is not None else ""
+                raise ValueError(f"field {key!r} is {v:.4g}{at}: negative, so {why}; an impossible model "
+                                 "(refit it with python -m calibrate, whose fits are bounded, or write a value >= 0)")
+    ref = float(fields.get("reference_context_tokens", 0.0))
+    slopes = fields.get("context_ms_per_token_by_tokens")
+    for n, ms in fields["verify_ms_by_tokens"].items():
+        if ms <= 0:
+            raise ValueError(f"field 'verify_ms_by_tokens' gives {ms:.4g} ms for {n} token(s): an impossible model "
+                             "(a forward takes a positive time)")
+        slope = (float(np.interp(n, list(slopes), list(slopes.values()))) if slopes
+                 else float(fields.get("target_context_ms_per_token", 0.0)))
+        _at_context_0(ms, slope, ref, "verify_ms_by_tokens", f"the forward of {n} token(s)")
+    draft = float(fields["draft_step_ms_ref"])
+    if draft <= 0:
+        raise ValueError(f"field 'draft_step_ms_ref' is {draft:.4g} ms: an impossible model (a draft step takes a "
+                         "positive time)")
+    _at_context_0(draft, float(fields.get("draft_context_ms_per_token", 0.0)), ref, "draft_step_ms_ref",
+                  "the draft step")
+
+
 def cost_model_from_dict(d: Any) -> CostModel:
     """Rebuild a cost model from its ``describe()`` dict (``leviathan`` or ``tabulated``).
 
     Every problem — not an object, an unknown kind or field, a missing field, a
-    wrong type, NaN/inf, a newer ``schema_version`` — is a one-line ``ValueError``.
+    wrong type, NaN/inf, a newer ``schema_version``, a number out of its
+    physical range (:func:`check_physical`) — is a one-line ``ValueError``
+    naming the field.
     """
     if not isinstance(d, Mapping):
         raise ValueError(f"must be a JSON object with a 'kind', got {type(d).__name__}")
     check_schema_version(d, COST_MODEL_SCHEMA_VERSION, "cost model")
     kind = d.get("kind")
     if kind == "leviathan":
-        return LeviathanCost(_number_field(d, "cost_ratio"), _number_field(d, "target_ms", 1.0))
+        ratio, target_ms = _number_field(d, "cost_ratio"), _number_field(d, "target_ms", 1.0)
+        if ratio < 0 or target_ms <= 0:
+            key, v = ("cost_ratio", ratio) if ratio < 0 else ("target_ms", target_ms)
+            raise ValueError(f"field {key!r} is {v:g}: an impossible model (a forward takes a positive time)")
+        return LeviathanCost(ratio, target_ms)
     if kind != "tabulated":
         raise ValueError(f"unknown cost model kind {kind!r}; valid: 'leviathan', 'tabulated'")
     unknown = sorted(set(d) - set(_TABULATED_FIELDS))
@@ -365,6 +426,7 @@ def cost_model_from_dict(d: Any) -> CostModel:
     meta = d.get("metadata", {})
     if not isinstance(meta, Mapping):
         raise ValueError(f"field 'metadata' must be an object, got {meta!r}")
+    check_physical(fields)
     return TabulatedCost(metadata=dict(meta), **fields)
 
 
@@ -381,3 +443,32 @@ def load_cost_model(path: str | Path) -> CostModel:
         return cost_model_from_dict(d)
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
+
+
+#: The metadata ``source`` of the cost models specscope writes (a prefix), what each is, whether it was measured
+_KNOWN_SOURCES = (
+    ("calibrate", "fitted by python -m calibrate to measured timings", True),
+    ("llama-bench", "measured by llama-bench", True),
+)
+
+
+def cost_provenance(cost: CostModel | Mapping[str, Any]) -> tuple[str, bool]:
+    """Where a cost model comes from, in words, and whether its numbers were measured (or fitted to timings).
+
+    A tabulated model is what its metadata ``source`` says only when specscope
+    wrote it (``calibrate…``, ``llama-bench``); a file with no source, or
+    one specscope does not write, is *supplied by the user*: taken as given,
+    never called measured. Leviathan's model and a roofline are assumed.
+    ``cost``: a model or its ``describe()`` dict.
+    """
+    d = cost if isinstance(cost, Mapping) else cost.describe()
+    if d.get("kind") == "leviathan":
+        return f"assumed: Leviathan et al.'s model, a draft step = {d['cost_ratio']:g} x a target step", False
+    if d.get("kind") == "roofline":
+        return "assumed: a roofline of the models on a hardware profile", False
+    src = str((d.get("metadata") or {}).get("source") or "")
+    for prefix, text, measured in _KNOWN_SOURCES:
+        if src.startswith(prefix):
+            return text + (f" ({src})" if src != prefix else ""), measured
+    said = f"its metadata names the source {src!r}, which specscope did not write" if src else "it records no source"
+    return f"supplied by the user ({said}): taken as given, not measured", False

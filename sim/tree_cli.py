@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from presets import HARDWARE, HEAD_KINDS, HEAD_PAIRS, MODELS, PAIRS, Pair
 from sim.cli import CliError, _resolve_cost, _resolve_hardware, _resolve_pair, _write_output
-from sim.cost import CostModel
+from sim.cost import CostModel, cost_provenance
 from sim.limits import (
     CONTEXT_TOKENS_ARG,
     COST_RATIO_ARG,
@@ -324,8 +324,8 @@ def _cost_text(doc: dict) -> str:
         where = f"Leviathan et al. cost model, c = {cm['cost_ratio']:g}"
     elif cm.get("kind") == "roofline":
         where = f"roofline of {doc['preset'] or cm['draft']['model'] + ' -> ' + cm['target']['model']} on {doc['hardware']}"
-    else:
-        where = "fitted cost model (--cost-model)"
+    else:  # what the file says it is: fitted by calibrate, measured by llama-bench, or supplied by the user
+        where = f"{cost_provenance(cm)[0]} (--cost-model)"
     return f"cost: {where}, context {doc['context_tokens']:g} tokens, batch {doc['batch']}"
 
 

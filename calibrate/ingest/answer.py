@@ -17,7 +17,6 @@ came from llama-bench, and ``ingest.json`` with everything.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -28,14 +27,16 @@ from calibrate.ingest.records import AcceptanceRecord
 from presets import Hardware, Pair, get_hardware, get_pair
 from sim.acceptance import AcceptanceModel, IIDAcceptance, PerPositionAcceptance
 from sim.analytic import break_even_alpha, optimal_gamma, predict
-from sim.cost import CostModel, TabulatedCost, load_cost_model, pair_roofline_cost
+from sim.cost import CostModel, TabulatedCost, cost_provenance, load_cost_model, pair_roofline_cost
 from sim.events import simulate_serving
-from toolkit.jsonio import clean_json, strict_dumps
+from calibrate.written import write_checked
+from toolkit.jsonio import clean_json
 
 
 @dataclass(frozen=True)
 class CostChoice:
-    """The cost model, where it came from (measured or assumed) and how to name it to ``python -m sim``."""
+    """The cost model, where it came from (measured, fitted, supplied or assumed: ``description``; ``measured``
+    only for numbers timed on a machine, :func:`sim.cost.cost_provenance`) and how to name it to ``python -m sim``."""
 
     cost: CostModel
     measured: bool
@@ -104,9 +105,8 @@ def choose_cost(ing: Ingested, preset: str | None, hardware: str | None, cost_mo
                                  f"found {len(found)}{': ' + ', '.join(f.name for f in found) if found else ''}")
             p = found[0]
         cost = load_cost_model(p)
-        meta = getattr(cost, "metadata", {}) or {}
-        src = meta.get("source") or meta.get("run") or "a cost-model file"
-        return CostChoice(cost, True, f"measured: {p} ({src})", ("--cost-model", str(p)),
+        where, measured = cost_provenance(cost)  # a hand-written file is supplied, never "measured"
+        return CostChoice(cost, measured, f"{where}: {p}", ("--cost-model", str(p)),
                           context_tokens=512.0 if context_tokens is None else context_tokens)
     if preset is not None:
         pair = get_pair(preset)
@@ -286,16 +286,14 @@ def write_files(ans: Answer, out: Path, gamma_max: int) -> dict[str, str]:
     out.mkdir(parents=True, exist_ok=True)
     written = {}
     p = out / "acceptance.json"
-    p.write_text(json.dumps(ans.acceptance.describe(), indent=2) + "\n")
+    write_checked(p, ans.acceptance.describe())
     written["acceptance"] = str(p)
     if ans.cost.write_file and isinstance(ans.cost.cost, TabulatedCost):
         p = out / "cost_model.json"
-        ans.cost.cost.save(p)
+        write_checked(p, ans.cost.cost.describe())
         written["cost_model"] = str(p)
     p = out / "ingest.json"
-    p.write_text(strict_dumps(summary(ans, gamma_max) | {"files": written,
-                                                         "sim_command": sim_command(ans, out, gamma_max)},
-                              indent=2) + "\n")
+    write_checked(p, summary(ans, gamma_max) | {"files": written, "sim_command": sim_command(ans, out, gamma_max)})
     written["ingest"] = str(p)
     return written
 
