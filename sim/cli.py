@@ -88,7 +88,7 @@ CHART_SUFFIXES = (".html", ".png", ".svg")
 DEFAULT_PRESET = "llama3-1b-3b"
 # Subcommands, dispatched by ``python -m sim`` (sim/__main__.py) before these options are parsed; an unknown word
 # lists these.
-COMMANDS: tuple[str, ...] = ("check", "tree")
+COMMANDS: tuple[str, ...] = ("check", "tree", "validate")
 
 GAMMA_MAX_DEFAULT = 8  # not argparse's default: "--gamma 4 --gamma-max 8" must still be seen as a conflict
 NEW_TOKENS_DEFAULT = {"event": 4096, "serve": 256}

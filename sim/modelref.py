@@ -62,6 +62,7 @@ def _aliases(hub_id: str) -> list[str]:
     names = [hub_id]
     base = re.sub(r"-(Instruct|Chat|chat|hf|it|IT)(-\d+)?$", "", hub_id)
     names.append(base)
+    names.append(hub_id + "-Instruct")  # a base model's shape is its instruct model's
     for n in list(names):
         names.append(re.sub(r"meta-llama/(Llama-3\.[13])-", "meta-llama/Meta-Llama-3.1-", n))
     return list(dict.fromkeys(names))
