@@ -50,6 +50,7 @@ KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 CAPTURED: list[str] = []  # aiconfigurator's loading messages, kept out of the output
 _PROVENANCE: set[str] = set()  # non-silicon provenance tiers that fired in an estimate
 _HANDLES: dict[tuple, Any] = {}
+_VERSIONS: dict[tuple, str] = {}
 _CACHE_DIR = Path.home() / ".cache" / "specscope" / "kernel-configs"
 
 
@@ -123,13 +124,16 @@ def _engine_module() -> Any:
 
 
 def engine_version(system: str, engine: str) -> str:
-    """The literal data version of ``engine`` on ``system`` ("current" slot of the package's tables)."""
-    mod = _engine_module()
-    try:
-        with _quiet():
-            return str(mod._literal_backend_version(system, engine, None, None, None))
-    except Exception:  # a private helper: fall back to the slot's name
-        return "current"
+    """The literal data version of ``engine`` on ``system`` ("current" slot of the package's tables), cached."""
+    key = ("version", system, engine)
+    if key not in _VERSIONS:
+        mod = _engine_module()
+        try:
+            with _quiet():
+                _VERSIONS[key] = str(mod._literal_backend_version(system, engine, None, None, None))
+        except Exception:  # a private helper: fall back to the slot's name
+            _VERSIONS[key] = "current"
+    return _VERSIONS[key]
 
 
 def config_dir(config: dict) -> str:

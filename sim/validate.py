@@ -30,6 +30,7 @@ import hashlib
 import statistics
 import sys
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Sequence
 
 from presets.hardware import HARDWARE
@@ -37,6 +38,7 @@ from sim.acceptance import IIDAcceptance, implied_alpha_from_tau
 from sim.analytic import predict_row
 from sim.cost import CostModel
 from sim.published import PublishedResult, load_published
+from sim.kernels import ATTENTION_RULES
 from sim.stepcost import TP_SIZES, GpuSetup, StepCost, build_step_cost
 from toolkit.cli import OneLineParser, nonempty_arg
 
@@ -73,7 +75,7 @@ class StepOverhead:
         return {"kind": "step+overhead", "per_step_ms": self.per_step_ms, "cost": self.cost.describe()}
 
 
-@dataclass(frozen=True)
+@dataclass
 class Priced:
     """One row made expressible: its costs per source (a source that failed holds its reason)."""
 
@@ -86,8 +88,19 @@ class Priced:
     held_out: bool
 
     def speedup(self, source: str, per_step_ms: float) -> float:
-        cost = StepOverhead(self.costs[source], per_step_ms)
-        return predict_row(IIDAcceptance(self.alpha), cost, self.gamma, self.context_tokens, self.batch).speedup
+        """The predicted speedup with ``per_step_ms`` added to every draft step: a chain drafts γ tokens every
+        round, so the round grows by γ · overhead (the same as :class:`StepOverhead` through ``predict_row``)."""
+        tokens, round_ms, base_ms = self.parts[source]
+        return tokens * base_ms / (round_ms + self.gamma * per_step_ms)
+
+    @cached_property
+    def parts(self) -> dict[str, tuple[float, float, float]]:
+        """Per source: tokens per round, round time and baseline step time (ms), without overhead."""
+        out = {}
+        for source, cost in self.costs.items():
+            row = predict_row(IIDAcceptance(self.alpha), cost, self.gamma, self.context_tokens, self.batch)
+            out[source] = (row.expected_tokens_per_round, row.round_time_ms, row.baseline_ms_per_token)
+        return out
 
 
 def is_held_out(row_id: str) -> bool:
@@ -117,7 +130,7 @@ def _setup_for(r: PublishedResult, context_tokens: float) -> tuple[str, str, Gpu
     return r.target, draft, GpuSetup(hw, r.engine, r.tp or 1, r.tp or 1, dtype, True)
 
 
-def price_row(r: PublishedResult) -> Priced | str:
+def price_row(r: PublishedResult, rule: str = "kv-once") -> Priced | str:
     """The row's costs per source, or why it cannot be expressed."""
     why = _why_not(r)
     if why is not None:
@@ -133,7 +146,7 @@ def price_row(r: PublishedResult) -> Priced | str:
         for tp in tps:
             try:
                 costs[source] = build_step_cost(target, draft, replace(setup, tp=tp, ep=tp), ASKED[source], r.batch,
-                                                context, r.gamma)
+                                                context, r.gamma, rule)
                 break
             except ValueError as exc:
                 last = str(exc)
@@ -162,6 +175,21 @@ def fit_overhead(rows: list[Priced], source: str) -> float:
 
 def _median(values: list[float]) -> str:
     return f"{100 * statistics.median(values):.1f}%" if values else "-"
+
+
+def rule_evidence(priced: list[Priced], per_step_ms: float) -> list[str]:
+    """The attention rule's evidence: the kernel error at batch > 1 (where the bracket is wide) under each rule."""
+    wide = [p for p in priced if p.batch > 1 and p.costs["kernels"].target_side.source == "kernels"]
+    out = []
+    for rule in ATTENTION_RULES:
+        errs = []
+        for p in wide:
+            q = price_row(p.row, rule)
+            if isinstance(q, Priced):
+                errs.append(abs(_err(q.speedup("kernels", per_step_ms), float(p.row.published_speedup or 1))))
+        out.append(f"{rule} {_median(errs)}")
+    return [f"attention rule, kernel median |error| on the {len(wide)} batch > 1 rows (fitted overhead): "
+            + ", ".join(out)]
 
 
 def report(rows: list[PublishedResult]) -> str:
@@ -200,6 +228,7 @@ def report(rows: list[PublishedResult]) -> str:
         for kind, what in (("raw", "no overhead"), ("fitted", "fitted overhead"), ("b1", "batch-1, fitted")):
             lines.append(f"median |error|, {name}, {what}: " + ", ".join(
                 f"{s} {_median(errs.get((s, kind, held), []))}" for s in SOURCES))
+    lines.extend(rule_evidence(priced, overhead["kernels"]))
     slow = [p for p in priced if p.batch > 1 and float(p.row.published_speedup or 1) < 1]
     lines.append(f"published slowdowns at batch > 1 among the expressed rows: {len(slow)}" + "".join(
         f"; {p.row.id}: predicted {p.speedup('kernels', overhead['kernels']):.2f}x" for p in slow))
