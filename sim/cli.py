@@ -98,6 +98,18 @@ class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
 
 
+def _model_arg(what: str, presets: list[str]) -> Any:
+    """A ``type=`` converter for --target/--draft: any non-blank name (resolved later, sim/modelref.py); a blank
+    one lists the preset names."""
+    def convert(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"empty {what} {text!r}; valid: {', '.join(presets)}, a Hugging Face "
+                                             "id or a local directory holding config.json")
+        return text
+
+    return convert
+
+
 def _add_gpu_flags(p: argparse.ArgumentParser) -> None:
     """The GPU step-cost flags (sim/stepcost.py): engine, parallelism, dtype, cost source, lockstep batch."""
     p.add_argument("--engine", type=choice_arg("engine", ENGINES),
@@ -122,9 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-presets", action="store_true", help="list pairs, models and hardware, then exit")
     p.add_argument("--preset", type=choice_arg("preset", [*PAIRS, *HEAD_PAIRS]),
                    help=f"draft/target pair or draft head by exact name (default {DEFAULT_PRESET})")
-    p.add_argument("--draft", type=nonempty_arg("draft"),
+    p.add_argument("--draft", type=_model_arg("draft", [*MODELS, *DRAFT_KINDS]),
                    help=f"draft: a model (as --target takes), or {', '.join(DRAFT_KINDS)} (with --target)")
-    p.add_argument("--target", type=nonempty_arg("model"), help="target model (with --draft): a preset name, a "
+    p.add_argument("--target", type=_model_arg("model", list(MODELS)), help="target model (with --draft): a preset name, a "
                    "Hugging Face id of a shipped config, or a local directory holding config.json")
     _add_gpu_flags(p)
     p.add_argument("--hardware", type=choice_arg("hardware", list(HARDWARE)), help="hardware profile "

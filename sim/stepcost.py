@@ -381,7 +381,10 @@ def build_step_cost(target: str, draft: str, setup: GpuSetup, asked: str = "auto
         raise ValueError(f"unknown cost source {asked!r}; valid: {', '.join(COST_SOURCES)}")
     tref = resolve_model(target, "--target")
     kind = draft if draft in DRAFT_KINDS else "model"
-    dref = None if kind != "model" else resolve_model(draft, "--draft")
+    try:
+        dref = None if kind != "model" else resolve_model(draft, "--draft")
+    except ValueError as exc:
+        raise ValueError(f"{exc}; or a draft kind: {', '.join(DRAFT_KINDS)}") from None
     if dref is not None and dref.arch.vocab_size != tref.arch.vocab_size:
         raise ValueError(f"--draft {draft!r} has vocabulary {dref.arch.vocab_size} but --target {target!r} has "
                          f"{tref.arch.vocab_size}; a separate draft must share the target's tokenizer; valid: a "
