@@ -213,8 +213,9 @@ class Architecture:
 
     @property
     def params(self) -> int:
-        """Weights held in memory: layers, embedding, the LM head unless tied."""
-        return self.non_embedding_params + self.head_params * (1 if self.tied_embeddings else 2)
+        """Weights held in memory: layers, embedding (GPT-2's learned positions too), the LM head unless tied."""
+        positions = self.max_position * self.hidden_size + self.hidden_size if self.family == "gpt2" else 0
+        return self.non_embedding_params + self.head_params * (1 if self.tied_embeddings else 2) + positions
 
     def counted_params(self) -> int:
         return self.params

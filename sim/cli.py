@@ -110,8 +110,9 @@ def _model_arg(what: str, presets: list[str]) -> Any:
     return convert
 
 
-def _add_gpu_flags(p: argparse.ArgumentParser) -> None:
-    """The GPU step-cost flags (sim/stepcost.py): engine, parallelism, dtype, cost source, lockstep batch."""
+def _add_gpu_flags(p: argparse.ArgumentParser, batch: bool = True) -> None:
+    """The GPU step-cost flags (sim/stepcost.py): engine, parallelism, dtype, cost source, lockstep batch (``sim
+    tree`` has its own ``--batch``)."""
     p.add_argument("--engine", type=choice_arg("engine", ENGINES),
                    help=f"serving engine whose kernel tables price the steps: {', '.join(ENGINES)} (default vllm)")
     p.add_argument("--tp", type=int_arg(1, 64), help="tensor-parallel GPUs (default 1)")
@@ -121,8 +122,9 @@ def _add_gpu_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cost-source", type=choice_arg("cost source", COST_SOURCES),
                    help="auto (kernel tables where the GPU, engine and model are covered, else the roofline), "
                    "kernels or roofline; default auto with --target/--draft beyond the presets or any GPU flag")
-    p.add_argument("--batch", type=int_arg(1, MAX_BATCH_LIMIT), help="analytic mode: B sequences decoding in "
-                   "lockstep (default 1)")
+    if batch:
+        p.add_argument("--batch", type=int_arg(1, MAX_BATCH_LIMIT), help="analytic mode: B sequences decoding in "
+                       "lockstep (default 1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -261,13 +263,23 @@ def _check_mode_flags(args: argparse.Namespace) -> None:
         raise CliError(f"--out and --chart name the same file {args.out!r}")
 
 
-def _uses_seam(args: argparse.Namespace) -> bool:
-    """Priced by the step-cost seam (sim/stepcost.py): a model or draft beyond the presets, or any GPU flag."""
-    if any(getattr(args, k) is not None for k in ("engine", "tp", "ep", "dtype", "cost_source", "batch")):
-        return True
-    if args.hardware is not None and args.hardware not in ("h100-sxm", "h200", "a100-80gb", "l4", "t4", "cpu"):
-        return True
+GPU_FLAGS = ("engine", "tp", "ep", "dtype", "cost_source")
+ROOFLINE_ONLY_HARDWARE = ("h100-sxm", "h200", "a100-80gb", "l4", "t4", "cpu")  # the profiles older than the seam
+
+
+def _beyond_presets(args: argparse.Namespace) -> bool:
+    """--target/--draft name a model or draft the preset pairs do not hold (a hub id, a directory, ngram)."""
     return args.target is not None and (args.target not in MODELS or args.draft not in [*MODELS, *HEAD_KINDS])
+
+
+def _uses_seam(args: argparse.Namespace) -> bool:
+    """Priced by the step-cost seam (sim/stepcost.py): a model or draft beyond the presets, any GPU flag, or a
+    GPU profile added with the seam (``sim tree`` shares this: its parser has the same GPU flags)."""
+    if any(getattr(args, k, None) is not None for k in GPU_FLAGS):
+        return True
+    if args.hardware is not None and args.hardware not in ROOFLINE_ONLY_HARDWARE:
+        return True
+    return _beyond_presets(args)
 
 
 def _resolve_pair(args: argparse.Namespace) -> Pair | None:
@@ -277,7 +289,7 @@ def _resolve_pair(args: argparse.Namespace) -> Pair | None:
     if args.draft is not None:
         if args.preset is not None:
             raise CliError("give either --preset or --draft/--target, not both")
-        if _uses_seam(args):
+        if _beyond_presets(args):
             return None
         return make_pair(args.draft, args.target)
     if args.preset is not None:
@@ -287,7 +299,7 @@ def _resolve_pair(args: argparse.Namespace) -> Pair | None:
     return None
 
 
-def _seam_cost(args: argparse.Namespace, pair: Pair | None, gammas: list[int]) -> CostModel:
+def seam_cost(args: argparse.Namespace, pair: Pair | None, gammas: list[int]) -> CostModel:
     """The seam's cost for --target/--draft (or a preset's two models) on --hardware with the GPU flags."""
     target, draft = args.target, args.draft
     if pair is not None:
@@ -416,10 +428,10 @@ def resolve(args: argparse.Namespace) -> Setup:
     for flag, path in (("--out", args.out), ("--chart", args.chart)):
         if path:
             check_output_file(flag, path)
-    seam = _uses_seam(args)
+    seam = _uses_seam(args) or args.batch is not None
     hardware = _resolve_hardware(args, pair) if not seam else (args.hardware or (
         pair.default_hardware if pair else "h100-sxm"))
-    cost = _seam_cost(args, pair, gammas) if seam else None  # checks the models and the GPU setup first
+    cost = seam_cost(args, pair, gammas) if seam else None  # checks the models and the GPU setup first
     acceptance = _resolve_acceptance(args, pair or _head_only_pair(args), gammas)
     cost = cost or _resolve_cost(args, pair, hardware)
     notes = () if seam else _memory_note(pair, hardware)

@@ -218,6 +218,12 @@ def check_gpu_setup(setup: GpuSetup, target: Architecture) -> None:
         what = "FP4 tensor cores (Blackwell: b200, b300, gb200, rtx-pro-6000)" if setup.dtype == "nvfp4" else \
             "FP8 tensor cores (Ada, Hopper, Blackwell)"
         raise ValueError(f"--dtype {setup.dtype} needs {what}; {hw.name} has none; valid on {hw.name}: {', '.join(ok)}")
+    if setup.ep != setup.tp and not target.is_moe:
+        raise ValueError(f"--ep {setup.ep}: {target.name} is dense (no experts); valid: leave --ep out")
+    if target.is_moe and (setup.tp % setup.ep or setup.ep > target.n_experts):
+        valid_ep = [e for e in range(1, setup.tp + 1) if setup.tp % e == 0 and e <= target.n_experts]
+        raise ValueError(f"--ep {setup.ep}: expert parallelism must divide --tp {setup.tp} (attention TP = expert "
+                         f"TP x EP) and hold at most {target.n_experts} experts; valid: {', '.join(map(str, valid_ep))}")
     valid_tp = [t for t in TP_SIZES if t <= hw.gpus_per_node and target.n_heads % t == 0
                 and (target.is_mla or target.n_kv_heads % t == 0 or t % target.n_kv_heads == 0)]
     if setup.tp not in valid_tp:
@@ -298,7 +304,8 @@ def _kernel_forward(model: ModelRef, path: str, setup: GpuSetup, label: str, rul
     per_gpu_heads = max(a.n_heads // setup.tp, 1)
     heads_per_kv = per_gpu_heads if a.is_mla else max(a.n_heads // a.n_kv_heads, 1)
     assert hw.kernel_system is not None
-    return kernels.KernelForward(path, label, hw.kernel_system, setup.engine, setup.tp, setup.ep, setup.dtype,
+    ep = setup.ep if a.is_moe else 1
+    return kernels.KernelForward(path, label, hw.kernel_system, setup.engine, setup.tp, ep, setup.dtype,
                                  heads_per_kv, hw.peak_flops_per_s / hw.memory_bandwidth_bytes_per_s, rule)
 
 
