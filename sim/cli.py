@@ -308,8 +308,8 @@ def seam_cost(args: argparse.Namespace, pair: Pair | None, gammas: list[int]) ->
     hw = get_hardware(args.hardware or (pair.default_hardware if pair else "h100-sxm"))
     tp = args.tp or 1
     setup = GpuSetup(hw, args.engine or "vllm", tp, args.ep or tp, args.dtype or "bf16", args.engine is not None)
-    return build_step_cost(target, draft, setup, args.cost_source or "auto", args.batch or 1, args.context_tokens,
-                           max(gammas))
+    return build_step_cost(target, draft, setup, args.cost_source or "auto", getattr(args, "batch", None) or 1,
+                           args.context_tokens, max(gammas))
 
 
 def _head_only_pair(args: argparse.Namespace) -> Pair | None:
