@@ -199,9 +199,12 @@ class StepCost:
         return float(getattr(self.target, "prefill_ms")(prompt_tokens, batch))
 
     def describe(self) -> dict:
+        """The sources and setup; ``notes`` gains one line if an estimate so far used transferred table rows."""
+        used = kernels.fallback_note() if "kernels" in (self.target_side.source, self.draft.side.source) else None
         return {"kind": "step", "target": {"source": self.target_side.source, "why": self.target_side.why,
                                            **self.target.describe()},
-                "draft": self.draft.describe(), "setup": dict(self.setup), "notes": list(self.notes)}
+                "draft": self.draft.describe(), "setup": dict(self.setup),
+                "notes": [*self.notes, *([used] if used else [])]}
 
 
 # -- checks before any work ------------------------------------------------------------------------------------
@@ -401,10 +404,11 @@ def build_step_cost(target: str, draft: str, setup: GpuSetup, asked: str = "auto
     check_fits(tref.arch, draft_params, setup, batch, context_tokens + gamma_max + 1)
     fwd, tside = target_side(tref, setup, asked, rule)
     dside = draft_side(kind, tref, dref, setup, asked, rule)
-    notes = [n for n in (kernels.fallback_note(),) if n]
+    notes: list[str] = []
     info = {"target": tref.name, "target_origin": tref.origin, "target_kind": tref.arch.kind,
             "target_params_b": round(tref.arch.params / 1e9, 3), "draft": dside.name, "draft_kind": kind,
             "hardware": setup.hardware.name, "engine": setup.engine if tside.source == "kernels" else None,
+            "engine_default": not setup.engine_given,
             "tp": setup.tp, "ep": setup.ep, "dtype": setup.dtype, "attention_rule": rule,
             "cost_source_asked": asked}
     return StepCost(fwd, dside, tside, info, tuple(notes))
@@ -416,6 +420,7 @@ def source_lines(cost_description: dict) -> list[str]:
     if kind == "step":
         t, d, s = cost_description["target"], cost_description["draft"], cost_description["setup"]
         engine = f", engine {s['engine']}" if s.get("engine") else ""
+        engine += " (the default; --engine vllm|sglang|trtllm)" if engine and s.get("engine_default") else ""
         lines = [f"model: {s['target']} ({s['target_kind']}, {s['target_params_b']:g}B params; {s['target_origin']})"
                  f" on {s['tp']} x {s['hardware']} at {s['dtype']}{engine}; draft: {s['draft']}",
                  f"cost source: target {t['source']} ({t['why']}); draft {d['source']} ({d['why']})"]

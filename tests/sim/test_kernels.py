@@ -34,3 +34,12 @@ def test_handles_are_cached_and_loading_is_quiet(capsys: pytest.CaptureFixture[s
 def test_a_missing_table_is_kernels_unavailable() -> None:
     with pytest.raises(kernels.KernelsUnavailable):
         kernels.compile_handle("meta-llama/Meta-Llama-3.1-8B", "h200_sxm", "sglang", 1, 1, "nvfp4")
+
+
+def test_fallback_rows_are_one_line_only_when_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "_PROVENANCE", set())
+    monkeypatch.setattr(kernels, "CAPTURED", ["Loading low-fidelity fallback rows for mla_bmm_perf.parquet from x."])
+    assert kernels.fallback_note() is None  # loaded, but no estimate used transferred rows
+    kernels._PROVENANCE.add("xshape")
+    note = kernels.fallback_note()
+    assert note is not None and "\n" not in note and "xshape" in note and "1 table(s)" in note
