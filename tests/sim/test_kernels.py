@@ -22,6 +22,7 @@ def test_an_unknown_rule_is_refused() -> None:
 
 
 @needs_kernels
+@pytest.mark.slow  # loads the h200 tables: seconds
 def test_handles_are_cached_and_loading_is_quiet(capsys: pytest.CaptureFixture[str]) -> None:
     a = kernels.compile_handle("meta-llama/Meta-Llama-3.1-8B", "h200_sxm", "sglang", 1, 1, "bf16")
     assert kernels.compile_handle("meta-llama/Meta-Llama-3.1-8B", "h200_sxm", "sglang", 1, 1, "bf16") is a
@@ -31,6 +32,7 @@ def test_handles_are_cached_and_loading_is_quiet(capsys: pytest.CaptureFixture[s
 
 
 @needs_kernels
+@pytest.mark.slow
 def test_a_missing_table_is_kernels_unavailable() -> None:
     with pytest.raises(kernels.KernelsUnavailable):
         kernels.compile_handle("meta-llama/Meta-Llama-3.1-8B", "h200_sxm", "sglang", 1, 1, "nvfp4")

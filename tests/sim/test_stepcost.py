@@ -63,6 +63,7 @@ def test_kernels_asked_without_the_extra_is_one_line(model_dir: Path, no_kernels
 
 
 @needs_kernels
+@pytest.mark.slow  # loads the h100 tables: seconds
 @pytest.mark.parametrize("config", [LLAMA_LIKE, MOE_LIKE], ids=["dense", "moe"])
 def test_kernels_from_a_local_config(tmp_path: Path, config: dict) -> None:
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -78,6 +79,7 @@ def test_kernels_from_a_local_config(tmp_path: Path, config: dict) -> None:
 
 
 @needs_kernels
+@pytest.mark.slow  # loads the h200 tables: seconds
 def test_attention_rule_brackets(tmp_path: Path) -> None:
     (tmp_path / "config.json").write_text(json.dumps(LLAMA_LIKE))
     by_rule = {rule: build_step_cost(str(tmp_path), "ngram", GpuSetup(HARDWARE["h200"], "sglang"), "kernels",
