@@ -333,7 +333,8 @@ def _memory_note(pair: Pair | None, hardware: str | None) -> tuple[str, ...]:
                        GpuSetup(hw), 1, 0.0)
     if need.fits:
         return ()
-    return (f"{pair.target.name}'s weights ({need.weights_bytes / 1e9:.0f} GB at {hw.bytes_per_param:g} bytes/param)"
+    return (f"the weights of {pair.target.name} and its draft ({need.weights_bytes / 1e9:.0f} GB at "
+            f"{hw.bytes_per_param:g} bytes/param)"
             f" do not fit one {hw.name} ({(hw.memory_bytes or 0) / 1e9:.0f} GB): priced as if they did; give --tp N for a "
             "multi-GPU price that checks memory",)
 
@@ -464,7 +465,7 @@ def _analytic_rows(s: Setup) -> list[dict]:
             "tokens_per_s_baseline": r.tokens_per_s_baseline,
             # accepted/drafted is what many tools print; it is NOT alpha.
             "accepted_over_drafted": (r.expected_tokens_per_round - 1.0) / r.gamma,
-            "break_even_alpha": break_even_alpha(r.gamma, s.cost, context_tokens=s.context_tokens),
+            "break_even_alpha": break_even_alpha(r.gamma, s.cost, context_tokens=s.context_tokens, batch=s.batch),
         })
     return rows
 

@@ -140,3 +140,26 @@ def test_the_issue_commands_name_their_source(args: list[str], source: str, caps
     out = capsys.readouterr().out
     assert f"cost source: target kernels (aiconfigurator-core 0.12.0, {source} tables); draft kernels" in out
     assert "low-fidelity" not in out and "optimal gamma = 3: speedup" in out
+
+
+def test_prefill_and_batch_on_the_roofline(model_dir: Path) -> None:
+    cost = build_step_cost(str(model_dir), "eagle3", GpuSetup(HARDWARE["h100-sxm"]), "roofline", batch=64)
+    assert cost.prefill_ms(2048) > cost.target_step_ms(2048)
+    assert cost.target_step_ms(2048, 64) > cost.target_step_ms(2048, 1)
+
+
+def test_batch_changes_the_analytic_answer(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--target", str(model_dir), "--draft", "eagle3", "--hardware", "h100-sxm", "--cost-source", "roofline",
+            "--alpha", "0.8", "--gamma", "3", "--format", "json"]
+    docs = []
+    for batch in ("1", "256"):
+        assert sim_main([*base, "--batch", batch]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    assert docs[1]["batch"] == 256 and docs[1]["rows"][0]["speedup"] < docs[0]["rows"][0]["speedup"]
+
+
+def test_a_preset_that_outgrows_one_gpu_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim_main(["--preset", "llama3-8b-70b", "--gamma", "3"]) == 0
+    out = capsys.readouterr().out
+    assert ("note: the weights of Llama-3.1-70B and its draft (157 GB at 2 bytes/param) do not fit one h100-sxm "
+            "(80 GB)") in out
