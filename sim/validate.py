@@ -16,12 +16,13 @@ overhead is fitted on the fit half (the value minimising the median |error|
 on a 0.01 ms grid), and the held-out half's error is reported apart.
 
 Assumptions, stated: a row without TP runs on the fewest GPUs of its node
-that hold the weights and KV cache; without a dtype, bf16; the context is the
+that hold the weights and KV cache; without a dtype, the checkpoint's own
+(fp8 where its config.json says so, else bf16); the context is the
 row's input tokens plus half its output tokens, else 1024; "concurrency B" is
 priced as B sequences in lockstep; a tree draft, a request-rate row, a row
 without a published acceptance or chain length, a draft kind the seam cannot
 price (Hydra, lookahead, REST, PLD) and a GPU or engine it does not know are
-not expressed.
+not expressed, nor is a row on more GPUs than one node.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from sim.analytic import predict_row
 from sim.cost import CostModel
 from sim.published import PublishedResult, load_published
 from sim.kernels import ATTENTION_RULES
+from sim.modelref import resolve_model
 from sim.stepcost import TP_SIZES, GpuSetup, StepCost, build_step_cost
 from toolkit.cli import OneLineParser, nonempty_arg
 
@@ -119,13 +121,25 @@ def _why_not(r: PublishedResult) -> str | None:
         (r.draft_kind not in DRAFT_NAMES and not (r.draft_kind == "model" and r.draft_model),
          f"draft kind {r.draft_kind} is not priced by the seam"),
         (r.engine not in ("sglang", "vllm", "trtllm"), f"engine {r.engine}: no kernel tables"),
+        ((r.gpus or 1) > 8 or (r.tp or 1) > 8, f"{r.gpus} GPUs: more than one node (multi-node parallelism and "
+         "per-rank figures are not modelled)"),
     ]
     return next((why for bad, why in checks if bad), None)
 
 
+def _checkpoint_dtype(target: str) -> str:
+    """The dtype a row without one ran at: the checkpoint's own (fp8 where its config.json is quantized so, as
+    DeepSeek-V3/R1's are), else bf16."""
+    try:
+        quant = resolve_model(target).config.get("quantization_config") or {}
+    except ValueError:
+        return "bf16"
+    return "fp8" if str(quant.get("quant_method", "")).lower() == "fp8" else "bf16"
+
+
 def _setup_for(r: PublishedResult, context_tokens: float) -> tuple[str, str, GpuSetup]:
     hw = HARDWARE[HARDWARE_NAMES[str(r.hardware)]]
-    dtype = r.dtype if r.dtype in ("bf16", "fp16", "fp8", "nvfp4") else "bf16"
+    dtype = r.dtype if r.dtype in ("bf16", "fp16", "fp8", "nvfp4") else _checkpoint_dtype(r.target)
     draft = DRAFT_NAMES.get(r.draft_kind) or str(r.draft_model)
     return r.target, draft, GpuSetup(hw, r.engine, r.tp or 1, r.tp or 1, dtype, True)
 
