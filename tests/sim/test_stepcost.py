@@ -163,3 +163,15 @@ def test_a_preset_that_outgrows_one_gpu_says_so(capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     assert ("note: the weights of Llama-3.1-70B and its draft (157 GB at 2 bytes/param) do not fit one h100-sxm "
             "(80 GB)") in out
+
+
+def test_a_separate_draft_model_from_its_own_config(model_dir: Path, tmp_path: Path, no_kernels: None) -> None:
+    small = tmp_path / "my-small"
+    small.mkdir()
+    (small / "config.json").write_text(json.dumps({**LLAMA_LIKE, "num_hidden_layers": 2, "hidden_size": 512,
+                                                   "intermediate_size": 1024}))
+    cost = build_step_cost(str(model_dir), str(small), GpuSetup(HARDWARE["h100-sxm"]), "auto")
+    assert cost.draft.kind == "model" and cost.draft.name == "my-small"
+    assert 0 < cost.draft_step_ms(512) < cost.target_step_ms(512)
+    # the round's first draft forward reads the verified positions: verify carries that extra width
+    assert cost.verify_ms(4, 512) > cost.target.forward_ms(4, 512)
