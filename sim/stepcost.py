@@ -409,7 +409,8 @@ def build_step_cost(target: str, draft: str, setup: GpuSetup, asked: str = "auto
             "target_params_b": round(tref.arch.params / 1e9, 3), "draft": dside.name, "draft_kind": kind,
             "hardware": setup.hardware.name, "engine": setup.engine if tside.source == "kernels" else None,
             "engine_default": not setup.engine_given,
-            "tp": setup.tp, "ep": setup.ep, "dtype": setup.dtype, "attention_rule": rule,
+            "tp": setup.tp, "ep": setup.ep, "dtype": "fp32" if setup.hardware.name == "cpu" else setup.dtype,
+            "attention_rule": rule,
             "cost_source_asked": asked}
     return StepCost(fwd, dside, tside, info, tuple(notes))
 
