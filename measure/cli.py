@@ -51,6 +51,7 @@ SUBCOMMANDS = ("head-sweep", "head-recall", "serve", "tree", "build-llamacpp")
 # long: the argparse declarations of every option: a list, not logic
 def build_parser() -> argparse.ArgumentParser:
     from measure import stats
+    from measure.racing import DEFAULT_CONFIDENCE, DEFAULT_REGRET
     from measure.seam import CACHES, ENGINES
     from measure.sweep import INTERLEAVE, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_REPEATS
 
@@ -85,6 +86,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"... or its start-to-end drift exceeds this (fraction; default {stats.DRIFT_THRESHOLD})")
     p.add_argument("--until-stable", type=int_arg(0, 100), default=0, metavar="N",
                    help="re-measure an unstable cell up to N times (default 0)")
+    p.add_argument("--until-decided", action="store_true",
+                   help="measure in passes and stop measuring a cell once its domain's best draft/γ (or plain "
+                        "decoding) is known within --regret at --confidence (measure/racing.py); --repeats is "
+                        "then the most passes")
+    p.add_argument("--regret", type=float_arg(0, 0.99, lo_open=True), default=DEFAULT_REGRET,
+                   help=f"with --until-decided: the throughput a decision may leave, relative (default {DEFAULT_REGRET})")
+    p.add_argument("--confidence", type=float_arg(0.5, 0.999), default=DEFAULT_CONFIDENCE,
+                   help=f"with --until-decided: the decision's family-wise confidence (default {DEFAULT_CONFIDENCE})")
+    p.add_argument("--time-budget", type=float_arg(0, 1e7, lo_open=True), default=None, metavar="SECONDS",
+                   help="with --until-decided: start no pass after this many seconds of measuring")
     p.add_argument("--interleave", default="sweep", choices=INTERLEAVE,
                    help="sweep: visit every cell in passes (prompt by prompt, repeat by repeat), so each cell's "
                         "pairs spread over the whole run (default); cell: one cell's visits back to back")
@@ -188,7 +199,9 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
                           cv_threshold=args.cv_threshold, drift_threshold=args.drift_threshold,
                           until_stable=args.until_stable, engine=args.engine, threads=args.threads,
                           cache=args.cache or CACHES[0], compile=args.compile, interleave=args.interleave,
-                          prompts_file=str(args.prompts_file) if args.prompts_file else None)
+                          prompts_file=str(args.prompts_file) if args.prompts_file else None,
+                          until_decided=args.until_decided, regret=args.regret, confidence=args.confidence,
+                          time_budget_s=args.time_budget)
     except ValueError as e:
         fail(prog, str(e))
     _check_models(cfg)

@@ -73,6 +73,10 @@ COMMANDS: tuple[Command, ...] = (
                       "specscope measure --prompts 1 --max-new-tokens 16 --gamma 2,4 --domains code --out runs/small",
                       "specscope measure --draft ngram:3,int8 --gamma 1,2,4 --track wandb",
                       "specscope measure head-sweep --help")),
+    Command("tune", "measure until the best draft/γ per domain is known (a race with a stated error rate)", "measure",
+            ("--until-decided",),
+            examples=("specscope tune --gamma 1,2,4,8 --repeats 8",
+                      "specscope tune --draft ngram:3,int8 --gamma 2,4 --regret 0.05 --time-budget 600 --out runs/tune")),
     Command("serve", "measure a real server under load (continuous batching, speculative decoding)", "measure",
             ("serve",), requires="measure.serve",
             examples=("specscope serve --target smollm2-135m --draft ngram:3 --gamma 4 --concurrency 1,4 "

@@ -36,12 +36,14 @@ The local driver (:mod:`measure.sweep.driver`) and the pruned-head K sweep
 from __future__ import annotations
 
 import contextlib
+import math
+import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
-from measure import records, stats
+from measure import racing, records, stats
 from measure.decoding import acceptance_trace, autoregressive_generate, proposal_runs, speculative_generate
 from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_greedy_lossless
 from measure.ids import CellId
@@ -361,7 +363,7 @@ def _warm_modes(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, name
 def _cell_row(ctx: CellContext, draft: Any, cell: CellId, m: CellMeasurement, modes: tuple[str, ...],
               stab: stats.Stability, attempt: int) -> CellRow:
     """The ``cells.csv`` row of a measured cell: means and 95% CIs, acceptance, lossless verdicts, noise flags."""
-    cfg, t, series = ctx.config, ctx.target, m.series
+    t, series = ctx.target, m.series
     sp = stats.speedup_ci(series.base, series.spec)
     pe = stats.speedup_ci(series.base, series.peer) if "peer" in modes else stats.Estimate(None, None, None)
     tb, ts = stats.mean_ci(series.base), stats.mean_ci(series.spec)
@@ -382,7 +384,7 @@ def _cell_row(ctx: CellContext, draft: Any, cell: CellId, m: CellMeasurement, mo
         acceptance_rate=accepted / drafted if drafted else None,
         mean_accepted_per_round=accepted / n_rounds if n_rounds else None, n_rounds=n_rounds,
         outputs_identical=all(same) if same else None, synthetic=bool(t.synthetic or getattr(draft, "synthetic", False)),
-        repeats=cfg.repeats, speedup_peer=pe, peer_acceptance_rate=peer_a / peer_d if peer_d else None,
+        repeats=len(set(series.repeat)), speedup_peer=pe, peer_acceptance_rate=peer_a / peer_d if peer_d else None,
         baseline_cv=stab.cv, baseline_drift=stab.drift, unstable=stab.unstable,
         unstable_reason=stab.reason or None, attempts=attempt, hardware=ctx.hardware,
         n_near_tie=verdicts.count("near_tie") if verdicts else None,
@@ -424,6 +426,72 @@ def _finish(ctx: CellContext, plan: CellPlan, m: CellMeasurement, modes: tuple[s
     w.append("traces", trace_rows)
     w.finish_cell(row)
     return row
+
+
+#: The candidate "plain decoding" in a race of ``--until-decided``.
+OFF = "off"
+
+
+def _log_speedup(v: Visit) -> float:
+    """A visit's unit in a race: log(speculative tokens/s ÷ baseline tokens/s of the same visit)."""
+    by_mode = {r.mode: r for r in v.gen_rows}
+    return math.log(_tps(by_mode["speculative"]) / _tps(by_mode["baseline"]))
+
+
+class _Race:
+    """``--until-decided``: a race (:mod:`measure.racing`) per group of cells that answer one question — the same
+    domain, temperature and head K; the drafts and γ policies are the candidates, and so is ``off`` (plain
+    decoding, a log speedup of 0 on every unit: "do not speculate" can win) — looked at after each pass.
+
+    A cell the race no longer needs (eliminated, or resolved: it cannot beat its leader by the regret) is
+    *stopped*: later passes skip it and it is written with the visits it has. Every look is a pure function of
+    the staged visits of the passes before it, so a resumed run looks again and stops the same cells.
+    """
+
+    def __init__(self, rule: racing.RaceRule, plans: Sequence[CellPlan]) -> None:
+        self.rule = rule
+        self.groups: dict[str, list[CellPlan]] = {}
+        for p in plans:
+            key = f"{p.cell.domain} T={p.cell.temperature:g}" + (f" K={p.cell.head_k}" if p.cell.head_k else "")
+            self.groups.setdefault(key, []).append(p)
+        self.states: dict[str, racing.RaceState] = {}
+        self.stopped: set[str] = set()
+        self.looks: list[dict] = []
+
+    def look(self, look_index: int, staged: Mapping[str, Mapping[tuple[int, int], Visit]]) -> list[str]:
+        """Look at the passes ``0..look_index``; returns a line per group whose race changed."""
+        notes, record = [], {"look": look_index, "groups": {}}
+        for key, plans in self.groups.items():
+            samples = {p.cell_id: {u: _log_speedup(v) for u, v in staged[p.cell_id].items() if u[0] <= look_index}
+                       for p in plans}
+            samples[OFF] = {u: 0.0 for unit in samples.values() for u in unit}
+            state = racing.look(samples, self.rule, look_index, self.states.get(key))
+            self.states[key] = state
+            keep = set() if state.decided else set(state.next_candidates())
+            newly = [p.cell_id for p in plans if p.cell_id not in keep and p.cell_id not in self.stopped]
+            self.stopped.update(newly)
+            record["groups"][key] = {
+                "leader": state.leader, "stop_reason": state.stop_reason(), "resolved": list(state.resolved),
+                "eliminated": [{"cell_id": e.candidate, "look": e.look, "ratio": e.evidence.ratio,
+                                "ratio_hi": math.exp(e.evidence.hi) if e.evidence.hi is not None else None,
+                                "n_units": e.evidence.n_units} for e in state.eliminated],
+                "comparisons": [{"cell_id": c.challenger, "ratio": c.ratio, "n_units": c.n_units,
+                                 "ratio_lo": math.exp(c.lo) if c.lo is not None else None,
+                                 "ratio_hi": math.exp(c.hi) if c.hi is not None else None}
+                                for c in state.comparisons]}
+            if newly:
+                notes.append(f"race {key}: after pass {look_index + 1}, leader {state.leader}; stopped "
+                             f"{', '.join(newly)}" + (f" ({state.stop_reason()})" if state.stop_reason() else ""))
+        self.looks.append(record)
+        return notes
+
+    def all_stopped(self) -> bool:
+        return all(p.cell_id in self.stopped for plans in self.groups.values() for p in plans)
+
+    def summary(self, reason: str) -> dict:
+        """What ``run.json`` records of the race: the rule, every look, and why the measuring stopped."""
+        return {"rule": asdict(self.rule), "looks": self.looks, "stopped_by": reason,
+                "decided": {k: s.leader for k, s in self.states.items() if s.decided}}
 
 
 @contextlib.contextmanager
@@ -487,15 +555,29 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
         ctx.bar.update(sum(len(vs) for vs in staged.values()))
     rows: dict[str, CellRow] = {}
     active = list(plans)
+    race = _Race(cfg.race_rule(), plans) if cfg.until_decided else None
+    started, stopped_by = time.monotonic(), "every pass measured"
     while active:
         n_prompts = max(len(ctx.prompts[p.cell.domain]) for p in active)
         groups = ([active] if cfg.interleave == "sweep" else [[p] for p in active])
         for group in groups:
             for rep in range(cfg.repeats):
+                if race is not None and rep > 0:
+                    for note in race.look(rep - 1, staged):
+                        if on_attempt:
+                            on_attempt(note)
+                    if race.all_stopped():
+                        stopped_by = "decided"
+                        break
+                    if cfg.time_budget_s is not None and time.monotonic() - started > cfg.time_budget_s:
+                        stopped_by = "time budget"
+                        break
                 for pi in range(n_prompts):
                     for plan in group:
                         cid = plan.cell_id
                         if pi >= len(ctx.prompts[plan.cell.domain]) or (rep, pi) in staged[cid]:
+                            continue
+                        if race is not None and cid in race.stopped:
                             continue
                         if ctx.bar is not None:
                             ctx.bar.set_description(f"repeat {rep + 1}/{cfg.repeats} {plan.cell.draft} "
@@ -509,6 +591,11 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                         if between is not None:
                             with _naming("timing cost-curve points between the visits"):
                                 between()
+            if race is not None and stopped_by == "every pass measured":  # the look after the last pass
+                for note in race.look(cfg.repeats - 1, staged):
+                    if on_attempt:
+                        on_attempt(note)
+                stopped_by = "decided" if race.all_stopped() else "out of passes"
         ms = {p.cell_id: measurement_of(list(staged[p.cell_id].values())) for p in active}
         if cfg.interleave == "sweep" and len(active) > 1:  # each cell spans the run: against the pass's pace
             what = "baseline (against the machine's pace in its pass)"
@@ -537,6 +624,8 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
             if on_row:
                 on_row(rows[cid])
         active = again
+    if race is not None:
+        ctx.writer.update(race=race.summary(stopped_by))
     return [rows[p.cell_id] for p in plans]
 
 

@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass
 from measure import costpoints, stats
 from measure.devices import resolve_dtype
 from measure.engines import check_specs
+from measure.racing import DEFAULT_CONFIDENCE, DEFAULT_REGRET, RaceRule
 from measure.prompts import DOMAINS, Prompt, file_sha256, load_prompts, load_prompts_file
 from measure.seam import CACHES, EngineOptions
 from sim.policies import GammaSpec
@@ -69,6 +70,14 @@ class SweepConfig:
     compile: bool = False
     prompts_file: str | None = None
     interleave: str = "sweep"
+    #: ``--until-decided``: measure in passes (one repeat of every live cell a pass) and stop measuring a cell
+    #: once the race of its domain no longer needs it (measure.racing): ``repeats`` becomes the most passes,
+    #: ``regret`` the throughput a decision may leave (relative), ``confidence`` its family-wise confidence;
+    #: ``time_budget_s`` stops starting passes after that many seconds (None: no budget)
+    until_decided: bool = False
+    regret: float = DEFAULT_REGRET
+    confidence: float = DEFAULT_CONFIDENCE
+    time_budget_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.drafts:
@@ -117,7 +126,24 @@ class SweepConfig:
             raise ValueError(f"--cache {self.cache!r}: unknown; valid: {', '.join(CACHES)}")
         if self.threads is not None and not 1 <= self.threads <= 1024:
             raise ValueError(f"--threads {self.threads}: must be an integer in 1..1024")
+        if self.until_decided:
+            if self.interleave != "sweep":
+                raise ValueError("--until-decided needs --interleave sweep (a race looks after each pass over "
+                                 "every cell)")
+            if self.until_stable:
+                raise ValueError("--until-decided and --until-stable cannot be combined (a race decides from the "
+                                 "visits as measured; re-measuring a cell would change its looks)")
+            self.race_rule()  # the regret and confidence checked here, in one line
+        if self.time_budget_s is not None and not (math.isfinite(self.time_budget_s) and self.time_budget_s > 0):
+            raise ValueError(f"--time-budget {self.time_budget_s}: must be a number of seconds > 0")
         resolve_dtype(self.dtype)
+
+    def race_rule(self) -> RaceRule:
+        """The race of ``--until-decided``: one look after each pass, ``repeats`` looks at most."""
+        try:
+            return RaceRule(confidence=self.confidence, regret=self.regret, max_looks=self.repeats, min_units=2)
+        except ValueError as e:
+            raise ValueError(f"--until-decided: {e}") from None
 
     def as_dict(self) -> dict:
         """The config as ``run.json`` records it (γ policies as their texts, ``fixed:4``)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from measure import stats
@@ -18,6 +19,44 @@ def unstable_message(c: CellRow) -> str:
     """``cell … unstable: <reason>; re-run on a quiet machine or with --repeats``."""
     return (f"cell {c.cell_id} unstable: {c.unstable_reason or 'baseline noisy'}; re-run on a quiet "
             "machine or with more --repeats")
+
+
+def routing(cells: list[CellRow]) -> dict | None:
+    """Model pooling: with two or more drafts, the best draft (at its best γ) per domain and temperature — or
+    plain decoding where no cell beats it — against the single draft that is best over every domain.
+
+    ``gain`` is the geometric mean over the domains of (routed speedup ÷ the single best draft's speedup): what
+    sending each request's domain to its own best draft buys. Point values; each route keeps its cell's CI.
+    None with one draft.
+    """
+    drafts = list(dict.fromkeys(c.draft for c in cells))
+    scored = [c for c in cells if cell_estimate(c).value is not None]
+    if len(drafts) < 2 or not scored:
+        return None
+    keys = list(dict.fromkeys((c.domain, c.temperature) for c in scored))
+
+    def best_of(domain_t: tuple[str, float], draft: str | None = None) -> CellRow | None:
+        mine = [c for c in scored if (c.domain, c.temperature) == domain_t and draft in (None, c.draft)]
+        return max(mine, key=lambda c: cell_estimate(c).value or 0.0) if mine else None
+
+    def speed(c: CellRow | None) -> float:
+        v = cell_estimate(c).value if c is not None else None
+        return max(float(v), 1.0) if v is not None else 1.0  # plain decoding is always an option
+
+    def gmean(xs: list[float]) -> float:
+        return float(math.exp(sum(math.log(x) for x in xs) / len(xs)))
+
+    single = max(drafts, key=lambda d: gmean([speed(best_of(k, d)) for k in keys]))
+    routes = []
+    for k in keys:
+        b = best_of(k)
+        use = b if b is not None and speed(b) > 1.0 else None
+        e = cell_estimate(use) if use is not None else stats.Estimate(1.0, 1.0, 1.0)
+        routes.append({"domain": k[0], "temperature": k[1], "draft": use.draft if use else "off",
+                       "cell_id": use.cell_id if use else None, "speedup": e.value, "speedup_lo": e.lo,
+                       "speedup_hi": e.hi, "single_best_speedup": speed(best_of(k, single))})
+    gain = gmean([r["speedup"] / r["single_best_speedup"] for r in routes])
+    return {"single_best_draft": single, "routes": routes, "gain": gain}
 
 
 def summarize(cells: list[CellRow], synthetic: bool) -> dict:
@@ -65,6 +104,9 @@ def summarize(cells: list[CellRow], synthetic: bool) -> dict:
         gm = stats.geomean_ci(vs_lib)
         out["baseline_vs_library"] = {"geomean": gm.value, "lo": gm.lo, "hi": gm.hi, "n_cells": len(vs_lib),
                                       "target": list(LIBRARY_RATIO_TARGET)}
+    route = routing(cells)
+    if route is not None:
+        out["routing"] = route
     if synthetic:
         out["note"] = "synthetic (random-weight) models: timing only; acceptance is not a measurement"
     return out
@@ -89,5 +131,13 @@ def summary_lines(summary: dict) -> list[str]:
         lo, hi = lib.get("target") or LIBRARY_RATIO_TARGET
         lines.append(f"our baseline ÷ the engine's own plain decoding, same prompts in the same visits: geometric "
                      f"mean {est.as_text(3)} over {lib['n_cells']} cells (expected {lo:g}–{hi:g})")
+    route = summary.get("routing")
+    if route:
+        lines.append(f"routing each domain to its best draft: {route['gain']:.3f}x over the single best draft "
+                     f"({route['single_best_draft']}) everywhere")
+        for r in route["routes"]:
+            est = stats.Estimate(r["speedup"], r["speedup_lo"], r["speedup_hi"])
+            lines.append(f"  {r['domain']} (T={r['temperature']:g}) -> {r['draft']}"
+                         + (f" [{r['cell_id']}] {est.as_text(3)}" if r["cell_id"] else " (no cell beats plain decoding)"))
     lines += summary.get("unstable") or []
     return lines

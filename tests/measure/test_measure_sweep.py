@@ -345,3 +345,38 @@ def test_source_state_says_when_the_checkout_is_dirty(tmp_path, monkeypatch):
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
     assert identity.source_state() == {"git_commit": None, "git_dirty": None}
 
+
+
+
+@pytest.mark.slow
+def test_until_decided_stops_measuring_a_clear_loser_and_records_the_race(tmp_path, monkeypatch):
+    import math
+
+    from measure.ids import CellId
+
+    speed = {"fixed:2": 1.30, "fixed:3": 1.0, "fixed:4": 0.6}  # known speedups, a 1% wobble per visit
+    monkeypatch.setattr(cells, "_log_speedup", lambda v: math.log(speed[CellId.parse(v.cell_id).gamma.to_str()])
+                        + 0.01 * ((v.repeat + v.prompt_index) % 2 - 0.5))
+    cfg = _cfg(gammas=("fixed:2", "fixed:3", "fixed:4"), domains=("code",), prompts_per_domain=3, repeats=6,
+               until_decided=True, regret=0.05, confidence=0.9, cost_curves=False)
+    run = run_sweep(cfg, tmp_path / "r", engine=ToyEngine(), show_bar=False)
+    assert run.status == "complete"
+    race = run.meta["race"]
+    best = next(c for c in run.table("cells")["cell_id"] if "fixed:2" in c)
+    assert race["stopped_by"] == "decided" and race["decided"] == {"code T=0": best}
+    repeats = run.table("cells").set_index("cell_id")["repeats"]
+    assert repeats.max() < 6, "the race decided before the fixed design's six passes"
+    gens = run.table("generations")
+    per_cell = gens[gens["mode"] == "baseline"].groupby("cell_id").size()
+    assert (per_cell == repeats * 3).all(), "each cell is written with the visits it has"
+    loser = next(e for look in race["looks"] for g in look["groups"].values() for e in g["eliminated"]
+                 if "fixed:4" in e["cell_id"])
+    assert loser["ratio_hi"] < 1
+
+def test_until_decided_refuses_what_it_cannot_race():
+    with pytest.raises(ValueError, match="--interleave sweep"):
+        _cfg(until_decided=True, interleave="cell")
+    with pytest.raises(ValueError, match="--until-stable"):
+        _cfg(until_decided=True, until_stable=1)
+    with pytest.raises(ValueError, match="regret"):
+        _cfg(until_decided=True, regret=0.0)

@@ -24,7 +24,7 @@ from specscope.cli import BY_NAME, COMMANDS
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "results" / "cpu-make-run-fresh3"
 VLLM = ROOT / "tests" / "fixtures" / "engines" / "vllm" / "metrics-after.prom"
-NAMES = ("predict", "check", "measure", "serve", "calibrate", "ingest", "report", "advise")
+NAMES = ("predict", "check", "measure", "tune", "serve", "calibrate", "ingest", "report", "advise")
 
 
 def specscope(*args: str, env: dict[str, str] | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -100,7 +100,7 @@ def test_an_unknown_command_is_one_line_with_a_suggestion() -> None:
     out = specscope("mesure", "--gamma", "2")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [
-        "specscope: error: unknown command 'mesure'; did you mean 'measure'? (valid: predict, check, measure, "
+        "specscope: error: unknown command 'mesure'; did you mean 'measure'? (valid: predict, check, measure, tune, "
         "serve, calibrate, ingest, report, advise; see specscope --help)"]
 
 
