@@ -26,7 +26,7 @@ What a forward touches:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Mapping
 
 # Architectures whose config this module reads (the decoder-only families of the shipped configs and presets).
@@ -145,6 +145,19 @@ class Architecture:
                        qk_rope_head_dim=self.qk_rope_head_dim, qk_nope_head_dim=self.qk_nope_head_dim,
                        v_head_dim=self.v_head_dim)
         return cfg
+
+    def as_dense_layer(self) -> Architecture:
+        """This model's shape as a dense Llama decoder (grouped-query attention, the config's dense MLP width):
+        what an EAGLE or EAGLE-3 head of an MoE or MLA target is (their released heads are Llama layers; for an MLA
+        target, 128-wide heads and 8 KV heads, Llama's own attention shape, are assumed)."""
+        heads, kv_heads, head_dim = self.n_heads, self.n_kv_heads, self.head_dim
+        if self.is_mla:  # no grouped-query shape to copy: Llama's own, 128-wide heads and 8 KV heads
+            heads, head_dim = max(self.hidden_size // 128, 1), 128
+            kv_heads = 8 if heads % 8 == 0 else heads
+        return replace(self, n_heads=heads, n_kv_heads=kv_heads, head_dim=head_dim,
+                       architecture="LlamaForCausalLM", n_experts=0, experts_per_token=0, moe_ffn_size=0,
+                       shared_experts=0, shared_ffn_size=0, dense_layers=0, kv_lora_rank=0, q_lora_rank=0,
+                       qk_rope_head_dim=0, qk_nope_head_dim=0, v_head_dim=0, family="llama")
 
     # -- kinds --------------------------------------------------------------------------------
     @property

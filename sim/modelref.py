@@ -118,7 +118,11 @@ def resolve_model(text: str, flag: str = "--target") -> ModelRef:
 def head_config(target: ModelRef, kind: str, draft_vocab: int) -> dict[str, Any]:
     """The config of one draft-head layer of the target's shape (EAGLE, EAGLE-3, MTP): the target's config with one
     layer (an MoE layer where the target has experts: DeepSeek's MTP module is one), no MTP modules of its own,
-    and EAGLE-3's draft vocabulary."""
+    and EAGLE-3's draft vocabulary. An EAGLE / EAGLE-3 head of an MoE or MLA target is a dense Llama layer of its
+    hidden size (as the released heads are)."""
+    if kind in ("eagle", "eagle3") and (target.arch.is_moe or target.arch.is_mla
+                                        or target.arch.architecture not in KERNEL_ARCHITECTURES):
+        return target.arch.as_dense_layer().to_config(n_layers=1, vocab_size=draft_vocab if kind == "eagle3" else None)
     cfg = dict(target.config)
     for key in ("text_config", "llm_config"):
         if isinstance(cfg.get(key), dict):

@@ -375,7 +375,8 @@ def draft_side(kind: str, target: ModelRef, draft: ModelRef | None, setup: GpuSe
         ref = ModelRef(name, Architecture.from_config(cfg, name), cfg, f"one layer of {target.name}'s shape", None)
     fwd, side = target_side(ref, replace(setup, tp=setup.tp if ref.arch.n_heads % setup.tp == 0 else 1), asked, rule)
     if isinstance(fwd, ParallelRoofline) and draft is None:
-        head = HeadSpec(kind, target.arch)  # type: ignore[arg-type, arg-type]
+        shape = target.arch.as_dense_layer() if kind in ("eagle", "eagle3") else target.arch
+        head = HeadSpec(kind, shape)  # type: ignore[arg-type]
         fwd = ParallelRoofline(head, fwd.hardware, fwd.tp, fwd.kv_bytes_per_element)
         step_gemms, round_gemms = (), ()  # HeadSpec's step weights already hold the FC; its round FC below
         if head.round_params():

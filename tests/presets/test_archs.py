@@ -39,3 +39,10 @@ def test_a_config_without_layers_is_one_line() -> None:
     with pytest.raises(ValueError, match="lacks 'num_hidden_layers'"):
         Architecture.from_config({"architectures": ["LlamaForCausalLM"], "hidden_size": 64,
                                   "num_attention_heads": 4, "vocab_size": 10}, "x")
+
+
+def test_an_eagle_head_of_an_moe_mla_target_is_a_dense_llama_layer() -> None:
+    dense = Architecture.from_config(DEEPSEEK_V3, "DeepSeek-V3").as_dense_layer()
+    assert dense.kind == "dense" and dense.architecture == "LlamaForCausalLM"
+    assert (dense.n_heads, dense.n_kv_heads, dense.head_dim) == (56, 8, 128)
+    assert dense.layer_params == dense.attention_params + 3 * 7168 * 18432
