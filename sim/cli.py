@@ -9,6 +9,8 @@ Examples::
     python -m sim --preset llama3-1b-8b --mode serve --arrival-rate 20
     python -m sim --cost-model runs/cal/cost_model-ngram.json --acceptance runs/cal/acceptance-ngram.json
     python -m sim --list-presets
+    python -m sim --target meta-llama/Llama-3.1-8B-Instruct --draft eagle3 --hardware h200 --engine sglang \
+        --tau 2.9 --gamma 3                                  # any model, GPU step costs (sim/stepcost.py)
     python -m sim tree --budget 16 --advise --preset llama3-8b-70b   # token trees: sim/tree_cli.py
 
 Every bad value exits with status 2 and one line naming it, its flag and the
@@ -54,6 +56,8 @@ from sim.acceptance import (
     load_acceptance,
 )
 from sim.cost import CostModel, LeviathanCost, load_cost_model, pair_roofline_cost
+from sim.kernels import ENGINES
+from sim.stepcost import COST_SOURCES, DRAFT_KINDS, DTYPES, GpuSetup, build_step_cost, memory_need, source_lines
 from sim.limits import (
     ARRIVAL_RATE_ARG,
     CONTEXT_TOKENS_ARG,
@@ -85,7 +89,7 @@ CHART_SUFFIXES = (".html", ".png", ".svg")
 DEFAULT_PRESET = "llama3-1b-3b"
 # Subcommands, dispatched by ``python -m sim`` (sim/__main__.py) before these options are parsed; an unknown word
 # lists these.
-COMMANDS: tuple[str, ...] = ("check", "tree")
+COMMANDS: tuple[str, ...] = ("check", "tree", "validate")
 
 GAMMA_MAX_DEFAULT = 8  # not argparse's default: "--gamma 4 --gamma-max 8" must still be seen as a conflict
 NEW_TOKENS_DEFAULT = {"event": 4096, "serve": 256}
@@ -93,6 +97,35 @@ NEW_TOKENS_DEFAULT = {"event": 4096, "serve": 256}
 
 class CliError(Exception):
     """A user-facing error: printed as one line, exit status 2."""
+
+
+def _model_arg(what: str, presets: list[str]) -> Any:
+    """A ``type=`` converter for --target/--draft: any non-blank name (resolved later, sim/modelref.py); a blank
+    one lists the preset names."""
+    def convert(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"empty {what} {text!r}; valid: {', '.join(presets)}, a Hugging Face "
+                                             "id or a local directory holding config.json")
+        return text
+
+    return convert
+
+
+def _add_gpu_flags(p: argparse.ArgumentParser, batch: bool = True) -> None:
+    """The GPU step-cost flags (sim/stepcost.py): engine, parallelism, dtype, cost source, lockstep batch (``sim
+    tree`` has its own ``--batch``)."""
+    p.add_argument("--engine", type=choice_arg("engine", ENGINES),
+                   help=f"serving engine whose kernel tables price the steps: {', '.join(ENGINES)} (default vllm)")
+    p.add_argument("--tp", type=int_arg(1, 64), help="tensor-parallel GPUs (default 1)")
+    p.add_argument("--ep", type=int_arg(1, 64), help="expert-parallel GPUs of an MoE model (default: --tp)")
+    p.add_argument("--dtype", type=choice_arg("dtype", DTYPES), help=f"weight dtype: {', '.join(DTYPES)} "
+                   "(default bf16)")
+    p.add_argument("--cost-source", type=choice_arg("cost source", COST_SOURCES),
+                   help="auto (kernel tables where the GPU, engine and model are covered, else the roofline), "
+                   "kernels or roofline; default auto with --target/--draft beyond the presets or any GPU flag")
+    if batch:
+        p.add_argument("--batch", type=int_arg(1, MAX_BATCH_LIMIT), help="analytic mode: B sequences decoding in "
+                       "lockstep (default 1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -104,9 +137,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-presets", action="store_true", help="list pairs, models and hardware, then exit")
     p.add_argument("--preset", type=choice_arg("preset", [*PAIRS, *HEAD_PAIRS]),
                    help=f"draft/target pair or draft head by exact name (default {DEFAULT_PRESET})")
-    p.add_argument("--draft", type=choice_arg("model or draft head", [*MODELS, *HEAD_KINDS]),
-                   help=f"draft model name, or a draft head on the target: {', '.join(HEAD_KINDS)} (with --target)")
-    p.add_argument("--target", type=choice_arg("model", list(MODELS)), help="target model name (with --draft)")
+    p.add_argument("--draft", type=_model_arg("draft", [*MODELS, *DRAFT_KINDS]),
+                   help=f"draft: a model (as --target takes), or {', '.join(DRAFT_KINDS)} (with --target)")
+    p.add_argument("--target", type=_model_arg("model", list(MODELS)), help="target model (with --draft): a preset name, a "
+                   "Hugging Face id of a shipped config, or a local directory holding config.json")
+    _add_gpu_flags(p)
     p.add_argument("--hardware", type=choice_arg("hardware", list(HARDWARE)), help="hardware profile "
                    "(default: the pair's)")
     a = p.add_mutually_exclusive_group()
@@ -194,6 +229,8 @@ class Setup:
     usd_per_hour: float | None
     alpha_source: str | None
     tau: TauAt | None
+    batch: int = 1
+    notes: tuple[str, ...] = ()
 
 
 def _check_mode_flags(args: argparse.Namespace) -> None:
@@ -210,10 +247,40 @@ def _check_mode_flags(args: argparse.Namespace) -> None:
     if args.hardware is not None and (args.cost_ratio is not None or args.cost_model is not None):
         flag = "--cost-ratio" if args.cost_ratio is not None else "--cost-model"
         raise CliError(f"--hardware {args.hardware} has no effect with {flag}: the costs come from {flag}")
+    if args.batch is not None and args.mode != "analytic":
+        raise CliError(f"--batch applies to --mode analytic only (serve mode batches by --max-batch), not --mode "
+                       f"{args.mode}")
+    gpu_flags = [f"--{k.replace('_', '-')}" for k in ("engine", "tp", "ep", "dtype", "cost_source")
+                 if getattr(args, k) is not None]
+    if gpu_flags and (args.cost_ratio is not None or args.cost_model is not None):
+        flag = "--cost-ratio" if args.cost_ratio is not None else "--cost-model"
+        raise CliError(f"{gpu_flags[0]} has no effect with {flag}: the costs come from {flag}")
+    if args.engine is not None and args.cost_source == "roofline":
+        raise CliError(f"--engine {args.engine} has no effect with --cost-source roofline: only the kernel tables "
+                       "are per engine")
     if args.tau is not None and args.gamma is None:
         raise CliError("--tau needs --gamma: the draft length the mean tokens per round was measured at")
     if args.out and args.chart and Path(args.out).resolve() == Path(args.chart).resolve():
         raise CliError(f"--out and --chart name the same file {args.out!r}")
+
+
+GPU_FLAGS = ("engine", "tp", "ep", "dtype", "cost_source")
+ROOFLINE_ONLY_HARDWARE = ("h100-sxm", "h200", "a100-80gb", "l4", "t4", "cpu")  # the profiles older than the seam
+
+
+def _beyond_presets(args: argparse.Namespace) -> bool:
+    """--target/--draft name a model or draft the preset pairs do not hold (a hub id, a directory, ngram)."""
+    return args.target is not None and (args.target not in MODELS or args.draft not in [*MODELS, *HEAD_KINDS])
+
+
+def _uses_seam(args: argparse.Namespace) -> bool:
+    """Priced by the step-cost seam (sim/stepcost.py): a model or draft beyond the presets, any GPU flag, or a
+    GPU profile added with the seam (``sim tree`` shares this: its parser has the same GPU flags)."""
+    if any(getattr(args, k, None) is not None for k in GPU_FLAGS):
+        return True
+    if args.hardware is not None and args.hardware not in ROOFLINE_ONLY_HARDWARE:
+        return True
+    return _beyond_presets(args)
 
 
 def _resolve_pair(args: argparse.Namespace) -> Pair | None:
@@ -223,12 +290,54 @@ def _resolve_pair(args: argparse.Namespace) -> Pair | None:
     if args.draft is not None:
         if args.preset is not None:
             raise CliError("give either --preset or --draft/--target, not both")
+        if _beyond_presets(args):
+            return None
         return make_pair(args.draft, args.target)
     if args.preset is not None:
         return get_pair(args.preset)
     if args.cost_ratio is None and args.cost_model is None:
         return get_pair(DEFAULT_PRESET)
     return None
+
+
+def seam_cost(args: argparse.Namespace, pair: Pair | None, gammas: list[int]) -> CostModel:
+    """The seam's cost for --target/--draft (or a preset's two models) on --hardware with the GPU flags."""
+    target, draft = args.target, args.draft
+    if pair is not None:
+        target = pair.target.name
+        draft = pair.head.kind if pair.head is not None else pair.draft.name
+    hw = get_hardware(args.hardware or (pair.default_hardware if pair else "h100-sxm"))
+    tp = args.tp or 1
+    setup = GpuSetup(hw, args.engine or "vllm", tp, args.ep or tp, args.dtype or "bf16", args.engine is not None)
+    return build_step_cost(target, draft, setup, args.cost_source or "auto", getattr(args, "batch", None) or 1,
+                           args.context_tokens, max(gammas))
+
+
+def _head_only_pair(args: argparse.Namespace) -> Pair | None:
+    """For a draft head on any target: a preset pair of that head kind, whose published acceptance (a property of
+    the kind, :func:`sim.typical.default_alpha`) is the default α; ``None`` for other drafts."""
+    if args.draft in HEAD_KINDS:
+        from presets import head_pair
+
+        return head_pair(args.draft, "Llama-3.1-8B")
+    return None
+
+
+def _memory_note(pair: Pair | None, hardware: str | None) -> tuple[str, ...]:
+    """A preset pair priced on one GPU that cannot hold its weights: one line saying so (the seam refuses it)."""
+    if pair is None or hardware is None:
+        return ()
+    from presets.archs import Architecture
+
+    hw = get_hardware(hardware)
+    need = memory_need(Architecture.from_model_spec(pair.target), float(pair.draft.params),
+                       GpuSetup(hw), 1, 0.0)
+    if need.fits:
+        return ()
+    return (f"the weights of {pair.target.name} and its draft ({need.weights_bytes / 1e9:.0f} GB at "
+            f"{hw.bytes_per_param:g} bytes/param)"
+            f" do not fit one {hw.name} ({(hw.memory_bytes or 0) / 1e9:.0f} GB): priced as if they did; give --tp N for a "
+            "multi-GPU price that checks memory",)
 
 
 def _resolve_acceptance(args: argparse.Namespace, pair: Pair | None, gammas: list[int]) -> AcceptanceModel:
@@ -321,27 +430,33 @@ def resolve(args: argparse.Namespace) -> Setup:
     for flag, path in (("--out", args.out), ("--chart", args.chart)):
         if path:
             check_output_file(flag, path)
-    hardware = _resolve_hardware(args, pair)
-    acceptance = _resolve_acceptance(args, pair, gammas)
-    cost = _resolve_cost(args, pair, hardware)
+    seam = _uses_seam(args) or args.batch is not None
+    hardware = _resolve_hardware(args, pair) if not seam else (args.hardware or (
+        pair.default_hardware if pair else "h100-sxm"))
+    cost = seam_cost(args, pair, gammas) if seam else None  # checks the models and the GPU setup first
+    acceptance = _resolve_acceptance(args, pair or _head_only_pair(args), gammas)
+    cost = cost or _resolve_cost(args, pair, hardware)
+    notes = () if seam else _memory_note(pair, hardware)
     cost_ratio = cost.draft_step_ms(args.context_tokens) / cost.target_step_ms(args.context_tokens)
     from_cli = any(getattr(args, k) is not None for k in ("alpha", "alpha_per_position", "tau", "acceptance"))
-    if pair is None or from_cli:
-        alpha_source = None if pair is None else "command line"
+    known = pair or _head_only_pair(args)
+    if known is None or from_cli:
+        alpha_source = None if known is None else "command line"
     else:
         from sim.typical import default_alpha
 
-        alpha_source = default_alpha(pair)[1]
+        alpha_source = default_alpha(known)[1]
     return Setup(pair.name if pair else None, hardware, acceptance, cost, cost_ratio, gammas, pair, args.mode,
                  policy, args.context_tokens, new_tokens, serve.requests, serve.arrival_rate_per_s, serve.max_batch,
-                 args.seed, args.usd_per_hour, alpha_source, None if args.tau is None else TauAt(args.tau, args.gamma))
+                 args.seed, args.usd_per_hour, alpha_source, None if args.tau is None else TauAt(args.tau, args.gamma),
+                 args.batch or 1, notes)
 
 
 def _analytic_rows(s: Setup) -> list[dict]:
     from sim.analytic import break_even_alpha, predict
 
     rows = []
-    for r in predict(s.acceptance, s.cost, s.gammas, s.context_tokens):
+    for r in predict(s.acceptance, s.cost, s.gammas, s.context_tokens, s.batch):
         rows.append({
             "gamma": r.gamma,
             "expected_tokens_per_round": r.expected_tokens_per_round,
@@ -351,7 +466,7 @@ def _analytic_rows(s: Setup) -> list[dict]:
             "tokens_per_s_baseline": r.tokens_per_s_baseline,
             # accepted/drafted is what many tools print; it is NOT alpha.
             "accepted_over_drafted": (r.expected_tokens_per_round - 1.0) / r.gamma,
-            "break_even_alpha": break_even_alpha(r.gamma, s.cost, context_tokens=s.context_tokens),
+            "break_even_alpha": break_even_alpha(r.gamma, s.cost, context_tokens=s.context_tokens, batch=s.batch),
         })
     return rows
 
@@ -443,6 +558,8 @@ def run(s: Setup) -> dict:
         "context_tokens": s.context_tokens,
         "acceptance_model": s.acceptance.describe(),
         "cost_model": s.cost.describe(),
+        "cost_source": source_lines(s.cost.describe()) + [f"note: {n}" for n in s.notes],
+        "batch": s.batch,
         "optimal_gamma": best["gamma"],
         "optimal_speedup": best["speedup"],
         "optimal_by": basis,
@@ -528,6 +645,9 @@ def format_table(doc: dict) -> str:
     acc_txt = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in acc.items())
     head.append(f"acceptance: {acc_txt}   cost ratio c = {doc['cost_ratio']:.4g}   "
                 f"context = {doc['context_tokens']:.0f} tokens")
+    head.extend(doc.get("cost_source", []))
+    if doc.get("batch", 1) > 1:
+        head.append(f"batch: {doc['batch']} sequences in lockstep")
     if doc.get("alpha_source"):
         head.append(f"alpha source: {doc['alpha_source']}")
     if doc.get("note"):

@@ -29,7 +29,16 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from presets import HARDWARE, HEAD_KINDS, HEAD_PAIRS, MODELS, PAIRS, Pair
-from sim.cli import CliError, _resolve_cost, _resolve_hardware, _resolve_pair, _write_output
+from sim.cli import (
+    CliError,
+    _add_gpu_flags,
+    _resolve_cost,
+    _resolve_hardware,
+    _resolve_pair,
+    _uses_seam,
+    _write_output,
+    seam_cost,
+)
 from sim.cost import CostModel, cost_provenance
 from sim.limits import (
     CONTEXT_TOKENS_ARG,
@@ -40,6 +49,7 @@ from sim.limits import (
     NEW_TOKENS_LIMIT,
     SEED_LIMIT,
 )
+from sim.stepcost import source_lines
 from sim.rank_law import DEFAULT_RANK_LAW, DEFAULT_RANKS, RANK_LAWS, RankLaw
 from sim.trees import PositionalAcceptance, TokenTree, TreePrediction, load_positional
 from toolkit.cli import (
@@ -95,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", type=choice_arg("model", list(MODELS)), help="target model name (with --draft)")
     p.add_argument("--hardware", type=choice_arg("hardware", list(HARDWARE)), help="hardware profile "
                    "(default: the pair's)")
+    _add_gpu_flags(p, batch=False)
     c = p.add_mutually_exclusive_group()
     c.add_argument("--cost-ratio", type=COST_RATIO_ARG, metavar="C",
                    help="pure Leviathan cost model: every draft forward = C x target step, verify = target step")
@@ -239,7 +250,14 @@ def resolve(args: argparse.Namespace) -> TreeSetup:
             acceptance.check_covers(tree)
         except ValueError as exc:
             raise CliError(f"--paths: {exc}") from None
-    cost = _resolve_cost(args, pair, hardware)
+    if _uses_seam(args):
+        if pair is None:
+            raise CliError("--engine, --tp, --ep, --dtype and --cost-source price a pair: give --preset or "
+                           "--draft/--target")
+        hardware = args.hardware or pair.default_hardware
+        cost = seam_cost(args, pair, [args.max_depth or args.budget or (tree.depth if tree else 8)])
+    else:
+        cost = _resolve_cost(args, pair, hardware)
     return TreeSetup(tree, args.budget, None if args.budget is None else (args.max_depth or args.budget),
                      args.advise, acceptance, law, cost, pair, hardware, args.context_tokens, args.batch, args.mode,
                      args.new_tokens or NEW_TOKENS_DEFAULT, args.seed, notes)
@@ -324,6 +342,8 @@ def _cost_text(doc: dict) -> str:
         where = f"Leviathan et al. cost model, c = {cm['cost_ratio']:g}"
     elif cm.get("kind") == "roofline":
         where = f"roofline of {doc['preset'] or cm['draft']['model'] + ' -> ' + cm['target']['model']} on {doc['hardware']}"
+    elif cm.get("kind") == "step":
+        where = "; ".join(source_lines(cm))
     else:  # what the file says it is: fitted by calibrate, measured by llama-bench, or supplied by the user
         where = f"{cost_provenance(cm)[0]} (--cost-model)"
     return f"cost: {where}, context {doc['context_tokens']:g} tokens, batch {doc['batch']}"

@@ -315,3 +315,17 @@ def test_a_cost_ratio_whose_speedup_rounds_to_zero_gives_a_verdict():
     # the library behind the CLI bound: 1e308 once divided by a predicted speedup of 0.0
     v = check_speedup(LeviathanCost(1e308), 2.0, 4)
     assert v.kind == "not_reachable" and v.bound_at_alpha1 < 1e-300
+
+
+def test_check_prices_any_model_through_the_seam_and_names_the_source():
+    from sim.check_cli import main as check_main
+
+    args = ["--speedup", "2", "--preset", "eagle3-llama3.1-8b", "--hardware", "b200", "--cost-source", "roofline",
+            "--gamma", "3", "--alpha", "0.8", "--format", "json"]
+    out = subprocess.run([sys.executable, "-m", "sim", "check", *args], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["cost_model"]["kind"] == "step" and doc["cost_model"]["target"]["source"] == "roofline"
+    assert any(line.startswith("cost source: target roofline") for line in doc["cost_source"])
+    assert check_main(["--speedup", "2", "--preset", "eagle3-llama3.1-8b", "--dtype", "fp8",
+                       "--bytes-per-param", "1"]) == 2

@@ -112,3 +112,11 @@ def test_draft_head_presets_advise_and_say_their_alpha_is_from_a_tree():
     assert any("power rank law" in n for n in doc["notes"])
     plain = js("--budget", "4", "--preset", "llama3-1b-8b")
     assert not any("tree drafts" in n for n in plain["notes"])
+
+
+def test_gpu_flags_price_the_tree_through_the_seam():
+    r = run("--budget", "4", "--preset", "eagle3-llama3.1-8b", "--hardware", "b200", "--cost-source", "roofline")
+    assert r.returncode == 0, r.stderr
+    assert "cost source: target roofline (asked: --cost-source roofline)" in r.stdout
+    bad = run("--budget", "4", "--preset", "eagle3-llama3.1-8b", "--hardware", "h200", "--dtype", "nvfp4")
+    assert bad.returncode == 2 and "--dtype nvfp4 needs FP4 tensor cores" in bad.stderr

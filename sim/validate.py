@@ -1,0 +1,266 @@
+"""``python -m sim validate`` — predict every published result from its published acceptance alone.
+
+Each row of the published table (:mod:`sim.published`) is priced through the
+step-cost seam (:mod:`sim.stepcost`) twice — kernel tables and roofline —
+from the row's target, draft, GPU, engine, dtype, TP and batch, with the
+row's τ (bonus token included) turned into the i.i.d. α at its chain length.
+Printed: per row the prediction, the error against the published speedup and
+the source; the median |error| per source on the rows both could price; the
+rows it cannot express, with the reason.
+
+One parameter is fitted, per source: a fixed overhead per draft step (the
+engines' draft loop: sampling, top-k, bookkeeping, launches that the kernel
+tables do not time). The rows are split into fit and held-out halves first
+(by a hash of the row id, so the split does not depend on any result), the
+overhead is fitted on the fit half (the value minimising the median |error|
+on a 0.01 ms grid), and the held-out half's error is reported apart.
+
+Assumptions, stated: a row without TP runs on the fewest GPUs of its node
+that hold the weights and KV cache; without a dtype, the checkpoint's own
+(fp8 where its config.json says so, else bf16); the context is the
+row's input tokens plus half its output tokens, else 1024; "concurrency B" is
+priced as B sequences in lockstep; a tree draft, a request-rate row, a row
+without a published acceptance or chain length, a draft kind the seam cannot
+price (Hydra, lookahead, REST, PLD) and a GPU or engine it does not know are
+not expressed, nor is a row on more GPUs than one node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+import sys
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Sequence
+
+from presets.hardware import HARDWARE
+from sim.acceptance import IIDAcceptance, implied_alpha_from_tau
+from sim.analytic import predict_row
+from sim.cost import CostModel
+from sim.published import PublishedResult, load_published
+from sim.kernels import ATTENTION_RULES
+from sim.modelref import resolve_model
+from sim.stepcost import TP_SIZES, GpuSetup, StepCost, build_step_cost
+from toolkit.cli import OneLineParser, nonempty_arg
+
+PROG = "python -m sim validate"
+HARDWARE_NAMES = {"h100": "h100-sxm", "h200": "h200", "a100": "a100-80gb", "b200": "b200", "b300": "b300",
+                  "gb200": "gb200", "l40s": "l40s", "l4": "l4", "t4": "t4"}
+DRAFT_NAMES = {"eagle": "eagle", "eagle2": "eagle", "eagle3": "eagle3", "mtp": "mtp", "medusa": "medusa",
+               "ngram": "ngram", "suffix": "ngram", "pld": "ngram"}
+SOURCES = ("kernels", "roofline")
+ASKED = {"kernels": "auto", "roofline": "roofline"}  # the kernels column falls back (and says so) off the tables
+OVERHEAD_GRID_MS = [i / 100 for i in range(0, 301)]
+
+
+@dataclass(frozen=True)
+class StepOverhead:
+    """A cost model plus a fixed overhead per draft step (the fitted parameter)."""
+
+    cost: CostModel
+    per_step_ms: float
+
+    def target_step_ms(self, context_tokens: float, batch: int = 1) -> float:
+        return self.cost.target_step_ms(context_tokens, batch)
+
+    def draft_step_ms(self, context_tokens: float, batch: int = 1) -> float:
+        return self.cost.draft_step_ms(context_tokens, batch) + self.per_step_ms
+
+    def verify_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
+        return self.cost.verify_ms(n_tokens, context_tokens, batch)
+
+    def round_overhead_ms(self, gamma: int) -> float:
+        return self.cost.round_overhead_ms(gamma)
+
+    def describe(self) -> dict:
+        return {"kind": "step+overhead", "per_step_ms": self.per_step_ms, "cost": self.cost.describe()}
+
+
+@dataclass
+class Priced:
+    """One row made expressible: its costs per source (a source that failed holds its reason)."""
+
+    row: PublishedResult
+    alpha: float
+    gamma: int
+    batch: int
+    context_tokens: float
+    costs: dict[str, StepCost]
+    held_out: bool
+
+    def speedup(self, source: str, per_step_ms: float) -> float:
+        """The predicted speedup with ``per_step_ms`` added to every draft step: a chain drafts γ tokens every
+        round, so the round grows by γ · overhead (the same as :class:`StepOverhead` through ``predict_row``)."""
+        tokens, round_ms, base_ms = self.parts[source]
+        return tokens * base_ms / (round_ms + self.gamma * per_step_ms)
+
+    @cached_property
+    def parts(self) -> dict[str, tuple[float, float, float]]:
+        """Per source: tokens per round, round time and baseline step time (ms), without overhead."""
+        out = {}
+        for source, cost in self.costs.items():
+            row = predict_row(IIDAcceptance(self.alpha), cost, self.gamma, self.context_tokens, self.batch)
+            out[source] = (row.expected_tokens_per_round, row.round_time_ms, row.baseline_ms_per_token)
+        return out
+
+
+def is_held_out(row_id: str) -> bool:
+    """The split, fixed before any fitting: the low bit of the SHA-256 of the row id."""
+    return hashlib.sha256(row_id.encode()).digest()[0] % 2 == 1
+
+
+def _why_not(r: PublishedResult) -> str | None:
+    checks = [
+        (r.published_speedup is None, "no published speedup or tokens/s pair"),
+        (r.tau_incl_bonus is None, "no published acceptance convertible to tau (incl. bonus)"),
+        (r.tree_topk is not None or r.tree_num_draft_tokens is not None, "a tree draft (the seam prices chains)"),
+        (r.gamma is None, "no chain length"),
+        (r.batch_kind == "request_rate" or r.batch is None, "a request-rate row (needs the serve mode)"),
+        (r.hardware not in HARDWARE_NAMES, f"hardware {r.hardware} has no profile"),
+        (r.draft_kind not in DRAFT_NAMES and not (r.draft_kind == "model" and r.draft_model),
+         f"draft kind {r.draft_kind} is not priced by the seam"),
+        (r.engine not in ("sglang", "vllm", "trtllm"), f"engine {r.engine}: no kernel tables"),
+        ((r.gpus or 1) > 8 or (r.tp or 1) > 8, f"{r.gpus} GPUs: more than one node (multi-node parallelism and "
+         "per-rank figures are not modelled)"),
+    ]
+    return next((why for bad, why in checks if bad), None)
+
+
+def _checkpoint_dtype(target: str) -> str:
+    """The dtype a row without one ran at: the checkpoint's own (fp8 where its config.json is quantized so, as
+    DeepSeek-V3/R1's are), else bf16."""
+    try:
+        quant = resolve_model(target).config.get("quantization_config") or {}
+    except ValueError:
+        return "bf16"
+    return "fp8" if str(quant.get("quant_method", "")).lower() == "fp8" else "bf16"
+
+
+def _setup_for(r: PublishedResult, context_tokens: float) -> tuple[str, str, GpuSetup]:
+    hw = HARDWARE[HARDWARE_NAMES[str(r.hardware)]]
+    dtype = r.dtype if r.dtype in ("bf16", "fp16", "fp8", "nvfp4") else _checkpoint_dtype(r.target)
+    draft = DRAFT_NAMES.get(r.draft_kind) or str(r.draft_model)
+    return r.target, draft, GpuSetup(hw, r.engine, r.tp or 1, r.tp or 1, dtype, True)
+
+
+def price_row(r: PublishedResult, rule: str = "kv-once") -> Priced | str:
+    """The row's costs per source, or why it cannot be expressed."""
+    why = _why_not(r)
+    if why is not None:
+        return why
+    assert r.gamma is not None and r.tau_incl_bonus is not None and r.batch is not None
+    tau = min(r.tau_incl_bonus, r.gamma + 1.0)
+    context = float(r.input_tokens + (r.output_tokens or 0) / 2) if r.input_tokens else 1024.0
+    target, draft, setup = _setup_for(r, context)
+    tps = [setup.tp] if r.tp else list(TP_SIZES)
+    costs: dict[str, StepCost] = {}
+    last = ""
+    for source in SOURCES:
+        for tp in tps:
+            try:
+                costs[source] = build_step_cost(target, draft, replace(setup, tp=tp, ep=tp), ASKED[source], r.batch,
+                                                context, r.gamma, rule)
+                break
+            except ValueError as exc:
+                last = str(exc)
+    if set(costs) != set(SOURCES):
+        return f"cannot be priced: {last}"
+    try:
+        alpha = implied_alpha_from_tau(tau, r.gamma)
+    except ValueError as exc:
+        return f"tau {tau:g} at gamma {r.gamma}: {exc}"
+    return Priced(r, alpha, r.gamma, r.batch, context, costs, is_held_out(r.id))
+
+
+def _err(pred: float, pub: float) -> float:
+    return pred / pub - 1.0
+
+
+def fit_overhead(rows: list[Priced], source: str) -> float:
+    """The per-draft-step overhead (ms, 0..3 on a 0.01 grid) minimising the median |error| on ``rows``."""
+    if not rows:
+        return 0.0
+
+    def score(o: float) -> float:
+        return statistics.median(abs(_err(p.speedup(source, o), float(p.row.published_speedup or 1))) for p in rows)
+    return min(OVERHEAD_GRID_MS, key=lambda o: (score(o), o))
+
+
+def _median(values: list[float]) -> str:
+    return f"{100 * statistics.median(values):.1f}%" if values else "-"
+
+
+def rule_evidence(priced: list[Priced], per_step_ms: float) -> list[str]:
+    """The attention rule's evidence: the kernel error at batch > 1 (where the bracket is wide) under each rule."""
+    wide = [p for p in priced if p.batch > 1 and p.costs["kernels"].target_side.source == "kernels"]
+    out = []
+    for rule in ATTENTION_RULES:
+        errs = []
+        for p in wide:
+            q = price_row(p.row, rule)
+            if isinstance(q, Priced):
+                errs.append(abs(_err(q.speedup("kernels", per_step_ms), float(p.row.published_speedup or 1))))
+        out.append(f"{rule} {_median(errs)}")
+    return [f"attention rule, kernel median |error| on the {len(wide)} batch > 1 rows (fitted overhead): "
+            + ", ".join(out)]
+
+
+def report(rows: list[PublishedResult]) -> str:
+    """The whole validation as text."""
+    priced, skipped = [], []
+    for r in rows:
+        p = price_row(r)
+        (skipped.append((r.id, p)) if isinstance(p, str) else priced.append(p))
+    fit = [p for p in priced if not p.held_out]
+    overhead = {s: fit_overhead(fit, s) for s in SOURCES}
+    lines = [f"{len(rows)} published rows: {len(priced)} expressed, {len(skipped)} not; split by id hash: "
+             f"{len(fit)} fit, {len(priced) - len(fit)} held out",
+             "fitted overhead per draft step (fit rows only): " + ", ".join(
+                 f"{s} {overhead[s]:.2f} ms" for s in SOURCES), "",
+             f"{'row':52s} {'set':4s} {'b':>3s} {'g':>2s} {'pub':>5s} {'kern':>6s} {'err':>7s} {'roof':>6s} {'err':>7s}"
+             f"  target source (draft source)"]
+    errs: dict[tuple[str, str, bool], list[float]] = {}
+    for p in priced:
+        pub = float(p.row.published_speedup or 1)
+        preds = {s: p.speedup(s, overhead[s]) for s in SOURCES}
+        raw = {s: p.speedup(s, 0.0) for s in SOURCES}
+        covered = p.costs["kernels"].target_side.source == "kernels"  # medians: the rows the tables priced
+        for s in SOURCES if covered else ():
+            errs.setdefault((s, "fitted", p.held_out), []).append(abs(_err(preds[s], pub)))
+            errs.setdefault((s, "raw", p.held_out), []).append(abs(_err(raw[s], pub)))
+            if p.batch == 1 and p.row.hardware in HARDWARE_NAMES:
+                errs.setdefault((s, "b1", p.held_out), []).append(abs(_err(preds[s], pub)))
+        k = p.costs["kernels"].describe()
+        lines.append(f"{p.row.id[:52]:52s} {'held' if p.held_out else 'fit':4s} {p.batch:3d} {p.gamma:2d} {pub:5.2f} "
+                     f"{preds['kernels']:6.2f} {100 * _err(preds['kernels'], pub):+6.1f}% {preds['roofline']:6.2f} "
+                     f"{100 * _err(preds['roofline'], pub):+6.1f}%  {k['target']['source']} ({k['draft']['source']})")
+    lines.append("")
+    lines.append(f"medians over the {sum(p.costs['kernels'].target_side.source == 'kernels' for p in priced)} rows "
+                 "the kernel tables priced (both sources on the same rows):")
+    for held, name in ((False, "fit rows"), (True, "held-out rows")):
+        for kind, what in (("raw", "no overhead"), ("fitted", "fitted overhead"), ("b1", "batch-1, fitted")):
+            lines.append(f"median |error|, {name}, {what}: " + ", ".join(
+                f"{s} {_median(errs.get((s, kind, held), []))}" for s in SOURCES))
+    lines.extend(rule_evidence(priced, overhead["kernels"]))
+    slow = [p for p in priced if p.batch > 1 and float(p.row.published_speedup or 1) < 1]
+    lines.append(f"published slowdowns at batch > 1 among the expressed rows: {len(slow)}" + "".join(
+        f"; {p.row.id}: predicted {p.speedup('kernels', overhead['kernels']):.2f}x" for p in slow))
+    lines.append("")
+    lines.append("not expressed:")
+    lines.extend(f"  {rid}: {why}" for rid, why in skipped)
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sim validate [--table FILE]``: 0, or 2 with one line on a bad table."""
+    p = OneLineParser(prog=PROG, description="Predict every published result from its acceptance; print errors.")
+    p.add_argument("--table", type=nonempty_arg("file name"), help="published-results TOML (default: the shipped)")
+    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        text = report(load_published(args.table))
+    except (ValueError, OSError) as exc:
+        print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
+    print(text)
+    return 0

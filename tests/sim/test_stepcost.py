@@ -1,0 +1,177 @@
+"""The step-cost seam: local config files, with the kernel extra present and absent, bad input, the two commands."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from presets.hardware import HARDWARE
+from sim import kernels
+from sim.cli import main as sim_main
+from sim.stepcost import GpuSetup, StepCost, build_step_cost, source_lines
+
+HAS_KERNELS = kernels.kernels_unavailable() is None
+needs_kernels = pytest.mark.skipif(not HAS_KERNELS, reason="aiconfigurator-core (the costs extra) not installed")
+
+LLAMA_LIKE = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 16, "hidden_size": 2048,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 8192,
+              "vocab_size": 128256, "tie_word_embeddings": True, "max_position_embeddings": 131072,
+              "model_type": "llama", "torch_dtype": "bfloat16", "rms_norm_eps": 1e-5, "hidden_act": "silu"}
+# Qwen3-30B-A3B's expert shape (the MoE tables are measured per expert shape), fewer layers
+MOE_LIKE = {**LLAMA_LIKE, "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 128, "num_experts_per_tok": 8,
+            "moe_intermediate_size": 768, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+            "model_type": "qwen3_moe"}
+
+
+@pytest.fixture()
+def model_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "my-llama"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(LLAMA_LIKE))
+    return d
+
+
+@pytest.fixture()
+def no_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The extra absent: the package cannot be found."""
+    monkeypatch.setattr(kernels, "kernels_unavailable", lambda: "aiconfigurator-core==0.12.0 is not installed")
+    monkeypatch.setattr(kernels, "package_dir", lambda: None)
+
+
+def test_roofline_from_a_local_config(model_dir: Path) -> None:
+    cost = build_step_cost(str(model_dir), "eagle3", GpuSetup(HARDWARE["l4"]), "auto")
+    assert isinstance(cost, StepCost)
+    assert cost.target_side.source == "roofline" and "no kernel tables for l4" in cost.target_side.why
+    assert 0 < cost.draft_step_ms(512) < cost.target_step_ms(512) < cost.verify_ms(4, 512)
+
+
+def test_auto_falls_back_without_the_extra(model_dir: Path, no_kernels: None) -> None:
+    cost = build_step_cost(str(model_dir), "eagle", GpuSetup(HARDWARE["h200"]), "auto")
+    assert cost.target_side.source == "roofline" and "not installed" in cost.target_side.why
+    assert any("fallback: aiconfigurator-core==0.12.0 is not installed" in line
+               for line in source_lines(cost.describe()))
+
+
+def test_kernels_asked_without_the_extra_is_one_line(model_dir: Path, no_kernels: None,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim_main(["--target", str(model_dir), "--draft", "eagle3", "--hardware", "h200",
+                     "--cost-source", "kernels", "--alpha", "0.8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "not installed" in err[0] and "valid: --cost-source auto or roofline" in err[0]
+
+
+@needs_kernels
+@pytest.mark.slow  # loads the h100 tables: seconds
+@pytest.mark.parametrize("config", [LLAMA_LIKE, MOE_LIKE], ids=["dense", "moe"])
+def test_kernels_from_a_local_config(tmp_path: Path, config: dict) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    cost = build_step_cost(str(tmp_path), "eagle3", GpuSetup(HARDWARE["h100-sxm"], "vllm"), "kernels")
+    assert cost.target_side.source == "kernels" and "h100_sxm vllm" in cost.target_side.why
+    t1, t4 = cost.target_step_ms(1024), cost.target.forward_ms(4, 1024)
+    assert 0 < cost.draft_step_ms(1024) < t1 <= t4
+    # the monotone envelope: more tokens or a larger batch never costs less
+    assert all(cost.target.forward_ms(q, 1024, b) <= cost.target.forward_ms(q + 1, 1024, b)
+               for q in range(1, 6) for b in (1, 3, 8))
+    assert cost.target.forward_ms(4, 1024, 8) <= cost.target.forward_ms(4, 1024, 16)
+    assert not [line for line in kernels.CAPTURED if line in source_lines(cost.describe())]
+
+
+@needs_kernels
+@pytest.mark.slow  # loads the h200 tables: seconds
+def test_attention_rule_brackets(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA_LIKE))
+    by_rule = {rule: build_step_cost(str(tmp_path), "ngram", GpuSetup(HARDWARE["h200"], "sglang"), "kernels",
+                                     batch=32, rule=rule).target.forward_ms(4, 2048, 32)
+               for rule in ("lower", "kv-once", "upper")}
+    assert by_rule["lower"] <= by_rule["kv-once"] <= by_rule["upper"]
+    assert by_rule["lower"] < by_rule["upper"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--target", "no-such/model", "--draft", "eagle3"], "unknown model; valid: a preset"),
+    (["--target", "Llama-3.1-8B", "--draft", "eagle3", "--hardware", "h200", "--dtype", "nvfp4"],
+     "--dtype nvfp4 needs FP4 tensor cores"),
+    (["--target", "Llama-3.1-8B", "--draft", "eagle3", "--hardware", "h200", "--tp", "3"], "--tp 3:"),
+    (["--target", "Llama-3.1-70B", "--draft", "eagle3", "--hardware", "h100-sxm", "--tp", "1"], "does not fit"),
+    (["--target", "Llama-3.1-8B", "--draft", "eagle3", "--engine", "tgi"], "engine"),
+    (["--target", "Llama-3.1-8B", "--draft", "eagle3", "--dtype", "int3"], "dtype"),
+    (["--target", "Llama-3.1-8B", "--draft", "eagle3", "--hardware", "v100"], "hardware"),
+    (["--target", "Llama-3.1-8B", "--draft", "eagle3", "--engine", "vllm", "--cost-source", "roofline"],
+     "no effect with --cost-source roofline"),
+    (["--target", "Llama-3.1-8B", "--draft", "eagle3", "--batch", "4", "--mode", "event"], "--batch applies"),
+    (["--target", "Llama-3.1-8B", "--draft", "Gemma-3-1B", "--hardware", "h200"], "vocabulary"),
+])
+def test_bad_input_is_one_line(args: list[str], needle: str, capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        status = sim_main([*args, "--alpha", "0.7"])
+    except SystemExit as exc:  # argparse's choices refuse before main's own checks
+        status = int(exc.code or 0)
+    assert status == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0], err
+
+
+def test_roofline_path_checks_memory_too(no_kernels: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue #45: a 70B bf16 model on one 80 GB GPU is one line, not a price (roofline source)."""
+    assert sim_main(["--target", "Llama-3.1-70B", "--draft", "eagle3", "--hardware", "h100-sxm",
+                     "--cost-source", "roofline", "--alpha", "0.7"]) == 2
+    assert "does not fit 1 x h100-sxm at bf16" in capsys.readouterr().err
+
+
+def test_ngram_and_medusa_drafts(model_dir: Path, no_kernels: None) -> None:
+    ngram = build_step_cost(str(model_dir), "ngram", GpuSetup(HARDWARE["h100-sxm"]), "auto")
+    assert ngram.draft_step_ms(512) == 0.0 and ngram.draft.side.source == "none"
+    medusa = build_step_cost(str(model_dir), "medusa", GpuSetup(HARDWARE["h100-sxm"]), "auto")
+    assert 0 < medusa.draft_step_ms(512) < medusa.target_step_ms(512)
+
+
+@needs_kernels
+@pytest.mark.slow
+@pytest.mark.parametrize("args,source", [
+    (["--target", "meta-llama/Llama-3.1-8B-Instruct", "--draft", "eagle3", "--hardware", "h200", "--engine",
+      "sglang", "--tau", "2.9", "--gamma", "3"], "h200_sxm sglang 0.5.14"),
+    (["--target", "deepseek-ai/DeepSeek-R1", "--draft", "mtp", "--hardware", "b200", "--engine", "trtllm", "--tp",
+      "8", "--dtype", "nvfp4", "--tau", "2.82", "--gamma", "3"], "b200_sxm trtllm 1.3.0rc20"),
+])
+def test_the_issue_commands_name_their_source(args: list[str], source: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim_main(args) == 0
+    out = capsys.readouterr().out
+    assert f"cost source: target kernels (aiconfigurator-core 0.12.0, {source} tables); draft kernels" in out
+    assert "low-fidelity" not in out and "optimal gamma = 3: speedup" in out
+
+
+def test_prefill_and_batch_on_the_roofline(model_dir: Path) -> None:
+    cost = build_step_cost(str(model_dir), "eagle3", GpuSetup(HARDWARE["h100-sxm"]), "roofline", batch=64)
+    assert cost.prefill_ms(2048) > cost.target_step_ms(2048)
+    assert cost.target_step_ms(2048, 64) > cost.target_step_ms(2048, 1)
+
+
+def test_batch_changes_the_analytic_answer(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--target", str(model_dir), "--draft", "eagle3", "--hardware", "h100-sxm", "--cost-source", "roofline",
+            "--alpha", "0.8", "--gamma", "3", "--format", "json"]
+    docs = []
+    for batch in ("1", "256"):
+        assert sim_main([*base, "--batch", batch]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    assert docs[1]["batch"] == 256 and docs[1]["rows"][0]["speedup"] < docs[0]["rows"][0]["speedup"]
+
+
+def test_a_preset_that_outgrows_one_gpu_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim_main(["--preset", "llama3-8b-70b", "--gamma", "3"]) == 0
+    out = capsys.readouterr().out
+    assert ("note: the weights of Llama-3.1-70B and its draft (157 GB at 2 bytes/param) do not fit one h100-sxm "
+            "(80 GB)") in out
+
+
+def test_a_separate_draft_model_from_its_own_config(model_dir: Path, tmp_path: Path, no_kernels: None) -> None:
+    small = tmp_path / "my-small"
+    small.mkdir()
+    (small / "config.json").write_text(json.dumps({**LLAMA_LIKE, "num_hidden_layers": 2, "hidden_size": 512,
+                                                   "intermediate_size": 1024}))
+    cost = build_step_cost(str(model_dir), str(small), GpuSetup(HARDWARE["h100-sxm"]), "auto")
+    assert cost.draft.kind == "model" and cost.draft.name == "my-small"
+    assert 0 < cost.draft_step_ms(512) < cost.target_step_ms(512)
+    # the round's first draft forward reads the verified positions: verify carries that extra width
+    assert cost.verify_ms(4, 512) > cost.target.forward_ms(4, 512)
