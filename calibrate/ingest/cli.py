@@ -36,7 +36,8 @@ from calibrate.ingest.detect import ENGINES, Ingested, ingest_files
 from calibrate.ingest.records import AcceptanceRecord
 from sim.limits import (
     ARRIVAL_RATE_LIMIT_PER_S,
-    CONTEXT_LIMIT_TOKENS,
+    ARRIVAL_RATE_MIN_PER_S,
+    CONTEXT_TOKENS_ARG,
     GAMMA_LIMIT,
     GAMMA_WHY,
     MAX_BATCH_LIMIT,
@@ -45,7 +46,7 @@ from sim.limits import (
     SEED_LIMIT,
     SIMULATED_TOKENS_LIMIT,
 )
-from toolkit.cli import OneLineParser, choice_arg, float_arg, float_list_arg, int_arg, nonempty_arg
+from toolkit.cli import OneLineParser, choice_arg, float_list_arg, int_arg, nonempty_arg
 from toolkit.track import TRACKERS, usable_tracker
 
 PROG = "python -m calibrate ingest"
@@ -77,13 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
                    "measure run, or the directory holding it)")
     p.add_argument("--gamma-max", type=int_arg(1, GAMMA_LIMIT, GAMMA_WHY), default=8,
                    help="predict k = 1..N (default 8, at most 64)")
-    p.add_argument("--context-tokens", type=float_arg(0.0, CONTEXT_LIMIT_TOKENS), help="context the costs use "
+    p.add_argument("--context-tokens", type=CONTEXT_TOKENS_ARG, help="context the costs use "
                    "(default 512; llama-bench: the measured depth nearest it)")
     p.add_argument("--mode", default="analytic", type=choice_arg("--mode", MODES),
                    help=f"one of {', '.join(MODES)} (default analytic); serve adds optimal k by batch size and by "
                    "arrival rate")
     p.add_argument("--arrival-rates", metavar="R1,R2,...", help="serve mode: Poisson arrival rates in requests/s "
-                   "(default 1,4,16,64)", type=float_list_arg(0.0, ARRIVAL_RATE_LIMIT_PER_S, lo_open=True,
+                   "(default 1,4,16,64)", type=float_list_arg(ARRIVAL_RATE_MIN_PER_S, ARRIVAL_RATE_LIMIT_PER_S,
                                                               max_items=ARRIVAL_RATES_LIMIT))
     p.add_argument("--max-batch", type=int_arg(1, MAX_BATCH_LIMIT), help="serve mode: largest batch (default 32)")
     p.add_argument("--requests", type=int_arg(1, REQUESTS_LIMIT),

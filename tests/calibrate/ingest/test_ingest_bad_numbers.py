@@ -87,7 +87,7 @@ REFUSED = [
     (["{d}/good.log", *PRESET, "--requests", "5"], "--requests applies to --mode serve only"),
     (["{d}/good.log", *PRESET, "--mode", "serve", "--arrival-rates", "1,,4"], "'1,,4': empty item at position 2"),
     (["{d}/good.log", *PRESET, "--mode", "serve", "--arrival-rates", "0"], "'0' is out of range; valid: a finite "
-                                                                           "number > 0"),
+                                                                           "number in [0.001, 1,000,000]"),
     (["{d}/good.log", *PRESET, "--spec-tokens", "1000000"], "argument --spec-tokens: '1000000' is out of range; "
                                                              "valid: an integer in 1..64"),
     (["{d}/good.log", *PRESET, "--context-tokens", "nan"], "argument --context-tokens: 'nan' is not a finite number"),
@@ -112,6 +112,10 @@ REFUSED = [
     (["{d}/server.log", *PRESET], "server.log:1: accepted (604) is more than generated (515)"),
     (["{d}/timings.json", *PRESET], "draft_n_accepted (150) is more than draft_n (100)"),
     (["{d}/speculative.txt", *PRESET], "n_accept (800) is more than n_drafted (730)"),
+    # the bounds sim applies to the same quantities (sim/limits.py)
+    (["{d}/good.log", *PRESET, "--context-tokens", "0"], "argument --context-tokens: '0' is out of range"),
+    (["{d}/good.log", *PRESET, "--mode", "serve", "--arrival-rates", "1,1e-300"],
+     "argument --arrival-rates: '1e-300' is out of range"),
 ]
 
 
