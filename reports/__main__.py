@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         fail(PROG, f"{args.src!r} is neither a calibration directory (calibration.json, serve_calibration.json, "
                    "tree_calibration.json) nor a run directory (run.json)")
     try:  # each calibration is checked whole before --out is made: a damaged one draws nothing
-        if args.out:  # a given --out that cannot be a directory is said first, whatever the source
+        if args.out and Path(args.out).exists() and not Path(args.out).is_dir():  # said first, whatever the source
             check_output_dir("--out", Path(args.out))
         from reports.serving import build_serving_report, read_serving_calibration, serve_calibration_dir
         from reports.trees import build_trees_report, read_tree_calibration, tree_calibration_dir
