@@ -85,9 +85,10 @@ def write_run(data: Any, path: Path, command: str) -> None:
     write_dict_rows(path / "serve_requests.csv", data.requests[list(RequestRow.columns())]
                     .to_dict("records"))
     cfg = dict(data.meta["config"])
-    cfg.update(configs=list(dict.fromkeys(units["config"])), loads=list(dict.fromkeys(units["load"])),
-               requests=int(units["n_requests"].max()), repeats=int(units["repeat"].max()) + 1)
     tools = sorted({f["tool"] for fs in data.meta["sources"].values() for f in fs})
+    cfg.update(configs=list(dict.fromkeys(units["config"])), loads=list(dict.fromkeys(units["load"])),
+               requests=int(units["n_requests"].max()), repeats=int(units["repeat"].max()) + 1,
+               url="benchmark files of " + ", ".join(tools))  # a server measured as it is, not one we started
     meta = {"schema_version": SCHEMA_VERSION, "status": "complete", "command": command, "config": cfg,
             "models": {"target": {"name": data.meta.get("model") or "?", "source": ", ".join(tools)}},
             "server": {"version": "from benchmark files: " + ", ".join(tools)},
