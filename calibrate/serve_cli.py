@@ -166,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     hk = _list("--holdout-k", args.holdout_k, int)
     hl = _list("--holdout-loads", args.holdout_loads, str)
     ak = _list("--advise-k", args.advise_k, int)
+    created = not out.exists()
     try:
         check_output_dir("--out", out)
         from calibrate.advice import advice_dict, advise, format_advice, regret
@@ -194,6 +195,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         ngram_n = max([int(n) for n in data.units["spec_ngram_n"] if n > 0] or [3])
         reg = regret(rows, data)
     except ValueError as exc:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # the output directory this call made for nothing: nothing written
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
