@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from datetime import datetime
 from pathlib import Path
 
@@ -35,11 +36,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's packages, run from anywhere
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from guidellm_fixtures import get, start_server  # noqa: E402
+from guidellm_fixtures import MODEL, PROMPT_CHARS, get, prompt_texts, start_server  # noqa: E402
 
-from measure.prompts import load_prompts  # noqa: E402
 from measure.serve.client import Endpoint, RequestSpec, run_load  # noqa: E402
-from measure.serve.binary import server_binary  # noqa: E402
+from measure.serve.binary import checked, server_binary  # noqa: E402
 from measure.serve.units import LoadSpec  # noqa: E402
 from toolkit.prometheus import counter_delta, parse_scrape  # noqa: E402
 
@@ -165,22 +165,22 @@ def main() -> int:
     p.add_argument("--out", default="tests/fixtures/benchfiles")
     p.add_argument("--k", default="2,4")
     p.add_argument("--concurrency", default="1,2,4,8")
-    p.add_argument("--requests", type=int, default=16)
-    p.add_argument("--max-tokens", type=int, default=32)
+    p.add_argument("--requests", type=int, default=8)
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
     out = Path(a.out)
     (out / "vllm_bench").mkdir(parents=True, exist_ok=True)
     (out / "inference_perf").mkdir(parents=True, exist_ok=True)
-    prompts = [pr for d in ("code", "docs") for pr in load_prompts(d, 4, seed=0)]
-    specs = [RequestSpec(i, prompts[i % len(prompts)].prompt_id, prompts[i % len(prompts)].domain,
-                         prompts[i % len(prompts)].message) for i in range(a.requests)]
-    binary = server_binary().path
-    logs = out / "guidellm-logs"
+    texts = prompt_texts(PROMPT_CHARS)
+    specs = [RequestSpec(i, f"p{i % len(texts)}", "benchfile", texts[i % len(texts)]) for i in range(a.requests)]
+    binary = checked(server_binary(), MODEL).path  # the CPU backend that runs here, as measure serve does
+    logs = Path(tempfile.gettempdir()) / "specscope-benchfile-logs"  # not committed
     logs.mkdir(exist_ok=True)
     loads = [int(c) for c in a.concurrency.split(",")]
     for k in [0] + [int(x) for x in a.k.split(",")]:
         name = f"k{k}" if k else "off"
-        proc, port = start_server(binary, k, 8, 2, logs / f"bench-{name}.server.log")
+        proc, port, server_cmd = start_server(binary, k, 8, a.threads, logs / f"bench-{name}.server.log")
         try:
             ep = Endpoint(f"http://127.0.0.1:{port}", extra=(("temperature", 0.0), ("ignore_eos", True)))
             run_load(ep, specs[:1], LoadSpec(1), 8)
@@ -197,6 +197,8 @@ def main() -> int:
                 (ipd / f"stage_{i}_lifecycle_metrics.json").write_text(json.dumps(ip_stage(res, c), indent=2))
                 print(f"{name} c{c}: done", flush=True)
             (out / "vllm_bench" / f"{name}.json").write_text("\n".join(lines) + "\n")
+            with (out / "commands.txt").open("a") as f:
+                f.write(f"# server {name}: {server_cmd}\n")
             (ipd / "per_request_lifecycle_metrics.json").write_text(json.dumps(recs, indent=2))
             stages = "".join(f"  - num_requests: {a.requests}\n    concurrency_level: {c}\n" for c in loads)
             (ipd / "config.yaml").write_text(

@@ -127,14 +127,28 @@ def _benchmark(path: str, i: int, b: Any) -> BenchLoad:
     return BenchLoad(load, tuple(reqs), duration_of(reqs), counts, f"benchmark {i} ({load.to_str()})")
 
 
-def _command(doc: dict) -> str | None:
-    """The scenario GuideLLM recorded (``config``): its target, profile, data and constraints, compactly."""
+def _spec_of(doc: dict) -> dict:
     cfg = doc.get("config")
-    if not isinstance(cfg, dict):
+    spec = cfg.get("spec", cfg) if isinstance(cfg, dict) else None
+    return spec if isinstance(spec, dict) else {}
+
+
+def _command(doc: dict) -> str | None:
+    """The scenario GuideLLM recorded (``config.spec``; it keeps no command line): the backend's kind and
+    target, the profile, constraints and data, as the ``guidellm run`` options that give them."""
+    spec = _spec_of(doc)
+    if not spec:
         return None
-    keep = {k: cfg[k] for k in ("target", "backend", "profile", "rate", "data", "constraints", "max_requests",
-                                "model") if cfg.get(k) is not None}
-    return "guidellm run (scenario) " + json.dumps(keep, sort_keys=True, default=str)[:2000]
+    backend = spec.get("backend") or {}
+    parts = ["guidellm run"]
+    if isinstance(backend, dict):
+        parts.append("--backend " + json.dumps({k: backend[k] for k in ("kind", "target", "model", "request_format")
+                                                 if backend.get(k)}, sort_keys=True))
+    for key, flag in (("profile", "--profile"), ("constraints", "--constraint"), ("data", "--data")):
+        items = spec.get(key)
+        for item in items if isinstance(items, list) else [items] if items else []:
+            parts.append(f"{flag} " + json.dumps(item, sort_keys=True, default=str))
+    return " ".join(parts)[:4000]
 
 
 def read(path: str | Path, doc: dict) -> BenchFile:
@@ -148,7 +162,7 @@ def read(path: str | Path, doc: dict) -> BenchFile:
     loads = tuple(_benchmark(p, i, b) for i, b in enumerate(doc["benchmarks"]))
     if not loads:
         raise BenchFileError(p, "no benchmarks")
-    cfg = doc.get("config") or {}
-    model = cfg.get("model") if isinstance(cfg, dict) else None
+    backend = _spec_of(doc).get("backend") or {}
+    model = backend.get("model") if isinstance(backend, dict) else None
     return BenchFile(p, TOOL, str(meta.get("guidellm_version")), _command(doc), str(model) if model else None,
                      None, loads)
