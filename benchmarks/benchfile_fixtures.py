@@ -170,6 +170,7 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
     out = Path(a.out)
+    (out / "commands.txt").write_text(f"# {' '.join([sys.executable, *sys.argv])}\n")
     (out / "vllm_bench").mkdir(parents=True, exist_ok=True)
     (out / "inference_perf").mkdir(parents=True, exist_ok=True)
     texts = prompt_texts(PROMPT_CHARS)

@@ -83,6 +83,7 @@ def main() -> int:
     p.add_argument("--requests", type=int, default=8)
     p.add_argument("--output-tokens", type=int, default=16)
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--first-repeat", type=int, default=0, help="number the repeats from here (add repeats)")
     p.add_argument("--prompt-chars", type=int, default=PROMPT_CHARS)
     p.add_argument("--slots", type=int, default=8)
     p.add_argument("--threads", type=int, default=2)
@@ -96,10 +97,11 @@ def main() -> int:
     configs = [0] + [int(k) for k in a.k.split(",")]
     loads = [int(c) for c in a.concurrency.split(",")]
     commands = out / "commands.txt"
-    commands.write_text(f"# {shlex.join([sys.executable, *sys.argv])}\n")
+    with commands.open("a") as f:  # a later call adding repeats appends
+        f.write(f"# {shlex.join([sys.executable, *sys.argv])}\n")
     logs = Path(tempfile.gettempdir()) / "specscope-benchfile-logs"  # not committed
     logs.mkdir(exist_ok=True)
-    for rep in range(a.repeats):
+    for rep in range(a.first_repeat, a.first_repeat + a.repeats):
         order = configs[rep % len(configs):] + configs[:rep % len(configs)]
         for k in order:
             name = f"k{k}" if k else "off"

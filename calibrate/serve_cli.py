@@ -141,12 +141,17 @@ def curves(cal, data, seeds: int, seed: int) -> list[dict]:
 
 def bench_lines(data) -> list[str]:
     """What the benchmark files were: per configuration, the tool, version and loads of each file."""
+    from collections import Counter
+
     out = []
     for name, files in data.meta.get("sources", {}).items():
-        for f in files:
-            ver = f" {f['tool_version']}" if f.get("tool_version") else ""
-            out.append(f"{name}: {f['path']} ({f['tool']}{ver}; loads {', '.join(f['loads'])}"
-                       + (f"; model {f['model']}" if f.get("model") else "") + ")")
+        tools = sorted({f"{f['tool']}" + (f" {f['tool_version']}" if f.get("tool_version") else "") for f in files})
+        loads = Counter(ld for f in files for ld in f["loads"])
+        models = sorted({f["model"] for f in files if f.get("model")})
+        where = files[0]["path"] if len(files) == 1 else f"{len(files)} files, {files[0]['path']} ..."
+        out.append(f"{name}: {where} ({', '.join(tools)}; loads " + ", ".join(
+            f"{ld}" + (f" x{n}" if n > 1 else "") for ld, n in loads.items())
+            + (f"; model {', '.join(models)}" if models else "") + ")")
     return out + [f"note: {n}" for n in data.meta.get("notes", [])]
 
 

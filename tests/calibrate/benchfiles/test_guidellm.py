@@ -16,7 +16,7 @@ def test_every_fixture_report_is_one_concurrent_load_with_its_scrapes(fixtures: 
     files = read_path(fixtures / "guidellm" / "k4")
     assert {f.tool for f in files} == {"guidellm"} and {f.tool_version for f in files} == {"0.8.1"}
     loads = sorted(ld.load.concurrency for f in files for ld in f.loads)
-    assert loads == [1, 2, 4, 8]
+    assert loads == [1, 1, 1, 2, 2, 2, 4, 4, 4, 8, 8, 8]
     for f in files:
         (ld,) = f.loads
         assert f.command and f.command.startswith("guidellm run --backend") and "max_requests" in f.command
