@@ -90,7 +90,8 @@ def write_run(data: Any, path: Path, command: str) -> None:
                requests=int(units["n_requests"].max()), repeats=int(units["repeat"].max()) + 1,
                url="benchmark files of " + ", ".join(tools))  # a server measured as it is, not one we started
     meta = {"schema_version": SCHEMA_VERSION, "status": "complete", "command": command, "config": cfg,
-            "models": {"target": {"name": data.meta.get("model") or "?", "source": ", ".join(tools)}},
+            "models": {"target": {"name": data.meta.get("model") or "a model the files do not name",
+                                  "source": ", ".join(tools)}},
             "server": {"version": "from benchmark files: " + ", ".join(tools)},
             "sources": data.meta["sources"], "notes": data.meta.get("notes", []),
             "summary": {"groups": [g.as_dict() for g in summarise(units[cols])]}}
