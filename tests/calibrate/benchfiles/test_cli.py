@@ -43,5 +43,5 @@ def test_the_guidellm_calibration_makes_a_report_page(fixtures: Path, tmp_path: 
     assert main(["--off", off, "--spec", f"k=2:{k2}", "--spec", f"k=4:{k4}", "--slots", "8", "--seeds", "1",
                  "--advice-draws", "2", "--out", str(out)]) == 0
     res = build_serving_report(out, png=False)
-    html = res.path.read_text()
+    html = res.html_path.read_text()
     assert "guidellm" in html and "held-out" in html
