@@ -45,3 +45,21 @@ def test_the_guidellm_calibration_makes_a_report_page(fixtures: Path, tmp_path: 
     res = build_serving_report(out, png=False)
     html = res.html_path.read_text()
     assert "guidellm" in html and "held-out" in html
+
+
+def test_a_manifest_names_the_configurations_relative_to_itself(fixtures: Path, tmp_path: Path) -> None:
+    import argparse
+
+    from calibrate.benchfiles.cli import configs_of
+    from calibrate.benchfiles.dataset import load_benchfiles
+
+    m = tmp_path / "manifest.json"
+    base = fixtures / "vllm_bench"
+    m.write_text(json.dumps({"off": str(base / "off.json"), "spec": {"2": str(base / "k2.json")}, "slots": 8,
+                             "lookup_n": 2}))
+    args = argparse.Namespace(manifest=str(m), off=[], spec=[f"k=4:{base / 'k4.json'}"], slots=None, lookup_n=None)
+    configs, slots, lookup = configs_of(args)
+    assert [c.k for c in configs] == [0, 2, 4] and slots == 8 and lookup == 2
+    data = load_benchfiles(configs, slots, lookup)
+    assert data.slots == 8 and sorted(set(data.units["config"])) == ["ngram:2:k2", "ngram:2:k4", "off"]
+    assert data.meta["sources"]["k=4"][0]["tool"] == "vllm-bench-serve"
