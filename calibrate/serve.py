@@ -24,6 +24,15 @@
 
 Held out by default: the middle draft length (when three or more were
 measured), every other concurrency and every arrival rate; the rest trains.
+
+Benchmark files (:mod:`calibrate.benchfiles`: GuideLLM, ``vllm bench serve``,
+inference-perf) arrive as the same :class:`ServeData` without step-cost units:
+the step cost then starts from the speculation-off units
+(:func:`initial_step_from_units`) and is fitted to the training units alone
+(:data:`UNITS_ONLY`); a group run once takes its interval over its requests
+(:func:`measured`); acceptance without per-request counts takes the rounds from
+the units' totals, and without per-position counters an i.i.d. α
+(:func:`iid_per_pos`).
 """
 
 from __future__ import annotations

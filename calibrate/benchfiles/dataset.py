@@ -16,7 +16,6 @@ models or GPUs, a configuration without requests) is one line naming the file.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -196,7 +195,3 @@ def load_benchfiles(configs: Sequence[ConfigFiles], slots: int | None = None, ng
         reqs[col] = reqs[col].astype(float)
     reqs["error"] = reqs["error"].astype(object).where(reqs["error"].notna(), None)
     return ServeData(Path(path), units, reqs, steps, meta)
-
-
-def finite(v: Any) -> bool:
-    return v is not None and isinstance(v, (int, float)) and math.isfinite(v)
