@@ -79,17 +79,20 @@ def _stages(path: Path) -> list[tuple[int, dict]]:
 
 
 def _model(path: Path) -> str | None:
+    """``server.model_name`` of the run's ``config.yaml`` (read line by line: the project needs no YAML
+    library for one key of a file ``yaml.dump`` wrote with block style); None without one."""
     cfg = path / "config.yaml"
     if not cfg.is_file():
         return None
-    import yaml
-
-    try:
-        doc = yaml.safe_load(read_text(cfg, "inference-perf config"))
-    except yaml.YAMLError as exc:
-        raise BenchFileError(cfg, f"not valid YAML ({' '.join(str(exc).split())[:120]})") from None
-    server = (doc or {}).get("server") or {} if isinstance(doc, dict) else {}
-    return str(server.get("model_name")) if server.get("model_name") else None
+    section = None
+    for line in read_text(cfg, "inference-perf config").splitlines():
+        if line and not line[0].isspace():
+            section = line.split(":", 1)[0].strip()
+            continue
+        m = re.fullmatch(r"\s+model_name:\s*(.+?)\s*", line)
+        if section == "server" and m:
+            return m.group(1).strip("'\"") or None
+    return None
 
 
 def read(path: str | Path) -> BenchFile:
