@@ -24,6 +24,15 @@
 
 Held out by default: the middle draft length (when three or more were
 measured), every other concurrency and every arrival rate; the rest trains.
+
+Benchmark files (:mod:`calibrate.benchfiles`: GuideLLM, ``vllm bench serve``,
+inference-perf) arrive as the same :class:`ServeData` without step-cost units:
+the step cost then starts from the speculation-off units
+(:func:`initial_step_from_units`) and is fitted to the training units alone
+(:data:`UNITS_ONLY`); a group run once takes its interval over its requests
+(:func:`measured`); acceptance without per-request counts takes the rounds from
+the units' totals, and without per-position counters an i.i.d. α
+(:func:`iid_per_pos`).
 """
 
 from __future__ import annotations
@@ -36,7 +45,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from measure.records import load_run
-from measure.serve.units import METRICS, LoadSpec, ServeConfig, log_interval
+from measure.serve.units import METRICS, Estimate, LoadSpec, ServeConfig, log_interval
 from sim.acceptance import AcceptanceModel, PerPositionAcceptance, ProposalAcceptance
 from sim.serving import (
     ClosedLoop,
@@ -290,12 +299,47 @@ def _unit_rows(model: "Model", data: ServeData, units: Any, seeds: int, seed: in
             y.append(gen_ms / n_slot_steps)
             w.append(math.sqrt(n_slot_steps))
         if uid.load.closed and uid.load.concurrency == 1 and "prompt_ms" in req:
-            for r in req[req["prompt_ms"].notna()].itertuples():
+            timed = req["prompt_ms"].notna()
+            # without the server's own prompt times (a benchmark file), the TTFT: the prompt step plus the way
+            # to the server, which the per-step overhead then takes
+            col = "prompt_ms" if timed.any() else "ttft_ms"
+            for r in req[req[col].notna() & req["prompt_tokens"].notna()].itertuples():
                 p = int(r.prompt_tokens)
                 rows.append(LinearStepCost.features(StepLoad(0, p, 0, 0.0, 0.5 * p * (p + 1), p, 1)))
-                y.append(float(r.prompt_ms))
+                y.append(float(getattr(r, col)))
                 w.append(2.0)
     return CostRows.of(rows, y, w)
+
+
+#: The coefficients fitted where no step-cost units were measured (benchmark files): a per-step overhead and
+#: the costs per sequence, verified token, prompt token and accepted token; attention work stays at 0 (the
+#: real units' contexts vary too little to tell it from the per-token cost).
+UNITS_ONLY = ("base_ms", "per_seq_ms", "per_token_ms", "per_prompt_token_ms", "per_accepted_ms")
+
+
+def has_step_units(data: ServeData) -> bool:
+    """Whether ``data`` has synthetic step-cost units (``measure serve --step-cost``)."""
+    return data.steps is not None and len(data.steps) > 0
+
+
+def initial_step_from_units(data: ServeData, train_units: Any) -> StepFit:
+    """A starting step cost from the training units alone (no step-cost units): the median TPOT of the
+    speculation-off units at the lowest concurrency per step, their median TTFT over the median prompt per
+    prompt token; :func:`fit_step_cost_on_units` then fits it to every training unit."""
+    off = train_units[(train_units["spec_k"] == 0) & train_units["concurrency"].notna()]
+    if not len(off):
+        raise ValueError("no speculation-off training unit at a concurrency: hold out fewer loads")
+    low = off[off["concurrency"] == off["concurrency"].min()]
+    req = data.requests[data.requests["cell_id"].isin(set(low["cell_id"])) & data.requests["error"].isna()]
+    tpot = float(np.nanmedian(req["tpot_ms"].astype(float))) if req["tpot_ms"].notna().any() else 10.0
+    prompt = float(np.nanmedian(req["prompt_tokens"].astype(float))) if req["prompt_tokens"].notna().any() else 0.0
+    ttft = float(np.nanmedian(req["ttft_ms"].astype(float)))
+    per_prompt = max(ttft - tpot, 0.0) / prompt if prompt > 0 else 0.0
+    cost = LinearStepCost(max(tpot, 1e-3), per_prompt_token_ms=per_prompt,
+                          metadata={"source": "calibrate serve: start from the speculation-off units"})
+    return StepFit(cost, 0.0, 0, 0, math.nan, ("no step-cost units (benchmark files): the step cost is fitted to "
+                                                "the training units alone; the request overhead is part of the "
+                                                "prompt step",))
 
 
 def fit_step_cost_on_units(model: "Model", data: ServeData, train_units: Any, iterations: int = 3, seeds: int = 4,
@@ -308,14 +352,19 @@ def fit_step_cost_on_units(model: "Model", data: ServeData, train_units: Any, it
     requests' generation times, :func:`_unit_rows`) show what those cost: the composition comes from simulating
     each unit with the model as it stands, so the fit is repeated ``iterations`` times. ``train_units`` must
     hold training units only: nothing else of ``data`` enters the fit but the step-cost units."""
-    synth_steps, synth_prompts, _, _, _ = _synthetic_rows(data.steps, data.requests)
+    if has_step_units(data):
+        synth_steps, synth_prompts, _, _, _ = _synthetic_rows(data.steps, data.requests)
+        synth, free = synth_steps + synth_prompts, [True] * len(LinearStepCost.FIELDS)
+    else:
+        synth, free = CostRows.of([], [], []), [f in UNITS_ONLY for f in LinearStepCost.FIELDS]
     step = model.step
     for it in range(iterations):
         real = _unit_rows(model, data, train_units, seeds, seed + 1000 * it)
-        rows = synth_steps + synth_prompts + real
-        theta = rows.solve([True] * len(LinearStepCost.FIELDS))
-        cost = LinearStepCost(*(float(v) for v in theta), metadata={
-            "source": "calibrate serve: NNLS on serve_step_cost.csv and the real training units"})
+        rows = synth + real
+        theta = rows.solve(free)
+        src = "serve_step_cost.csv and the real training units" if has_step_units(data) else \
+            f"the real training units alone ({', '.join(UNITS_ONLY)} free)"
+        cost = LinearStepCost(*(float(v) for v in theta), metadata={"source": f"calibrate serve: NNLS on {src}"})
         resid = real.residual_pct(theta)
         step = StepFit(cost, step.request_overhead_ms, step.n_steps, step.n_ttft,
                        float(np.median(rows.residual_pct(theta))), model.step.notes, len(train_units),
@@ -346,12 +395,27 @@ def counters_of(units: Any, requests: Any, k: int) -> Counters | None:
     if not len(u):
         return None
     req = requests[requests["cell_id"].isin(set(u["cell_id"])) & requests["error"].isna()]
-    rounds = int((req["completion_tokens"] - 1 - req["draft_n_accepted"].fillna(0)).sum())
+    if req["draft_n_accepted"].notna().any():
+        rounds = int((req["completion_tokens"] - 1 - req["draft_n_accepted"].fillna(0)).sum())
+    else:  # no per-request counts (a benchmark file): the units' accepted total
+        rounds = int((req["completion_tokens"] - 1).sum()) - int(u["accepted_tokens"].fillna(0).sum())
     pos = np.zeros(k, dtype=np.int64)
     for text in u["accepted_per_pos"].dropna():
         vals = [int(x) for x in str(text).split()][:k]
         pos[: len(vals)] += vals
-    return Counters(k, rounds, int(u["drafts"].sum()), int(u["draft_tokens"].sum()), tuple(int(v) for v in pos))
+    drafts = int(u["drafts"].sum())
+    if not pos.any() and drafts and u["accepted_tokens"].fillna(0).sum() > 0:
+        pos = iid_per_pos(drafts, int(u["accepted_tokens"].sum()), k)
+    return Counters(k, rounds, drafts, int(u["draft_tokens"].sum()), tuple(int(v) for v in pos))
+
+
+def iid_per_pos(drafts: int, accepted: int, k: int) -> np.ndarray:
+    """Accepted per position when only the totals are known (a server or file without per-position
+    counters): the i.i.d. α whose mean accepted per draft is ``accepted / drafts``, drafts × α^i."""
+    from calibrate.ingest.normalise import iid_alpha_from_tau
+
+    a = iid_alpha_from_tau(min(1.0 + accepted / drafts, k + 1.0), k)
+    return np.array([round(drafts * a ** (i + 1)) for i in range(k)], dtype=np.int64)
 
 
 def simulate_counters(acc: AcceptanceModel, k: int, new_tokens: int, n_requests: int,
@@ -668,9 +732,12 @@ def fit_serve_model(data: ServeData, split: Split, seed: int = 0,
 
     ``refit=False``: the step cost from the step-cost units alone (:func:`fit_step_cost`), as before the real
     training units were fitted to as well (:func:`fit_step_cost_on_units`)."""
-    step = fit_step_cost(data.steps, data.requests)
     real_units = data.units[~data.units["synthetic"].astype(bool)]
     train_units = training_units(data, split)
+    if has_step_units(data):
+        step = fit_step_cost(data.steps, data.requests)
+    else:
+        step, refit = initial_step_from_units(data, train_units), True
     counters, fits = {}, {}
     notes = list(step.notes)
     never: dict[int, ProposalAcceptance] = {}
@@ -699,9 +766,22 @@ def fit_serve_model(data: ServeData, split: Split, seed: int = 0,
     if refit:
         step = fit_step_cost_on_units(model, data, train_units, seed=seed)
         model = Model(step, acceptance, data.slots, data.batch_tokens, data.new_tokens, scales)
-        notes.append(f"step cost refitted to the {step.n_units} real training units besides the step-cost units "
-                     f"(median residual {step.units_median_abs_residual_pct:.1f}% on their rows)")
+        besides = " besides the step-cost units" if has_step_units(data) else ""
+        notes.append(f"step cost {'refitted' if besides else 'fitted'} to the {step.n_units} real training units"
+                     f"{besides} (median residual {step.units_median_abs_residual_pct:.1f}% on their rows)")
     return model, counters, notes
+
+
+def measured(g: Any, metric: str) -> Estimate:
+    """A group's measured value with its 95% CI over repeats; a group run once (a benchmark file) takes the
+    interval over its requests where the unit has one (``<metric>_lo``/``_hi``)."""
+    meas = log_interval(g[metric].tolist())
+    lo_col, hi_col = f"{metric}_lo", f"{metric}_hi"
+    if len(g) == 1 and lo_col in g and hi_col in g:
+        lo, hi = g[lo_col].iloc[0], g[hi_col].iloc[0]
+        if lo == lo and hi == hi and lo is not None and hi is not None:
+            return Estimate(meas.value, float(lo), float(hi), "over the requests of one run")
+    return meas
 
 
 def calibrate_serve(data: ServeData, split: Split, seeds: int = 8, seed: int = 0,
@@ -719,7 +799,7 @@ def calibrate_serve(data: ServeData, split: Split, seeds: int = 8, seed: int = 0
         preds = [predict_unit(model, data, cid, seeds, seed) for cid in g["cell_id"]]
         split_name = "train" if split.is_train(cfg.k, load) else "held-out"
         for m in SHOWN:
-            meas = log_interval(g[m].tolist())
+            meas = measured(g, m)
             vals = [p[m] for p in preds if p.get(m) is not None and p[m] == p[m] and p[m] > 0]
             pred = float(np.exp(np.mean(np.log(vals)))) if vals else None
             ape = abs(pred / meas.value - 1.0) * 100.0 if pred is not None and meas.value else None

@@ -1,10 +1,20 @@
-"""``python -m calibrate serve RUN_DIR`` — fit the serving simulator to a ``measure serve`` run, predict held-out
-loads, advise k per concurrency.
+"""``python -m calibrate serve RUN_DIR`` — fit the serving simulator to a ``measure serve`` run (or to the
+benchmark files of GuideLLM, ``vllm bench serve`` or inference-perf), predict held-out loads, advise k per
+concurrency.
 
 Examples::
 
     python -m calibrate serve runs/serve-sweep
     python -m calibrate serve runs/serve-sweep --holdout-k 4 --holdout-loads c2,r1 --out runs/serve-cal
+    python -m calibrate serve --off bench/off --spec k=2:bench/k2 --spec k=4:bench/k4 --out runs/bench-cal
+    python -m calibrate serve --manifest bench/manifest.json --out runs/bench-cal
+
+Benchmark files (:mod:`calibrate.benchfiles`): one file or directory per configuration, speculation off
+(``--off``) and each draft length (``--spec k=K:PATH``, repeatable), or a manifest (JSON: ``{"off": PATH,
+"spec": {"4": PATH, ...}}``, paths relative to it, optional ``"slots"`` and ``"lookup_n"``). The format is
+detected; ``/metrics`` scrapes beside a file (``X.before.prom``/``X.after.prom``) give the acceptance
+where the file has none. The rows they normalise to are written to ``OUT/run`` (a serving run directory
+the report reads).
 
 Prints per (configuration, load) the measured throughput and e2e latency p50/p95
 with their 95% CIs beside the prediction, the held-out MAPE against the targets
@@ -19,6 +29,7 @@ exit status 2.
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -31,8 +42,18 @@ PROG = "python -m calibrate serve"
 
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
-    p.add_argument("run", metavar="RUN_DIR", type=nonempty_arg("run directory"),
-                   help="a run directory written by python -m measure serve")
+    p.add_argument("run", metavar="RUN_DIR", nargs="?", default=None, type=nonempty_arg("run directory"),
+                   help="a run directory written by python -m measure serve (or give benchmark files below)")
+    p.add_argument("--off", action="append", default=[], metavar="PATH",
+                   help="benchmark file or directory of speculation off (GuideLLM, vllm bench serve, inference-perf)")
+    p.add_argument("--spec", action="append", default=[], metavar="k=K:PATH",
+                   help="benchmark file or directory of draft length K (repeatable)")
+    p.add_argument("--manifest", default=None, metavar="FILE", help="a JSON manifest naming the benchmark files")
+    p.add_argument("--slots", type=int_arg(1, 4096), default=None,
+                   help="benchmark files: the server's batch slots (default: the largest concurrency measured)")
+    p.add_argument("--lookup-n", type=int_arg(1, 64), default=None,
+                   help="benchmark files of llama-server prompt lookup: its --spec-ngram-simple-size-n (default 1: "
+                   "any k drafts)")
     p.add_argument("--holdout-k", default=None, help="comma list of draft lengths to hold out (default: the middle "
                    "of three or more; 'none' for none)")
     p.add_argument("--holdout-loads", default=None, help="comma list of loads to hold out, e.g. c2,r1 (default: "
@@ -118,22 +139,50 @@ def curves(cal, data, seeds: int, seed: int) -> list[dict]:
     return out
 
 
+def bench_lines(data) -> list[str]:
+    """What the benchmark files were: per configuration, the tool, version and loads of each file."""
+    from collections import Counter
+
+    out = []
+    for name, files in data.meta.get("sources", {}).items():
+        tools = sorted({f"{f['tool']}" + (f" {f['tool_version']}" if f.get("tool_version") else "") for f in files})
+        loads = Counter(ld for f in files for ld in f["loads"])
+        models = sorted({f["model"] for f in files if f.get("model")})
+        where = files[0]["path"] if len(files) == 1 else f"{len(files)} files, {files[0]['path']} ..."
+        out.append(f"{name}: {where} ({', '.join(tools)}; loads " + ", ".join(
+            f"{ld}" + (f" x{n}" if n > 1 else "") for ld, n in loads.items())
+            + (f"; model {', '.join(models)}" if models else "") + ")")
+    return out + [f"note: {n}" for n in data.meta.get("notes", [])]
+
+
 # long: the command from the run directory to the table, the files and the one JSON line
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    run = Path(args.run)
-    if not (run / "run.json").is_file():
+    bench = bool(args.off or args.spec or args.manifest)
+    if bench == (args.run is not None):
+        fail(PROG, "give either a run directory (RUN_DIR) or benchmark files (--off/--spec or --manifest), "
+             "not both" if bench else "give a run directory (RUN_DIR) or benchmark files (--off/--spec or --manifest)")
+    run = Path(args.run) if args.run else None
+    if run is not None and not (run / "run.json").is_file():
         fail(PROG, f"{args.run!r} is not a run directory (no run.json); write one with python -m measure serve")
-    out = Path(args.out) if args.out else run / "calibration-serve"
+    if run is None and not args.out:
+        fail(PROG, "--out DIR is required with benchmark files")
+    out = Path(args.out) if args.out else Path(str(run)) / "calibration-serve"
     hk = _list("--holdout-k", args.holdout_k, int)
     hl = _list("--holdout-loads", args.holdout_loads, str)
     ak = _list("--advise-k", args.advise_k, int)
+    created = not out.exists()
     try:
         check_output_dir("--out", out)
         from calibrate.advice import advice_dict, advise, format_advice, regret
         from calibrate.serve import calibrate_serve, default_split, load_serve
 
-        data = load_serve(run, allow_incomplete=args.allow_incomplete)
+        if run is not None:
+            data = load_serve(run, allow_incomplete=args.allow_incomplete)
+        else:
+            from calibrate.benchfiles.cli import bench_data
+
+            data = bench_data(args, out / "run")
         split = default_split(data.units, hk, hl)
         cal = calibrate_serve(data, split, seeds=args.seeds, seed=args.seed, refit=not args.step_cost_units_only)
         measured_k = sorted({int(k) for k in data.units["spec_k"] if k > 0 and k in cal.model.acceptance})
@@ -150,9 +199,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         ngram_n = max([int(n) for n in data.units["spec_ngram_n"] if n > 0] or [3])
         reg = regret(rows, data)
     except ValueError as exc:
+        if created and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()  # the output directory this call made for nothing: nothing written
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
+    if run is None:
+        from calibrate.benchfiles.cli import write_run
+
+        write_run(data, out / "run", "python -m calibrate serve " + " ".join(
+            shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)))
+        run = out / "run"
+        for line in bench_lines(data):
+            print(line)
     summary = cal.summary()
     st = cal.model.step
     units = (f" and {st.n_units} real training units (median residual {st.units_median_abs_residual_pct:.1f}% on "

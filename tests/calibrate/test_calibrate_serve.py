@@ -279,3 +279,11 @@ def test_real_units_show_what_an_accepted_token_costs(tmp_path):
                               / u.throughput_tokens_per_s - 1) for u in held.itertuples()])
            for name, m in (("before", before), ("after", after))}
     assert err["after"] < 0.05 < err["before"]
+
+
+def test_acceptance_from_totals_alone_takes_an_iid_alpha_per_position():
+    from calibrate.serve import iid_per_pos
+
+    pos = iid_per_pos(100, 90, 3)  # 0.9 accepted per draft at k = 3: alpha + alpha^2 + alpha^3 = 0.9
+    a = pos[0] / 100
+    assert abs(a + a**2 + a**3 - 0.9) < 0.02 and list(pos) == sorted(pos, reverse=True)
