@@ -96,9 +96,10 @@ COMMANDS: tuple[Command, ...] = (
     Command("report", "the HTML report: predicted against measured, with charts", "reports",
             examples=("specscope report runs/small/calibration",
                       "specscope report runs/cal --out runs/report --no-png")),
-    Command("advise", "engine configs to paste: the best k per load, from a measured serving run", "calibrate",
-            ("serve",), requires="calibrate.serve_cli",
+    Command("advise", "engine configs to paste: the best k per load, from a serving run or benchmark files",
+            "calibrate", ("serve",), requires="calibrate.serve_cli",
             examples=("specscope advise runs/serve",
+                      "specscope advise --off guidellm-off.json --spec k=4:guidellm-k4.json --out runs/advice",
                       "specscope advise runs/serve --holdout-k none --holdout-loads none --out runs/serve/advice"),
             parser="calibrate.serve_cli:build_parser"),
 )
