@@ -65,7 +65,7 @@ from scipy.optimize import nnls
 from calibrate.checks import MAX_RANKS, check_tree_run
 from calibrate.errors import add_errors
 from calibrate.fit_acceptance import wilson_ci
-from calibrate.fit_cost import CostFit, LinearFit, fit_cost, ols, target_curve
+from calibrate.fit_cost import CostFit, LinearFit, fallback_lines, fit_cost, ols, target_curve
 from calibrate.prediction import mean_tokens_per_s
 from measure.costpoints import screen_target
 from measure.records import Run, load_run
@@ -374,6 +374,9 @@ class TreeCalibrator:
         tree_cost = (fit_tree_cost(base.model, self._of(d.rounds, tree_ids), self._of(d.nodes, tree_ids), depth_of)
                      if tree_ids else None)
         notes = list(tree_cost.notes) if tree_cost else []
+        if label == "all":  # the fit written for python -m sim: every parameter held at its bound, said once
+            held = [*base.fallbacks, *(chain.fallbacks if chain is not None else ())]
+            notes += list(dict.fromkeys(fallback_lines(held)))  # the base and the chain fit share the target's
         return TreeModels(label, acc, counts, tree_cost, chain, prefill_fit(self._of(d.generations, ids)),
                           tuple(notes))
 
