@@ -20,6 +20,15 @@ Acceptance definitions (``acceptance_kind``):
 * ``alpha_per_token``: a per-token acceptance probability.
 * ``unknown``: the source does not say whether the bonus token counts.
 
+Borrowed acceptance: a row whose source publishes no acceptance may name, in
+``acceptance_from``, another row of the *same* source (the same ``source``
+text) measured at batch 1 with the same target, draft (kind and model), chain
+or tree shape, dataset and temperature, that does publish one: the acceptance
+of speculative decoding is a property of the target, the draft and the text,
+not of how many sequences share the GPU. The loader copies the lender's
+``acceptance``, ``acceptance_max`` and ``acceptance_kind`` into the row and
+keeps ``acceptance_from`` so every report can say the value was borrowed.
+
 :func:`load_published` reads and validates the file: an unknown field, a
 value of the wrong type, a number out of range, an unknown choice or a
 repeated id is a one-line ``ValueError`` naming the row and the field. The
@@ -29,7 +38,7 @@ module is torch-free; ``python -m sim validate`` predicts every row.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, get_args, get_type_hints
 
@@ -78,6 +87,8 @@ class PublishedResult:
     tree adds ``tree_topk`` (branching per step) and ``tree_num_draft_tokens`` (tokens verified per
     round, the root included, as SGLang counts). ``speedup`` is the source's own figure; tokens/s and
     ms/token are the source's figures for the plain (``baseline_*``) and speculative (``spec_*``) runs.
+    ``acceptance_from`` names the batch-1 row of the same source whose acceptance this row borrowed (the
+    acceptance fields then hold the lender's values, copied by :func:`load_published`).
     """
 
     id: str
@@ -113,6 +124,7 @@ class PublishedResult:
     baseline_ms_per_token: float | None = None
     spec_ms_per_token: float | None = None
     note: str | None = None
+    acceptance_from: str | None = None
 
     def __post_init__(self) -> None:
         _check_row(self)
@@ -243,6 +255,9 @@ def _row(raw: object, index: int, types: dict[str, tuple[type, ...]]) -> Publish
     if missing:
         raise _fail(row_id, missing[0], f"is missing (required: {', '.join(required)})")
     values: dict[str, Any] = {k: float(v) if float in types[k] and isinstance(v, int) else v for k, v in raw.items()}
+    lent = [k for k in ("acceptance", "acceptance_max", "acceptance_kind") if k in raw]
+    if "acceptance_from" in raw and lent:
+        raise _fail(row_id, lent[0], "is not given with acceptance_from (the acceptance is the lender's)")
     if raw.get("batch_kind") == "request_rate":
         if "batch" in raw:
             raise _fail(row_id, "batch", "is not given with batch_kind = 'request_rate' (the source states a rate)")
@@ -274,4 +289,30 @@ def load_published(path: str | Path | None = None) -> list[PublishedResult]:
         if r.id in seen:
             raise _fail(r.id, "id", "is given more than once")
         seen.add(r.id)
-    return rows
+    by_id = {r.id: r for r in rows}
+    return [_borrow(r, by_id) for r in rows]
+
+
+_SAME_FOR_ACCEPTANCE = ("source", "target", "draft_kind", "draft_model", "gamma", "tree_topk", "tree_num_draft_tokens",
+                        "dataset", "temperature")
+"""What a lender row must share with a row that borrows its acceptance (everything acceptance depends on)."""
+
+
+def _borrow(r: PublishedResult, by_id: dict[str, PublishedResult]) -> PublishedResult:
+    """``r`` with the acceptance of the row its ``acceptance_from`` names; a bad reference is a one-line error."""
+    if r.acceptance_from is None:
+        return r
+    lender = by_id.get(r.acceptance_from)
+    if lender is None:
+        raise _fail(r.id, "acceptance_from", f"is {r.acceptance_from!r}, which names no row of the table")
+    if lender.acceptance is None or lender.acceptance_from is not None:
+        raise _fail(r.id, "acceptance_from", f"is {lender.id!r}, which publishes no acceptance of its own")
+    if lender.batch != 1:
+        raise _fail(r.id, "acceptance_from", f"is {lender.id!r}, measured at batch {lender.batch}, not batch 1")
+    for name in _SAME_FOR_ACCEPTANCE:
+        if getattr(lender, name) != getattr(r, name):
+            values = "" if name == "source" else f" ({getattr(lender, name)!r}, here {getattr(r, name)!r})"
+            raise _fail(r.id, "acceptance_from", f"is {lender.id!r}, whose {name} differs{values}; a lender "
+                        "shares: " + ", ".join(_SAME_FOR_ACCEPTANCE))
+    return replace(r, acceptance=lender.acceptance, acceptance_max=lender.acceptance_max,
+                   acceptance_kind=lender.acceptance_kind)

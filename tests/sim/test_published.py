@@ -166,3 +166,55 @@ def test_bad_files_are_refused(tmp_path, text, match):
 def test_a_missing_file_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="published results file"):
         load_published(tmp_path / "nope.toml")
+
+
+# -- acceptance borrowed from a batch-1 row of the same source ------------------------------
+BORROWER = GOOD_ROW.replace('id = "r1"', 'id = "r64"').replace(
+    'acceptance = 2.9\nacceptance_kind = "tau_incl_bonus"\n', 'batch = 64\nacceptance_from = "r1"\n').replace(
+    "spec_tok_s = 404.0", "spec_tok_s = 180.0")
+
+
+def test_a_row_borrows_the_acceptance_of_a_batch_1_row(tmp_path):
+    lender, row = load_published(write(tmp_path, GOOD_ROW + BORROWER))
+    assert row.acceptance_from == "r1" and row.batch == 64 and lender.acceptance_from is None
+    assert (row.acceptance, row.acceptance_kind, row.acceptance_max) == (2.9, "tau_incl_bonus", None)
+    assert row.tau_incl_bonus == lender.tau_incl_bonus == 2.9
+    assert row.published_speedup == pytest.approx(180 / 190)
+
+
+@pytest.mark.parametrize(("lender_edit", "borrower_edit", "names"), [
+    (None, ('acceptance_from = "r1"', 'acceptance_from = "r9"'), ("'r64'", "'acceptance_from'", "names no row")),
+    (None, ('acceptance_from = "r1"', 'acceptance_from = "r64"'), ("'r64'", "no acceptance of its own")),
+    (('gamma = 3', 'gamma = 3\nbatch = 2'), None, ("'r64'", "'r1'", "batch 2, not batch 1")),
+    (('gamma = 3', 'gamma = 5'), None, ("'r64'", "gamma differs (5, here 3)")),
+    (('draft_kind = "eagle3"', 'draft_kind = "eagle"'), None, ("'r64'", "draft_kind differs")),
+    (('target = "meta-llama/Llama-3.1-8B-Instruct"', 'target = "x/y"'), None, ("'r64'", "target differs")),
+    (('source = "a source"', 'source = "another source"'), None, ("'r64'", "source differs;")),
+    (('gamma = 3', 'gamma = 3\ndataset = "gsm8k"'), None, ("'r64'", "dataset differs")),
+    (None, ('acceptance_from = "r1"', 'acceptance_from = "r1"\nacceptance = 2.0'),
+     ("'r64'", "'acceptance'", "not given with acceptance_from")),
+])
+def test_bad_borrowing_is_one_line_naming_the_rows(tmp_path, lender_edit, borrower_edit, names):
+    lender = GOOD_ROW.replace(*lender_edit) if lender_edit else GOOD_ROW
+    borrower = BORROWER.replace(*borrower_edit) if borrower_edit else BORROWER
+    with pytest.raises(ValueError) as exc:
+        load_published(write(tmp_path, lender + borrower))
+    message = str(exc.value)
+    assert "\n" not in message
+    for name in names:
+        assert name in message
+
+
+def test_a_borrower_cannot_lend(tmp_path):
+    third = BORROWER.replace('id = "r64"', 'id = "r8"').replace('acceptance_from = "r1"', 'acceptance_from = "r64"')
+    with pytest.raises(ValueError, match="'r8'.*'r64', which publishes no acceptance of its own"):
+        load_published(write(tmp_path, GOOD_ROW + BORROWER + third))
+
+
+def test_shipped_borrowers_lend_from_batch_1_rows_of_their_source(rows):
+    """Whatever the shipped table borrows, it borrows from a batch-1 row of the same source (the loader's rule)."""
+    by_id = {r.id: r for r in rows}
+    for r in rows:
+        if r.acceptance_from is not None:
+            lender = by_id[r.acceptance_from]
+            assert lender.batch == 1 and lender.source == r.source and lender.gamma == r.gamma, r.id
