@@ -2,6 +2,7 @@
 
     python benchmarks/llamacpp_baseline.py [--target smollm2-135m] [--prompts-file FILE] [--rounds 3]
         [--max-new-tokens 64] [--threads T] [--lookup N --gamma 2,4,8] [--out FILE.json]
+    python benchmarks/llamacpp_baseline.py --runs RUN_DIR [RUN_DIR ...]   # summarise finished sweeps
 
 Every mode is a greedy generation of the same prompt ids (the user message through the GGUF's chat template,
 as the sweep encodes it), until ``--max-new-tokens`` or an end-of-generation id:
@@ -197,6 +198,34 @@ def show(res: dict) -> None:
     print(f"\nours and fresh emitted the same tokens in {res['same_tokens_ours_fresh']} of {len(res['rows'])} pairs")
 
 
+def runs_summary(run_dirs: list[Path]) -> dict:
+    """Across finished llama.cpp sweeps: each run's ``ours ÷ the reference`` (geometric mean over its cells, with
+    its CI) and how many cells' speedups overlap the peer's; the median of the runs' ratios with their min–max."""
+    from toolkit.jsonio import read_json
+
+    runs = []
+    for d in run_dirs:
+        s = read_json(d / "run.json", "run.json").get("summary") or {}
+        lib, peer = s.get("baseline_vs_library"), s.get("speedup_vs_peer") or {}
+        if not lib:
+            raise ValueError(f"{d}: its summary has no baseline_vs_library (not a llama.cpp sweep with the library)")
+        runs.append({"run_dir": str(d), "ratio": lib["geomean"], "lo": lib["lo"], "hi": lib["hi"],
+                     "cells_outside": [c["cell_id"] for c in lib.get("outside") or []],
+                     "peer_overlap": f"{peer.get('n_overlap', 0)}/{peer.get('n_cells', 0)}"})
+    ratios = [r["ratio"] for r in runs]
+    return {"runs": runs, "median_ratio": statistics.median(ratios), "min_ratio": min(ratios),
+            "max_ratio": max(ratios), "within_0.95_1.05": 0.95 <= statistics.median(ratios) <= 1.05}
+
+
+def show_runs(res: dict) -> None:
+    for r in res["runs"]:
+        print(f"{r['run_dir']}: ours ÷ llama-cpp-python {r['ratio']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}], "
+              f"{len(r['cells_outside'])} cell(s) outside 0.95–1.05; speedup CIs overlap the peer's in "
+              f"{r['peer_overlap']} cells")
+    print(f"median of {len(res['runs'])} runs {res['median_ratio']:.3f} (min {res['min_ratio']:.3f}, max "
+          f"{res['max_ratio']:.3f}): {'within' if res['within_0.95_1.05'] else 'outside'} 0.95–1.05")
+
+
 def main(argv: list[str] | None = None) -> int:
     from toolkit.cli import OneLineParser, int_arg, parse_int, split_list
 
@@ -210,15 +239,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lookup", type=int_arg(1, 8), default=None, help="n-gram size N of the prompt lookup pairs")
     p.add_argument("--gamma", default=None, help="draft lengths, comma-separated (with --lookup)")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--runs", type=Path, nargs="+", default=None, metavar="RUN_DIR",
+                   help="measure nothing: summarise finished llama.cpp sweeps (ours ÷ the reference, median of runs)")
     a = p.parse_args(argv)
+    from toolkit.jsonio import strict_dumps, write_json
+
+    if a.runs:
+        try:
+            res = runs_summary(a.runs)
+        except (OSError, ValueError) as e:
+            p.error(str(e))
+        show_runs(res)
+        print(strict_dumps(res))
+        return 0
     if bool(a.lookup) != bool(a.gamma):
         p.error("--lookup and --gamma go together")
     try:
         a.gamma = [parse_int(g, 1, 16) for g in split_list(a.gamma)] if a.gamma else None
     except ValueError as e:
         p.error(f"--gamma {e}")
-    from toolkit.jsonio import strict_dumps, write_json
-
     t0 = time.time()
     res = measure(a)
     res["wall_s"] = time.time() - t0

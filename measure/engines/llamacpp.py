@@ -13,11 +13,13 @@ parent's side, the :class:`~measure.seam.Engine` the sweep sees:
 * :class:`LlamaCppDecoder` — ``forward`` feeds ``n`` tokens in one
   ``llama_decode`` and gets their logits back as a float32 tensor ``[n, V]``
   (only where sampling or a lossless check needs them); ``forward_argmax``
-  gets only the greedy ids (what greedy decoding, its verification and the
-  cost curves use: token ids in, token ids out); ``rollback(m)`` removes
-  positions ``m..`` (``llama_memory_seq_rm``). Every call is one message to
-  the worker and back (its cost is inside the times our loop measures, the
-  same for the baseline, the speculative loop and the cost curves);
+  gets only the greedy ids (what greedy verification and the cost curves
+  use: token ids in, token ids out); ``rollback(m)`` removes positions
+  ``m..`` (``llama_memory_seq_rm``); ``greedy_generate`` is the greedy
+  baseline with its token loop in the worker. Every call is one message to
+  the worker and back (its cost is inside the times our loop measures: once
+  per round for the speculative loop and the cost curves' forwards, once per
+  generation for the greedy baseline, as a user's loop has none per token);
 * :class:`LlamaCppTreeDecoder` — in a tree run (``EngineOptions.tree_sequences``)
   every decoder is one: a context with ``n_seq_max`` sequences in a unified KV
   cache, where a token tree is verified in one ``llama_decode`` (its tokens
@@ -51,7 +53,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -66,7 +68,7 @@ from measure.engines.gguf_files import (
 )
 from measure.engines.lossless import NEAR_TIE_TOLERANCE
 from measure.engines.llamacpp_native.build import BUILD_COMMAND
-from measure.seam import EngineOptions, PeerResult
+from measure.seam import EngineOptions, GenerationResult, PeerResult
 
 EXTRA_HINT = f"build llama.cpp and install llama-cpp-python over it: {BUILD_COMMAND}"
 #: Draft kinds this engine builds (``ngram`` rules come from :mod:`measure.drafts`).
@@ -218,6 +220,23 @@ class LlamaCppDecoder:
         self._n_cached += len(ids)
         return torch.tensor(out, dtype=torch.long)
 
+    def greedy_generate(self, input_ids: torch.Tensor, max_new_tokens: int,
+                        eos_token_ids: Sequence[int] = ()) -> GenerationResult:
+        """Greedy decoding of ``input_ids`` ``[1, S]`` from an empty cache with the token loop in the worker:
+        one message per generation, none per token (the baseline of :func:`measure.decoding.autoregressive_generate`).
+
+        A message per token made every token of our baseline wait for two process wake-ups that a user's own
+        loop never waits for: a few per cent on a quiet machine, tens of per cent on a busy one (issue 44).
+        Times are the worker's, from its start to the last token, the prompt processed inside.
+        """
+        ids = input_ids.reshape(-1).tolist()
+        r = self._worker.call("greedy", dec=self.handle, ids=ids, max_new_tokens=int(max_new_tokens),
+                              eos=[int(t) for t in eos_token_ids])
+        self._n_cached = len(ids) + len(r["tokens"]) - 1  # the last token is emitted, not fed
+        lat = tuple(float(v) for v in r["latency_ms"])
+        return GenerationResult(tokens=tuple(int(t) for t in r["tokens"]), prompt_tokens=len(ids),
+                                wall_s=float(r["wall_s"]), ttft_ms=lat[0], token_latency_ms=lat)
+
     def forward_topk_logprobs(self, input_ids: torch.Tensor, k: int,
                               last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Like :meth:`forward`, but only each row's ``k`` best ids (best first) and their log-probabilities
@@ -300,6 +319,12 @@ class LlamaCppTreeDecoder(LlamaCppDecoder):
     def forward_argmax(self, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         out = super().forward_argmax(input_ids, last_only)
         self._committed = self._n_cached
+        return out
+
+    def greedy_generate(self, input_ids: torch.Tensor, max_new_tokens: int,
+                        eos_token_ids: Sequence[int] = ()) -> GenerationResult:
+        out = super().greedy_generate(input_ids, max_new_tokens, eos_token_ids)
+        self._committed, self._sees = self._n_cached, []
         return out
 
     def forward_topk_logprobs(self, input_ids: torch.Tensor, k: int,

@@ -30,7 +30,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -48,6 +48,7 @@ class Generated:
     tokens: list[int]
     wall_s: float
     ttft_ms: float | None
+    latency_ms: tuple[float, ...] = ()  # per emitted token, from the previous one (the first: from the call)
     drafted: int | None = None
     accepted: int | None = None
     rounds: int | None = None
@@ -65,22 +66,23 @@ def accepted_of(prompt_tokens: int, out: list[int], calls: list[tuple[int, list[
 
 
 def generate(llm: Any, prompt: list[int], eos: set[int], temperature: float, max_new_tokens: int,
-             seed: int) -> tuple[list[int], float, float | None]:
-    """``llm.generate`` from an empty cache until ``max_new_tokens`` or an end-of-generation id → (tokens, wall
-    seconds from the call to the last token, milliseconds to the first token)."""
+             seed: int) -> Generated:
+    """``llm.generate`` from an empty cache until ``max_new_tokens`` or an end-of-generation id: tokens, wall
+    seconds from the call to the last token, milliseconds to the first token and between tokens."""
     llm.set_seed(int(seed))
     llm.reset()  # a fresh generation: the prompt is processed inside the timed span, as in our loop
     out: list[int] = []
-    ttft = None
-    t0 = time.perf_counter()
+    lat: list[float] = []
+    t0 = last = time.perf_counter()
     for tok in llm.generate(prompt, temp=float(temperature), top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0,
                             repeat_penalty=1.0, reset=True):
-        if ttft is None:
-            ttft = (time.perf_counter() - t0) * 1e3
+        now = time.perf_counter()
+        lat.append((now - last) * 1e3)
+        last = now
         out.append(int(tok))
         if len(out) >= max_new_tokens or tok in eos:
             break
-    return out, time.perf_counter() - t0, ttft
+    return Generated(out, last - t0, lat[0] if lat else None, tuple(lat))
 
 
 class Reference(Handler):
@@ -122,9 +124,8 @@ class Reference(Handler):
     def op_plain(self, path: str, n_ctx: int, threads: int, gpu_layers: int, prompt: list[int], eos: list[int],
                  temperature: float, max_new_tokens: int, seed: int) -> dict:
         """A plain ``Llama.generate``."""
-        llm = self.llama(path, n_ctx, threads, gpu_layers, False)
-        out, wall_s, ttft = generate(llm, prompt, set(eos), temperature, max_new_tokens, seed)
-        return Generated(out, wall_s, ttft).__dict__
+        return generate(self.llama(path, n_ctx, threads, gpu_layers, False), prompt, set(eos), temperature,
+                        max_new_tokens, seed).__dict__
 
     def op_lookup(self, path: str, n_ctx: int, threads: int, gpu_layers: int, prompt: list[int], eos: list[int],
                   max_ngram: int, gamma: int, temperature: float, max_new_tokens: int, seed: int) -> dict:
@@ -142,9 +143,9 @@ class Reference(Handler):
 
         llm = self.llama(path, n_ctx, threads, gpu_layers, True)
         llm.draft_model = CountingLookup(max_ngram_size=int(max_ngram), num_pred_tokens=int(gamma))
-        out, wall_s, ttft = generate(llm, prompt, set(eos), temperature, max_new_tokens, seed)
-        return Generated(out, wall_s, ttft, drafted=sum(len(p) for _, p in calls),
-                         accepted=accepted_of(len(prompt), out, calls), rounds=len(calls)).__dict__
+        g = generate(llm, prompt, set(eos), temperature, max_new_tokens, seed)
+        return replace(g, drafted=sum(len(p) for _, p in calls), accepted=accepted_of(len(prompt), g.tokens, calls),
+                       rounds=len(calls)).__dict__
 
 
 def main(argv: list[str]) -> int:

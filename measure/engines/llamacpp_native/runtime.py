@@ -9,7 +9,8 @@ OpenMP setting of ours). Objects:
 * :class:`Context` — one ``llama_context`` (a KV-cached sequence, batch size 1):
   ``forward`` feeds ``n`` tokens in **one** ``llama_decode`` with logits for
   every fed position (or the last), ``argmax`` the same with only the greedy
-  ids coming back, ``rollback(m)`` removes positions ``m..`` with
+  ids coming back, ``greedy`` a whole greedy generation with the token loop
+  run here (one message per generation), ``rollback(m)`` removes positions ``m..`` with
   ``llama_memory_seq_rm``; a full-size sliding-window cache (``swa_full``)
   keeps the rollback exact for SWA models (Gemma-3); ``topk`` the best ``k``
   ids and their log-probabilities per row (a tree draft's candidates);
@@ -26,6 +27,7 @@ import ctypes
 import importlib.metadata
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -197,6 +199,27 @@ class Context:
         """Like :meth:`forward`, but only each row's ``k`` best ids and their log-probabilities come back
         (:func:`top_logprobs`)."""
         return top_logprobs(self._decode(ids, 1 if last_only else len(ids)), k)
+
+    def greedy(self, ids: list[int], max_new_tokens: int, eos: list[int]) -> dict:
+        """Greedy decoding of prompt ``ids`` from an empty cache, the token loop run here — one ``llama_decode``
+        and argmax per token, as a user's loop runs in its own process, with no message to the parent between
+        tokens — until ``max_new_tokens`` or an id in ``eos``: tokens, wall seconds from the start to the last
+        token (the prompt processed inside), milliseconds to each token from the previous one."""
+        self.reset()
+        stop = {int(t) for t in eos}
+        out: list[int] = []
+        lat: list[float] = []
+        t0 = last = time.perf_counter()
+        x = self.argmax(ids, last_only=True)[0]
+        while True:
+            now = time.perf_counter()
+            lat.append((now - last) * 1e3)
+            last = now
+            out.append(int(x))
+            if len(out) >= max_new_tokens or x in stop:
+                break
+            x = self.argmax([x], last_only=True)[0]
+        return {"tokens": out, "wall_s": last - t0, "latency_ms": lat}
 
     def rollback(self, n_tokens: int) -> None:
         """Keep the first ``n_tokens`` cached positions (``llama_memory_seq_rm`` of the rest)."""

@@ -110,6 +110,9 @@ class Worker(Handler):
     def op_argmax(self, dec: int, ids: list[int], last_only: bool) -> list[int]:
         return self.contexts[dec].argmax(ids, last_only)
 
+    def op_greedy(self, dec: int, ids: list[int], max_new_tokens: int, eos: list[int]) -> dict:
+        return self.contexts[dec].greedy(ids, max_new_tokens, eos)
+
     def op_topk(self, dec: int, ids: list[int], k: int, last_only: bool) -> tuple[list, list]:
         return self.contexts[dec].topk(ids, k, last_only)
 

@@ -300,6 +300,19 @@ def test_forward_and_rollback_match_recomputation(smollm2, prompt):
 
 
 @pytest.mark.slow
+def test_the_greedy_baseline_runs_its_token_loop_in_the_worker(smollm2, prompt):
+    from measure.decoding import autoregressive_generate
+
+    dec = smollm2.new_decoder()
+    r = autoregressive_generate(dec, prompt, 0.0, 12, None, ())  # one message to the worker, none per token
+    assert list(r.tokens) == _greedy(smollm2.new_decoder(), prompt, 12)
+    assert dec.n_cached == prompt.shape[1] + 11 and len(r.token_latency_ms) == 12
+    assert r.ttft_ms == r.token_latency_ms[0] and abs(sum(r.token_latency_ms) - r.wall_s * 1e3) < 1e-3
+    nxt = dec.forward_argmax(torch.tensor([[r.tokens[-1]]]), last_only=True)  # the cache goes on from there
+    assert int(nxt) == _greedy(smollm2.new_decoder(), prompt, 13)[-1]
+
+
+@pytest.mark.slow
 def test_batched_logits_close_to_sequential(smollm2, prompt):
     dec = smollm2.new_decoder()
     cont = torch.tensor([_greedy(dec, prompt, 9)])  # [1, 9]
