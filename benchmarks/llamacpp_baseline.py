@@ -7,8 +7,9 @@
 Every mode is a greedy generation of the same prompt ids (the user message through the GGUF's chat template,
 as the sweep encodes it), until ``--max-new-tokens`` or an end-of-generation id:
 
-* ``ours`` — the sweep's baseline: our loop (:func:`measure.decoding.autoregressive_generate`) over the
-  engine's worker process, one message per token;
+* ``ours`` — the sweep's baseline: our loop (:func:`measure.decoding.autoregressive_generate`), whose greedy
+  token loop runs in the engine's worker (one message per generation); ``ours-per-token`` — the same loop
+  with one message to the worker per token, as before issue 44;
 * ``reference`` — the sweep's in-run reference: llama-cpp-python's plain ``Llama.generate`` in the engine's
   reference process (:mod:`measure.engines.llamacpp_native.reference`), started once;
 * ``fresh`` — a new Python process per (round, prompt) that imports ``llama_cpp`` only and runs
@@ -88,6 +89,18 @@ def record(tokens: Any, wall_s: float, ttft_s: float) -> dict:
             "decode_tps": (n - 1) / (wall_s - ttft_s) if n > 1 and wall_s > ttft_s else float("nan")}
 
 
+class PerTokenMessages:
+    """Our decoder without its own greedy loop: one message to the worker per token (the baseline before issue 44)."""
+
+    def __init__(self, decoder: Any) -> None:
+        self._decoder = decoder
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "greedy_generate":
+            raise AttributeError(name)
+        return getattr(self._decoder, name)
+
+
 class Paths:
     """Our engine (worker and reference process) on one model, and the fresh process's job."""
 
@@ -109,6 +122,8 @@ class Paths:
         t, n = self.target, self.a.max_new_tokens
         r = autoregressive_generate(self.decoder, ids, 0.0, n, None, t.eos_token_ids)
         out = {"ours": record(r.tokens, r.wall_s, r.ttft_ms / 1e3)}
+        r = autoregressive_generate(PerTokenMessages(self.decoder), ids, 0.0, n, None, t.eos_token_ids)
+        out["ours-per-token"] = record(r.tokens, r.wall_s, r.ttft_ms / 1e3)
         for g in self.a.gamma or []:
             draft = ngram_draft(f"ngram:{self.a.lookup}:first", t.vocab_size, t.eos_token_ids)
             s = speculative_generate(self.decoder, draft, ids, GammaSpec.parse(f"fixed:{g}").policy(), 0.0, n, None,
@@ -176,8 +191,8 @@ def summarise(a: argparse.Namespace, paths: Paths, rows: list[dict]) -> dict:
         "decode_tps": {m: statistics.median(r[m]["decode_tps"] for r in rows) for m in modes},
         "same_tokens_ours_fresh": sum(r["ours"]["tokens"] == r["fresh"]["tokens"] for r in rows),
         "pairs": {f"{n}/{d}": {k: pair(rows, n, d, k) for k in ("tps", "decode_tps")}
-                  for n, d in (("ours", "fresh"), ("ours", "reference"), ("reference", "fresh"),
-                               ("fresh", "fresh-cached"))},
+                  for n, d in (("ours", "fresh"), ("ours", "reference"), ("ours-per-token", "reference"),
+                               ("reference", "fresh"), ("fresh", "fresh-cached"))},
         "rows": [{k: ({kk: vv for kk, vv in v.items() if kk != "tokens"} if isinstance(v, dict) else v)
                   for k, v in r.items()} for r in rows]}
     for g in a.gamma or []:
