@@ -205,11 +205,11 @@ def show(res: dict) -> None:
     print(f"{'mode':<18}{'tok/s (with prompt)':>21}{'decode tok/s':>14}   medians over {len(res['rows'])} pairs")
     for m in res["tps"]:
         print(f"{m:<18}{res['tps'][m]:>21.2f}{res['decode_tps'][m]:>14.2f}")
-    print(f"\n{'pair':<22}{'measure':<12}{'median [min, max]':<26}ratio of means [95% CI]")
+    print(f"\n{'pair':<27}{'measure':<12}{'median [min, max]':<26}ratio of means [95% CI]")
     for name, by in res["pairs"].items():
         for key, p in by.items():
             ci = f"{p['mean_ratio']:.3f} [{p['lo']:.3f}, {p['hi']:.3f}]" if p["lo"] is not None else "-"
-            print(f"{name:<22}{key:<12}{p['median']:.3f} [{p['min']:.3f}, {p['max']:.3f}]      {ci}")
+            print(f"{name:<27}{key:<12}{p['median']:.3f} [{p['min']:.3f}, {p['max']:.3f}]      {ci}")
     print(f"\nours and fresh emitted the same tokens in {res['same_tokens_ours_fresh']} of {len(res['rows'])} pairs")
 
 
