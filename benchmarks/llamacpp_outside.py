@@ -3,7 +3,8 @@
     flock -x /tmp/specscope-cpu.lock python benchmarks/llamacpp_outside.py RUN_DIR [--repeats 3]
 
 The measurement path uses llama-cpp-python only, as its users call it: one
-``Llama(model_path=...)`` for plain decoding, one with
+``Llama(model_path=..., n_ctx=..., n_threads=..., n_threads_batch=...)``
+(the library's defaults otherwise) for plain decoding, one with
 ``draft_model=LlamaPromptLookupDecoding(max_ngram_size=N, num_pred_tokens=γ)``,
 ``Llama.generate`` greedy; no specscope code, no torch in the process. From
 the llama.cpp sweep in ``RUN_DIR`` (``python -m measure --engine llamacpp
@@ -16,7 +17,8 @@ uses the sweep's estimator (mean tokens/s of the method ÷ the baseline's over
 (prompt, repeat) pairs, Fieller's 95% CI; ``measure.stats``, arithmetic only).
 
 Prints a table — per cell the sweep's speedup of our loop and of its peer
-(llama-cpp-python's lookup inside the worker) beside this outside speedup,
+(llama-cpp-python's lookup in the sweep's reference process, a fresh process
+of its own) beside this outside speedup,
 each with its CI, and whether our CI overlaps the outside one — then one
 JSON line.
 """
@@ -78,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     from llama_cpp import Llama
     from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-    kw = dict(model_path=model, n_ctx=n_ctx, n_batch=n_ctx, n_ubatch=min(n_ctx, 512), n_threads=threads,
-              n_threads_batch=threads, flash_attn=False, swa_full=True, no_perf=True, verbose=False)
+    # what a user writes (the sweep's reference process too): the library's defaults beyond these
+    kw = dict(model_path=model, n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False)
     plain = Llama(**kw)
     lookup = Llama(**kw, draft_model=LlamaPromptLookupDecoding())
     eos = {i for i in range(plain.n_vocab()) if llama_cpp.llama_vocab_is_eog(plain._model.vocab, i)}
@@ -113,11 +115,13 @@ def main(argv: list[str] | None = None) -> int:
         peer = Estimate(c.speedup_peer, c.speedup_peer_lo, c.speedup_peer_hi)
         rows.append({"cell_id": c.cell_id, "domain": c.domain, "gamma": int(c.gamma), "ours": ours, "peer": peer,
                      "outside": out, "overlap": overlaps(ours, out),
-                     "plain_tps": mean_ci([tps[("plain", *k)] for k in keys])})
-    print(f"{'domain':<13}{'γ':>3}  {'ours (sweep)':<22}{'peer (sweep)':<22}{'outside':<22}overlap")
+                     "plain_tps": mean_ci([tps[("plain", *k)] for k in keys]),
+                     "base_vs_outside": c.tokens_per_s_baseline / mean_ci([tps[("plain", *k)] for k in keys]).value})
+    print(f"{'domain':<13}{'γ':>3}  {'ours (sweep)':<22}{'peer (sweep)':<22}{'outside':<22}{'overlap':<9}"
+          "sweep base ÷ outside plain (tok/s, not paired)")
     for r in rows:
         print(f"{r['domain']:<13}{r['gamma']:>3}  {r['ours'].as_text(3):<22}{r['peer'].as_text(3):<22}"
-              f"{r['outside'].as_text(3):<22}{r['overlap']}")
+              f"{r['outside'].as_text(3):<22}{str(r['overlap']):<9}{r['base_vs_outside']:.3f}")
     n_ok = sum(bool(r["overlap"]) for r in rows)
     print(f"our speedup's CI overlaps the outside one in {n_ok} of {len(rows)} cells")
     res = {"run_dir": str(a.run_dir), "repeats": a.repeats, "threads": threads, "n_ctx": n_ctx,

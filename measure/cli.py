@@ -287,6 +287,11 @@ class TablePrinter:
         elif near:
             notes.append(f"{near:g} near tie(s): diverged where the target's top two logits were within the "
                          "engine's batch noise")
+        from measure.sweep import LIBRARY_RATIO_TARGET
+
+        lib_lo, lib_hi = LIBRARY_RATIO_TARGET
+        if r.baseline_vs_library is not None and not lib_lo <= r.baseline_vs_library <= lib_hi:
+            notes.append(f"OURS ÷ ENGINE'S OWN {self._ci(r, 'baseline_vs_library', 3)}: outside {lib_lo:g}–{lib_hi:g}")
         note = "; ".join(notes)
         vals = (r.draft, r.gamma_policy, _fmt(float(r.temperature), 1), r.domain,
                 self._ci(r, "tokens_per_s_baseline"), self._ci(r, "tokens_per_s_speculative"),

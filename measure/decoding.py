@@ -90,9 +90,16 @@ def autoregressive_generate(dec: Decoder, input_ids: torch.Tensor, temperature: 
     """Token-by-token decoding with the target's decoder ``dec`` (reset first). ``input_ids``: ``[1, S]``.
 
     Greedy: the argmax stays on the device and is the next step's input; the
-    host reads it once per token (for EOS and the latency stamp).
+    host reads it once per token (for EOS and the latency stamp). A decoder
+    with ``greedy_generate(input_ids, max_new_tokens, eos_token_ids)`` runs
+    this same loop itself and returns the :class:`GenerationResult` (the
+    llama.cpp engine, whose decoder lives in another process: a message per
+    token would cost every token two process wake-ups a user's loop never has).
     """
     temperature = check_temperature(temperature)
+    fused = getattr(dec, "greedy_generate", None) if temperature == 0 else None
+    if fused is not None:  # the decoder runs the token loop where it computes (llama.cpp: no message per token)
+        return fused(input_ids, max_new_tokens, eos_token_ids)
     dev = input_ids.device
     timer = timer or Timer(dev)
     eos = set(eos_token_ids)

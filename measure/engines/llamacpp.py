@@ -13,11 +13,13 @@ parent's side, the :class:`~measure.seam.Engine` the sweep sees:
 * :class:`LlamaCppDecoder` — ``forward`` feeds ``n`` tokens in one
   ``llama_decode`` and gets their logits back as a float32 tensor ``[n, V]``
   (only where sampling or a lossless check needs them); ``forward_argmax``
-  gets only the greedy ids (what greedy decoding, its verification and the
-  cost curves use: token ids in, token ids out); ``rollback(m)`` removes
-  positions ``m..`` (``llama_memory_seq_rm``). Every call is one message to
-  the worker and back (its cost is inside the times our loop measures, the
-  same for the baseline, the speculative loop and the cost curves);
+  gets only the greedy ids (what greedy verification and the cost curves
+  use: token ids in, token ids out); ``rollback(m)`` removes positions
+  ``m..`` (``llama_memory_seq_rm``); ``greedy_generate`` is the greedy
+  baseline with its token loop in the worker. Every call is one message to
+  the worker and back (its cost is inside the times our loop measures: once
+  per round for the speculative loop and the cost curves' forwards, once per
+  generation for the greedy baseline, as a user's loop has none per token);
 * :class:`LlamaCppTreeDecoder` — in a tree run (``EngineOptions.tree_sequences``)
   every decoder is one: a context with ``n_seq_max`` sequences in a unified KV
   cache, where a token tree is verified in one ``llama_decode`` (its tokens
@@ -30,6 +32,13 @@ parent's side, the :class:`~measure.seam.Engine` the sweep sees:
   library's earliest-match rule; ``ngram:N``'s most-recent rule has no peer);
 * the library baseline — llama-cpp-python's plain ``Llama.generate`` on the
   same prompt in the same visit, which our baseline is held against.
+
+The peer and the library baseline run in the *reference* process
+(:mod:`measure.engines.llamacpp_native.reference`): a user's own
+llama-cpp-python, started fresh beside the worker, ``Llama(model_path=...,
+n_ctx=..., n_threads=...)`` with the library's defaults otherwise — not in our
+worker, so nothing of ours (its contexts, its message loop) is in what they
+measure.
 
 Model specs (``--target``): ``gguf:FILE``, ``smollm2-135m``, ``gemma3-270m``
 (:data:`measure.engines.gguf_files.PACKAGED`). Draft specs: ``ngram`` /
@@ -44,7 +53,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -59,7 +68,7 @@ from measure.engines.gguf_files import (
 )
 from measure.engines.lossless import NEAR_TIE_TOLERANCE
 from measure.engines.llamacpp_native.build import BUILD_COMMAND
-from measure.seam import EngineOptions, PeerResult
+from measure.seam import EngineOptions, GenerationResult, PeerResult
 
 EXTRA_HINT = f"build llama.cpp and install llama-cpp-python over it: {BUILD_COMMAND}"
 #: Draft kinds this engine builds (``ngram`` rules come from :mod:`measure.drafts`).
@@ -211,6 +220,23 @@ class LlamaCppDecoder:
         self._n_cached += len(ids)
         return torch.tensor(out, dtype=torch.long)
 
+    def greedy_generate(self, input_ids: torch.Tensor, max_new_tokens: int,
+                        eos_token_ids: Sequence[int] = ()) -> GenerationResult:
+        """Greedy decoding of ``input_ids`` ``[1, S]`` from an empty cache with the token loop in the worker:
+        one message per generation, none per token (the baseline of :func:`measure.decoding.autoregressive_generate`).
+
+        A message per token made every token of our baseline wait for two process wake-ups that a user's own
+        loop never waits for: a few per cent on a quiet machine, tens of per cent on a busy one (issue 44).
+        Times are the worker's, from its start to the last token, the prompt processed inside.
+        """
+        ids = input_ids.reshape(-1).tolist()
+        r = self._worker.call("greedy", dec=self.handle, ids=ids, max_new_tokens=int(max_new_tokens),
+                              eos=[int(t) for t in eos_token_ids])
+        self._n_cached = len(ids) + len(r["tokens"]) - 1  # the last token is emitted, not fed
+        lat = tuple(float(v) for v in r["latency_ms"])
+        return GenerationResult(tokens=tuple(int(t) for t in r["tokens"]), prompt_tokens=len(ids),
+                                wall_s=float(r["wall_s"]), ttft_ms=lat[0], token_latency_ms=lat)
+
     def forward_topk_logprobs(self, input_ids: torch.Tensor, k: int,
                               last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Like :meth:`forward`, but only each row's ``k`` best ids (best first) and their log-probabilities
@@ -293,6 +319,12 @@ class LlamaCppTreeDecoder(LlamaCppDecoder):
     def forward_argmax(self, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
         out = super().forward_argmax(input_ids, last_only)
         self._committed = self._n_cached
+        return out
+
+    def greedy_generate(self, input_ids: torch.Tensor, max_new_tokens: int,
+                        eos_token_ids: Sequence[int] = ()) -> GenerationResult:
+        out = super().greedy_generate(input_ids, max_new_tokens, eos_token_ids)
+        self._committed, self._sees = self._n_cached, []
         return out
 
     def forward_topk_logprobs(self, input_ids: torch.Tensor, k: int,
@@ -434,6 +466,7 @@ class LlamaCppEngine:
         self.options = options
         self.threads = resolved_threads(options)
         self._worker: Any = None
+        self._reference: Any = None
         self.trust: dict = {}
         # the loop's own tensor work (ids in and out, one argmax where sampling) is tiny: torch's own thread
         # pool is not needed in this process, which only waits for the worker while llama.cpp computes
@@ -462,10 +495,12 @@ class LlamaCppEngine:
         return self._worker
 
     def close(self) -> None:
-        """End the worker process."""
-        if self._worker is not None:
-            self._worker.close()
-            self._worker = None
+        """End the worker process and the reference process."""
+        for name in ("_worker", "_reference"):
+            proc = getattr(self, name)
+            if proc is not None:
+                proc.close()
+                setattr(self, name, None)
 
     # loading
     def gpu_layers(self, device: str) -> int:
@@ -541,7 +576,8 @@ class LlamaCppEngine:
 
     def versions(self) -> Mapping[str, str | None]:
         """For ``run.json`` and the fingerprint: llama-cpp-python's version, threads, the build and the CPU
-        backend llama.cpp loaded with the feature line it reports, that it ran in a process of its own, and in a
+        backend llama.cpp loaded with the feature line it reports, that it ran in a process of its own, how the
+        reference (the library's own loops) is made, and in a
         tree run the contexts' tree settings (``n_seq_max``, unified KV cache)."""
         h = self.worker.hello
         build = self.trust.get("build") or {}
@@ -552,16 +588,32 @@ class LlamaCppEngine:
                 "llamacpp_build": build.get("key") or f"not specscope's ({h.get('library')})",
                 "llamacpp_process": f"own process, torch {'loaded' if h.get('torch_loaded') else 'not loaded'}, "
                                     f"OMP_WAIT_POLICY {h.get('omp_wait_policy') or 'unset'}",
+                "llamacpp_reference": f"a process of its own beside the worker, started fresh: Llama(model_path, "
+                                      f"n_ctx={self.options.max_len_tokens}, n_threads={self.threads}, "
+                                      f"n_threads_batch={self.threads}), the library's defaults otherwise",
                 **({"llamacpp_variants_tried": "; ".join(f"{v}: {o}" for v, o in sel.get("tried", []))}
                    if sel else {}),
                 **({"llamacpp_tree_context": f"n_seq_max={self.options.tree_sequences}, kv_unified=true (a tree "
                                              "run's contexts, as llama.cpp's examples/speculative needs)"}
                    if self.options.tree_sequences > 1 else {})}
 
-    # llama-cpp-python's own loops
-    def _library_args(self, target: LlamaCppTarget, input_ids: torch.Tensor) -> dict:
-        return {"model": target.handle, "max_len_tokens": int(self.options.max_len_tokens), "threads": self.threads,
-                "prompt": input_ids.reshape(-1).tolist(), "eos": list(target.eos_token_ids)}
+    # llama-cpp-python's own loops, in a user's own process
+    @property
+    def reference(self) -> Any:
+        """The reference process (:mod:`measure.engines.llamacpp_native.reference`): a user's own
+        llama-cpp-python, started fresh beside the worker by the first call that needs it."""
+        if self._reference is None:
+            from measure.engines.llamacpp_native.client import LlamaCppWorker
+
+            self._reference = LlamaCppWorker(quiet=self.options.quiet, module="reference")
+            if self._reference.hello.get("torch_loaded"):
+                raise RuntimeError("the llama.cpp reference process imported torch; it must run without it")
+        return self._reference
+
+    def _reference_args(self, target: LlamaCppTarget, input_ids: torch.Tensor) -> dict:
+        return {"path": str(target.path), "n_ctx": int(self.options.max_len_tokens), "threads": self.threads,
+                "gpu_layers": target.gpu_layers, "prompt": input_ids.reshape(-1).tolist(),
+                "eos": list(target.eos_token_ids)}
 
     def has_peer(self, target: LlamaCppTarget, draft: Any, gamma: int) -> bool:
         """Whether :meth:`peer_generate` runs this pair: llama-cpp-python's prompt lookup takes ``ngram:N:first``
@@ -574,22 +626,23 @@ class LlamaCppEngine:
 
     def peer_generate(self, target: LlamaCppTarget, draft: Any, input_ids: torch.Tensor, gamma: int,
                       temperature: float, max_new_tokens: int, seed: int) -> PeerResult | None:
-        """llama-cpp-python's own prompt lookup, for ``ngram:N:first`` drafts only (None for others): pure
-        temperature sampling, seeded by ``seed``; ``drafted``/``accepted``/``rounds`` counted from the proposals
-        the library asked for and the tokens it then emitted."""
+        """llama-cpp-python's own prompt lookup in the reference process, for ``ngram:N:first`` drafts only (None
+        for others): pure temperature sampling, seeded by ``seed``; ``drafted``/``accepted``/``rounds`` counted
+        from the proposals the library asked for and the tokens it then emitted."""
         if not self.has_peer(target, draft, gamma):
             return None
-        r = self.worker.call("peer", **self._library_args(target, input_ids), max_ngram=int(draft.max_ngram),
-                             gamma=int(gamma), temperature=float(temperature), max_new_tokens=int(max_new_tokens),
-                             seed=int(seed))
+        r = self.reference.call("lookup", **self._reference_args(target, input_ids), max_ngram=int(draft.max_ngram),
+                                gamma=int(gamma), temperature=float(temperature), max_new_tokens=int(max_new_tokens),
+                                seed=int(seed))
         return PeerResult(tokens=tuple(r["tokens"]), wall_s=r["wall_s"], drafted=r["drafted"],
                           accepted=r["accepted"], rounds=r["rounds"], ttft_ms=r["ttft_ms"])
 
     def library_generate(self, target: LlamaCppTarget, input_ids: torch.Tensor, temperature: float,
                          max_new_tokens: int, seed: int) -> PeerResult:
-        """llama-cpp-python's plain ``Llama.generate`` of the prompt (pure temperature sampling, seeded)."""
-        r = self.worker.call("library", **self._library_args(target, input_ids), temperature=float(temperature),
-                             max_new_tokens=int(max_new_tokens), seed=int(seed))
+        """llama-cpp-python's plain ``Llama.generate`` of the prompt in the reference process (pure temperature
+        sampling, seeded)."""
+        r = self.reference.call("plain", **self._reference_args(target, input_ids), temperature=float(temperature),
+                                max_new_tokens=int(max_new_tokens), seed=int(seed))
         return PeerResult(tokens=tuple(r["tokens"]), wall_s=r["wall_s"], ttft_ms=r["ttft_ms"])
 
 

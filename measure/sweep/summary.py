@@ -59,6 +59,31 @@ def routing(cells: list[CellRow]) -> dict | None:
     return {"single_best_draft": single, "routes": routes, "gain": gain}
 
 
+def library_ratio_outside(cells: list[CellRow], target: tuple[float, float] = LIBRARY_RATIO_TARGET) -> list[dict]:
+    """The cells whose ``baseline_vs_library`` (our baseline ÷ the engine's own plain decoding) leaves
+    ``target``: cell id, the ratio and its CI."""
+    lo, hi = target
+    out = []
+    for c in cells:
+        e = c.estimate("baseline_vs_library")
+        if e.value is not None and not lo <= e.value <= hi:
+            out.append({"cell_id": c.cell_id, "ratio": e.value, "lo": e.lo, "hi": e.hi})
+    return out
+
+
+def peer_agreement(cells: list[CellRow]) -> dict:
+    """Whether our speedup's CI overlaps the peer's (the engine's own speculative decoding, same prompts in the
+    same visits) in each cell that has both with their CIs: how many cells, how many overlap, the cells that do
+    not."""
+    seen = {c.cell_id: stats.overlaps(c.estimate("speedup"), c.estimate("speedup_peer")) for c in cells}
+    both = [c for c in cells if seen[c.cell_id] is not None]
+    apart = [c for c in both if not seen[c.cell_id]]
+    return {"n_cells": len(both), "n_overlap": len(both) - len(apart),
+            "apart": [{"cell_id": c.cell_id, "speedup": c.speedup, "speedup_lo": c.speedup_lo,
+                       "speedup_hi": c.speedup_hi, "speedup_peer": c.speedup_peer,
+                       "speedup_peer_lo": c.speedup_peer_lo, "speedup_peer_hi": c.speedup_peer_hi} for c in apart]}
+
+
 def summarize(cells: list[CellRow], synthetic: bool) -> dict:
     """``run.json`` summary: per draft the geometric-mean speedup with its CI, the best cell with its CI
     (and a note when that CI includes 1.0 or overlaps the runner-up's), and the unstable cells in words.
@@ -103,7 +128,10 @@ def summarize(cells: list[CellRow], synthetic: bool) -> dict:
     if vs_lib:
         gm = stats.geomean_ci(vs_lib)
         out["baseline_vs_library"] = {"geomean": gm.value, "lo": gm.lo, "hi": gm.hi, "n_cells": len(vs_lib),
-                                      "target": list(LIBRARY_RATIO_TARGET)}
+                                      "target": list(LIBRARY_RATIO_TARGET), "outside": library_ratio_outside(cells)}
+    peer = peer_agreement(cells)
+    if peer["n_cells"]:
+        out["speedup_vs_peer"] = peer
     route = routing(cells)
     if route is not None:
         out["routing"] = route
@@ -131,6 +159,19 @@ def summary_lines(summary: dict) -> list[str]:
         lo, hi = lib.get("target") or LIBRARY_RATIO_TARGET
         lines.append(f"our baseline ÷ the engine's own plain decoding, same prompts in the same visits: geometric "
                      f"mean {est.as_text(3)} over {lib['n_cells']} cells (expected {lo:g}–{hi:g})")
+        for c in lib.get("outside") or []:
+            ratio = stats.Estimate(c.get("ratio"), c.get("lo"), c.get("hi"))
+            lines.append(f"cell {c['cell_id']}: our baseline ÷ the engine's own {ratio.as_text(3)}, outside "
+                         f"{lo:g}–{hi:g}: our plain decoding is not the engine's here")
+    peer = summary.get("speedup_vs_peer")
+    if peer:
+        lines.append(f"our speedup's CI overlaps the engine's own speculative decoding's in {peer['n_overlap']} of "
+                     f"{peer['n_cells']} cells")
+        for c in peer.get("apart") or []:
+            ours = stats.Estimate(c.get("speedup"), c.get("speedup_lo"), c.get("speedup_hi"))
+            theirs = stats.Estimate(c.get("speedup_peer"), c.get("speedup_peer_lo"), c.get("speedup_peer_hi"))
+            lines.append(f"cell {c['cell_id']}: our speedup {ours.as_text(3)}, the engine's own {theirs.as_text(3)}: "
+                         "apart")
     route = summary.get("routing")
     if route:
         lines.append(f"routing each domain to its best draft: {route['gain']:.3f}x over the single best draft "

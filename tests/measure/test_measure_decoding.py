@@ -256,3 +256,34 @@ def test_last_only_falls_back_for_models_without_logits_to_keep():
 
     out = forward_logits(Plain(), torch.zeros(1, 4, dtype=torch.long), None, last_only=True)
     assert out.tolist() == [[[9.0, 10.0, 11.0]]]
+
+
+def test_a_decoder_that_runs_its_own_greedy_loop_is_asked_once_per_generation():
+    """The llama.cpp decoder lives in another process: greedy decoding runs its token loop there (one call, no
+    message per token); sampling still goes token by token through ``forward``."""
+    from measure.seam import GenerationResult
+
+    class Fused:
+        vocab_size, n_cached = 4, 0
+        calls: list = []
+
+        def greedy_generate(self, input_ids, max_new_tokens, eos_token_ids=()):
+            self.calls.append((input_ids.shape[1], max_new_tokens, tuple(eos_token_ids)))
+            return GenerationResult((3, 2), int(input_ids.shape[1]), 0.5, 100.0, (100.0, 400.0))
+
+        def reset(self):
+            self.n_cached = 0
+
+        def forward(self, input_ids, last_only=False):
+            self.n_cached += input_ids.shape[1]
+            return torch.tensor([[0.0, 0.0, 0.0, 9.0]])
+
+        def rollback(self, n_tokens):
+            self.n_cached = min(self.n_cached, n_tokens)
+
+    dec = Fused()
+    ids = torch.tensor([[1, 2, 3]])
+    r = autoregressive_generate(dec, ids, 0.0, 2, None, (2,))
+    assert r.tokens == (3, 2) and r.wall_s == 0.5 and dec.calls == [(3, 2, (2,))]
+    hot = autoregressive_generate(dec, ids, 1.0, 2, torch.Generator().manual_seed(0), (2,))
+    assert hot.tokens == (3, 3) and len(dec.calls) == 1  # sampled: token by token, the fused loop not asked

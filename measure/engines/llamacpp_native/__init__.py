@@ -10,9 +10,12 @@ Nothing in this package imports torch. Its modules run in three places:
   the same source;
 * :mod:`.probe` — the check before trusting a build: a tiny decode in a child
   process, per CPU variant, best first; a variant that crashes is never used;
-* :mod:`.worker` — the llama.cpp engine's child process: every model, context,
-  decode, the peer (llama-cpp-python's prompt lookup) and the library baseline
-  (``Llama.generate``) run there, in llama.cpp's default runtime, with no torch
-  in the process. :mod:`.client` is the parent's side of that conversation, and
-  :mod:`.runtime` what the worker does with llama-cpp-python.
+* :mod:`.worker` — the llama.cpp engine's child process: every model, context
+  and decode of ours runs there (the greedy baseline's token loop too), in
+  llama.cpp's default runtime, with no torch in the process. :mod:`.client` is
+  the parent's side of that conversation, and :mod:`.runtime` what the worker
+  does with llama-cpp-python;
+* :mod:`.reference` — a user's own llama-cpp-python process, started fresh
+  beside the worker: the peer (``LlamaPromptLookupDecoding``) and the library
+  baseline (plain ``Llama.generate``) run there, with the library's defaults.
 """

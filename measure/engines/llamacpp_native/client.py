@@ -1,8 +1,9 @@
-"""The parent's side of the llama.cpp worker: start it, ask it, notice when it dies.
+"""The parent's side of the llama.cpp worker and of the reference process: start one, ask it, notice when it dies.
 
 :class:`LlamaCppWorker` starts ``python -m measure.engines.llamacpp_native.worker``
-with one end of a socket pair and sends it ``(op, args)`` messages
-(:mod:`.worker` lists them). A crash in native code kills only the worker: the
+(or, with ``module="reference"``, the user's own llama-cpp-python process of
+:mod:`.reference`) with one end of a socket pair and sends it ``(op, args)``
+messages (:mod:`.worker` and :mod:`.reference` list them). A crash in native code kills only the worker: the
 next call finds the socket closed, waits for the process and raises
 :class:`WorkerDied` naming the signal, the operation and the pid — a
 :class:`measure.records.RunInterrupted`, so a sweep keeps every finished visit,
@@ -38,14 +39,21 @@ class WorkerDied(RunInterrupted):
         self.outcome, self.op = outcome, op
 
 
-class LlamaCppWorker:
-    """One llama.cpp worker process (see module docstring); ``close()`` ends it."""
+#: The processes this client starts: the engine's worker, and the reference (a user's own llama-cpp-python).
+MODULES = ("worker", "reference")
 
-    def __init__(self, quiet: bool = True) -> None:
+
+class LlamaCppWorker:
+    """One llama.cpp worker (or reference) process (see module docstring); ``close()`` ends it."""
+
+    def __init__(self, quiet: bool = True, module: str = "worker") -> None:
+        if module not in MODULES:
+            raise ValueError(f"module {module!r}: valid: {', '.join(MODULES)}")
+        self.module = module
         parent, child = Pipe(duplex=True)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_SOURCE_ROOT), env.get("PYTHONPATH")) if p)
-        cmd = [sys.executable, "-m", "measure.engines.llamacpp_native.worker", str(child.fileno())]
+        cmd = [sys.executable, "-m", f"measure.engines.llamacpp_native.{module}", str(child.fileno())]
         if quiet:
             cmd.append("--quiet")
         self._proc = subprocess.Popen(cmd, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, env=env)
@@ -58,7 +66,7 @@ class LlamaCppWorker:
         """The worker's answer to ``op``; its ``ValueError`` re-raised as ``ValueError``, other errors as
         ``RuntimeError``; :class:`WorkerDied` if it dies meanwhile."""
         if self._conn is None:
-            raise RuntimeError(f"the llama.cpp worker (pid {self.pid}) was closed; no {op!r}")
+            raise RuntimeError(f"the llama.cpp {self.module} (pid {self.pid}) was closed; no {op!r}")
         try:
             self._conn.send((op, args))
             reply = self._conn.recv()
@@ -77,7 +85,7 @@ class LlamaCppWorker:
             code = self._proc.wait()
         self._conn = None
         outcome = outcome_of(code)
-        return WorkerDied(f"the llama.cpp worker process (pid {self.pid}) died ({outcome}) during {op!r}",
+        return WorkerDied(f"the llama.cpp {self.module} process (pid {self.pid}) died ({outcome}) during {op!r}",
                           outcome, op)
 
     @property

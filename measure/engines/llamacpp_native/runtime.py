@@ -9,17 +9,16 @@ OpenMP setting of ours). Objects:
 * :class:`Context` — one ``llama_context`` (a KV-cached sequence, batch size 1):
   ``forward`` feeds ``n`` tokens in **one** ``llama_decode`` with logits for
   every fed position (or the last), ``argmax`` the same with only the greedy
-  ids coming back, ``rollback(m)`` removes positions ``m..`` with
+  ids coming back, ``greedy`` a whole greedy generation with the token loop
+  run here (one message per generation), ``rollback(m)`` removes positions ``m..`` with
   ``llama_memory_seq_rm``; a full-size sliding-window cache (``swa_full``)
   keeps the rollback exact for SWA models (Gemma-3); ``topk`` the best ``k``
   ids and their log-probabilities per row (a tree draft's candidates);
 * a tree context (``sequences > 1``, :mod:`.tree`) — the same with several
   sequences in a unified KV cache, for token trees verified in one decode;
-* :meth:`Runtime.peer_generate` — llama-cpp-python's own prompt lookup
-  (``Llama(draft_model=LlamaPromptLookupDecoding(...)).generate``), and
-  :meth:`Runtime.library_generate` — its plain ``Llama.generate``: the
-  library as its users call it, with the same context size, threads and
-  sampling (pure temperature) as our contexts.
+* llama-cpp-python's own loops (plain ``Llama.generate`` and its prompt
+  lookup) do not run here: they run in a process of their own, started
+  fresh, as a user's (:mod:`.reference`).
 """
 
 from __future__ import annotations
@@ -76,7 +75,7 @@ def vocabulary_mismatch(n_a: int, n_b: int, text_a: Any, text_b: Any,
 
 @dataclass(frozen=True)
 class ContextSettings:
-    """The ``llama_context_params`` every context of a run uses (ours, the peer's, the library's).
+    """The ``llama_context_params`` every context of ours uses (the baseline's, the speculative loop's, the drafts').
 
     ``n_ctx = n_batch = max_len_tokens`` (a prefill is one batch), ``n_ubatch ≤ 512``, one thread count for
     single-token and batch decodes, flash attention off (``Llama``'s default), a full-size SWA cache.
@@ -231,6 +230,27 @@ class Context:
         (:func:`top_logprobs`)."""
         return top_logprobs(self._decode(ids, 1 if last_only else len(ids)), k)
 
+    def greedy(self, ids: list[int], max_new_tokens: int, eos: list[int]) -> dict:
+        """Greedy decoding of prompt ``ids`` from an empty cache, the token loop run here — one ``llama_decode``
+        and argmax per token, as a user's loop runs in its own process, with no message to the parent between
+        tokens — until ``max_new_tokens`` or an id in ``eos``: tokens, wall seconds from the start to the last
+        token (the prompt processed inside), milliseconds to each token from the previous one."""
+        self.reset()
+        stop = {int(t) for t in eos}
+        out: list[int] = []
+        lat: list[float] = []
+        t0 = last = time.perf_counter()
+        x = self.argmax(ids, last_only=True)[0]
+        while True:
+            now = time.perf_counter()
+            lat.append((now - last) * 1e3)
+            last = now
+            out.append(int(x))
+            if len(out) >= max_new_tokens or x in stop:
+                break
+            x = self.argmax([x], last_only=True)[0]
+        return {"tokens": out, "wall_s": last - t0, "latency_ms": lat}
+
     def rollback(self, n_tokens: int) -> None:
         """Keep the first ``n_tokens`` cached positions (``llama_memory_seq_rm`` of the rest)."""
         if n_tokens < 0:
@@ -269,19 +289,6 @@ def context_params(ll: Any, s: ContextSettings) -> Any:
     return cp
 
 
-@dataclass(frozen=True)
-class LibraryResult:
-    """A generation by llama-cpp-python's own code: tokens, wall time from the call to the last token (prefill
-    included), time to the first token, and for the prompt lookup its proposals and acceptances."""
-
-    tokens: list[int]
-    wall_s: float
-    ttft_ms: float | None
-    drafted: int | None = None
-    accepted: int | None = None
-    rounds: int | None = None
-
-
 class Runtime:
     """llama-cpp-python, loaded once per process (see module docstring).
 
@@ -305,7 +312,6 @@ class Runtime:
         self.quiet = quiet
         self._log = _log_callback(llama_cpp, quiet)
         self._install_log()
-        self._llamas: dict[tuple, Any] = {}
 
     def _install_log(self) -> None:
         """llama.cpp's log through :func:`_log_callback` (again after ``Llama`` is first imported: its module
@@ -374,77 +380,6 @@ class Runtime:
         else:
             ids = self.tokenize(model, text, add_special=True, parse_special=False)
         return ids[-max_prompt_tokens:]
-
-    # -- the library's own loops ----------------------------------------------------------------
-    def _llama(self, model: Model, s: ContextSettings, lookup: bool) -> Any:
-        """A ``Llama`` over ``model``'s file with settings ``s`` (with a prompt-lookup draft when ``lookup``)."""
-        key = (str(model.path), s, lookup)
-        if key not in self._llamas:
-            from llama_cpp import Llama
-            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-            self._llamas[key] = Llama(
-                model_path=str(model.path), n_gpu_layers=s.gpu_layers, n_ctx=s.max_len_tokens,
-                n_batch=s.max_len_tokens, n_ubatch=min(s.max_len_tokens, 512), n_threads=s.threads,
-                n_threads_batch=s.threads, flash_attn=False, swa_full=True, no_perf=True,
-                draft_model=LlamaPromptLookupDecoding() if lookup else None, verbose=False)
-            logging.getLogger(_LOGGER_NAME).setLevel(logging.ERROR if self.quiet else logging.WARNING)
-            self._install_log()
-        return self._llamas[key]
-
-    @staticmethod
-    def _run(llm: Any, prompt: list[int], eos: set[int], temperature: float, max_new_tokens: int,
-             seed: int) -> tuple[list[int], float, float | None]:
-        llm.set_seed(int(seed))
-        llm.reset()  # no KV-cache reuse from the previous generation: every generation prefills its prompt
-        out: list[int] = []
-        ttft = None
-        t0 = time.perf_counter()
-        for tok in llm.generate(prompt, temp=float(temperature), top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0,
-                                repeat_penalty=1.0, reset=True):
-            if ttft is None:
-                ttft = (time.perf_counter() - t0) * 1e3
-            out.append(int(tok))
-            if len(out) >= max_new_tokens or tok in eos:
-                break
-        return out, time.perf_counter() - t0, ttft
-
-    def library_generate(self, model: Model, s: ContextSettings, prompt: list[int], eos: set[int],
-                         temperature: float, max_new_tokens: int, seed: int) -> LibraryResult:
-        """llama-cpp-python's plain ``Llama.generate`` (pure temperature sampling, seeded)."""
-        tokens, wall_s, ttft = self._run(self._llama(model, s, lookup=False), prompt, eos, temperature,
-                                         max_new_tokens, seed)
-        return LibraryResult(tokens, wall_s, ttft)
-
-    def peer_generate(self, model: Model, s: ContextSettings, prompt: list[int], eos: set[int], max_ngram: int,
-                      gamma: int, temperature: float, max_new_tokens: int, seed: int) -> LibraryResult:
-        """llama-cpp-python's own prompt lookup (``LlamaPromptLookupDecoding(max_ngram_size, num_pred_tokens=γ)``).
-
-        Its rule is the earliest earlier match of the longest n-gram that has
-        one (the sweep's ``ngram:N:first``). ``drafted``/``accepted``/``rounds``
-        are counted from the proposals the library asked for and the tokens it
-        then emitted.
-        """
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-        calls: list[tuple[int, list[int]]] = []
-
-        class CountingLookup(LlamaPromptLookupDecoding):
-            def __call__(self, ids: Any, /, **kw: Any) -> Any:
-                out = super().__call__(ids, **kw)
-                calls.append((int(ids.shape[0]), out.tolist()))
-                return out
-
-        llm = self._llama(model, s, lookup=True)
-        llm.draft_model = CountingLookup(max_ngram_size=int(max_ngram), num_pred_tokens=int(gamma))
-        out, wall_s, ttft = self._run(llm, prompt, eos, temperature, max_new_tokens, seed)
-        accepted = 0
-        for seq_len, proposal in calls:
-            emitted = out[seq_len - len(prompt):seq_len - len(prompt) + len(proposal)]
-            accepted += next((i for i, (a, b) in enumerate(zip(proposal, emitted)) if a != b),
-                             min(len(proposal), len(emitted)))
-        return LibraryResult(out, wall_s, ttft, drafted=sum(len(p) for _, p in calls), accepted=accepted,
-                             rounds=len(calls))
 
     def quantize(self, source: Path, qtype: str, threads: int, root: Path) -> tuple[str, bool]:
         """The ``qtype`` copy of ``source`` cached under ``root`` (:func:`measure.engines.gguf_files.quantized_copy`)."""

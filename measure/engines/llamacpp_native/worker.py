@@ -35,30 +35,38 @@ from measure.engines.llamacpp_native.tree import TreeContext
 FAULT_ENV = "SPECSCOPE_LLAMACPP_FAULT"
 
 
-class Worker:
-    """The objects of one engine (models, contexts) and the operations the parent may ask for."""
+class Handler:
+    """Operations by name (``op_<name>`` methods) with the fault injection of the crash tests; the base of this
+    worker and of the reference process (:mod:`.reference`)."""
 
-    def __init__(self, quiet: bool) -> None:
-        self.rt = Runtime(quiet=quiet)
-        self.models: dict[int, Model] = {}
-        self.contexts: dict[int, Any] = {}
-        self._next = 1
+    def __init__(self) -> None:
         op, _, n = os.environ.get(FAULT_ENV, "").partition(":")
         self._fault = (op, int(n)) if op and n.isdigit() else None
         self._calls: dict[str, int] = {}
 
-    def _handle(self) -> int:
-        self._next += 1
-        return self._next
-
     def dispatch(self, op: str, args: dict) -> Any:
         fn = getattr(self, f"op_{op}", None)
         if fn is None:
-            raise ValueError(f"llama.cpp worker: unknown operation {op!r}")
+            raise ValueError(f"llama.cpp {type(self).__name__.lower()}: unknown operation {op!r}")
         self._calls[op] = self._calls.get(op, 0) + 1
         if self._fault is not None and self._fault == (op, self._calls[op]):
             ctypes.string_at(0)  # a read of address 0 in native code: SIGSEGV
         return fn(**args)
+
+
+class Worker(Handler):
+    """The objects of one engine (models, contexts) and the operations the parent may ask for."""
+
+    def __init__(self, quiet: bool) -> None:
+        super().__init__()
+        self.rt = Runtime(quiet=quiet)
+        self.models: dict[int, Model] = {}
+        self.contexts: dict[int, Any] = {}
+        self._next = 1
+
+    def _handle(self) -> int:
+        self._next += 1
+        return self._next
 
     # -- the process and its library -------------------------------------------------------------
     def op_hello(self) -> dict:
@@ -102,6 +110,9 @@ class Worker:
     def op_argmax(self, dec: int, ids: list[int], last_only: bool) -> list[int]:
         return self.contexts[dec].argmax(ids, last_only)
 
+    def op_greedy(self, dec: int, ids: list[int], max_new_tokens: int, eos: list[int]) -> dict:
+        return self.contexts[dec].greedy(ids, max_new_tokens, eos)
+
     def op_topk(self, dec: int, ids: list[int], k: int, last_only: bool) -> tuple[list, list]:
         return self.contexts[dec].topk(ids, k, last_only)
 
@@ -129,24 +140,9 @@ class Worker:
     def op_free(self, dec: int) -> None:
         self.contexts.pop(dec, None)
 
-    # -- llama-cpp-python's own loops ------------------------------------------------------------
-    def op_library(self, model: int, max_len_tokens: int, threads: int, prompt: list[int], eos: list[int],
-                   temperature: float, max_new_tokens: int, seed: int) -> dict:
-        m = self.models[model]
-        s = ContextSettings(max_len_tokens, threads, m.gpu_layers)
-        return self.rt.library_generate(m, s, prompt, set(eos), temperature, max_new_tokens, seed).__dict__
 
-    def op_peer(self, model: int, max_len_tokens: int, threads: int, prompt: list[int], eos: list[int],
-                max_ngram: int, gamma: int, temperature: float, max_new_tokens: int, seed: int) -> dict:
-        m = self.models[model]
-        s = ContextSettings(max_len_tokens, threads, m.gpu_layers)
-        return self.rt.peer_generate(m, s, prompt, set(eos), max_ngram, gamma, temperature, max_new_tokens,
-                                     seed).__dict__
-
-
-def serve(conn: Connection, quiet: bool) -> int:
-    """Answer the parent's requests until it says ``exit`` or goes away."""
-    worker = Worker(quiet)
+def serve(conn: Connection, handler: Handler) -> int:
+    """Answer the parent's requests with ``handler`` until it says ``exit`` or goes away."""
     while True:
         try:
             msg = conn.recv()
@@ -157,7 +153,7 @@ def serve(conn: Connection, quiet: bool) -> int:
             conn.send(("ok", None))
             return 0
         try:
-            result = worker.dispatch(op, args)
+            result = handler.dispatch(op, args)
         except (ValueError, RuntimeError, OSError, KeyError, TypeError) as e:
             conn.send(("error", type(e).__name__, str(e) or type(e).__name__))
             continue
@@ -168,7 +164,7 @@ def main(argv: list[str]) -> int:
     if not argv or not argv[0].isdigit():
         print("usage: python -m measure.engines.llamacpp_native.worker FD [--quiet]", file=sys.stderr)
         return 2
-    return serve(Connection(int(argv[0])), quiet="--quiet" in argv[1:])
+    return serve(Connection(int(argv[0])), Worker(quiet="--quiet" in argv[1:]))
 
 
 if __name__ == "__main__":

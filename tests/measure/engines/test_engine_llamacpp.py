@@ -5,8 +5,9 @@ one-at-a-time logits), greedy speculative decoding through the Decoder with a
 small loop that is this test's oracle (the product loop is
 measure.decoding's), the quantisation cache, the vocabulary check, the peer,
 bad input, and the near-tie criterion on constructed logits. Every llama.cpp
-computation runs in the engine's worker process: this process (with torch)
-never loads a llama.cpp CPU backend (checked). The worker itself, its crash
+computation runs in the engine's worker process, llama-cpp-python's own loops
+in the reference process: this process (with torch) never loads a llama.cpp
+CPU backend (checked). The worker itself, its crash
 handling and the check before trusting a build: test_llamacpp_native.py.
 """
 
@@ -324,6 +325,19 @@ def test_forward_and_rollback_match_recomputation(smollm2, prompt):
 
 
 @pytest.mark.slow
+def test_the_greedy_baseline_runs_its_token_loop_in_the_worker(smollm2, prompt):
+    from measure.decoding import autoregressive_generate
+
+    dec = smollm2.new_decoder()
+    r = autoregressive_generate(dec, prompt, 0.0, 12, None, ())  # one message to the worker, none per token
+    assert list(r.tokens) == _greedy(smollm2.new_decoder(), prompt, 12)
+    assert dec.n_cached == prompt.shape[1] + 11 and len(r.token_latency_ms) == 12
+    assert r.ttft_ms == r.token_latency_ms[0] and abs(sum(r.token_latency_ms) - r.wall_s * 1e3) < 1e-3
+    nxt = dec.forward_argmax(torch.tensor([[r.tokens[-1]]]), last_only=True)  # the cache goes on from there
+    assert int(nxt) == _greedy(smollm2.new_decoder(), prompt, 13)[-1]
+
+
+@pytest.mark.slow
 def test_batched_logits_close_to_sequential(smollm2, prompt):
     dec = smollm2.new_decoder()
     cont = torch.tensor([_greedy(dec, prompt, 9)])  # [1, 9]
@@ -443,6 +457,21 @@ def test_llama_cpp_computes_in_its_own_process_without_torch(engine, smollm2, pr
     assert "libggml-cpu" not in maps  # this process (torch's) never loaded llama.cpp's compute
 
 
+@pytest.mark.slow
+def test_the_reference_is_a_fresh_llama_cpp_python_process_of_its_own(engine, smollm2, prompt):
+    lib = engine.library_generate(smollm2, prompt, 0.0, 12, 0)
+    ref = engine.reference.hello
+    assert ref["pid"] not in (os.getpid(), engine.worker.hello["pid"]) and ref["torch_loaded"] is False
+    assert lib.wall_s > 0 and 0 < lib.ttft_ms < lib.wall_s * 1e3  # the prompt is inside the timed span
+    base = _greedy(smollm2.new_decoder(), prompt, 12)
+    c = check_greedy_lossless(base, list(lib.tokens), baseline_logits_at(smollm2.new_decoder(), prompt, base))
+    assert c.ok, c  # the library's greedy tokens are ours (or diverge at a near tie)
+    # the library's own defaults, not ours: batch 512, flash attention off, f16 cache; our context size and threads
+    s = engine.reference.call("settings", path=str(smollm2.path), n_ctx=256, threads=1, gpu_layers=0)
+    assert (s["n_ctx"], s["n_batch"], s["n_ubatch"], s["n_threads"], s["n_threads_batch"]) == (256, 256, 256, 1, 1)
+    assert "n_ctx=256, n_threads=1" in engine.versions()["llamacpp_reference"]
+
+
 def test_module_imports_without_llama_cpp():
     code = ("import sys; sys.modules['llama_cpp'] = None; import measure.engines.llamacpp as m; "
             "m.check_specs('gguf:/no.gguf', [])")
@@ -475,7 +504,8 @@ def test_measure_calibrate_report_end_to_end_on_llama_cpp(tmp_path):
     greedy = gens[gens["mode"] != "baseline"]
     assert set(greedy["lossless"]) <= {"identical", "near_tie"} and len(greedy) >= 2
     assert (gens["mode"] == "peer").any()  # llama-cpp-python's own prompt lookup ran beside our loop
-    # llama-cpp-python's plain Llama.generate in every visit, our baseline held against it (a ratio with its CI)
+    # llama-cpp-python's plain Llama.generate in every visit (in a fresh process of its own), our baseline held
+    # against it (a ratio with its CI)
     assert (gens["mode"] == "library").sum() == 2 and (cells["tokens_per_s_library"] > 0).all()
     assert (cells["baseline_vs_library"] > 0).all()  # one visit per cell here: no CI (the sweep tests check it)
     assert "engine's own plain decoding" in p.stdout
@@ -485,6 +515,7 @@ def test_measure_calibrate_report_end_to_end_on_llama_cpp(tmp_path):
     v = meta["versions"]  # what llama.cpp ran as: its CPU backend and features, its own process without torch
     assert v["engine_llamacpp_cpu_backend"].startswith("libggml-cpu") and "CPU :" in v["engine_llamacpp_system_info"]
     assert v["engine_llamacpp_process"].startswith("own process, torch not loaded")
+    assert v["engine_llamacpp_reference"].startswith("a process of its own beside the worker, started fresh")
     assert meta["fingerprint"]["peer"] is True and meta["fingerprint"]["library"] is True
     for args in (["calibrate", str(run), "--out", str(cal)], ["reports", str(cal), "--out", str(tmp_path / "rep"),
                                                                  "--no-png"]):

@@ -1,5 +1,6 @@
 """llama.cpp as its users run it (measure/engines/llamacpp_native/): the build's cache key and layout, the check
-before trusting a build (a variant that crashes is never used), the worker process and what happens when it dies.
+before trusting a build (a variant that crashes is never used), the worker process and the reference process
+(a user's own llama-cpp-python) and what happens when one dies.
 
 The crash tests are real crashes: a CPU backend variant that dies when llama.cpp starts it (a small library
 compiled here, scored best by llama.cpp's own scoring) is tried first and never selected, and ``SPECSCOPE_LLAMACPP_FAULT`` makes the worker read address 0 inside native code (SIGSEGV), the
@@ -69,6 +70,25 @@ def test_a_tool_without_a_build_names_the_build_command(monkeypatch):
         B.tool_path("llama-server")
     with pytest.raises(ValueError, match="valid: llama-server, llama-bench"):
         B.tool_path("llama-cli")
+
+
+def test_the_reference_counts_what_the_library_drafted_and_emitted():
+    from measure.engines.llamacpp_native.reference import accepted_of
+
+    # prompt of 5 tokens; a proposal made at length 6 (after the first emitted token) and at length 9
+    out = [10, 11, 12, 13, 99, 15, 16]
+    calls = [(6, [11, 12, 13, 14]), (9, [5]), (11, [1, 2])]  # 3 of 4 match, 0 of 1, the last after the end
+    assert accepted_of(5, out, calls) == 3
+
+
+def test_unknown_operations_and_processes_are_one_line_errors():
+    from measure.engines.llamacpp_native.client import LlamaCppWorker
+    from measure.engines.llamacpp_native.reference import Reference
+
+    with pytest.raises(ValueError, match="llama.cpp reference: unknown operation 'forward'"):
+        Reference(quiet=True).dispatch("forward", {})  # our contexts are never in the reference process
+    with pytest.raises(ValueError, match="module 'server': valid: worker, reference"):
+        LlamaCppWorker(module="server")
 
 
 def test_outcomes_name_the_signal():
@@ -188,12 +208,13 @@ def test_a_sweep_whose_worker_crashes_is_interrupted_keeps_its_visits_and_resume
            "--domains", "code", "--prompts", "2", "--max-new-tokens", "12", "--repeats", "1", "--threads", "1",
            "--no-cost", "--no-traces", "--no-system-check", "--quiet", "--no-progress", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    # llama-cpp-python's Llama.generate runs once in the warm-up and once per visit: the 3rd dies in visit 2
+    # llama-cpp-python's plain Llama.generate (the reference process's "plain") runs once in the warm-up and once
+    # per visit: the 3rd dies in visit 2
     crash = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
-                           env={**env, "SPECSCOPE_LLAMACPP_FAULT": "library:3"})
+                           env={**env, "SPECSCOPE_LLAMACPP_FAULT": "plain:3"})
     err = [ln for ln in crash.stderr.splitlines() if ln.strip()]
     assert crash.returncode == 1 and "Traceback" not in crash.stderr, crash.stderr[-3000:]
-    assert err[-1].startswith("python -m measure: interrupted: the llama.cpp worker process"), err[-3:]
+    assert err[-1].startswith("python -m measure: interrupted: the llama.cpp reference process"), err[-3:]
     assert "(SIGSEGV)" in err[-1] and "cell draft=ngram:2:first|gamma=fixed:2|temp=0|domain=code" in err[-1]
     meta = json.loads((out / "run.json").read_text())
     assert meta["status"] == "interrupted" and "SIGSEGV" in meta["interruption"]
