@@ -106,6 +106,11 @@ GGML_LOG_WARN, GGML_LOG_ERROR, GGML_LOG_CONT = 3, 4, 5
 _ERRORS: list[str] = []
 
 
+#: Every log callback handed to llama.cpp, kept for the life of the process: llama.cpp holds only the address, and
+#: a model or context freed after its :class:`Runtime` (at the end of ``probe decode``) still logs through it.
+_CALLBACKS: list[Any] = []
+
+
 def _log_callback(ll: Any, quiet: bool) -> Any:
     """A llama.cpp log callback writing warnings and errors to stderr (``quiet``: errors only); a continued line
     (``CONT``) follows the level of the line it continues. Keep the object: llama.cpp holds only its address."""
@@ -122,6 +127,7 @@ def _log_callback(ll: Any, quiet: bool) -> Any:
             sys.stderr.write(text.decode("utf-8", "replace"))
             sys.stderr.flush()
 
+    _CALLBACKS.append(callback)  # llama.cpp may log while a model or context is freed after its runtime is gone
     return callback
 
 
