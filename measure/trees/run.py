@@ -491,7 +491,8 @@ def _measure(ctx: RunContext, options: list[TreeOption], hardware: dict,
     cost = _cost_curves(ctx, options, on_disk, say) if cfg.cost_curves else None
     per_visit = math.ceil(len(cost) / max(missing, 1)) if cost is not None else 0
     for rep in range(cfg.repeats):
-        say(f"pass {rep + 1} of {cfg.repeats} over {len(cells)} cells x {len(prompts)} prompts")
+        if any((rep, pi) not in c.visits for c in todo for pi in range(len(prompts))):
+            say(f"pass {rep + 1} of {cfg.repeats} over {len(cells)} cells x {len(prompts)} prompts")
         for ci, cell in enumerate(cells):
             for pi, prompt in enumerate(prompts):
                 if cell.cell_id in done or (rep, pi) in cell.visits:
