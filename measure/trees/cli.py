@@ -5,6 +5,9 @@
     python -m measure tree --engine llamacpp --target smollm2-135m --draft ngram:3 \\
         --tree '[[0],[1],[0,0]]' --tree depth=3,topk=2,budget=5 --gamma 2,4 --prompts 2
 
+Re-running a command with the same ``--out`` resumes the tree run there (after
+a Ctrl-C, a SIGTERM or a SIGKILL): its finished cells and visits are kept and
+only the missing visits are measured; ``--force-new`` moves it aside instead.
 Arguments are parsed and checked here (one line naming the value and flag,
 exit status 2, before any model loads, except ``topk`` against the vocabulary
 of a GGUF target, checked as soon as the target is loaded); the experiment runs
@@ -25,6 +28,7 @@ from measure.drafts import parse_draft_spec
 from measure.records import strict_dumps, utc_now
 from measure.rows import TreeCellRow
 from measure.sweep.config import MAX_GAMMA
+from measure.sweep.driver import set_aside
 from measure.trees.loop import check_tree_option, parse_tree_option
 from measure.trees.run import TreeRunConfig, check_config, run_trees
 from toolkit.cli import OneLineParser, csv_items, exit_on_next_interrupt, fail, int_arg
@@ -76,7 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int_arg(0, 2**31 - 1), default=0)
     p.add_argument("--no-cost-curves", action="store_true", help="skip timing the cost curves (calibrate needs them "
                                                                  "to predict shapes it did not measure)")
-    p.add_argument("--out", default=None, help="a new run directory (default runs/trees-<timestamp>)")
+    p.add_argument("--out", default=None, help="the run directory (default runs/trees-<timestamp>); a tree run "
+                                               "already there is resumed: its finished visits are kept")
+    p.add_argument("--force-new", action="store_true", help="move a run already in --out to "
+                                                            "<out>.replaced-<UTC> and start afresh")
     p.add_argument("--quiet", action="store_true", help="silence third-party loading output")
     return p
 
@@ -115,18 +122,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         fail(PROG, e)
     out = Path(args.out or f"runs/trees-{utc_now().replace(':', '').replace('-', '')[:15]}")
-    if (out / "run.json").exists():
-        fail(PROG, f"--out {str(out)!r} already holds a run; choose a new directory")
     if args.quiet:
         quiet_third_party()
     try:
+        if args.force_new:
+            moved = set_aside(out)
+            if moved is not None:
+                _say(f"--force-new: the previous run is kept in {moved}")
         rows = run_trees(cfg, out, " ".join([PROG, *(argv if argv is not None else sys.argv[2:])]), _say)
     except ValueError as e:
         fail(PROG, e)
     except KeyboardInterrupt:
         exit_on_next_interrupt(130)
-        print(f"interrupted: the run in {out} is incomplete (tree runs do not resume; start a new --out)",
-              file=sys.stderr)
+        print(f"interrupted: every finished visit of the run in {out} is kept; re-run the same command with the "
+              "same --out to resume", file=sys.stderr)
         return 130
     print_cells(rows)
     print(f"run directory: {out}")

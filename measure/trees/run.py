@@ -12,6 +12,15 @@ alternating). Greedy only; every speculative output is judged against the
 baseline's (:mod:`measure.engines.lossless`: identical, a near tie within the
 engine's tolerance, or a failure, which fails the run).
 
+Each finished visit is staged on disk at once (:class:`TreeVisit`,
+``visits.partial.jsonl``, as a sweep stages its visits); a cell's rows go to
+its tables when every visit is measured, its ``tree_cells`` row last. So a run
+killed at any point (Ctrl-C, SIGTERM, SIGKILL) loses at most the visit that
+was running: re-running it into the same directory resumes it through the
+run writer (:class:`measure.records.RunWriter`: lock, fingerprint check,
+unfinished cells' rows dropped), keeps the finished cells and staged visits,
+and measures only the missing visits (:func:`run_trees`).
+
 Between the visits the sweep's cost curves are timed a few points at a time
 (:class:`measure.sweep.cost.CostCurves`: target forwards of 1..max(``budget + 1``, 16)
 tokens over the run's contexts, the draft's step), so ``calibrate`` can price
@@ -22,7 +31,7 @@ The run directory (``docs/RUN_FORMAT.md``, "Tree runs"): ``run.json`` (kind
 ``cost_target.csv`` and ``cost_draft.csv``; ``tree_nodes.csv`` (every drafted
 node), ``tree_ranks.csv`` (every position decided, with the rank the target's
 token had among the draft's candidates) and ``tree_cells.csv`` (one row per
-cell, written last). The command line: :mod:`measure.trees.cli`.
+cell, written last: it marks the cell finished). The command line: :mod:`measure.trees.cli`.
 """
 
 from __future__ import annotations
@@ -44,10 +53,10 @@ from measure.engines.transformers.models import check_model_spec, context_tokens
 from measure.ids import TreeCellId
 from measure.prompts import DOMAINS, Prompt
 from measure.rows import GenerationRow, RoundRow, TreeCellRow, TreeNodeRow, TreeRankRow
-from measure.seam import GenerationResult
+from measure.seam import EngineOptions, GenerationResult
 from measure.stats import speedup_ci
 from measure.sweep.config import MAX_GAMMA, SweepConfig, engine_options, select_prompts
-from measure.sweep.cost import CostCurves, cost_curves_for, prompt_lengths, record_cost, screen_cost
+from measure.sweep.cost import CostCurves, cost_curves_left, prompt_lengths, record_cost, screen_cost
 from measure.sweep.identity import environment, fingerprint
 from measure.sweep.session import Session, open_session
 from measure.timing import Timer
@@ -144,39 +153,107 @@ def sweep_config(cfg: TreeRunConfig, options: list[TreeOption]) -> SweepConfig:
                        threads=cfg.threads, cache=cfg.cache)
 
 
+@dataclass(frozen=True)
+class TreeVisit:
+    """One (repeat, prompt) of a cell as the rows of its tables: the unit a tree run stages on disk
+    (``visits.partial.jsonl``, :meth:`measure.records.RunWriter.stage`) as soon as it is measured."""
+
+    cell_id: str
+    repeat: int
+    prompt_index: int
+    generations: tuple[GenerationRow, ...]
+    rounds: tuple[RoundRow, ...]
+    nodes: tuple[TreeNodeRow, ...]
+    ranks: tuple[TreeRankRow, ...]
+
+    def to_record(self) -> dict:
+        """The visit as the JSON object staged on disk (its rows by :meth:`measure.rows.Row.to_json`)."""
+        return {"cell_id": self.cell_id, "repeat": self.repeat, "prompt_index": self.prompt_index,
+                **{t: [r.to_json() for r in rows] for t, rows in zip(VISIT_TABLES, self.tables())}}
+
+    def tables(self) -> tuple[tuple, ...]:
+        """The visit's rows, table by table in :data:`VISIT_TABLES` order."""
+        return self.generations, self.rounds, self.nodes, self.ranks
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "TreeVisit":
+        """The visit a staged record holds; ``ValueError`` naming the field that is missing or of the wrong type."""
+        for key in ("repeat", "prompt_index"):
+            v = rec.get(key)
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise ValueError(f"{key} {v!r} is not an integer")
+        for key in VISIT_TABLES:
+            rows = rec.get(key)
+            if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+                raise ValueError(f"{key} is not a list of rows")
+        return cls(str(rec["cell_id"]), rec["repeat"], rec["prompt_index"],
+                   tuple(GenerationRow.from_json(r) for r in rec["generations"]),
+                   tuple(RoundRow.from_json(r) for r in rec["rounds"]),
+                   tuple(TreeNodeRow.from_json(r) for r in rec["tree_nodes"]),
+                   tuple(TreeRankRow.from_json(r) for r in rec["tree_ranks"]))
+
+    def problem(self, repeats: int, n_prompts: int) -> str | None:
+        """Why this visit cannot belong to a cell of ``repeats`` repeats over ``n_prompts`` prompts (None if
+        it can): indices out of range, rows of another cell, not one baseline and one speculative generation."""
+        if not 0 <= self.repeat < repeats:
+            return f"repeat {self.repeat} is outside the run's {repeats} repeats"
+        if not 0 <= self.prompt_index < n_prompts:
+            return f"prompt_index {self.prompt_index} is outside the run's {n_prompts} prompts"
+        if any(r.cell_id != self.cell_id for rows in self.tables() for r in rows):
+            return "it holds rows of another cell"
+        if sorted(r.mode for r in self.generations) != ["baseline", "speculative"]:
+            return "its generations are not one baseline and one speculative"
+        return None
+
+
+#: The tables a visit writes, as its staged record names them.
+VISIT_TABLES = ("generations", "rounds", "tree_nodes", "tree_ranks")
+
+
+def _tps(row: GenerationRow) -> float:
+    return float(row.tokens_per_s) if row.tokens_per_s is not None else float("nan")
+
+
 @dataclass
 class TreeCell:
-    """One cell being measured: its shape and what its visits gathered so far."""
+    """One cell being measured: its shape and its visits so far, by (repeat, prompt index)."""
 
     cell: TreeCellId
     loop: str  # "tree" or "chain"
     option: TreeOption | None  # None: a chain-loop cell of ``gamma`` tokens
     gamma: int = 0
-    base_tps: list[float] = field(default_factory=list)
-    spec_tps: list[float] = field(default_factory=list)
-    statuses: list[str] = field(default_factory=list)
-    new_tokens: int = 0
-    accepted: int = 0
-    drafted: int = 0
-    n_rounds: int = 0
+    visits: dict[tuple[int, int], TreeVisit] = field(default_factory=dict)
 
     @property
     def cell_id(self) -> str:
         return self.cell.to_str()
 
+    def speculative_rows(self) -> list[GenerationRow]:
+        """The speculative generation of every visit, in measured order (repeat, then prompt)."""
+        return [next(r for r in self.visits[k].generations if r.mode == "speculative") for k in sorted(self.visits)]
+
+    @property
+    def statuses(self) -> list[str]:
+        """Each visit's lossless verdict (``identical``, ``near_tie``, ``failure``), in measured order."""
+        return [str(r.lossless) for r in self.speculative_rows()]
+
     def row(self, domain: str, n_prompts: int, repeats: int, synthetic: bool, hardware: str) -> TreeCellRow:
         """The cell's ``tree_cells.csv`` row from its visits."""
-        opt = self.option
+        opt, spec = self.option, self.speculative_rows()
+        base = [next(r for r in self.visits[k].generations if r.mode == "baseline") for k in sorted(self.visits)]
+        accepted, drafted = sum(r.accepted or 0 for r in spec), sum(r.drafted or 0 for r in spec)
+        n_rounds, statuses = sum(r.n_rounds or 0 for r in spec), self.statuses
+        base_tps, spec_tps = [_tps(r) for r in base], [_tps(r) for r in spec]
         return TreeCellRow.make(
             cell_id=self.cell_id, draft=self.cell.draft, loop=self.loop, shape=self.cell.shape,
             depth=opt.depth if opt else self.gamma, topk=opt.topk if opt else 1, budget=opt.budget if opt else self.gamma,
-            domain=domain, n_prompts=n_prompts, repeats=repeats, new_tokens=self.new_tokens,
-            tokens_per_s_baseline=float(np.mean(self.base_tps)), tokens_per_s_speculative=float(np.mean(self.spec_tps)),
-            speedup=speedup_ci(self.base_tps, self.spec_tps),
-            mean_accepted_per_round=self.accepted / self.n_rounds if self.n_rounds else None,
-            mean_nodes_per_round=self.drafted / self.n_rounds if self.n_rounds else None, n_rounds=self.n_rounds,
-            outputs_identical=all(s == "identical" for s in self.statuses), synthetic=synthetic, hardware=hardware,
-            n_near_tie=self.statuses.count("near_tie"), n_lossless_failures=self.statuses.count("failure"))
+            domain=domain, n_prompts=n_prompts, repeats=repeats, new_tokens=sum(r.new_tokens for r in spec),
+            tokens_per_s_baseline=float(np.mean(base_tps)), tokens_per_s_speculative=float(np.mean(spec_tps)),
+            speedup=speedup_ci(base_tps, spec_tps),
+            mean_accepted_per_round=accepted / n_rounds if n_rounds else None,
+            mean_nodes_per_round=drafted / n_rounds if n_rounds else None, n_rounds=n_rounds,
+            outputs_identical=all(s == "identical" for s in statuses), synthetic=synthetic, hardware=hardware,
+            n_near_tie=statuses.count("near_tie"), n_lossless_failures=statuses.count("failure"))
 
 
 @dataclass(frozen=True)
@@ -240,9 +317,9 @@ def _tree_rows(cell: TreeCell, prompt: Prompt, rep: int,
     return nodes, ranks
 
 
-def visit(ctx: RunContext, cell: TreeCell, prompt: Prompt, rep: int, order: int) -> int:
+def visit(ctx: RunContext, cell: TreeCell, prompt: Prompt, rep: int, prompt_index: int, order: int) -> TreeVisit:
     """One (prompt, repeat) of ``cell``: baseline and speculative back to back (the order alternating with
-    ``order``), judged, written; returns the next ``order``."""
+    ``order``, the run's count of generations before this visit), judged; returns it as rows (nothing written)."""
     ids = ctx.session.enc[prompt.prompt_id]
     modes = ("baseline", "speculative") if order % 4 == 0 else ("speculative", "baseline")
     res: dict[str, GenerationResult] = {}
@@ -252,24 +329,45 @@ def visit(ctx: RunContext, cell: TreeCell, prompt: Prompt, rep: int, order: int)
             res[mode] = ctx.baseline(ids)
         else:
             res[mode], rounds = ctx.speculative(cell, ids)
-    base, spec = res["baseline"], res["speculative"]
-    check = ctx.lossless(ids, base, spec)
-    cell.base_tps.append(base.tokens_per_s)
-    cell.spec_tps.append(spec.tokens_per_s)
-    cell.statuses.append(check.status)
-    cell.new_tokens += spec.new_tokens
-    cell.accepted += spec.accepted
-    cell.drafted += spec.drafted
-    cell.n_rounds += len(spec.rounds)
-    w = ctx.writer
-    w.append("generations", [_generation_row(cell, prompt, rep, order + k, m, res[m], check)
-                             for k, m in enumerate(modes)])
-    w.append("rounds", [RoundRow(**asdict(rr), cell_id=cell.cell_id, prompt_id=prompt.prompt_id, repeat=rep)
-                        for rr in spec.rounds])
+    spec = res["speculative"]
+    check = ctx.lossless(ids, res["baseline"], spec)
     nodes, ranks = _tree_rows(cell, prompt, rep, rounds)
-    w.append("tree_nodes", nodes)
-    w.append("tree_ranks", ranks)
-    return order + len(modes)
+    return TreeVisit(cell.cell_id, rep, prompt_index,
+                     tuple(_generation_row(cell, prompt, rep, order + k, m, res[m], check) for k, m in enumerate(modes)),
+                     tuple(RoundRow(**asdict(rr), cell_id=cell.cell_id, prompt_id=prompt.prompt_id, repeat=rep)
+                           for rr in spec.rounds), tuple(nodes), tuple(ranks))
+
+
+def finish(writer: TreeRunWriter, cell: TreeCell, row: TreeCellRow) -> None:
+    """Write a measured cell: its visits' rows table by table (repeat, then prompt), its ``tree_cells`` row last."""
+    visits = [cell.visits[k] for k in sorted(cell.visits)]
+    for i, table in enumerate(VISIT_TABLES):
+        writer.append(table, [r for v in visits for r in v.tables()[i]])
+    writer.finish_cell(row)
+
+
+def staged_visits(writer: TreeRunWriter, cells: list[TreeCell], repeats: int, n_prompts: int) -> int:
+    """Put the visits staged on disk by an interrupted run into the unfinished ``cells`` they belong to; a record
+    that cannot belong is quarantined with the reason (:meth:`measure.records.RunWriter.quarantine`). Returns
+    how many were taken."""
+    by_id = {c.cell_id: c for c in cells}
+    taken = 0
+    for rec in writer.staged():
+        try:
+            v = TreeVisit.from_record(rec)
+        except (ValueError, TypeError, KeyError) as e:
+            writer.quarantine(rec, str(e))
+            continue
+        cell = by_id.get(v.cell_id)
+        if cell is None:
+            continue
+        why = v.problem(repeats, n_prompts)
+        if why is not None:
+            writer.quarantine(rec, why)
+            continue
+        taken += (v.repeat, v.prompt_index) not in cell.visits
+        cell.visits[(v.repeat, v.prompt_index)] = v
+    return taken
 
 
 def make_cells(cfg: TreeRunConfig, options: list[TreeOption], draft_name: str, domain: str) -> list[TreeCell]:
@@ -278,34 +376,74 @@ def make_cells(cfg: TreeRunConfig, options: list[TreeOption], draft_name: str, d
     return cells + [TreeCell(TreeCellId(draft_name, f"gamma={g}", domain), "chain", None, g) for g in cfg.gammas]
 
 
-def _open(cfg: TreeRunConfig, options: list[TreeOption], out_dir: str | Path, command: str,
-          say: Callable[[str], None]) -> tuple[RunContext, dict]:
-    """The run directory written and the models opened (:func:`open_session`); returns the context and the
-    machine's hardware record."""
+@dataclass(frozen=True)
+class OpenedTreeRun:
+    """A run directory opened (or resumed) for a tree run, before any model loads: its writer (the fingerprint
+    checked) and what ``run.json`` records of the run's setup."""
+
+    writer: TreeRunWriter
+    meta: dict
+    sweep: SweepConfig
+    prompts: dict[str, list[Prompt]]
+    device: str
+    hardware: dict
+    versions: dict
+    engine_options: EngineOptions
+
+
+def _refuse_other_kind(out: Path) -> None:
+    """A directory holding a run of another kind (a chain sweep, a serving run) is never resumed as a tree run."""
+    if not (out / records.RUN_JSON).is_file():
+        return
+    config = records.read_meta(out / records.RUN_JSON).get("config") or {}
+    if config and config.get("kind") != "trees":
+        raise ValueError(f"--out {str(out)!r} holds a {config.get('kind') or 'sweep'} run, not a tree run; "
+                         "choose a new directory")
+
+
+def open_tree_run(cfg: TreeRunConfig, options: list[TreeOption], out_dir: str | Path, command: str = "",
+                  say: Callable[[str], None] = lambda _m: None) -> OpenedTreeRun:
+    """Open ``out_dir`` for ``cfg``, or resume the tree run there (:class:`measure.records.RunWriter`): a resume
+    measured differently raises :class:`measure.records.FingerprintMismatch` (nothing written)."""
+    out = Path(out_dir)
+    _refuse_other_kind(out)
     scfg = sweep_config(cfg, options)
     device = resolve_device(cfg.device)
     prompts, selection = select_prompts(scfg)
     hardware, versions, source = environment(device)
     fp = {**fingerprint(scfg, device, selection, hardware, versions), "trees": [o.label() for o in options],
           "gammas": list(cfg.gammas), "draft": cfg.draft}
-    writer = TreeRunWriter(out_dir, resume=False, fingerprint=fp)
+    writer = TreeRunWriter(out, fingerprint=fp)
+    for note in writer.repairs:
+        say(note)
     eopts = replace(engine_options(scfg, device, cfg.threads, cfg.quiet), tree_sequences=run_tree_sequences(options))
-    writer.update(command=command, **source, hardware=hardware, versions=versions, prompt_selection=selection,
-                  config={**asdict(cfg), "kind": "trees", "sweep": scfg.as_dict(), "engine_options": asdict(eopts)})
-    session = open_session(scfg, prompts, eopts, quiet=cfg.quiet, say=say, check=writer.check_fingerprint)
-    writer.update(models=session.models(), versions=session.versions(versions), prompts=session.prompts_meta())
+    meta = dict(command=command, **source, hardware=hardware, versions=versions, prompt_selection=selection,
+                config={**asdict(cfg), "kind": "trees", "sweep": scfg.as_dict(), "engine_options": asdict(eopts)})
+    return OpenedTreeRun(writer, meta, scfg, prompts, device, hardware, versions, eopts)
+
+
+def _open_models(opened: OpenedTreeRun, cfg: TreeRunConfig, options: list[TreeOption],
+                 say: Callable[[str], None]) -> RunContext:
+    """``run.json`` written and the models opened (:func:`open_session`, the target checked against a resumed
+    run's fingerprint); returns the context every visit uses."""
+    writer = opened.writer
+    writer.update(**opened.meta)
+    session = open_session(opened.sweep, opened.prompts, opened.engine_options, quiet=cfg.quiet, say=say,
+                           check=writer.check_fingerprint)
+    writer.update(models=session.models(), versions=session.versions(opened.versions), prompts=session.prompts_meta())
     for opt in options:  # the vocabulary of a GGUF target is known now, before any generation
         check_tree_option(opt, draft_spec=cfg.draft, engine=cfg.engine, vocab_size=session.target.vocab_size)
-    return RunContext(writer, session, cfg, Timer(device)), hardware
+    return RunContext(writer, session, cfg, Timer(opened.device))
 
 
-def _cost_curves(ctx: RunContext, options: list[TreeOption], say: Callable[[str], None]) -> CostCurves | None:
-    """The cost-curve points to time between the visits (None without ``cost_curves``)."""
-    if not ctx.config.cost_curves:
-        return None
+def _cost_curves(ctx: RunContext, options: list[TreeOption], on_disk: records.Run,
+                 say: Callable[[str], None]) -> CostCurves | None:
+    """The cost-curve points still to time between the visits (None: none left, or no ``cost_curves``)."""
     s = ctx.session
-    cost = cost_curves_for(sweep_config(ctx.config, options), s.target, list(s.drafts), ctx.timer,
-                           prompt_tokens=prompt_lengths(s.prompts, s.enc))
+    cost = cost_curves_left(sweep_config(ctx.config, options), s.target, list(s.drafts), ctx.timer, on_disk,
+                            prompt_lengths(s.prompts, s.enc))
+    if cost is None:
+        return None
     assert cost.plan is not None
     ctx.writer.update(cost_plan=cost.plan.describe(len(s.drafts)))
     say(f"timing the cost curves' {len(cost)} points a few at a time between the visits "
@@ -313,41 +451,89 @@ def _cost_curves(ctx: RunContext, options: list[TreeOption], say: Callable[[str]
     return cost
 
 
-def run_trees(cfg: TreeRunConfig, out_dir: str | Path, command: str = "",
-              say: Callable[[str], None] = lambda _m: None) -> list[TreeCellRow]:
-    """Measure every cell of ``cfg`` into ``out_dir`` (a new run directory); returns the cell rows."""
-    options = check_config(cfg)
-    ctx, hardware = _open(cfg, options, out_dir, command, say)
-    s = ctx.session
+def _verdicts(row: TreeCellRow) -> set[str]:
+    """The lossless verdicts a finished cell's visits had (from its counts)."""
+    near, failed = row.n_near_tie or 0, row.n_lossless_failures or 0
+    identical = row.n_prompts * row.repeats - near - failed
+    return {v for v, n in (("identical", identical), ("near_tie", near), ("failure", failed)) if n > 0}
+
+
+def _warm_up(ctx: RunContext, cells: list[TreeCell], first: Prompt, n_visits: int,
+             say: Callable[[str], None]) -> None:
+    """``warmup`` generations of the baseline and of each cell with visits left to measure (never recorded)."""
+    ids = ctx.session.enc[first.prompt_id]
+    for cell in cells:
+        if len(cell.visits) == n_visits:
+            continue
+        say(f"warming up {cell.cell_id}")
+        for _ in range(ctx.config.warmup):
+            ctx.baseline(ids)
+            ctx.speculative(cell, ids)
+
+
+def _measure(ctx: RunContext, options: list[TreeOption], hardware: dict,
+             say: Callable[[str], None]) -> list[TreeCellRow]:
+    """Measure the cells' missing visits (each staged on disk at once), then write every unfinished cell."""
+    cfg, s, w = ctx.config, ctx.session, ctx.writer
     prompts = [p for ps in s.prompts.values() for p in ps]
-    cells = make_cells(cfg, options, s.drafts[0].name, ",".join(s.prompts))
-    label = records.hardware_label({**hardware, "torch_threads": torch.get_num_threads()})
-    with ctx.writer.recording():
-        for cell in cells:
-            say(f"warming up {cell.cell_id}")
-            for _ in range(cfg.warmup):
-                ctx.baseline(s.enc[prompts[0].prompt_id])
-                ctx.speculative(cell, s.enc[prompts[0].prompt_id])
-        cost = _cost_curves(ctx, options, say)
-        per_visit = math.ceil(len(cost) / (cfg.repeats * len(cells) * len(prompts))) if cost is not None else 0
-        order = 0
-        for rep in range(cfg.repeats):
+    domain = ",".join(s.prompts)
+    cells = make_cells(cfg, options, s.drafts[0].name, domain)
+    on_disk = records.load_run(w.path)
+    done = {r.cell_id: r for r in on_disk.rows("tree_cells") if isinstance(r, TreeCellRow)}
+    todo = [c for c in cells if c.cell_id not in done]
+    n_visits = cfg.repeats * len(prompts)
+    taken = staged_visits(w, todo, cfg.repeats, len(prompts))
+    missing = sum(n_visits - len(c.visits) for c in todo)
+    if w.resumed:
+        say(f"resuming {w.path}: {len(done)} of {len(cells)} cells finished, {taken} visit(s) kept from before; "
+            f"measuring the {missing} missing")
+    _warm_up(ctx, todo, prompts[0], n_visits, say)
+    cost = _cost_curves(ctx, options, on_disk, say) if cfg.cost_curves else None
+    per_visit = math.ceil(len(cost) / max(missing, 1)) if cost is not None else 0
+    for rep in range(cfg.repeats):
+        if any((rep, pi) not in c.visits for c in todo for pi in range(len(prompts))):
             say(f"pass {rep + 1} of {cfg.repeats} over {len(cells)} cells x {len(prompts)} prompts")
-            for cell in cells:
-                for prompt in prompts:
-                    order = visit(ctx, cell, prompt, rep, order)
-                    if cost is not None:
-                        record_cost(ctx.writer, cost.measure(per_visit))
-        if cost is not None:
-            record_cost(ctx.writer, cost.measure())
-            screen_cost(ctx.writer, cost, say)
-        rows = [c.row(",".join(s.prompts), len(prompts), cfg.repeats, s.synthetic, label) for c in cells]
-        for row in rows:
-            ctx.writer.finish_cell(row)
-        ctx.writer.update(summary={"cells": len(rows), "all_identical": all(r.outputs_identical for r in rows),
-                                   "lossless": sorted({st for c in cells for st in c.statuses})})
+        for ci, cell in enumerate(cells):
+            for pi, prompt in enumerate(prompts):
+                if cell.cell_id in done or (rep, pi) in cell.visits:
+                    continue
+                order = 2 * ((rep * len(cells) + ci) * len(prompts) + pi)  # generations before it in a whole run
+                v = visit(ctx, cell, prompt, rep, pi, order)
+                w.stage(v.to_record())
+                cell.visits[(rep, pi)] = v
+                if cost is not None and len(cost):
+                    record_cost(w, cost.measure(per_visit))
+    if cost is not None and len(cost):
+        record_cost(w, cost.measure())
+    if cfg.cost_curves and (cost is not None or "cost_screening" not in w.meta):
+        screen_cost(w, cost, say)
+    label = records.hardware_label({**hardware, "torch_threads": torch.get_num_threads()})
+    rows = []
+    for cell in cells:
+        row = done.get(cell.cell_id) or cell.row(domain, len(prompts), cfg.repeats, s.synthetic, label)
+        if cell.cell_id not in done:
+            finish(w, cell, row)
+        rows.append(row)
+    w.clear_staged()
+    w.update(summary={"cells": len(rows), "all_identical": all(r.outputs_identical for r in rows),
+                      "lossless": sorted(set().union(*(_verdicts(r) for r in rows)))})
     return rows
 
 
-__all__ = ["RunContext", "TreeCell", "TreeRunConfig", "TreeRunWriter", "check_config", "make_cells", "run_trees",
-           "run_tree_sequences", "sweep_config", "visit"]
+def run_trees(cfg: TreeRunConfig, out_dir: str | Path, command: str = "",
+              say: Callable[[str], None] = lambda _m: None) -> list[TreeCellRow]:
+    """Measure every cell of ``cfg`` into ``out_dir``; returns the cell rows.
+
+    Re-running the same config into the same ``out_dir`` resumes it: the finished cells are kept, every visit
+    staged by the interrupted run (``visits.partial.jsonl``) is used and only the missing visits are measured.
+    """
+    options = check_config(cfg)
+    opened = open_tree_run(cfg, options, out_dir, command, say)
+    with opened.writer.recording():
+        ctx = _open_models(opened, cfg, options, say)
+        return _measure(ctx, options, opened.hardware, say)
+
+
+__all__ = ["OpenedTreeRun", "RunContext", "TreeCell", "TreeRunConfig", "TreeRunWriter", "TreeVisit", "VISIT_TABLES",
+           "check_config", "finish", "make_cells", "open_tree_run", "run_trees", "run_tree_sequences", "staged_visits",
+           "sweep_config", "visit"]

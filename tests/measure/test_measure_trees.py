@@ -24,29 +24,15 @@ from measure.trees.loop import (
     tree_generate,
     verify_tree,
 )
-from tests.support.tiny_models import save_tiny as _save_tiny, tiny_prompt as _prompt
+from tests.support.tiny_models import save_tiny as _save_tiny, tiny_prompt as _prompt, without_eos
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     out = {fam: load_model(_save_tiny(tmp_path_factory.mktemp(fam), fam)) for fam in ("llama", "gpt2", "gemma3")}
     out["llama-draft-dir"] = _save_tiny(tmp_path_factory.mktemp("llama-d"), "llama", seed=3)
-    out["llama-dir"] = _no_eos(_save_tiny(tmp_path_factory.mktemp("llama-t"), "llama"))
+    out["llama-dir"] = without_eos(_save_tiny(tmp_path_factory.mktemp("llama-t"), "llama"))
     return out
-
-
-def _no_eos(path: str) -> str:
-    """The saved tiny model without an EOS token: a CLI run's generations then run to --max-new-tokens."""
-    import json
-    from pathlib import Path
-
-    for name in ("config.json", "generation_config.json"):
-        f = Path(path) / name
-        if f.exists():
-            d = json.loads(f.read_text())
-            d["eos_token_id"] = None
-            f.write_text(json.dumps(d))
-    return path
 
 
 TREES = ["depth=3,topk=2,budget=5", "[[0],[1],[2],[0,0],[0,1],[1,0],[0,0,0]]", "depth=4,topk=1", "depth=2,topk=3"]

@@ -3,6 +3,9 @@ load these instead of a real model (a forward pass takes microseconds; greedy ch
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import torch
 
 
@@ -28,6 +31,18 @@ def save_tiny(path, family: str, vocab: int = 96, seed: int = 0) -> str:
             model.get_output_embeddings().weight.mul_(8.0)
     model.save_pretrained(path)
     return str(path)
+
+
+def without_eos(path: str) -> str:
+    """The saved tiny model at ``path`` without an EOS token (a run's generations then run to
+    ``--max-new-tokens``); returns ``path``."""
+    for name in ("config.json", "generation_config.json"):
+        f = Path(path) / name
+        if f.exists():
+            d = json.loads(f.read_text())
+            d["eos_token_id"] = None
+            f.write_text(json.dumps(d))
+    return path
 
 
 def tiny_prompt(vocab: int, n: int = 12, seed: int = 1) -> torch.Tensor:

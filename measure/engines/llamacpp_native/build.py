@@ -1,6 +1,7 @@
 """Build llama.cpp portably from the source llama-cpp-python pins, into a cache keyed by version and flags.
 
-``python -m measure build-llamacpp [--kind portable|native|cuda] [--jobs N]`` (:mod:`.install`)
+``python -m measure build-llamacpp [--kind portable|native|cuda] [--jobs N]`` (:mod:`.install`); the
+compile's percentage is printed as it goes (:class:`BuildProgress`), its full output kept in ``build.log``.
 
 pip's own build of llama-cpp-python compiles for the CPU it runs on
 (``GGML_NATIVE``); such a build segfaulted on an AVX-512/AMX Xeon, and pip
@@ -46,6 +47,7 @@ import tarfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Callable
 
 from measure.engines.gguf_files import specscope_cache
 
@@ -183,15 +185,74 @@ def _say(msg: str) -> None:
     print(f"[llama.cpp build] {msg}", file=sys.stderr, flush=True)
 
 
-def _run(cmd: list[str], log: Path, env: dict | None = None) -> None:
-    """Run ``cmd`` with its output appended to ``log``; a failure is one ``RuntimeError`` naming the log."""
+def _run(cmd: list[str], log: Path, env: dict | None = None, on_line: Callable[[str], None] | None = None) -> None:
+    """Run ``cmd`` with its output appended to ``log`` (``on_line`` also sees each line as it comes); a failure
+    is one ``RuntimeError`` naming the log."""
     with log.open("a") as f:
         f.write(f"\n$ {' '.join(cmd)}\n")
         f.flush()
-        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
-    if r.returncode != 0:
+        if on_line is None:
+            returncode = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env).returncode
+        else:
+            with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
+                                  errors="replace", bufsize=1) as proc:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    f.write(line)
+                    f.flush()
+                    on_line(line)
+                returncode = proc.wait()
+    if returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-1:] or [""]
-        raise RuntimeError(f"{cmd[0]} failed (exit {r.returncode}; last line: {tail[0][:200]}); full log: {log}")
+        raise RuntimeError(f"{cmd[0]} failed (exit {returncode}; last line: {tail[0][:200]}); full log: {log}")
+
+
+#: A build line's progress: make's ``[ 42%] Building CXX object ...`` or Ninja's ``[123/456] Building ...``.
+_PROGRESS_LINE = re.compile(r"^\[\s*(?:(\d{1,3})%|(\d+)/(\d+))\]")
+#: The build's progress is said at most every this many percentage points and this many seconds (the rarer).
+PROGRESS_STEP_PERCENT = 10
+PROGRESS_EVERY_S = 30.0
+
+
+def build_percent(line: str) -> int | None:
+    """The percentage a CMake build output line reports (make's ``[ 42%]``, Ninja's ``[n/m]``), else None."""
+    m = _PROGRESS_LINE.match(line)
+    if m is None:
+        return None
+    if m.group(1) is not None:
+        return min(int(m.group(1)), 100)
+    done, total = int(m.group(2)), int(m.group(3))
+    return min(100 * done // total, 100) if total else None
+
+
+@dataclass
+class BuildProgress:
+    """Says a build's progress from its output lines (:meth:`feed`): a line when the build has moved
+    :data:`PROGRESS_STEP_PERCENT` points and :data:`PROGRESS_EVERY_S` seconds since the last one said (so at
+    most one every ~10 % on a slow machine, one every 30 s on a fast one), and the 100 % line."""
+
+    say: Callable[[str], None]
+    clock: Callable[[], float] = time.monotonic
+    step_percent: int = PROGRESS_STEP_PERCENT
+    every_s: float = PROGRESS_EVERY_S
+    started_s: float | None = None
+    said_percent: int = 0
+    said_s: float = 0.0
+
+    def feed(self, line: str) -> None:
+        pct = build_percent(line)
+        if pct is None:
+            return
+        now = self.clock()
+        if self.started_s is None:
+            self.started_s = self.said_s = now
+        due = pct - self.said_percent >= self.step_percent and now - self.said_s >= self.every_s
+        if not (due or (pct == 100 and self.said_percent < 100)):
+            return
+        elapsed = now - self.started_s
+        left = f", about {elapsed * (100 - pct) / pct / 60:.0f} min left" if 0 < pct < 100 else ""
+        self.say(f"compiling: {pct}% after {elapsed / 60:.1f} min{left}")
+        self.said_percent, self.said_s = pct, now
 
 
 def source_dir(version: str = VERSION) -> Path:
@@ -250,7 +311,7 @@ def build(spec: BuildSpec, jobs: int | None = None, force: bool = False) -> Buil
     backends = root / "backends"
     _run(["cmake", "-S", str(src / "vendor" / "llama.cpp"), "-B", str(root / "build"), *spec.flags,
           *([f"-DGGML_BACKEND_DIR={backends}"] if spec.dynamic_backends else [])], log)
-    _run(["cmake", "--build", str(root / "build"), "-j", str(jobs), "--target", *TARGETS], log)
+    _compile(root / "build", jobs, log)
     bin_dir, variants = root / "build" / "bin", root / "variants"
     variants.mkdir(exist_ok=True)
     backends.mkdir(exist_ok=True)
@@ -277,6 +338,14 @@ def build(spec: BuildSpec, jobs: int | None = None, force: bool = False) -> Buil
     out = Build.read(root)
     assert out is not None
     return out
+
+
+def _compile(build_dir: Path, jobs: int, log: Path, say: Callable[[str], None] = _say,
+             clock: Callable[[], float] = time.monotonic) -> None:
+    """``cmake --build`` of :data:`TARGETS` in ``build_dir``, its output in ``log`` and its percentage said as it
+    goes (:class:`BuildProgress`): a first set-up on 2 cores compiles for a quarter of an hour."""
+    progress = BuildProgress(say, clock)
+    _run(["cmake", "--build", str(build_dir), "-j", str(jobs), "--target", *TARGETS], log, on_line=progress.feed)
 
 
 def _relink(link: Path, target: Path) -> None:

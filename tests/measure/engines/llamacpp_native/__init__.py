@@ -1,0 +1,1 @@
+"""Tests of measure.engines.llamacpp_native."""
