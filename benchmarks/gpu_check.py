@@ -43,7 +43,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -58,6 +57,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 import gpu_prepare  # noqa: E402
 
 from toolkit.cli import OneLineParser  # noqa: E402
+from toolkit.signals import stop_process_group  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = Path(__file__).resolve()
@@ -174,7 +174,7 @@ def run_logged(ctx: Context, name: str, cmd: list[str], budget_s: float) -> tupl
             rc = proc.wait(timeout=max(1.0, budget_s))
         except subprocess.TimeoutExpired:
             timed_out = True
-            _stop(proc)
+            stop_process_group(proc, 20.0, 10.0)
             rc = proc.returncode
     text = part.read_text(errors="replace")
     with ctx.log.open("a") as f:
@@ -185,17 +185,6 @@ def run_logged(ctx: Context, name: str, cmd: list[str], budget_s: float) -> tupl
     return rc, tail
 
 
-def _stop(proc: subprocess.Popen) -> None:
-    for sig, wait_s in ((signal.SIGTERM, 20.0), (signal.SIGKILL, 10.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def python_cmd(*args: str) -> list[str]:

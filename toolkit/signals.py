@@ -12,7 +12,9 @@ Handlers can only be replaced from the main thread; elsewhere the block runs as 
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,3 +43,18 @@ def deferred_signals(signals: tuple[signal.Signals, ...] = DEFERRED) -> Iterator
             signal.signal(sig, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
         for signum in seen:
             signal.raise_signal(signum)
+
+
+def stop_process_group(proc: subprocess.Popen, term_wait_s: float, kill_wait_s: float) -> None:
+    """Stop a child started in a process group of its own (``start_new_session``): SIGTERM to the group, then
+    SIGKILL if it has not exited within ``term_wait_s``; returns once it exited or ``kill_wait_s`` more passed."""
+    for sig, wait_s in ((signal.SIGTERM, term_wait_s), (signal.SIGKILL, kill_wait_s)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue

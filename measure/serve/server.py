@@ -14,7 +14,6 @@ harness that SIGKILLs ``measure serve`` leaves no server behind.
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -26,7 +25,7 @@ from types import TracebackType
 from typing import Callable
 
 from measure.serve.units import ServeConfig
-from toolkit.signals import deferred_signals
+from toolkit.signals import deferred_signals, stop_process_group
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 300.0
@@ -166,16 +165,7 @@ class LlamaServer:
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
-        for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, STOP_GRACE_S)):
-            try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        stop_process_group(proc, STOP_GRACE_S, STOP_GRACE_S)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
