@@ -5,7 +5,9 @@ Runs ``python -m measure ARGS --out DIR/fixed`` (every cell, every repeat), then
 the same machine, and prints per domain the decision of each (the best draft/γ, or plain decoding), the measuring
 time of each (the sum of the counted generations' wall time, and the whole command's), and the regret of the
 tuned decision in the fixed design's own measurement: ``1 − speedup(tuned choice) ÷ speedup(fixed best)``, with
-the interval the two cells' 95% CIs allow. A table for people, then one JSON line.
+the interval the two cells' 95% CIs allow. The tuned run's decision is its race's leader at the last look; its
+``--time-budget`` (``--budget-share``) is that share of the fixed run's measuring time (counted generations). A
+table for people, then one JSON line.
 
     python benchmarks/bench_tune.py --out runs/bench-tune -- --prompts 2 --gamma 2,4 --repeats 3
     python benchmarks/bench_tune.py --budget-share 0.33 --out runs/bench-tune -- --gamma 1,2,4,8 --repeats 6
@@ -53,6 +55,26 @@ def decisions(run_dir: Path) -> dict[str, Decision]:
     return {d: (v if v.speedup > 1.0 else Decision(d, None, 1.0, 1.0, 1.0)) for d, v in out.items()}
 
 
+def race_decisions(run_dir: Path) -> dict[str, Decision]:
+    """Per domain, the tuned run's answer: the leader at the race's last look (``run.json`` ``race``), which is
+    what the race decided or, stopped by its budget, would choose — not the best of its cells' raw speedups,
+    which for a candidate stopped early rest on a few visits."""
+    run = records.load_run(run_dir)
+    cells = {c.cell_id: c for c in run.rows("cells")}
+    looks = run.meta.get("race", {}).get("looks") or []
+    out: dict[str, Decision] = {}
+    for group in (looks[-1]["groups"].values() if looks else ()):
+        leader = group["leader"]
+        c = cells.get(leader)
+        if c is None:  # "off": plain decoding; its domain from the group's other candidates
+            dom = next(cells[e["cell_id"]].domain for e in group["comparisons"] + group["eliminated"]
+                       if e["cell_id"] in cells)
+            out[dom] = Decision(dom, None, 1.0, 1.0, 1.0)
+        else:
+            out[c.domain] = Decision(c.domain, c.cell_id, c.speedup, c.speedup_lo, c.speedup_hi)
+    return out
+
+
 def measured_s(run_dir: Path) -> float:
     """Seconds spent in counted generations (every mode of every visit)."""
     return float(sum(r.wall_s for r in records.load_run(run_dir).rows("generations")))
@@ -87,13 +109,20 @@ def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="bench_tune.py", description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True, help="directory for the two runs")
     p.add_argument("--budget-share", type=float_arg(0, 1, lo_open=True), default=None,
-                   help="give the tuned run a --time-budget of this share of the fixed run's wall time")
+                   help="give the tuned run a --time-budget of this share of the fixed run's measuring time")
+    p.add_argument("--fixed", type=Path, default=None, metavar="DIR",
+                   help="a finished fixed-design run of the same arguments (measured earlier on this machine, "
+                        "nothing else running) instead of measuring it again; its wall time is then unknown")
     a = p.parse_args(own)
-    fixed_dir, tuned_dir = a.out / "fixed", a.out / "tuned"
-    wall_fixed = _run([*rest, "--force-new"], fixed_dir)
-    extra = ["--time-budget", f"{a.budget_share * wall_fixed:.0f}"] if a.budget_share else []
+    tuned_dir = a.out / "tuned"
+    if a.fixed is not None:
+        fixed_dir, wall_fixed = a.fixed, float("nan")
+    else:
+        fixed_dir = a.out / "fixed"
+        wall_fixed = _run([*rest, "--force-new"], fixed_dir)
+    extra = ["--time-budget", f"{a.budget_share * measured_s(fixed_dir):.0f}"] if a.budget_share else []
     wall_tuned = _run([*rest, "--force-new", "--until-decided", *extra], tuned_dir)
-    fixed_d, tuned_d = decisions(fixed_dir), decisions(tuned_dir)
+    fixed_d, tuned_d = decisions(fixed_dir), race_decisions(tuned_dir)
     race = records.load_run(tuned_dir).meta.get("race", {})
     rows = []
     for dom, f in fixed_d.items():

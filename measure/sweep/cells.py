@@ -582,6 +582,11 @@ def _drop_peer(ctx: CellContext, plans: Sequence[CellPlan], draft: str, modes: d
             staged[q.cell_id] = {k: v.keeping(modes[q.cell_id]) for k, v in staged[q.cell_id].items()}
 
 
+def _over_budget(budget_s: float | None, started: float) -> bool:
+    """Whether ``--time-budget`` has run out (checked before each visit of a race, not only between passes)."""
+    return budget_s is not None and time.monotonic() - started > budget_s
+
+
 # long: the interleaving schedule (passes over repeat, prompt, cell), resume of staged visits and the
 #   until-stable re-measurement are one loop; each visit and each finished cell is a call
 def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Callable[[str], None] | None = None,
@@ -615,6 +620,7 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
     active = list(plans)
     race = _Race(cfg.race_rule(), plans) if cfg.until_decided else None
     started, stopped_by = time.monotonic(), "every pass measured"
+    cut_pass: int | None = None  # the pass the time budget stopped in the middle of
     while active:
         n_prompts = max(len(ctx.prompts[p.cell.domain]) for p in active)
         groups = ([active] if cfg.interleave == "sweep" else [[p] for p in active])
@@ -627,7 +633,7 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                     if race.all_stopped():
                         stopped_by = "decided"
                         break
-                    if cfg.time_budget_s is not None and time.monotonic() - started > cfg.time_budget_s:
+                    if _over_budget(cfg.time_budget_s, started):
                         stopped_by = "time budget"
                         break
                 for pi in range(n_prompts):
@@ -637,6 +643,10 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                             continue
                         if race is not None and cid in race.stopped:
                             continue
+                        if race is not None and rep > 0 and _over_budget(cfg.time_budget_s, started):
+                            # (the first pass always completes: every prompt's trace needs its visit)
+                            stopped_by, cut_pass = "time budget", rep  # overshoots by one visit at most
+                            break
                         if ctx.bar is not None:
                             ctx.bar.set_description(f"repeat {rep + 1}/{cfg.repeats} {plan.cell.draft} "
                                                     f"{plan.cell.gamma.to_str()} {plan.cell.domain}")
@@ -651,11 +661,19 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                         if between is not None:
                             with _naming("timing cost-curve points between the visits"):
                                 between()
-            if race is not None and stopped_by == "every pass measured":  # the look after the last pass
-                for note in race.look(cfg.repeats - 1, staged):
+                    if cut_pass is not None:
+                        break
+                if cut_pass is not None:
+                    break
+            if race is not None and (stopped_by == "every pass measured" or cut_pass is not None):
+                # the look after the last pass, or over the visits of the pass the budget cut short
+                for note in race.look(cfg.repeats - 1 if cut_pass is None else cut_pass, staged):
                     if on_attempt:
                         on_attempt(note)
-                stopped_by = "decided" if race.all_stopped() else "out of passes"
+                if cut_pass is None:
+                    stopped_by = "decided" if race.all_stopped() else "out of passes"
+            if cut_pass is not None:
+                break
         ms = {p.cell_id: measurement_of(list(staged[p.cell_id].values())) for p in active}
         if cfg.interleave == "sweep" and len(active) > 1:  # each cell spans the run: against the pass's pace
             what = "baseline (against the machine's pace in its pass)"

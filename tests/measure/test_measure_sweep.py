@@ -373,6 +373,20 @@ def test_until_decided_stops_measuring_a_clear_loser_and_records_the_race(tmp_pa
                  if "fixed:4" in e["cell_id"])
     assert loser["ratio_hi"] < 1
 
+@pytest.mark.slow
+def test_the_time_budget_stops_a_race_between_two_visits_and_looks_at_what_was_measured(tmp_path, monkeypatch):
+    checks = iter(range(10_000))  # the check before pass 2 and its first two visits pass, the third does not
+    monkeypatch.setattr(cells, "_over_budget", lambda budget_s, started: next(checks) >= 3)
+    cfg = _cfg(gammas=("fixed:2", "fixed:3"), domains=("code",), prompts_per_domain=3, repeats=4,
+               until_decided=True, regret=0.001, time_budget_s=60.0, cost_curves=False)
+    run = run_sweep(cfg, tmp_path / "r", engine=ToyEngine(), show_bar=False)
+    race = run.meta["race"]
+    assert race["stopped_by"] == "time budget"
+    gens = run.table("generations")
+    assert len(gens[gens["mode"] == "baseline"]) == 6 + 2, "the whole first pass, then two visits of the second"
+    assert [look["look"] for look in race["looks"]] == [0, 1], "a look after pass 1, one over pass 2's visits"
+
+
 def test_until_decided_refuses_what_it_cannot_race():
     with pytest.raises(ValueError, match="--interleave sweep"):
         _cfg(until_decided=True, interleave="cell")
