@@ -116,7 +116,10 @@ def latency_vs_load_chart(predictions: pd.DataFrame, curves: pd.DataFrame) -> al
             raise ValueError(f"{name}: missing columns {missing}")
         if df.empty:
             raise ValueError(f"{name}: no rows to plot")
-    meas = _load_axis(predictions[predictions["metric"].isin([m for m, _ in PANELS])])
+    # only the plotted columns: others (inside_ci, an object column with NaN where a group has no CI) would
+    # reach the chart's JSON as a bare NaN, which Vega-Lite refuses
+    plotted = ["config", "load", "split", "metric", "measured", "measured_lo", "measured_hi"]
+    meas = _load_axis(predictions.loc[predictions["metric"].isin([m for m, _ in PANELS]), plotted])
     pred = _load_axis(curves)
     kinds = sorted(set(meas["kind"]) | set(pred["kind"]), key=lambda k: not k.startswith("concurrency"))
     color = alt.Color("config:N", title="configuration")
