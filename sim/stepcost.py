@@ -207,6 +207,37 @@ class StepCost:
                 "notes": [*self.notes, *([used] if used else [])]}
 
 
+# -- what an engine pays per round beyond the kernels ----------------------------------------------------------
+@dataclass(frozen=True)
+class EngineRoundOverhead:
+    """Time a serving engine spends per speculative round that no kernel table times (ms).
+
+    * ``per_draft_step_ms`` — each draft step's sampling, top-k and launches (γ per round);
+    * ``per_round_ms`` — once per round: building the verification input, the accept/reject pass and the
+      CPU-side bookkeeping a speculative round does where a plain decode step's is hidden under the GPU
+      (SGLang ran speculative rounds without its overlap scheduler until its "spec v2");
+    * ``per_extra_sequence_ms`` — the part of that bookkeeping that grows with the batch: per sequence
+      beyond the first (accepted-token bookkeeping, KV-slot moves and per-request updates), zero at batch 1.
+
+    The parameters are fitted (``python -m sim validate``), never assumed; the kernel and roofline costs
+    of the draft steps, the verification and the draft's extend pass are priced apart (:class:`StepCost`)."""
+
+    per_draft_step_ms: float = 0.0
+    per_round_ms: float = 0.0
+    per_extra_sequence_ms: float = 0.0
+
+    def round_ms(self, gamma: int, batch: int = 1) -> float:
+        """The overhead of one round of ``gamma`` draft steps over ``batch`` sequences."""
+        return engine_round_overhead_ms(gamma, batch, self.per_draft_step_ms, self.per_round_ms,
+                                        self.per_extra_sequence_ms)
+
+
+def engine_round_overhead_ms(gamma: int, batch: int, per_draft_step_ms: float, per_round_ms: float = 0.0,
+                             per_extra_sequence_ms: float = 0.0) -> float:
+    """γ · per step + per round + (batch − 1) · per extra sequence (ms; see :class:`EngineRoundOverhead`)."""
+    return gamma * per_draft_step_ms + per_round_ms + max(batch - 1, 0) * per_extra_sequence_ms
+
+
 # -- checks before any work ------------------------------------------------------------------------------------
 def check_gpu_setup(setup: GpuSetup, target: Architecture) -> None:
     """An impossible dtype or TP on this hardware and model is one ``ValueError`` line naming it and the valid."""

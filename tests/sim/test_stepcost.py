@@ -10,7 +10,8 @@ import pytest
 from presets.hardware import HARDWARE
 from sim import kernels
 from sim.cli import main as sim_main
-from sim.stepcost import GpuSetup, StepCost, build_step_cost, source_lines
+from sim.stepcost import (EngineRoundOverhead, GpuSetup, StepCost, build_step_cost, engine_round_overhead_ms,
+                          source_lines)
 
 HAS_KERNELS = kernels.kernels_unavailable() is None
 needs_kernels = pytest.mark.skipif(not HAS_KERNELS, reason="aiconfigurator-core (the costs extra) not installed")
@@ -175,3 +176,12 @@ def test_a_separate_draft_model_from_its_own_config(model_dir: Path, tmp_path: P
     assert 0 < cost.draft_step_ms(512) < cost.target_step_ms(512)
     # the round's first draft forward reads the verified positions: verify carries that extra width
     assert cost.verify_ms(4, 512) > cost.target.forward_ms(4, 512)
+
+
+def test_engine_round_overhead_terms() -> None:
+    """γ per-step overheads, one per-round overhead and one per sequence beyond the first (none at batch 1)."""
+    o = EngineRoundOverhead(per_draft_step_ms=0.2, per_round_ms=1.0, per_extra_sequence_ms=0.05)
+    assert o.round_ms(3) == pytest.approx(1.6)
+    assert o.round_ms(3, batch=9) == pytest.approx(1.6 + 8 * 0.05)
+    assert EngineRoundOverhead().round_ms(7, 64) == 0.0
+    assert engine_round_overhead_ms(2, 4, 0.1) == pytest.approx(0.2)
