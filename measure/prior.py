@@ -426,7 +426,7 @@ class GroupRace:
             per[c] = {"counterfactual_passes": n, "measured_units": len(samples.get(c, {})), "saved_units": units,
                       "saved_s": units * seconds_per_unit.get(c, 0.0)}
         extra = 0 if leader in self.free else units_per_pass * max(0, min(self.check_only, passes - max(n_cf)))
-        units = sum(p["saved_units"] for p in per.values()) - extra
+        units = int(sum(p["saved_units"] for p in per.values())) - extra
         secs = sum(p["saved_s"] for p in per.values()) - extra * seconds_per_unit.get(leader, 0.0)
         return {"units": units, "seconds": secs, "per_candidate": per, "leader_extra_units": extra}
 

@@ -442,7 +442,7 @@ def _trace_rows(ctx: CellContext, draft: Any, cell: CellId, gen_rows: list[Gener
         ids = ctx.enc[p.prompt_id]
         # the first repeat measured (a cell a prior deferred has none in the first pass)
         base = min((r for r in gen_rows if r.mode == "baseline" and r.prompt_id == p.prompt_id),
-                   key=lambda r: r.repeat).tokens
+                   key=lambda r: r.repeat or 0).tokens
         full = torch.cat([ids, torch.tensor([list(base)], device=ids.device)], dim=1)  # [1, S+n]
         vals = acceptance_trace(ctx.decoder, draft, full, int(ids.shape[1]), temp)
         if temp == 0:
