@@ -25,6 +25,11 @@ the best: **P(the decision's regret exceeds the threshold) ≤ α**. It is conse
 unadjusted 95% looks exceed it on the same problems. It assumes roughly normal per-unit log ratios, which the
 project's measured visits are (``measure/stats.py``: 6.6–8.1% spread per pair on the 2-core VM).
 
+**With a prior** (``--prior CALIBRATION``, :mod:`measure.prior`): candidates a calibration predicts to lose
+beyond its held-out error are deferred — not measured until the rest is decided, then each checked by its own
+interval on fresh units (eliminated, resolved, or it joins the race). The race keeps ``(1 − s)`` of ``α`` and the
+checks share ``s``, so **the same bound holds with a right or a wrong prior**; a wrong prior costs measuring only.
+
 **What to measure next** (:meth:`RaceState.next_candidates`): the leader and the challengers not yet resolved —
 the units that can still change the decision. Resolved candidates are not measured again.
 """
@@ -33,7 +38,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Hashable, Mapping, Sequence
+from typing import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats as sps
@@ -133,8 +138,10 @@ class RaceState:
         return None
 
 
-def _compare(challenger: Mapping[Hashable, float], leader: Mapping[Hashable, float], names: tuple[str, str],
-             alpha: float, min_units: int) -> Comparison:
+def compare(challenger: Mapping[Hashable, float], leader: Mapping[Hashable, float], names: tuple[str, str],
+            alpha: float, min_units: int) -> Comparison:
+    """``challenger ÷ leader`` on their shared units: the mean log ratio and its Student t interval at level
+    ``1 − alpha`` (none with fewer than ``min_units``)."""
     shared = [u for u in challenger if u in leader]
     d = np.array([challenger[u] - leader[u] for u in shared], dtype=float)
     n = int(d.size)
@@ -147,9 +154,11 @@ def _compare(challenger: Mapping[Hashable, float], leader: Mapping[Hashable, flo
 
 
 def look(samples: Mapping[str, Mapping[Hashable, float]], rule: RaceRule, look_index: int,
-         previous: RaceState | None = None) -> RaceState:
+         previous: RaceState | None = None, pair_alpha: Callable[[str, str], float] | None = None) -> RaceState:
     """One look of the race over ``samples`` (candidate → unit → log value): the leader, the comparisons, the
-    eliminations (kept from ``previous``) and which challengers are resolved."""
+    eliminations (kept from ``previous``) and which challengers are resolved. ``pair_alpha(challenger, leader)``:
+    the α' of that pair's interval where the error budget is not split evenly (:mod:`measure.prior`); default
+    the rule's :meth:`RaceRule.alpha_per_interval` for every pair."""
     if not samples:
         raise ValueError("a race needs at least one candidate")
     if not 0 <= look_index < rule.max_looks:
@@ -163,7 +172,8 @@ def look(samples: Mapping[str, Mapping[Hashable, float]], rule: RaceRule, look_i
     for c in alive:
         if c == leader:
             continue
-        comp = _compare(samples[c], samples[leader], (c, leader), alpha, rule.min_units)
+        comp = compare(samples[c], samples[leader], (c, leader), pair_alpha(c, leader) if pair_alpha else alpha,
+                       rule.min_units)
         comps.append(comp)
         if comp.hi is None:
             continue

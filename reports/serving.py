@@ -345,7 +345,7 @@ def build_serving_report(src: str | Path, out: str | Path | None = None, png: bo
     """Write ``report.html`` (and the chart as interactive HTML, and PNG) for a serving calibration into ``out``
     (default: ``<calibration>/report``)."""
     from reports import charts
-    from reports.page import ReportResult, make_out_dir, page_html
+    from reports.page import ReportResult, make_out_dir, page_html, race_sections
 
     d = serve_calibration_dir(src)
     if d is None:
@@ -357,21 +357,28 @@ def build_serving_report(src: str | Path, out: str | Path | None = None, png: bo
     meta, units = _run_meta(cal)
     chart = latency_vs_load_chart(pred, sc.curves)
     charts.save_chart(chart, out / "serving.html")
-    pngs = (charts.save_chart(chart, out / "serving.png"),) if png else ()
+    pngs: tuple[Path, ...] = (charts.save_chart(chart, out / "serving.png"),) if png else ()
     target = ((meta or {}).get("models") or {}).get("target", {}).get("name", "a model")
     title = f"specscope serving report: {target} on llama-server" if meta and not (meta.get("config") or {}).get(
         "url") else f"specscope serving report: {target}"
+    races = race_sections({str(cal.get("run")): meta}) if meta else []  # a --until-decided run: its race
+    race_body = ""
+    for name, title, ch, text in races:
+        charts.save_chart(ch, out / f"{name}.html")
+        pngs += (charts.save_chart(ch, out / f"{name}.png"),) if png else ()
+        race_body += (f'<section class="chart" id="{name}"><h2>{html.escape(title)}</h2>'
+                      f'{charts.chart_svg(ch, f"{name}.html")}</section>{text}')
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in cal.get("notes") or [])
     body = (f"<h1>{html.escape(title)}</h1>{_answer_html(cal, advice, meta, units)}"
             f"<h2 id='measured'>What was measured</h2>{_measured_html(meta, units, cal)}"
             f"{_section_html(sc)}"
             f"<p><a href='serving.html'>interactive chart</a>" + (" · <a href='serving.png'>PNG</a>" if png else "")
-            + "</p><h2 id='groups'>Every group, measured against predicted</h2>" + _groups_html(pred)
+            + "</p><h2 id='groups'>Every group, measured against predicted</h2>" + _groups_html(pred) + race_body
             + (f"<details><summary>Calibration notes</summary><ul>{notes}</ul></details>" if notes else "")
             + f"<p>Calibration: <code>{html.escape(str(d.resolve()))}</code>.</p>")
     path = out / "report.html"
     path.write_text(page_html(title, body), encoding="utf-8")
-    return ReportResult(path, pngs, ("serving",), d)
+    return ReportResult(path, pngs, ("serving", *(name for name, _, _, _ in races)), d)
 
 
 def main(argv: list[str] | None = None) -> int:

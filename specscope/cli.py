@@ -78,7 +78,8 @@ COMMANDS: tuple[Command, ...] = (
     Command("tune", "measure until the best draft/γ per domain is known (a race with a stated error rate)", "measure",
             ("--until-decided",),
             examples=("specscope tune --gamma 1,2,4,8 --repeats 8",
-                      "specscope tune --draft ngram:3,int8 --gamma 2,4 --regret 0.05 --time-budget 600 --out runs/tune")),
+                      "specscope tune --draft ngram:3,int8 --gamma 2,4 --regret 0.05 --time-budget 600 --out runs/tune",
+                      "specscope tune --gamma 1,2,4,8 --prior results/cpu-smollm2-ngram-gammas-calibration")),
     Command("serve", "measure a real server under load (continuous batching, speculative decoding)", "measure",
             ("serve",), requires="measure.serve",
             examples=("specscope serve --target smollm2-135m --draft ngram:3 --gamma 4 --concurrency 1,4 "

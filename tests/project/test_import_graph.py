@@ -60,7 +60,7 @@ FIT_CALLS = {"polyfit", "lstsq", "curve_fit", "least_squares", "minimize"}  # in
 MEASURE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run format: torch-free, what calibrate and reports read",
      ("measure.__init__", "measure.records", "measure.rows", "measure.ids", "measure.stats", "measure.analysis",
-      "measure.costpoints", "measure.serve.units", "measure.racing")),
+      "measure.costpoints", "measure.serve.units", "measure.racing", "measure.prior")),
     ("machine and inputs", ("measure.timing", "measure.system", "measure.prompts", "measure.devices")),
     ("the seam: every protocol that crosses layers", ("measure.seam",)),
     ("loops, drafts and heads, written against the seam", ("measure.decoding", "measure.drafts", "measure.head",
