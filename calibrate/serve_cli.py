@@ -123,7 +123,8 @@ def deployment_cost(args: argparse.Namespace, data: Any) -> tuple[Any, list[str]
         named = "" if args.target is not None else " (the model the benchmark files name; give --target MODEL)"
         raise ValueError(f"{exc}{named}") from None
     s = cost.setup
-    engine = f", engine {s['engine']}" + (" (the default; --engine vllm|sglang|trtllm)" if s["engine_default"] else "")
+    engine = "" if s["source"] != "kernels" else f", engine {s['engine']}" + (
+        " (the default; --engine vllm|sglang|trtllm)" if s["engine_default"] else "")  # only the tables are per engine
     lines += [f"deployment: {s['model']} ({s['model_origin']}) on {s['tp']} x {s['hardware']} at {s['dtype']}{engine}"
               f", {data.slots} slots", f"cost source: target {cost.source_line()}; draft not priced apart (the "
               "benchmark files time whole steps: the fitted efficiency and overhead take the draft's work)"]

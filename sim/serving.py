@@ -387,11 +387,12 @@ def forward_step_cost(target: str, setup: "GpuSetup", asked: str = "auto", batch
 
 def step_cost_from_dict(d: dict) -> LinearStepCost | ForwardStepCost:
     """A written server step cost (``serve_calibration.json``'s ``step_cost``) read back, whichever its kind."""
-    readers = {"linear_step": LinearStepCost.from_dict, "forward_step": ForwardStepCost.from_dict}
     kind = d.get("kind") if isinstance(d, dict) else None
-    if kind not in readers:
-        raise ValueError(f"unknown step cost kind {kind!r}; valid: {', '.join(readers)}")
-    return readers[str(kind)](d)
+    if kind == "linear_step":
+        return LinearStepCost.from_dict(d)
+    if kind == "forward_step":
+        return ForwardStepCost.from_dict(d)
+    raise ValueError(f"unknown step cost kind {kind!r}; valid: linear_step, forward_step")
 
 # -- how the server schedules --------------------------------------------------------------------------
 @dataclass(frozen=True)
