@@ -255,9 +255,9 @@ def _check_mode_flags(args: argparse.Namespace) -> None:
     if gpu_flags and (args.cost_ratio is not None or args.cost_model is not None):
         flag = "--cost-ratio" if args.cost_ratio is not None else "--cost-model"
         raise CliError(f"{gpu_flags[0]} has no effect with {flag}: the costs come from {flag}")
-    if args.engine is not None and args.cost_source == "roofline":
-        raise CliError(f"--engine {args.engine} has no effect with --cost-source roofline: only the kernel tables "
-                       "are per engine")
+    conflict = engine_source_conflict(args)
+    if conflict:
+        raise CliError(conflict)
     if args.tau is not None and args.gamma is None:
         raise CliError("--tau needs --gamma: the draft length the mean tokens per round was measured at")
     if args.out and args.chart and Path(args.out).resolve() == Path(args.chart).resolve():
@@ -265,6 +265,23 @@ def _check_mode_flags(args: argparse.Namespace) -> None:
 
 
 GPU_FLAGS = ("engine", "tp", "ep", "dtype", "cost_source")
+
+
+def engine_source_conflict(args: argparse.Namespace) -> str | None:
+    """The one line refusing ``--engine`` with ``--cost-source roofline`` (only the kernel tables are per engine);
+    None when the GPU flags agree (``calibrate serve`` shares the check)."""
+    if args.engine is not None and args.cost_source == "roofline":
+        return (f"--engine {args.engine} has no effect with --cost-source roofline: only the kernel tables are per "
+                "engine")
+    return None
+
+
+def gpu_setup(args: argparse.Namespace, hardware: str) -> GpuSetup:
+    """The :class:`~sim.stepcost.GpuSetup` of ``hardware`` and the GPU flags (``--engine``, ``--tp``, ``--ep``,
+    ``--dtype``), with sim's defaults: vllm, TP 1, EP = TP, bf16."""
+    tp = args.tp or 1
+    return GpuSetup(get_hardware(hardware), args.engine or "vllm", tp, args.ep or tp, args.dtype or "bf16",
+                    args.engine is not None)
 ROOFLINE_ONLY_HARDWARE = ("h100-sxm", "h200", "a100-80gb", "l4", "t4", "cpu")  # the profiles older than the seam
 
 
@@ -306,9 +323,7 @@ def seam_cost(args: argparse.Namespace, pair: Pair | None, gammas: list[int]) ->
     if pair is not None:
         target = pair.target.name
         draft = pair.head.kind if pair.head is not None else pair.draft.name
-    hw = get_hardware(args.hardware or (pair.default_hardware if pair else "h100-sxm"))
-    tp = args.tp or 1
-    setup = GpuSetup(hw, args.engine or "vllm", tp, args.ep or tp, args.dtype or "bf16", args.engine is not None)
+    setup = gpu_setup(args, args.hardware or (pair.default_hardware if pair else "h100-sxm"))
     return build_step_cost(target, draft, setup, args.cost_source or "auto", getattr(args, "batch", None) or 1,
                            args.context_tokens, max(gammas))
 
