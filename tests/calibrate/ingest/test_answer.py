@@ -62,7 +62,7 @@ def test_a_local_config_is_priced_by_the_seam_with_the_extra_absent(tmp_path: Pa
     per_token = 16 * 2 * 8 * 64 * 2 + 1 * 2 * 8 * 64 * 2
     assert mem["kv_bytes_per_sequence"] == pytest.approx(per_token * (512 + 16 + 3))
     assert mem["max_batch"] == int((0.9 * 80e9 - mem["weights_bytes"]) // mem["kv_bytes_per_sequence"])
-    assert f"batch {mem['max_batch'] + 1} and above do not fit" not in out  # 4096 > max_batch: said below
+    assert f"batch {mem['max_batch'] + 1} and above do not fit: memory binds below --max-batch 4096" in out
     assert "reproduce: python -m sim" in out and "--target" in out.split("reproduce: ")[1]
 
 
