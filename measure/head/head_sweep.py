@@ -59,6 +59,7 @@ from measure.head.lowrank import HiddenMoment, LowRankScorer, accumulate_moment,
 from measure.head.profiling import profile_step
 from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
 from measure.rows import CostDraftRow, HeadSweepRow, ProfileRow
+from measure.runkinds import HEAD_SWEEP
 from measure.head.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
 from measure.seam import EngineOptions
 from measure.sweep.cells import CellContext, CellPlan, measure_cells
@@ -356,7 +357,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
         heads = head_builder(config, draft, session.target, say)
         writer.update(command=command, **source, hardware=hardware, versions=session.versions(versions),
                       prompt_selection=selection, models=session.models(),
-                      config={**scfg.as_dict(), **config.as_dict(), "kind": "head_sweep", **heads.meta},
+                      config=HEAD_SWEEP.stamp({**scfg.as_dict(), **config.as_dict(), **heads.meta}),
                       prompts=session.prompts_meta())
         first = next(p for ps in prompts_by.values() for p in ps)
         inputs = step_inputs(draft.model, session.enc[first.prompt_id], config.context_tokens)

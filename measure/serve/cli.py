@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from toolkit.cli import OneLineParser, csv_items, fail, float_arg, int_arg
+from measure.runkinds import SERVE
 from measure.serve.units import LoadSpec, ServeConfig, UnitRow
 
 PROG = "python -m measure serve"
@@ -310,7 +311,7 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Any, dict]:
                 threads=threads, ctx_size=per_slot * slots, batch_tokens=args.batch_size, url=url,
                 synth_configs=synth_configs, synth_loads=synth_loads, synth_requests=args.step_cost_requests or 0,
                 synth_repeats=args.step_cost_repeats or 0, stall_s=args.stall_timeout)
-    config = {"kind": "serve", "configs": [c.to_str() for c in configs], "loads": [ld.to_str() for ld in loads],
+    config = {"configs": [c.to_str() for c in configs], "loads": [ld.to_str() for ld in loads],
               "slots": slots, "threads": threads if url is None else None, "requests": args.requests,
               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "seed": args.seed,
               "batch_tokens": args.batch_size if url is None else None, "ctx_per_slot": per_slot if url is None
@@ -322,7 +323,7 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Any, dict]:
                           "ignore_eos": True, "stream": True, "prompt_cache": "off (--no-cache-prompt)"
                           if url is None else "the server's"},
               "prompt_selection": selection}
-    return plan, config
+    return plan, SERVE.stamp(config)
 
 
 def _print_unit(row: UnitRow) -> None:

@@ -9,7 +9,6 @@ which cells a resume still has to measure.
 from __future__ import annotations
 
 import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from measure.ids import CellId
 from measure.rows import CellRow
 from measure.devices import resolve_device
 from measure.prompts import Prompt
+from measure.runkinds import CHAIN, set_aside
 from measure.seam import Engine
 from measure.sweep.cells import CellContext, CellPlan, measure_cells
 from measure.sweep.config import SweepConfig, engine_options, select_prompts
@@ -54,23 +54,6 @@ def pending_cells(config: SweepConfig, draft_names: list[str], domains: list[str
     plan = [PendingCell(i, t, dom, g) for i in range(len(draft_names)) for t in config.temperatures
             for dom in domains for g in config.gammas]
     return [c for c in plan if not writer.is_finished(c.cell_id(draft_names))]
-
-
-def set_aside(path: Path) -> Path | None:
-    """``--force-new``: move an existing run directory to ``<path>.replaced-<UTC>`` (nothing is deleted).
-
-    Holds the directory's lock while it renames it: a run another process is writing is refused
-    (:class:`measure.records.RunLocked`), never moved away under it.
-    """
-    if not path.is_dir() or not ((path / records.RUN_JSON).exists() or records.has_measured_data(path)):
-        return None
-    fd = records.acquire_run_lock(path)
-    try:
-        dest = path.with_name(f"{path.name}.replaced-{records.utc_now().replace(':', '')}")
-        path.rename(dest)
-    finally:
-        os.close(fd)
-    return dest
 
 
 @dataclass(frozen=True)
@@ -118,7 +101,7 @@ def open_run(config: SweepConfig, out_dir: str | Path, command: str = "", say: C
         say(note)
     if writer.opening is not None:
         say(runplan.opening_text(writer.opening, len(writer.finished_cells)))
-    meta = dict(command=command, **source, hardware=hardware, versions=versions, config=config.as_dict(),
+    meta = dict(command=command, **source, hardware=hardware, versions=versions, config=CHAIN.stamp(config.as_dict()),
                 prompt_selection=selection, **({"system_check": system_check} if system_check is not None else {}))
     return OpenedRun(writer, meta, prompts, selection, device, hardware, versions)
 

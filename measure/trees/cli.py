@@ -28,7 +28,7 @@ from measure.drafts import parse_draft_spec
 from measure.records import strict_dumps, utc_now
 from measure.rows import TreeCellRow
 from measure.sweep.config import MAX_GAMMA
-from measure.sweep.driver import set_aside
+from measure.runkinds import set_aside
 from measure.trees.loop import check_tree_option, parse_tree_option
 from measure.trees.run import TreeRunConfig, check_config, run_trees
 from toolkit.cli import OneLineParser, csv_items, exit_on_next_interrupt, fail, int_arg

@@ -52,6 +52,7 @@ from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_gr
 from measure.engines.transformers.models import check_model_spec, context_tokens, vocab_tokens
 from measure.ids import TreeCellId
 from measure.prompts import DOMAINS, Prompt
+from measure.runkinds import TREES, kind_of
 from measure.rows import GenerationRow, RoundRow, TreeCellRow, TreeNodeRow, TreeRankRow
 from measure.seam import EngineOptions, GenerationResult
 from measure.stats import speedup_ci
@@ -395,10 +396,9 @@ def _refuse_other_kind(out: Path) -> None:
     """A directory holding a run of another kind (a chain sweep, a serving run) is never resumed as a tree run."""
     if not (out / records.RUN_JSON).is_file():
         return
-    config = records.read_meta(out / records.RUN_JSON).get("config") or {}
-    if config and config.get("kind") != "trees":
-        raise ValueError(f"--out {str(out)!r} holds a {config.get('kind') or 'sweep'} run, not a tree run; "
-                         "choose a new directory")
+    meta = records.read_meta(out / records.RUN_JSON)
+    if meta.get("config") and kind_of(meta) is not TREES:
+        raise ValueError(f"--out {str(out)!r} holds a {kind_of(meta).title}, not a tree run; choose a new directory")
 
 
 def open_tree_run(cfg: TreeRunConfig, options: list[TreeOption], out_dir: str | Path, command: str = "",
@@ -418,7 +418,7 @@ def open_tree_run(cfg: TreeRunConfig, options: list[TreeOption], out_dir: str | 
         say(note)
     eopts = replace(engine_options(scfg, device, cfg.threads, cfg.quiet), tree_sequences=run_tree_sequences(options))
     meta = dict(command=command, **source, hardware=hardware, versions=versions, prompt_selection=selection,
-                config={**asdict(cfg), "kind": "trees", "sweep": scfg.as_dict(), "engine_options": asdict(eopts)})
+                config=TREES.stamp({**asdict(cfg), "sweep": scfg.as_dict(), "engine_options": asdict(eopts)}))
     return OpenedTreeRun(writer, meta, scfg, prompts, device, hardware, versions, eopts)
 
 
