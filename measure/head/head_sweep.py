@@ -59,7 +59,7 @@ from measure.head.lowrank import HiddenMoment, LowRankScorer, accumulate_moment,
 from measure.head.profiling import profile_step
 from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
 from measure.rows import CostDraftRow, HeadSweepRow, ProfileRow
-from measure.runkinds import HEAD_SWEEP
+from measure.runkinds import HEAD_SWEEP, open_run_dir
 from measure.head.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
 from measure.seam import EngineOptions
 from measure.sweep.cells import CellContext, CellPlan, measure_cells
@@ -348,7 +348,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
     fp["head_sweep"] = {k: getattr(config, k) for k in ("gamma", "n_clusters", "scoring", "lowrank_rank",
                                                         "moment_texts", "moment_max_tokens", "calibration_texts",
                                                         "context_tokens")}
-    writer = records.RunWriter(out_dir, fingerprint=fp)
+    writer = open_run_dir(HEAD_SWEEP, out_dir, fingerprint=fp, say=say)
     with writer.recording():
         options = EngineOptions(device=device, threads=config.threads, quiet=quiet,
                                 max_len_tokens=config.max_prompt_tokens + config.max_new_tokens + config.gamma + 1)

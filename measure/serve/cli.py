@@ -390,11 +390,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out) if args.out else Path("runs") / time.strftime("serve-%Y%m%d-%H%M%S")
     if out.exists() and not out.is_dir():
         fail(PROG, f"--out {str(out)!r} is a file, not a directory")
-    if args.force_new and out.exists():
-        out.rename(out.with_name(f"{out.name}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"))
     from measure.records import FingerprintMismatch, hardware_label, load_run
+    from measure.runkinds import open_run_dir
     from measure.serve.runner import Interrupted, Progress, run_units
-    from measure.serve.units import ServeRunWriter, summarise
+    from measure.serve.units import summarise
     from measure.sweep import environment
     from measure.system import system_check
 
@@ -424,14 +423,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "metrics": has_metrics},
             "system_check": check}
     try:
-        writer = ServeRunWriter(out, meta=meta, fingerprint=fingerprint)
+        # --force-new sets the run there aside under its lock: a run another process writes is refused, not moved
+        writer = open_run_dir(SERVE, out, meta=meta, fingerprint=fingerprint, force_new=args.force_new,
+                              extend=args.extend, say=lambda note: print(f"note: {note}", file=sys.stderr))
     except (FingerprintMismatch, ValueError) as e:
         msg = str(e)
         if isinstance(e, FingerprintMismatch) and re.search(r"[(; ]units \[", msg):
             msg += " (to add units to this run on purpose: --extend)"
         fail(PROG, msg)
-    for note in writer.repairs:
-        print(f"note: {note}", file=sys.stderr)
     if args.extend and writer.resumed:
         writer.update(extended_utc=[*writer.meta.get("extended_utc", []), time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                         time.gmtime())],

@@ -153,10 +153,10 @@ class UnitId:
 
 
 # -- rows: the serve tables' row types live with every other table's in measure.rows (named here too) --------
-class ServeRunWriter(RunWriter):
-    """The run writer of a serving run: a unit is finished when its ``serve_units`` row is written."""
-
-    finish_table = "serve_units"
+#: The run writer of a serving run, as the serving modules name it: a :class:`~measure.records.RunWriter` opened by
+#: :func:`measure.runkinds.open_run_dir` with :data:`measure.runkinds.SERVE`, so a unit is finished when its
+#: ``serve_units`` row is written (a name for the serving code's annotations: never constructed directly).
+ServeRunWriter = RunWriter
 
 
 # -- statistics ---------------------------------------------------------------------------------------------

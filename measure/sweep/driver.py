@@ -21,7 +21,7 @@ from measure.ids import CellId
 from measure.rows import CellRow
 from measure.devices import resolve_device
 from measure.prompts import Prompt
-from measure.runkinds import CHAIN, set_aside
+from measure.runkinds import CHAIN, open_run_dir
 from measure.seam import Engine
 from measure.sweep.cells import CellContext, CellPlan, measure_cells
 from measure.sweep.config import SweepConfig, engine_options, select_prompts
@@ -73,7 +73,8 @@ class OpenedRun:
 def open_run(config: SweepConfig, out_dir: str | Path, command: str = "", say: Callable[[str], None] = lambda _m: None,
              force_new: bool = False, system_check: dict | None = None,
              cluster_hardware: dict | None = None, extend: bool = False) -> OpenedRun:
-    """Open (or resume) ``out_dir`` for ``config``: prompts selected, environment read, fingerprint checked.
+    """Open (or resume) ``out_dir`` for ``config`` (:func:`measure.runkinds.open_run_dir`): prompts selected,
+    environment read, fingerprint checked; ``force_new``: the run there set aside first, under its lock.
 
     A resume with a different fingerprint, or asking for other cells than the run holds, raises
     :class:`measure.records.FingerprintMismatch` (nothing written); ``extend`` (``--extend``) lets a complete run
@@ -85,10 +86,6 @@ def open_run(config: SweepConfig, out_dir: str | Path, command: str = "", say: C
     device = config.device if distributed else resolve_device(config.device)
     prompts, selection = select_prompts(config)
     out = Path(out_dir)
-    if force_new:
-        moved = set_aside(out)
-        if moved is not None:
-            say(f"--force-new: the previous run is kept in {moved}")
     hardware, versions, source = environment("cpu" if distributed else device)
     if distributed:
         hardware = dict(cluster_hardware)
@@ -96,9 +93,8 @@ def open_run(config: SweepConfig, out_dir: str | Path, command: str = "", say: C
     asked = runplan.PlanRequest(runplan.Plan.of(config.drafts, config.gammas, config.temperatures, list(prompts)),
                                 extend, {p.prompt_id: p.message for ps in prompts.values() for p in ps})
     # refuses a different fingerprint, or other cells than the run holds (unless --extend adds them), before writing
-    writer = records.RunWriter(out, fingerprint=fp, plan=asked.opener(out, fp))
-    for note in writer.repairs:
-        say(note)
+    writer = open_run_dir(CHAIN, out, fingerprint=fp, plan=asked.opener(out, fp), force_new=force_new, extend=extend,
+                          say=say)
     if writer.opening is not None:
         say(runplan.opening_text(writer.opening, len(writer.finished_cells)))
     meta = dict(command=command, **source, hardware=hardware, versions=versions, config=CHAIN.stamp(config.as_dict()),
