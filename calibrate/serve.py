@@ -48,6 +48,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from measure.records import load_run
+from measure.runkinds import SERVE, kind_of
 from measure.serve.units import METRICS, Estimate, LoadSpec, ServeConfig, log_interval
 from sim.acceptance import AcceptanceModel, PerPositionAcceptance, ProposalAcceptance
 from sim.serving import (
@@ -98,8 +99,8 @@ class ServeData:
 def load_serve(path: str | Path, allow_incomplete: bool = False) -> ServeData:
     """Read a serving run; one-line ``ValueError`` when it is not one, is not complete, or has no real units."""
     run = load_run(path)
-    if (run.meta.get("config") or {}).get("kind") != "serve":
-        raise ValueError(f"{str(path)!r} is not a serving run (written by python -m measure serve)")
+    if kind_of(run.meta) is not SERVE:
+        raise ValueError(f"{str(path)!r} is not a serving run (written by {SERVE.command})")
     if run.status != "complete" and not allow_incomplete:
         raise ValueError(f"{str(path)!r} is {run.status}, not complete: finish it (the same command resumes) or "
                          "pass --allow-incomplete")

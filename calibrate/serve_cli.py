@@ -41,6 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from measure.runkinds import SERVE
 from presets import HARDWARE, MODELS
 from sim.cli import GPU_FLAGS, _add_gpu_flags, _model_arg, engine_source_conflict
 from toolkit.cli import OneLineParser, check_output_dir, choice_arg, fail, int_arg, nonempty_arg
@@ -227,7 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fail(PROG, f"{args.run!r} is not a run directory (no run.json); write one with python -m measure serve")
     if run is None and not args.out:
         fail(PROG, "--out DIR is required with benchmark files")
-    out = Path(args.out) if args.out else Path(str(run)) / "calibration-serve"
+    out = Path(args.out) if args.out else Path(str(run)) / SERVE.calibration_dir
     hk = _list("--holdout-k", args.holdout_k, int)
     hl = _list("--holdout-loads", args.holdout_loads, str)
     ak = _list("--advise-k", args.advise_k, int)
@@ -314,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
            "regret": [{**g.__dict__, "within_noise": g.within_noise} for g in reg], "advice": advice_dict(rows, data.slots, ngram_n)}
     from calibrate.written import write_all_or_fail  # each model checked as python -m sim reads it
 
-    write_all_or_fail(PROG, out, {"serve_calibration.json": doc, "advice.json": doc["advice"]})
+    write_all_or_fail(PROG, out, {SERVE.calibration_file: doc, "advice.json": doc["advice"]})
     write_dict_rows(out / "serve_predictions.csv", cal.rows)
     write_dict_rows(out / "serve_curves.csv", curves(cal, data, max(2, args.seeds // 2), args.seed))
     print(f"written to {out}")

@@ -37,6 +37,7 @@ from reports.summary import (
     measured_setups,
     predicted_optima,
 )
+from measure.runkinds import RunKind, read_kind
 from toolkit.jsonio import read_json
 from toolkit.tables import Column, check_values, read_csv
 
@@ -242,24 +243,23 @@ def _load_calibration(src: Path) -> Path:
     raise ValueError(f"{str(src)!r} is neither a calibration directory ({CAL_JSON}) nor a run directory (run.json)")
 
 
-def run_calibration_dir(src: str | Path, calibration: str, kind: str, subdir: str, what: str,
-                        noun: str) -> Path | None:
-    """``src`` if it holds ``calibration`` (a file name), its ``subdir/`` if it is a run of ``run.json`` config
-    kind ``kind`` holding one, else None (not such a directory); such a run (a ``noun`` run) without its
-    calibration is a one-line ``ValueError`` naming ``python -m calibrate <what>``."""
+def run_calibration_dir(src: str | Path, kind: RunKind) -> Path | None:
+    """``src`` if it holds a calibration of a run of ``kind`` (its ``calibration_file``), its ``calibration_dir/``
+    if it is a run of that kind holding one, else None (not such a directory); such a run without its
+    calibration is a one-line ``ValueError`` naming the command that calibrates it."""
     src = Path(src)
-    if (src / calibration).is_file():
+    if (src / kind.calibration_file).is_file():
         return src
     try:
-        meta = json.loads((src / "run.json").read_text())
-    except (OSError, ValueError):
+        found = read_kind(src)
+    except ValueError:  # a kind this specscope does not know: not this one
         return None
-    if not isinstance(meta, dict) or (meta.get("config") or {}).get("kind") != kind:
+    if found is not kind:
         return None
-    if (src / subdir / calibration).is_file():
-        return src / subdir
-    raise ValueError(f"{str(src)!r} is a {noun} run without a calibration; run python -m calibrate {what} {src} "
-                     f"first, then python -m reports {src / subdir}")
+    if (src / kind.calibration_dir / kind.calibration_file).is_file():
+        return src / kind.calibration_dir
+    raise ValueError(f"{str(src)!r} is a {kind.title} without a calibration; run {kind.calibrate_command} {src} "
+                     f"first, then python -m reports {src / kind.calibration_dir}")
 
 
 def make_out_dir(out: Path) -> Path:

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import altair as alt
 import pandas as pd
 
+from measure.runkinds import SERVE
 from reports.charts import chart_svg
 
 from toolkit.tables import Column
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 PREDICTIONS = "serve_predictions.csv"
 CURVES = "serve_curves.csv"
-CALIBRATION = "serve_calibration.json"
+CALIBRATION = SERVE.calibration_file
 ADVICE = "advice.json"
 PANELS = (("e2e_p50_ms", "e2e latency p50 (ms)"), ("e2e_p95_ms", "e2e latency p95 (ms)"),
           ("throughput_tokens_per_s", "throughput (tokens/s)"))
@@ -195,7 +196,7 @@ def _section_html(sc: ServingCalibration) -> str:
 
 
 # -- the page ---------------------------------------------------------------------------------------------------
-SERVE_CAL_DIR = "calibration-serve"
+SERVE_CAL_DIR = SERVE.calibration_dir
 
 
 def serve_calibration_dir(src: str | Path) -> Path | None:
@@ -203,7 +204,7 @@ def serve_calibration_dir(src: str | Path) -> Path | None:
     None (not a serving directory); a serving run without a calibration is a one-line ``ValueError``."""
     from reports.page import run_calibration_dir
 
-    return run_calibration_dir(src, CALIBRATION, "serve", SERVE_CAL_DIR, "serve", "serving")
+    return run_calibration_dir(src, SERVE)
 
 
 def _run_meta(cal: dict) -> tuple[dict | None, Any]:

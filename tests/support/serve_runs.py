@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from calibrate.serve import simulate_counters, unit_stats
-from measure.serve.units import LoadSpec, RequestRow, ServeConfig, ServeRunWriter, StepCostRow, UnitId, UnitRow
+from measure.runkinds import SERVE, open_run_dir
+from measure.serve.units import LoadSpec, RequestRow, ServeConfig, StepCostRow, UnitId, UnitRow
 from sim.acceptance import AcceptanceModel
 from sim.serving import ClosedLoop, ForwardStepCost, LinearStepCost, OpenLoop, Workload, llama_server, simulate_server
 
@@ -33,7 +34,7 @@ def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], lo
     configs = [ServeConfig("off")] + [ServeConfig("ngram", k, 3) for k in sorted(acceptance)]
     meta = {"config": {"kind": "serve", "slots": slots, "max_new_tokens": new_tokens, "batch_tokens": 2048,
                        "requests": n_requests, "configs": [c.to_str() for c in configs]}, "command": "test"}
-    w = ServeRunWriter(path, meta=meta, fingerprint={"kind": "serve"})
+    w = open_run_dir(SERVE, path, meta=meta, fingerprint={"kind": "serve"})
     with w.recording():
         cid0 = "config=synth:k1:p64|slots=4|load=c1|repeat=0"
         cid_off = "config=synth:off:p64|slots=4|load=c1|repeat=0"
