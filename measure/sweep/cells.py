@@ -465,7 +465,7 @@ def _finish(ctx: CellContext, plan: CellPlan, m: CellMeasurement, modes: tuple[s
 
 
 #: The candidate "plain decoding" in a race of ``--until-decided``.
-OFF = "off"
+OFF = racing.OFF
 
 
 def _log_speedup(v: Visit) -> float:
@@ -475,9 +475,9 @@ def _log_speedup(v: Visit) -> float:
 
 
 class _Race:
-    """``--until-decided``: a race (:mod:`measure.racing`) per group of cells that answer one question — the same
-    domain, temperature and head K; the drafts and γ policies are the candidates, and so is ``off`` (plain
-    decoding, a log speedup of 0 on every unit: "do not speculate" can win) — looked at after each pass.
+    """``--until-decided``: a race (:class:`measure.racing.GroupRaces`) per group of cells that answer one question
+    — the same domain, temperature and head K; the drafts and γ policies are the candidates, and so is ``off``
+    (plain decoding, a log speedup of 0 on every unit: "do not speculate" can win) — looked at after each pass.
 
     A cell the race no longer needs (eliminated, or resolved: it cannot beat its leader by the regret) is
     *stopped*: later passes skip it and it is written with the visits it has. Every look is a pure function of
@@ -485,49 +485,32 @@ class _Race:
     """
 
     def __init__(self, rule: racing.RaceRule, plans: Sequence[CellPlan]) -> None:
-        self.rule = rule
         self.groups: dict[str, list[CellPlan]] = {}
         for p in plans:
             key = f"{p.cell.domain} T={p.cell.temperature:g}" + (f" K={p.cell.head_k}" if p.cell.head_k else "")
             self.groups.setdefault(key, []).append(p)
-        self.states: dict[str, racing.RaceState] = {}
-        self.stopped: set[str] = set()
-        self.looks: list[dict] = []
+        self.races = racing.GroupRaces(rule, {k: [p.cell_id for p in ps] for k, ps in self.groups.items()})
+
+    @property
+    def stopped(self) -> frozenset[str]:
+        return frozenset(c for cells in self.races.stopped.values() for c in cells)
 
     def look(self, look_index: int, staged: Mapping[str, Mapping[tuple[int, int], Visit]]) -> list[str]:
         """Look at the passes ``0..look_index``; returns a line per group whose race changed."""
-        notes, record = [], {"look": look_index, "groups": {}}
+        samples = {}
         for key, plans in self.groups.items():
-            samples = {p.cell_id: {u: _log_speedup(v) for u, v in staged[p.cell_id].items() if u[0] <= look_index}
-                       for p in plans}
-            samples[OFF] = {u: 0.0 for unit in samples.values() for u in unit}
-            state = racing.look(samples, self.rule, look_index, self.states.get(key))
-            self.states[key] = state
-            keep = set() if state.decided else set(state.next_candidates())
-            newly = [p.cell_id for p in plans if p.cell_id not in keep and p.cell_id not in self.stopped]
-            self.stopped.update(newly)
-            record["groups"][key] = {
-                "leader": state.leader, "stop_reason": state.stop_reason(), "resolved": list(state.resolved),
-                "eliminated": [{"cell_id": e.candidate, "look": e.look, "ratio": e.evidence.ratio,
-                                "ratio_hi": math.exp(e.evidence.hi) if e.evidence.hi is not None else None,
-                                "n_units": e.evidence.n_units} for e in state.eliminated],
-                "comparisons": [{"cell_id": c.challenger, "ratio": c.ratio, "n_units": c.n_units,
-                                 "ratio_lo": math.exp(c.lo) if c.lo is not None else None,
-                                 "ratio_hi": math.exp(c.hi) if c.hi is not None else None}
-                                for c in state.comparisons]}
-            if newly:
-                notes.append(f"race {key}: after pass {look_index + 1}, leader {state.leader}; stopped "
-                             f"{', '.join(newly)}" + (f" ({state.stop_reason()})" if state.stop_reason() else ""))
-        self.looks.append(record)
-        return notes
+            group = {p.cell_id: {u: _log_speedup(v) for u, v in staged[p.cell_id].items() if u[0] <= look_index}
+                     for p in plans}
+            group[OFF] = {u: 0.0 for unit in group.values() for u in unit}
+            samples[key] = group
+        return self.races.look(look_index, samples)
 
     def all_stopped(self) -> bool:
-        return all(p.cell_id in self.stopped for plans in self.groups.values() for p in plans)
+        return self.races.all_stopped()
 
     def summary(self, reason: str) -> dict:
         """What ``run.json`` records of the race: the rule, every look, and why the measuring stopped."""
-        return {"rule": asdict(self.rule), "looks": self.looks, "stopped_by": reason,
-                "decided": {k: s.leader for k, s in self.states.items() if s.decided}}
+        return self.races.summary(reason)
 
 
 @contextlib.contextmanager
