@@ -154,6 +154,7 @@ def test_off_is_measured_while_its_load_is_undecided(fake, tmp_path):
             assert len(off) == (0 if g["stop_reason"] == "decided" else 1)
 
 
+@pytest.mark.slow  # two runs of eight repeats each (about 2 s)
 @pytest.mark.parametrize("fault", ["dead server", "failed requests"])
 def test_a_resumed_run_looks_again_identically(fake, tmp_path, fault):
     _measure(tmp_path / "whole", _plan(), fake)
