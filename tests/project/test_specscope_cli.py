@@ -132,6 +132,7 @@ def test_measure_reaches_the_sweep_cli() -> None:
                                  "heuristic:G, threshold:G)"
 
 
+@pytest.mark.slow  # three specscope processes (about 5 s)
 def test_tune_serve_is_measure_serve_until_decided() -> None:
     tune = BY_NAME["tune"]
     assert tune.module_args(["serve", "--concurrency", "1"]) == ["serve", "--until-decided", "--concurrency", "1"]
