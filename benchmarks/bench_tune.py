@@ -14,7 +14,7 @@ the sum of the units' measured seconds (and the wall time), the regret from the 
     python benchmarks/bench_tune.py --out runs/bench-tune -- --prompts 2 --gamma 2,4 --repeats 3
     python benchmarks/bench_tune.py --budget-share 0.33 --out runs/bench-tune -- --gamma 1,2,4,8 --repeats 6
     python benchmarks/bench_tune.py --serve --out runs/bench-tune-serve -- --draft ngram:2 --gamma 2,4,8 \
-        --concurrency 1,4,8 --requests 8 --max-new-tokens 48 --repeats 8
+        --concurrency 1,4,8 --requests 8 --max-new-tokens 32 --repeats 8
 
 Timing: run it alone on the machine (no other heavy process): the two designs are measured one after the other,
 so a disturbance of one is not shared by the other.
