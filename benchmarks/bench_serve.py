@@ -5,7 +5,7 @@
 
 The model is the one ``python -m calibrate serve`` fitted to the real llama-server
 sweep (``--calibration``, default ``results/cpu-serve-sweep/calibration-serve/
-serve_calibration.json``): its step cost (``sim.serving.LinearStepCost``) and its
+serve_calibration.json``): its step cost (``sim.serving.step_cost_from_dict``) and its
 acceptance at ``--k`` (default 4: prompt lookup, drafting in about a fifth of
 rounds), 8 slots, the sweep's 64 new tokens a request after its prompts' lengths,
 Poisson arrivals at 90% of the capacity a saturated probe finds (so the batch
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's p
 from bench_sim import SERVE_REQUESTS, SERVE_SECONDS, bench_serve_llama
 
 from sim.acceptance import acceptance_from_dict
-from sim.serving import LinearStepCost
+from sim.serving import step_cost_from_dict
 
 DEFAULT_CALIBRATION = Path(__file__).resolve().parents[1] / "results/cpu-serve-sweep/calibration-serve/serve_calibration.json"
 #: The sweep's prompt lengths in tokens, in the order its requests used them (results/cpu-serve-sweep/
@@ -49,7 +49,7 @@ def main() -> int:
         return 2
     try:
         doc = json.loads(args.calibration.read_text())
-        cost = LinearStepCost.from_dict(doc["step_cost"])
+        cost = step_cost_from_dict(doc["step_cost"])
         acc = acceptance_from_dict(doc["acceptance"][str(args.k)])
     except (OSError, KeyError, ValueError) as exc:
         print(f"bench_serve.py: error: --calibration {str(args.calibration)!r}: {exc} (write one with python -m "

@@ -5,7 +5,9 @@ Runs ``python -m measure ARGS --out DIR/fixed`` (every cell, every repeat), then
 the same machine, and prints per domain the decision of each (the best draft/γ, or plain decoding), the measuring
 time of each (the sum of the counted generations' wall time, and the whole command's), and the regret of the
 tuned decision in the fixed design's own measurement: ``1 − speedup(tuned choice) ÷ speedup(fixed best)``, with
-the interval the two cells' 95% CIs allow. A table for people, then one JSON line.
+the interval the two cells' 95% CIs allow. The tuned run's decision is its race's leader at the last look; its
+``--time-budget`` (``--budget-share``) is that share of the fixed run's measuring time. ``--fixed DIR`` reuses a
+finished fixed run. A table for people, then one JSON line.
 
 ``--serve`` asks the serving question the same way: ``python -m measure serve ARGS`` fixed, then with
 ``--until-decided`` (a race per load, measure/serve/race.py); per load the best k or off, the measuring time as
@@ -101,6 +103,24 @@ def decisions(speedups: dict[str, dict[str, Interval]]) -> dict[str, Decision]:
     return out
 
 
+def race_decisions(q: Question, run_dir: Path) -> dict[str, Decision]:
+    """Per group, the tuned run's answer: the leader at the race's last look (``run.json`` ``race``), which is
+    what the race decided or, stopped by its budget, would choose — not the best of its candidates' raw
+    speedups, which for a candidate stopped early rest on a few units. A race group is its load (serving), or the
+    domain of its cells (the chain sweep's ``domain T=… K=…``)."""
+    speedups = q.speedups(run_dir)
+    looks = records.load_run(run_dir).meta.get("race", {}).get("looks") or []
+    out: dict[str, Decision] = {}
+    for key, g in (looks[-1]["groups"].items() if looks else ()):
+        names = {g["leader"], *(e["cell_id"] for e in g["comparisons"] + g["eliminated"])} - {"off"}
+        group = key if key in speedups else next((k for k, c in speedups.items() if names & set(c)), None)
+        if group is None:
+            continue
+        leader = None if g["leader"] == "off" else speedups[group].get(g["leader"])  # off: plain decoding
+        out[group] = Decision(group, None, *OFF) if leader is None else Decision(group, g["leader"], *leader)
+    return out
+
+
 def regret(fixed: dict[str, dict[str, Interval]], choice: Decision) -> tuple[float, float | None, float | None]:
     """The tuned choice's regret in the fixed run: ``1 − s(choice)/s(best)``, and the bounds its CIs allow."""
     best = decisions(fixed)[choice.group]
@@ -127,22 +147,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--serve", action="store_true", help="the serving question: best k per load, python -m measure "
                    "serve ARGS (its arguments after --)")
     p.add_argument("--budget-share", type=float_arg(0, 1, lo_open=True), default=None,
-                   help="give the tuned run a --time-budget of this share of the fixed run's wall time")
+                   help="give the tuned run a --time-budget of this share of the fixed run's measuring time")
+    p.add_argument("--fixed", type=Path, default=None, metavar="DIR",
+                   help="a finished fixed-design run of the same arguments (measured earlier on this machine, "
+                        "nothing else running) instead of measuring it again; its wall time is then unknown")
     a = p.parse_args(own)
     q = SERVE if a.serve else CHAIN
-    fixed_dir, tuned_dir = a.out / "fixed", a.out / "tuned"
-    wall_fixed = _run(q, [*rest, "--force-new"], fixed_dir)
-    extra = ["--time-budget", f"{a.budget_share * wall_fixed:.0f}"] if a.budget_share else []
+    tuned_dir = a.out / "tuned"
+    if a.fixed is not None:
+        fixed_dir, wall_fixed = a.fixed, float("nan")
+    else:
+        fixed_dir = a.out / "fixed"
+        wall_fixed = _run(q, [*rest, "--force-new"], fixed_dir)
+    extra = ["--time-budget", f"{a.budget_share * q.measured_s(fixed_dir):.0f}"] if a.budget_share else []
     wall_tuned = _run(q, [*rest, "--force-new", "--until-decided", *extra], tuned_dir)
     fixed_s = q.speedups(fixed_dir)
-    fixed_d, tuned_d = decisions(fixed_s), decisions(q.speedups(tuned_dir))
+    fixed_d, tuned_d = decisions(fixed_s), race_decisions(q, tuned_dir)
     race = records.load_run(tuned_dir).meta.get("race", {})
     rows = []
     for group, f in fixed_d.items():
         t = tuned_d.get(group)
-        r = regret(fixed_s, t) if t is not None else (None, None, None)
+        reg = regret(fixed_s, t) if t is not None else (None, None, None)
         rows.append({q.group: group, "fixed": f.choice or "off", "tuned": (t.choice or "off") if t else None,
-                     "regret": r[0], "regret_lo": r[1], "regret_hi": r[2]})
+                     "regret": reg[0], "regret_lo": reg[1], "regret_hi": reg[2]})
     ms_fixed, ms_tuned = q.measured_s(fixed_dir), q.measured_s(tuned_dir)
     print(f"{q.group:<14}{'fixed design':<34}{'tuned':<34}regret in the fixed run [bounds]")
     for r in rows:

@@ -81,7 +81,7 @@ def main() -> int:
     p.add_argument("--k", default="2,4")
     p.add_argument("--concurrency", default="1,2,4,8")
     p.add_argument("--requests", type=int, default=8)
-    p.add_argument("--output-tokens", type=int, default=16)
+    p.add_argument("--output-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--first-repeat", type=int, default=0, help="number the repeats from here (add repeats)")
     p.add_argument("--prompt-chars", type=int, default=PROMPT_CHARS)

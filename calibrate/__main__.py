@@ -17,7 +17,6 @@ JSON line. Bad input: one-line error, exit status 2.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -73,34 +72,41 @@ def print_report(res) -> None:
               "left out of the MAPE: " + ", ".join(res.unstable_cells))
 
 
-def _run_kind(first: list[str]) -> str | None:
-    """The ``run.json`` config kind of the run directory the first argument names (``serve``: written by
-    ``python -m measure serve``, ``trees``: by ``python -m measure tree``), None for anything else."""
-    if not first or first[0].startswith("-"):
-        return None
-    try:
-        meta = json.loads((Path(first[0]) / "run.json").read_text())
-    except (OSError, ValueError):
-        return None
-    kind = (meta.get("config") or {}).get("kind") if isinstance(meta, dict) else None
-    return kind if isinstance(kind, str) else None
+def _other_command(argv: list[str]) -> int | None:
+    """Run the subcommand ``argv`` names (``ingest``, ``serve``, ``trees``), or the calibration of the kind of run
+    its first argument is when that kind has its own (:mod:`measure.runkinds`: a serving run, a tree run);
+    None when it is a chain sweep's (or a head sweep's) calibration, this command's own."""
+    if argv[:1] == ["ingest"]:  # subcommand: an engine's spec-decode metrics and llama-bench costs -> sim
+        from calibrate.ingest.cli import main as ingest_main
+
+        return ingest_main(argv[1:])
+    from measure.runkinds import SERVE, TREES, read_kind
+
+    kind = None
+    if argv[:1] in (["serve"], ["trees"]):
+        kind, argv = (SERVE if argv[0] == "serve" else TREES), argv[1:]
+    elif argv and not argv[0].startswith("-"):
+        try:
+            kind = read_kind(argv[0])
+        except ValueError as e:
+            fail(PROG, e)
+    if kind is SERVE:  # a measure serve run: the serving simulator
+        from calibrate.serve_cli import main as serve_main
+
+        return serve_main(argv)
+    if kind is TREES:  # a measure tree run: token trees
+        from calibrate.trees_cli import main as trees_main
+
+        return trees_main(argv)
+    return None
 
 
 @entry_point
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["ingest"]:  # subcommand: an engine's spec-decode metrics and llama-bench costs -> sim
-        from calibrate.ingest.cli import main as ingest_main
-
-        return ingest_main(argv[1:])
-    if argv[:1] == ["serve"] or _run_kind(argv[:1]) == "serve":  # a measure serve run: the serving simulator
-        from calibrate.serve_cli import main as serve_main
-
-        return serve_main(argv[1:] if argv[:1] == ["serve"] else argv)
-    if argv[:1] == ["trees"] or _run_kind(argv[:1]) == "trees":  # a measure tree run: token trees
-        from calibrate.trees_cli import main as trees_main
-
-        return trees_main(argv[1:] if argv[:1] == ["trees"] else argv)
+    status = _other_command(argv)
+    if status is not None:
+        return status
     ap = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR", type=nonempty_arg("run directory"),
                     help="run directories written by python -m measure")

@@ -29,7 +29,10 @@ Benchmark files (:mod:`calibrate.benchfiles`: GuideLLM, ``vllm bench serve``,
 inference-perf) arrive as the same :class:`ServeData` without step-cost units:
 the step cost then starts from the speculation-off units
 (:func:`initial_step_from_units`) and is fitted to the training units alone
-(:data:`UNITS_ONLY`); a group run once takes its interval over its requests
+(:data:`UNITS_ONLY`) — or, given the deployment's model, GPU and engine, it is
+the kernel-table (or roofline) forward of that model
+(:class:`sim.serving.ForwardStepCost`) with only an efficiency and a per-step
+overhead fitted (:func:`initial_step_from_forward`); a group run once takes its interval over its requests
 (:func:`measured`); acceptance without per-request counts takes the rounds from
 the units' totals, and without per-position counters an i.i.d. α
 (:func:`iid_per_pos`).
@@ -45,10 +48,12 @@ from typing import Any, Sequence
 import numpy as np
 
 from measure.records import load_run
+from measure.runkinds import SERVE, kind_of
 from measure.serve.units import METRICS, Estimate, LoadSpec, ServeConfig, log_interval
 from sim.acceptance import AcceptanceModel, PerPositionAcceptance, ProposalAcceptance
 from sim.serving import (
     ClosedLoop,
+    ForwardStepCost,
     round_pmf,
     LinearStepCost,
     OpenLoop,
@@ -94,8 +99,8 @@ class ServeData:
 def load_serve(path: str | Path, allow_incomplete: bool = False) -> ServeData:
     """Read a serving run; one-line ``ValueError`` when it is not one, is not complete, or has no real units."""
     run = load_run(path)
-    if (run.meta.get("config") or {}).get("kind") != "serve":
-        raise ValueError(f"{str(path)!r} is not a serving run (written by python -m measure serve)")
+    if kind_of(run.meta) is not SERVE:
+        raise ValueError(f"{str(path)!r} is not a serving run (written by {SERVE.command})")
     if run.status != "complete" and not allow_incomplete:
         raise ValueError(f"{str(path)!r} is {run.status}, not complete: finish it (the same command resumes) or "
                          "pass --allow-incomplete")
@@ -110,7 +115,7 @@ def load_serve(path: str | Path, allow_incomplete: bool = False) -> ServeData:
 class StepFit:
     """The fitted step cost, the request overhead (client → server queue) and how well they fit."""
 
-    cost: LinearStepCost
+    cost: LinearStepCost | ForwardStepCost
     request_overhead_ms: float
     n_steps: int
     n_ttft: int
@@ -137,16 +142,16 @@ def _server_prompt_ms(ttft: Any, requests: Any) -> tuple[list[float | None], flo
 
 @dataclass(frozen=True)
 class CostRows:
-    """Weighted least-squares rows of the step cost: features (:meth:`LinearStepCost.features` order),
-    milliseconds and weights."""
+    """Weighted least-squares rows of the step cost: features (the fitted cost's ``features`` order, by default
+    :meth:`LinearStepCost.features`), milliseconds and weights."""
 
     a: np.ndarray
     y: np.ndarray
     w: np.ndarray
 
     @staticmethod
-    def of(rows: list[tuple[float, ...]], y: list[float], w: list[float]) -> "CostRows":
-        n = len(LinearStepCost.FIELDS)
+    def of(rows: list[tuple[float, ...]], y: list[float], w: list[float],
+           n: int = len(LinearStepCost.FIELDS)) -> "CostRows":
         return CostRows(np.asarray(rows, dtype=float).reshape(-1, n), np.asarray(y, dtype=float),
                         np.asarray(w, dtype=float))
 
@@ -238,11 +243,12 @@ def fit_step_cost(steps: Any, requests: Any = None) -> StepFit:
 
 
 class _Recorder:
-    """A :class:`~sim.serving.StepCost` that prices steps with ``cost`` and keeps each step's features."""
+    """A :class:`~sim.serving.StepCost` that prices steps with ``cost`` and keeps each step's features (``cost``'s
+    own: :meth:`LinearStepCost.features` or :meth:`ForwardStepCost.features`)."""
 
     uses_max_draft = False
 
-    def __init__(self, cost: StepCost) -> None:
+    def __init__(self, cost: LinearStepCost | ForwardStepCost) -> None:
         self.cost = cost
         self.features: list[tuple[float, ...]] = []
         self.seqs: list[int] = []
@@ -250,7 +256,7 @@ class _Recorder:
     def step_ms(self, seqs: int, tokens: int, max_draft: int, ctx_sum: float, attn: float, prompt_tokens: int,
                 prompt_seqs: int, emitted: int = 0) -> float:
         load = StepLoad(seqs, tokens, max_draft, ctx_sum, attn, prompt_tokens, prompt_seqs, emitted)
-        self.features.append(LinearStepCost.features(load))
+        self.features.append(self.cost.features(load))
         self.seqs.append(seqs)
         return self.cost.step_ms(seqs, tokens, max_draft, ctx_sum, attn, prompt_tokens, prompt_seqs, emitted)
 
@@ -271,16 +277,17 @@ def _unit_rows(model: "Model", data: ServeData, units: Any, seeds: int, seed: in
     from measure.serve.units import UnitId
 
     rows, y, w = [], [], []
+    cost = model.step.cost
     for u in units.itertuples():
         req = data.requests[(data.requests["cell_id"] == u.cell_id) & data.requests["error"].isna()]
         if not len(req):
             continue
         uid = UnitId.parse(u.cell_id)
-        busy = np.zeros(len(LinearStepCost.FIELDS))
+        busy = np.zeros(len(cost.FIELDS))
         gen = np.zeros_like(busy)
         idle = n_steps = n_slot_steps = 0.0
         for i in range(seeds):
-            rec = _Recorder(model.step.cost)
+            rec = _Recorder(cost)
             run = model.run_unit(data, u.cell_id, seed + i, cost=rec)
             f, sq = np.asarray(rec.features), np.asarray(rec.seqs, dtype=float)
             busy += f.sum(axis=0) / seeds
@@ -305,10 +312,10 @@ def _unit_rows(model: "Model", data: ServeData, units: Any, seeds: int, seed: in
             col = "prompt_ms" if timed.any() else "ttft_ms"
             for r in req[req[col].notna() & req["prompt_tokens"].notna()].itertuples():
                 p = int(r.prompt_tokens)
-                rows.append(LinearStepCost.features(StepLoad(0, p, 0, 0.0, 0.5 * p * (p + 1), p, 1)))
+                rows.append(cost.features(StepLoad(0, p, 0, 0.0, 0.5 * p * (p + 1), p, 1)))
                 y.append(float(getattr(r, col)))
                 w.append(2.0)
-    return CostRows.of(rows, y, w)
+    return CostRows.of(rows, y, w, len(cost.FIELDS))
 
 
 #: The coefficients fitted where no step-cost units were measured (benchmark files): a per-step overhead and
@@ -322,10 +329,9 @@ def has_step_units(data: ServeData) -> bool:
     return data.steps is not None and len(data.steps) > 0
 
 
-def initial_step_from_units(data: ServeData, train_units: Any) -> StepFit:
-    """A starting step cost from the training units alone (no step-cost units): the median TPOT of the
-    speculation-off units at the lowest concurrency per step, their median TTFT over the median prompt per
-    prompt token; :func:`fit_step_cost_on_units` then fits it to every training unit."""
+def _off_lowest(data: ServeData, train_units: Any) -> tuple[float, float, float]:
+    """The median TPOT, prompt tokens and TTFT of the speculation-off training units at their lowest concurrency
+    (a TPOT of 10 ms where none was recorded, no prompt where none was counted)."""
     off = train_units[(train_units["spec_k"] == 0) & train_units["concurrency"].notna()]
     if not len(off):
         raise ValueError("no speculation-off training unit at a concurrency: hold out fewer loads")
@@ -333,13 +339,35 @@ def initial_step_from_units(data: ServeData, train_units: Any) -> StepFit:
     req = data.requests[data.requests["cell_id"].isin(set(low["cell_id"])) & data.requests["error"].isna()]
     tpot = float(np.nanmedian(req["tpot_ms"].astype(float))) if req["tpot_ms"].notna().any() else 10.0
     prompt = float(np.nanmedian(req["prompt_tokens"].astype(float))) if req["prompt_tokens"].notna().any() else 0.0
-    ttft = float(np.nanmedian(req["ttft_ms"].astype(float)))
+    return tpot, prompt, float(np.nanmedian(req["ttft_ms"].astype(float)))
+
+
+def initial_step_from_units(data: ServeData, train_units: Any) -> StepFit:
+    """A starting step cost from the training units alone (no step-cost units): the median TPOT of the
+    speculation-off units at the lowest concurrency per step, their median TTFT over the median prompt per
+    prompt token; :func:`fit_step_cost_on_units` then fits it to every training unit."""
+    tpot, prompt, ttft = _off_lowest(data, train_units)
     per_prompt = max(ttft - tpot, 0.0) / prompt if prompt > 0 else 0.0
     cost = LinearStepCost(max(tpot, 1e-3), per_prompt_token_ms=per_prompt,
                           metadata={"source": "calibrate serve: start from the speculation-off units"})
     return StepFit(cost, 0.0, 0, 0, math.nan, ("no step-cost units (benchmark files): the step cost is fitted to "
                                                 "the training units alone; the request overhead is part of the "
                                                 "prompt step",))
+
+
+def initial_step_from_forward(data: ServeData, train_units: Any, start: ForwardStepCost) -> StepFit:
+    """A starting step cost from a forward (the kernel tables or the roofline of the deployment's model, GPU and
+    engine): no overhead, and the efficiency that makes one sequence's step at its mean context (median prompt +
+    half the tokens) the median TPOT of the speculation-off units at the lowest concurrency;
+    :func:`fit_step_cost_on_units` then fits the efficiency and the overhead to every training unit."""
+    tpot, prompt, _ = _off_lowest(data, train_units)
+    forward_ms = start.generating_ms(1, 1.0, prompt + data.new_tokens / 2)
+    cost = start.fitted(max(tpot, 1e-3) / forward_ms if forward_ms > 0 else 1.0, 0.0,
+                        {"source": "calibrate serve: start from the forward, scaled to the speculation-off TPOT"})
+    return StepFit(cost, 0.0, 0, 0, math.nan, (f"no step-cost units (benchmark files): the step cost is the "
+                                                f"{start.source_line()} forward, its efficiency and a per-step "
+                                                "overhead fitted to the training units; the request overhead is "
+                                                "part of the prompt step",))
 
 
 def fit_step_cost_on_units(model: "Model", data: ServeData, train_units: Any, iterations: int = 3, seeds: int = 4,
@@ -351,8 +379,12 @@ def fit_step_cost_on_units(model: "Model", data: ServeData, train_units: Any, it
     speculation hooks even when nothing drafts. The training units' own times (their busy time and their
     requests' generation times, :func:`_unit_rows`) show what those cost: the composition comes from simulating
     each unit with the model as it stands, so the fit is repeated ``iterations`` times. ``train_units`` must
-    hold training units only: nothing else of ``data`` enters the fit but the step-cost units."""
-    if has_step_units(data):
+    hold training units only: nothing else of ``data`` enters the fit but the step-cost units. A
+    :class:`~sim.serving.ForwardStepCost` keeps its forward: NNLS over its two columns (efficiency, overhead)."""
+    start = model.step.cost
+    if isinstance(start, ForwardStepCost):  # the forward is kept; its efficiency and overhead are fitted
+        synth, free = CostRows.of([], [], [], len(start.FIELDS)), [True] * len(start.FIELDS)
+    elif has_step_units(data):
         synth_steps, synth_prompts, _, _, _ = _synthetic_rows(data.steps, data.requests)
         synth, free = synth_steps + synth_prompts, [True] * len(LinearStepCost.FIELDS)
     else:
@@ -362,15 +394,24 @@ def fit_step_cost_on_units(model: "Model", data: ServeData, train_units: Any, it
         real = _unit_rows(model, data, train_units, seeds, seed + 1000 * it)
         rows = synth + real
         theta = rows.solve(free)
-        src = "serve_step_cost.csv and the real training units" if has_step_units(data) else \
-            f"the real training units alone ({', '.join(UNITS_ONLY)} free)"
-        cost = LinearStepCost(*(float(v) for v in theta), metadata={"source": f"calibrate serve: NNLS on {src}"})
+        cost = _refitted(start, theta, has_step_units(data))
         resid = real.residual_pct(theta)
         step = StepFit(cost, step.request_overhead_ms, step.n_steps, step.n_ttft,
                        float(np.median(rows.residual_pct(theta))), model.step.notes, len(train_units),
                        float(np.median(resid)) if resid.size else None)
         model = Model(step, model.acceptance, model.slots, model.batch_tokens, model.new_tokens, model.prompt_scales)
     return step
+
+
+def _refitted(start: LinearStepCost | ForwardStepCost, theta: np.ndarray,
+              step_units: bool) -> LinearStepCost | ForwardStepCost:
+    """The step cost of coefficients ``theta`` (NNLS over ``start``'s features), with where they were fitted."""
+    if isinstance(start, ForwardStepCost):
+        return start.fitted(float(theta[0]), float(theta[1]), {
+            "source": "calibrate serve: NNLS of efficiency and overhead_ms on the real training units"})
+    src = "serve_step_cost.csv and the real training units" if step_units else \
+        f"the real training units alone ({', '.join(UNITS_ONLY)} free)"
+    return LinearStepCost(*(float(v) for v in theta), metadata={"source": f"calibrate serve: NNLS on {src}"})
 
 
 # -- acceptance -----------------------------------------------------------------------------------------------
@@ -725,16 +766,23 @@ def training_units(data: ServeData, split: Split) -> Any:
     return real[[split.is_train(int(k), ld) for k, ld in zip(real["spec_k"], real["load"])]]
 
 
-def fit_serve_model(data: ServeData, split: Split, seed: int = 0,
-                    refit: bool = True) -> tuple[Model, dict[int, Counters], list[str]]:
+def fit_serve_model(data: ServeData, split: Split, seed: int = 0, refit: bool = True,
+                    start: ForwardStepCost | None = None) -> tuple[Model, dict[int, Counters], list[str]]:
     """The model fitted on the step-cost units and the training units of ``split`` (nothing of a held-out unit
     enters it): the model, the training counters per k, and notes.
 
     ``refit=False``: the step cost from the step-cost units alone (:func:`fit_step_cost`), as before the real
-    training units were fitted to as well (:func:`fit_step_cost_on_units`)."""
+    training units were fitted to as well (:func:`fit_step_cost_on_units`). ``start``: benchmark files only,
+    the step cost is that forward (kernel tables or roofline) with its efficiency and overhead fitted
+    (:func:`initial_step_from_forward`)."""
     real_units = data.units[~data.units["synthetic"].astype(bool)]
     train_units = training_units(data, split)
-    if has_step_units(data):
+    if start is not None:
+        if has_step_units(data):
+            raise ValueError("a step cost from the kernel tables or roofline (--hardware) is for benchmark files; "
+                             "a measure serve run with step-cost units fits its own")
+        step, refit = initial_step_from_forward(data, train_units, start), True
+    elif has_step_units(data):
         step = fit_step_cost(data.steps, data.requests)
     else:
         step, refit = initial_step_from_units(data, train_units), True
@@ -784,11 +832,11 @@ def measured(g: Any, metric: str) -> Estimate:
     return meas
 
 
-def calibrate_serve(data: ServeData, split: Split, seeds: int = 8, seed: int = 0,
-                    refit: bool = True) -> ServeCalibration:
-    """Fit on the training part of ``data`` (:func:`fit_serve_model`); predict every real group (training and
-    held out) from its units' exact workloads."""
-    model, counters, notes = fit_serve_model(data, split, seed, refit)
+def calibrate_serve(data: ServeData, split: Split, seeds: int = 8, seed: int = 0, refit: bool = True,
+                    start: ForwardStepCost | None = None) -> ServeCalibration:
+    """Fit on the training part of ``data`` (:func:`fit_serve_model`, ``start``: a forward to start the step cost
+    from); predict every real group (training and held out) from its units' exact workloads."""
+    model, counters, notes = fit_serve_model(data, split, seed, refit, start)
     acceptance = model.acceptance
     real_units = data.units[~data.units["synthetic"].astype(bool)]
     rows = []

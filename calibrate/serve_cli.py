@@ -8,13 +8,19 @@ Examples::
     python -m calibrate serve runs/serve-sweep --holdout-k 4 --holdout-loads c2,r1 --out runs/serve-cal
     python -m calibrate serve --off bench/off --spec k=2:bench/k2 --spec k=4:bench/k4 --out runs/bench-cal
     python -m calibrate serve --manifest bench/manifest.json --out runs/bench-cal
+    python -m calibrate serve --off bench/off --spec k=4:bench/k4 --hardware h100-sxm --engine vllm \
+        --target meta-llama/Llama-3.1-8B-Instruct --out runs/bench-cal
 
 Benchmark files (:mod:`calibrate.benchfiles`): one file or directory per configuration, speculation off
 (``--off``) and each draft length (``--spec k=K:PATH``, repeatable), or a manifest (JSON: ``{"off": PATH,
 "spec": {"4": PATH, ...}}``, paths relative to it, optional ``"slots"`` and ``"lookup_n"``). The format is
 detected; ``/metrics`` scrapes beside a file (``X.before.prom``/``X.after.prom``) give the acceptance
 where the file has none. The rows they normalise to are written to ``OUT/run`` (a serving run directory
-the report reads).
+the report reads). With the deployment named (``--hardware GPU``, and ``--engine``, ``--target MODEL``,
+``--tp``, ``--ep``, ``--dtype``, ``--cost-source`` as ``python -m sim`` takes them; ``--target`` defaults to
+the model the files name) the step cost is that model's forward on that GPU and engine — the kernel tables
+where they cover it, else the roofline, the output says which and why — and only its efficiency and a per-step
+overhead are fitted (:class:`sim.serving.ForwardStepCost`); without them, a free linear step cost.
 
 Prints per (configuration, load) the measured throughput and e2e latency p50/p95
 with their 95% CIs beside the prediction, the held-out MAPE against the targets
@@ -28,13 +34,17 @@ exit status 2.
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from toolkit.cli import OneLineParser, check_output_dir, fail, int_arg, nonempty_arg
+from measure.runkinds import SERVE
+from presets import HARDWARE, MODELS
+from sim.cli import GPU_FLAGS, _add_gpu_flags, _model_arg, engine_source_conflict
+from toolkit.cli import OneLineParser, check_output_dir, choice_arg, fail, int_arg, nonempty_arg
 from toolkit.files import write_dict_rows
 
 PROG = "python -m calibrate serve"
@@ -69,7 +79,57 @@ def build_parser() -> OneLineParser:
                    help="fit the step cost to the synthetic step-cost units alone (default: to the real training "
                    "units as well, whose steps mix drafting and non-drafting slots and emit accepted tokens)")
     p.add_argument("--allow-incomplete", action="store_true", help="use a run that is not complete")
+    p.add_argument("--hardware", type=choice_arg("hardware", list(HARDWARE)), help="benchmark files: the "
+                   "deployment's GPU; the step cost starts from its model's forward there (kernel tables or roofline)")
+    p.add_argument("--target", type=_model_arg("model", list(MODELS)), help="with --hardware: the served model, a "
+                   "preset name, a Hugging Face id of a shipped config, or a local directory holding config.json "
+                   "(default: the model the benchmark files name)")
+    _add_gpu_flags(p, batch=False)
     return p
+
+
+def check_deployment_flags(args: argparse.Namespace, bench: bool) -> None:
+    """The deployment flags (``--hardware`` and the rest) agree with each other and with the input; else one line,
+    exit status 2."""
+    given = [f"--{k.replace('_', '-')}" for k in ("target", *GPU_FLAGS) if getattr(args, k) is not None]
+    if args.hardware is None and given:
+        fail(PROG, f"{given[0]} needs --hardware GPU (the deployment's GPU; valid: {', '.join(HARDWARE)})")
+    if args.hardware is not None and not bench:
+        fail(PROG, f"--hardware {args.hardware} applies to benchmark files (--off/--spec or --manifest); a measure "
+             "serve run fits its step cost to its own step-cost units")
+    conflict = engine_source_conflict(args)
+    if conflict:
+        fail(PROG, conflict)
+
+
+def deployment_cost(args: argparse.Namespace, data: Any) -> tuple[Any, list[str]]:
+    """The forward step cost of the deployment the flags name (``--target`` or the files' model) and the lines
+    that say which model and source; one-line ``ValueError`` for an unknown model or impossible setup."""
+    from sim.cli import gpu_setup
+    from sim.serving import forward_step_cost
+
+    target, lines = args.target, []
+    if target is None:
+        target = data.meta.get("model")
+        if not target:
+            raise ValueError("--hardware needs --target MODEL: the benchmark files name no model; valid: a preset, a "
+                             "Hugging Face id of a shipped config, or a local directory holding config.json")
+        lines.append(f"model: {target} (named by the benchmark files; --target MODEL to name another)")
+    prompts = data.requests["prompt_tokens"].dropna()
+    context = (float(prompts.max()) if len(prompts) else 0.0) + data.new_tokens
+    try:
+        cost = forward_step_cost(target, gpu_setup(args, args.hardware), args.cost_source or "auto", data.slots,
+                                 context)
+    except ValueError as exc:
+        named = "" if args.target is not None else " (the model the benchmark files name; give --target MODEL)"
+        raise ValueError(f"{exc}{named}") from None
+    s = cost.setup
+    engine = "" if s["source"] != "kernels" else f", engine {s['engine']}" + (
+        " (the default; --engine vllm|sglang|trtllm)" if s["engine_default"] else "")  # only the tables are per engine
+    lines += [f"deployment: {s['model']} ({s['model_origin']}) on {s['tp']} x {s['hardware']} at {s['dtype']}{engine}"
+              f", {data.slots} slots", f"cost source: target {cost.source_line()}; draft not priced apart (the "
+              "benchmark files time whole steps: the fitted efficiency and overhead take the draft's work)"]
+    return cost, lines
 
 
 def _list(flag: str, text: str | None, conv: type) -> list | None:
@@ -162,12 +222,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bench == (args.run is not None):
         fail(PROG, "give either a run directory (RUN_DIR) or benchmark files (--off/--spec or --manifest), "
              "not both" if bench else "give a run directory (RUN_DIR) or benchmark files (--off/--spec or --manifest)")
+    check_deployment_flags(args, bench)
     run = Path(args.run) if args.run else None
     if run is not None and not (run / "run.json").is_file():
         fail(PROG, f"{args.run!r} is not a run directory (no run.json); write one with python -m measure serve")
     if run is None and not args.out:
         fail(PROG, "--out DIR is required with benchmark files")
-    out = Path(args.out) if args.out else Path(str(run)) / "calibration-serve"
+    out = Path(args.out) if args.out else Path(str(run)) / SERVE.calibration_dir
     hk = _list("--holdout-k", args.holdout_k, int)
     hl = _list("--holdout-loads", args.holdout_loads, str)
     ak = _list("--advise-k", args.advise_k, int)
@@ -183,8 +244,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from calibrate.benchfiles.cli import bench_data
 
             data = bench_data(args, out / "run")
+        start, deploy_lines = deployment_cost(args, data) if args.hardware is not None else (None, [])
         split = default_split(data.units, hk, hl)
-        cal = calibrate_serve(data, split, seeds=args.seeds, seed=args.seed, refit=not args.step_cost_units_only)
+        cal = calibrate_serve(data, split, seeds=args.seeds, seed=args.seed, refit=not args.step_cost_units_only,
+                              start=start)
         measured_k = sorted({int(k) for k in data.units["spec_k"] if k > 0 and k in cal.model.acceptance})
         ks = ak if ak is not None else measured_k
         unknown = [k for k in ks if k not in cal.model.acceptance]
@@ -210,13 +273,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         write_run(data, out / "run", "python -m calibrate serve " + " ".join(
             shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv)))
         run = out / "run"
-        for line in bench_lines(data):
+        for line in bench_lines(data) + deploy_lines:
             print(line)
+    from sim.serving import ForwardStepCost
+
     summary = cal.summary()
     st = cal.model.step
     units = (f" and {st.n_units} real training units (median residual {st.units_median_abs_residual_pct:.1f}% on "
              "theirs)" if st.n_units else "")
-    print(f"step cost: {st.cost.describe()}; request overhead {st.request_overhead_ms:.2f} ms; "
+    what = st.cost.line() if isinstance(st.cost, ForwardStepCost) else st.cost.describe()
+    print(f"step cost: {what}; request overhead {st.request_overhead_ms:.2f} ms; "
           f"median residual {st.median_abs_residual_pct:.1f}% over {st.n_steps} synthetic steps{units}")
     for k, acc in sorted(cal.model.acceptance.items()):
         print(f"acceptance k={k}: proposes in {100 * acc.p_propose:.1f}% of rounds, alpha_i = "
@@ -249,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
            "regret": [{**g.__dict__, "within_noise": g.within_noise} for g in reg], "advice": advice_dict(rows, data.slots, ngram_n)}
     from calibrate.written import write_all_or_fail  # each model checked as python -m sim reads it
 
-    write_all_or_fail(PROG, out, {"serve_calibration.json": doc, "advice.json": doc["advice"]})
+    write_all_or_fail(PROG, out, {SERVE.calibration_file: doc, "advice.json": doc["advice"]})
     write_dict_rows(out / "serve_predictions.csv", cal.rows)
     write_dict_rows(out / "serve_curves.csv", curves(cal, data, max(2, args.seeds // 2), args.seed))
     print(f"written to {out}")

@@ -69,6 +69,7 @@ from calibrate.fit_cost import CostFit, LinearFit, fallback_lines, fit_cost, ols
 from calibrate.prediction import mean_tokens_per_s
 from measure.costpoints import screen_target
 from measure.records import Run, load_run
+from measure.runkinds import TREES, kind_of, read_kind
 from sim.cost import TabulatedCost
 from sim.tree_search import sglang_tree
 from sim.trees import PositionalAcceptance, TokenTree, TreePrediction, predict_tree
@@ -99,14 +100,11 @@ class TreeData:
 
 
 def is_tree_run(path: str | Path) -> bool:
-    """Whether ``path`` holds a run written by ``python -m measure tree`` (``run.json`` config kind ``trees``)."""
-    import json
-
+    """Whether ``path`` holds a run written by ``python -m measure tree`` (:data:`measure.runkinds.TREES`)."""
     try:
-        meta = json.loads((Path(path) / "run.json").read_text())
-    except (OSError, ValueError):
+        return read_kind(path) is TREES
+    except ValueError:  # a kind this specscope does not know: not a tree run
         return False
-    return isinstance(meta, dict) and isinstance(meta.get("config"), dict) and meta["config"].get("kind") == "trees"
 
 
 def load_trees(path: str | Path, allow_incomplete: bool = False) -> TreeData:
@@ -115,9 +113,9 @@ def load_trees(path: str | Path, allow_incomplete: bool = False) -> TreeData:
     (:func:`calibrate.checks.check_tree_run`: rows written twice, lost or torn, values out of range)."""
     path = Path(path)
     run = load_run(path)
-    if (run.meta.get("config") or {}).get("kind") != "trees":
-        raise ValueError(f"{str(path)!r} is not a tree run (run.json config kind {run.meta.get('config', {}).get('kind')!r}); "
-                         "write one with python -m measure tree")
+    kind = kind_of(run.meta)
+    if kind is not TREES:
+        raise ValueError(f"{str(path)!r} is not a tree run (it is a {kind.title}); write one with {TREES.command}")
     notes = []
     if run.status != "complete":
         if not allow_incomplete:

@@ -33,6 +33,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from measure.runkinds import TREES
 from toolkit.cli import OneLineParser, check_output_dir, fail, int_arg, nonempty_arg
 from toolkit.files import write_dict_rows
 
@@ -121,8 +122,8 @@ def _check_run(run: Path) -> None:
     if not (run / "run.json").is_file():
         fail(PROG, f"{str(run)!r} is not a run directory (no run.json); write one with python -m measure tree")
     if not is_tree_run(run):
-        fail(PROG, f"{str(run)!r} is not a tree run (run.json config kind is not 'trees'); write one with "
-                   "python -m measure tree, or calibrate a sweep with python -m calibrate RUN_DIR")
+        fail(PROG, f"{str(run)!r} is not a tree run; write one with python -m measure tree, or calibrate a sweep "
+                   "with python -m calibrate RUN_DIR")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -130,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     run = Path(args.run)
     _check_run(run)
-    out = Path(args.out) if args.out else run / "calibration"
+    out = Path(args.out) if args.out else run / TREES.calibration_dir
     try:
         from calibrate.trees import acceptance_table, calibrate_trees, curve_rows, load_trees, mean_context
 
@@ -174,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "vllm": doc["vllm"]["command"]}}
     from calibrate.written import write_all_or_fail  # each model checked as python -m sim reads it
 
-    write_all_or_fail(PROG, out, {"tree_calibration.json": cal, "advice.json": advice,
+    write_all_or_fail(PROG, out, {TREES.calibration_file: cal, "advice.json": advice,
                                   "positional.json": m.acceptance.to_dict(),
                                   **({"cost_model-tree.json": m.tree_cost.model.describe()} if m.tree_cost else {})})
     res.predictions.to_csv(out / "tree_predictions.csv", index=False)

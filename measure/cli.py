@@ -96,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"with --until-decided: the decision's family-wise confidence (default {DEFAULT_CONFIDENCE})")
     p.add_argument("--time-budget", type=float_arg(0, 1e7, lo_open=True), default=None, metavar="SECONDS",
                    help="with --until-decided: start no pass after this many seconds of measuring")
+    p.add_argument("--prior", default=None, metavar="CALIBRATION_DIR",
+                   help="with --until-decided: a calibration of this target and engine (python -m calibrate); the "
+                        "cells it predicts to lose beyond its held-out error are measured last, each checked at the "
+                        "end (measure/prior.py: the error rate still holds; what it saved is in run.json race.prior)")
     p.add_argument("--interleave", default="sweep", choices=INTERLEAVE,
                    help="sweep: visit every cell in passes (prompt by prompt, repeat by repeat), so each cell's "
                         "pairs spread over the whole run (default); cell: one cell's visits back to back")
@@ -201,7 +205,12 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
                           cache=args.cache or CACHES[0], compile=args.compile, interleave=args.interleave,
                           prompts_file=str(args.prompts_file) if args.prompts_file else None,
                           until_decided=args.until_decided, regret=args.regret, confidence=args.confidence,
-                          time_budget_s=args.time_budget)
+                          time_budget_s=args.time_budget,
+                          prior=str(Path(args.prior).resolve()) if args.prior else None)
+        if args.prior:
+            from measure.prior import load_prior
+
+            load_prior(args.prior, cfg.target, cfg.engine)  # no directory, not a calibration, another pair: one line
     except ValueError as e:
         fail(prog, str(e))
     _check_models(cfg)

@@ -25,6 +25,11 @@ the best: **P(the decision's regret exceeds the threshold) ≤ α**. It is conse
 unadjusted 95% looks exceed it on the same problems. It assumes roughly normal per-unit log ratios, which the
 project's measured visits are (``measure/stats.py``: 6.6–8.1% spread per pair on the 2-core VM).
 
+**With a prior** (``--prior CALIBRATION``, :mod:`measure.prior`): candidates a calibration predicts to lose
+beyond its held-out error are deferred — not measured until the rest is decided, then each checked by its own
+interval on fresh units (eliminated, resolved, or it joins the race). The race keeps ``(1 − s)`` of ``α`` and the
+checks share ``s``, so **the same bound holds with a right or a wrong prior**; a wrong prior costs measuring only.
+
 **What to measure next** (:meth:`RaceState.next_candidates`): the leader and the challengers not yet resolved —
 the units that can still change the decision. Resolved candidates are not measured again.
 """
@@ -32,8 +37,8 @@ the units that can still change the decision. Resolved candidates are not measur
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats as sps
@@ -133,8 +138,10 @@ class RaceState:
         return None
 
 
-def _compare(challenger: Mapping[Hashable, float], leader: Mapping[Hashable, float], names: tuple[str, str],
-             alpha: float, min_units: int) -> Comparison:
+def compare(challenger: Mapping[Hashable, float], leader: Mapping[Hashable, float], names: tuple[str, str],
+            alpha: float, min_units: int) -> Comparison:
+    """``challenger ÷ leader`` on their shared units: the mean log ratio and its Student t interval at level
+    ``1 − alpha`` (none with fewer than ``min_units``)."""
     shared = [u for u in challenger if u in leader]
     d = np.array([challenger[u] - leader[u] for u in shared], dtype=float)
     n = int(d.size)
@@ -147,9 +154,11 @@ def _compare(challenger: Mapping[Hashable, float], leader: Mapping[Hashable, flo
 
 
 def look(samples: Mapping[str, Mapping[Hashable, float]], rule: RaceRule, look_index: int,
-         previous: RaceState | None = None) -> RaceState:
+         previous: RaceState | None = None, pair_alpha: Callable[[str, str], float] | None = None) -> RaceState:
     """One look of the race over ``samples`` (candidate → unit → log value): the leader, the comparisons, the
-    eliminations (kept from ``previous``) and which challengers are resolved."""
+    eliminations (kept from ``previous``) and which challengers are resolved. ``pair_alpha(challenger, leader)``:
+    the α' of that pair's interval where the error budget is not split evenly (:mod:`measure.prior`); default
+    the rule's :meth:`RaceRule.alpha_per_interval` for every pair."""
     if not samples:
         raise ValueError("a race needs at least one candidate")
     if not 0 <= look_index < rule.max_looks:
@@ -163,7 +172,8 @@ def look(samples: Mapping[str, Mapping[Hashable, float]], rule: RaceRule, look_i
     for c in alive:
         if c == leader:
             continue
-        comp = _compare(samples[c], samples[leader], (c, leader), alpha, rule.min_units)
+        comp = compare(samples[c], samples[leader], (c, leader), pair_alpha(c, leader) if pair_alpha else alpha,
+                       rule.min_units)
         comps.append(comp)
         if comp.hi is None:
             continue
@@ -174,82 +184,6 @@ def look(samples: Mapping[str, Mapping[Hashable, float]], rule: RaceRule, look_i
     out = {e.candidate for e in eliminated}
     return RaceState(look_index, leader, tuple(c for c in alive if c not in out), tuple(comps), tuple(eliminated),
                      tuple(resolved), rule)
-
-
-#: The candidate "do not speculate" of every race (a log speedup of 0 on every unit: it can win).
-OFF = "off"
-
-
-def _comparison_record(c: Comparison) -> dict:
-    return {"cell_id": c.challenger, "ratio": c.ratio, "n_units": c.n_units,
-            "ratio_lo": math.exp(c.lo) if c.lo is not None else None,
-            "ratio_hi": math.exp(c.hi) if c.hi is not None else None}
-
-
-def look_record(state: RaceState) -> dict:
-    """One group's look as ``run.json`` ``race.looks[i].groups[group]`` records it: the leader, the stop reason,
-    the resolved candidates, every elimination with its evidence (ratio to the leader and the upper end of its
-    interval) and every comparison. A candidate is named ``cell_id`` (a sweep's cell, a server configuration)."""
-    return {"leader": state.leader, "stop_reason": state.stop_reason(), "resolved": list(state.resolved),
-            "eliminated": [{"cell_id": e.candidate, "look": e.look, "ratio": e.evidence.ratio,
-                            "ratio_hi": math.exp(e.evidence.hi) if e.evidence.hi is not None else None,
-                            "n_units": e.evidence.n_units} for e in state.eliminated],
-            "comparisons": [_comparison_record(c) for c in state.comparisons]}
-
-
-class GroupRaces:
-    """A race per group of candidates that answer one question — a domain's cells in the chain sweep, a load's
-    server configurations — looked at after each round; the bookkeeping every ``--until-decided`` shares.
-
-    A candidate its group no longer needs (eliminated; resolved: it cannot beat the leader by the regret; every
-    one once the group is decided) is *stopped* (:meth:`needs`). ``baseline`` names the candidate whose units
-    pair the others' (speculation off on a server): it is needed while its group is undecided. Each look is a
-    function of the samples it is given, so a resumed run that gives the same samples stops the same candidates.
-    ``round_name`` is what a round is called in the notes (``pass``, ``repeat``).
-    """
-
-    def __init__(self, rule: RaceRule, groups: Mapping[str, Sequence[str]], baseline: str | None = None,
-                 round_name: str = "pass") -> None:
-        self.rule = rule
-        self.groups = {k: tuple(v) for k, v in groups.items()}
-        self.baseline = baseline
-        self.round_name = round_name
-        self.states: dict[str, RaceState] = {}
-        self.stopped: dict[str, set[str]] = {k: set() for k in self.groups}
-        self.looks: list[dict] = []
-
-    def needs(self, group: str, candidate: str) -> bool:
-        """Whether the next round measures ``candidate`` in ``group``."""
-        return candidate not in self.stopped[group]
-
-    def look(self, look_index: int, samples: Mapping[str, Mapping[str, Mapping[Any, float]]]) -> list[str]:
-        """Look at every group's ``samples`` (group → candidate → unit → log value) after round ``look_index``;
-        returns a line per group that stopped candidates."""
-        notes: list[str] = []
-        groups: dict[str, dict] = {}
-        for key, candidates in self.groups.items():
-            state = look(samples[key], self.rule, look_index, self.states.get(key))
-            self.states[key] = state
-            keep: set[str] = set() if state.decided else set(state.next_candidates())
-            if keep and self.baseline is not None:
-                keep.add(self.baseline)
-            newly = [c for c in candidates if c not in keep and c not in self.stopped[key]]
-            self.stopped[key].update(newly)
-            groups[key] = look_record(state)
-            if newly:
-                notes.append(f"race {key}: after {self.round_name} {look_index + 1}, leader {state.leader}; stopped "
-                             f"{', '.join(newly)}" + (f" ({state.stop_reason()})" if state.stop_reason() else ""))
-        self.looks.append({"look": look_index, "groups": groups})
-        return notes
-
-    def all_stopped(self) -> bool:
-        return all(set(c) <= self.stopped[k] for k, c in self.groups.items())
-
-    def summary(self, reason: str | None) -> dict:
-        """What ``run.json`` ``race`` records: the rule, every look, why the measuring stopped (``decided``,
-        ``time budget``, out of rounds; None while it goes on) and each decided group's choice."""
-        return {"rule": asdict(self.rule), "looks": self.looks, "stopped_by": reason,
-                "decided": {k: s.leader for k, s in self.states.items() if s.decided}}
 
 
 def simulate_race(true_log_means: Sequence[float], sigma: float, rule: RaceRule, units_per_round: int,

@@ -424,15 +424,20 @@ class RunWriter:
     ``summary``, ``pid``/``host``/``heartbeat_utc`` are managed here.
     ``fingerprint``: what changes a result; a resume with a different one
     raises :class:`FingerprintMismatch` before anything is written.
-    ``finish_table``: the table whose rows mark a unit finished (``cells``; ``serve_units`` for a serving run).
+    ``finish_table``: the table whose rows mark a unit finished (``cells``; a kind of run names its own:
+    :attr:`measure.runkinds.RunKind.finish_table`, opened by :func:`measure.runkinds.open_run_dir`).
     """
 
+    #: The table whose row, written last, marks a unit finished (``finish_table=`` names another).
     finish_table = "cells"
 
     def __init__(self, path: str | os.PathLike, meta: Mapping[str, Any] | None = None,
                  resume: bool = True, fingerprint: Mapping[str, Any] | None = None,
-                 plan: Callable[[Mapping[str, Any] | None], Any] | None = None) -> None:
+                 plan: Callable[[Mapping[str, Any] | None], Any] | None = None, finish_table: str | None = None) -> None:
         self.path = Path(path)
+        if finish_table is not None:
+            _check_table(finish_table)
+            self.finish_table = finish_table
         #: What ``plan`` (``measure.runplan.PlanRequest.opener``) decided when the run already existed, else None.
         self.opening: Any = None
         #: Index in ``run.json`` ``extensions`` of the extension this writer writes (None: the run itself).

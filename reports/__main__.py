@@ -48,8 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         fail(PROG, f"directory not found: {args.src!r}")
     if not src.is_dir():
         fail(PROG, f"{args.src!r} is a file; give a calibration directory (calibration.json) or a run directory")
-    if not any((src / f).is_file() for f in ("calibration.json", "run.json", "serve_calibration.json",
-                                             "tree_calibration.json")):
+    from measure.runkinds import RUN_KINDS
+
+    if not any((src / f).is_file() for f in ("run.json", *(k.calibration_file for k in RUN_KINDS.values()))):
         fail(PROG, f"{args.src!r} is neither a calibration directory (calibration.json, serve_calibration.json, "
                    "tree_calibration.json) nor a run directory (run.json)")
     try:  # each calibration is checked whole before --out is made: a damaged one draws nothing

@@ -19,6 +19,7 @@ import html
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 import altair as alt
 import pandas as pd
@@ -36,6 +37,7 @@ from reports.summary import (
     measured_setups,
     predicted_optima,
 )
+from measure.runkinds import RunKind, read_kind
 from toolkit.jsonio import read_json
 from toolkit.tables import Column, check_values, read_csv
 
@@ -241,24 +243,23 @@ def _load_calibration(src: Path) -> Path:
     raise ValueError(f"{str(src)!r} is neither a calibration directory ({CAL_JSON}) nor a run directory (run.json)")
 
 
-def run_calibration_dir(src: str | Path, calibration: str, kind: str, subdir: str, what: str,
-                        noun: str) -> Path | None:
-    """``src`` if it holds ``calibration`` (a file name), its ``subdir/`` if it is a run of ``run.json`` config
-    kind ``kind`` holding one, else None (not such a directory); such a run (a ``noun`` run) without its
-    calibration is a one-line ``ValueError`` naming ``python -m calibrate <what>``."""
+def run_calibration_dir(src: str | Path, kind: RunKind) -> Path | None:
+    """``src`` if it holds a calibration of a run of ``kind`` (its ``calibration_file``), its ``calibration_dir/``
+    if it is a run of that kind holding one, else None (not such a directory); such a run without its
+    calibration is a one-line ``ValueError`` naming the command that calibrates it."""
     src = Path(src)
-    if (src / calibration).is_file():
+    if (src / kind.calibration_file).is_file():
         return src
     try:
-        meta = json.loads((src / "run.json").read_text())
-    except (OSError, ValueError):
+        found = read_kind(src)
+    except ValueError:  # a kind this specscope does not know: not this one
         return None
-    if not isinstance(meta, dict) or (meta.get("config") or {}).get("kind") != kind:
+    if found is not kind:
         return None
-    if (src / subdir / calibration).is_file():
-        return src / subdir
-    raise ValueError(f"{str(src)!r} is a {noun} run without a calibration; run python -m calibrate {what} {src} "
-                     f"first, then python -m reports {src / subdir}")
+    if (src / kind.calibration_dir / kind.calibration_file).is_file():
+        return src / kind.calibration_dir
+    raise ValueError(f"{str(src)!r} is a {kind.title} without a calibration; run {kind.calibrate_command} {src} "
+                     f"first, then python -m reports {src / kind.calibration_dir}")
 
 
 def make_out_dir(out: Path) -> Path:
@@ -381,6 +382,9 @@ td.label{white-space:nowrap} .key{font-size:12px;color:#555;margin:-4px 0 6px;ma
 
 
 _CHART_KEYS = {
+    "race": "Each point: a candidate's mean ratio to its group's leader after a pass (the leader at 1); bars: the "
+            "interval the race judged it by (Bonferroni over looks and pairs); shape: leader, live, resolved or "
+            "eliminated at that look; dashed: 1 + regret (an interval ending below it is resolved).",
     "speedup_vs_gamma": "Filled diamonds: measured, with the 95% CI (crosses: flagged unstable); ring: best measured "
                         "γ. Lines: the calibrated prediction, solid over the measured γ, dashed beyond them (an "
                         "extrapolation); open triangle: the predicted best γ.",
@@ -486,6 +490,27 @@ def _title(setups: list[MeasuredSetup]) -> str:
     return f"{', '.join(targets)} with {', '.join(drafts)} on {'; '.join(hw)}"
 
 
+def race_sections(metas: Mapping[str, Mapping]) -> list[tuple[str, str, alt.TopLevelMixin, str]]:
+    """Per run whose ``run.json`` has a ``race`` (``--until-decided``, chain or serving sweep): the chart of its
+    eliminations over time (name, title, chart) and the section's HTML (:mod:`reports.race`)."""
+    from reports.race import race_chart, race_frame, race_html
+
+    out = []
+    for i, (label, meta) in enumerate(metas.items()):
+        race = meta.get("race")
+        if not isinstance(race, dict):
+            continue
+        frame = race_frame(race)
+        if frame.empty:
+            continue
+        name = "race" if i == 0 else f"race_{i}"
+        text = (f'<h2 id="{name}-text">The race of {html.escape(label)}: eliminations over time</h2>'
+                + race_html(race, frame, table_html))
+        out.append((name, f"The race of {label}: each candidate's ratio to its leader at each look",
+                    race_chart(frame, (race.get("rule") or {}).get("regret")), text))
+    return out
+
+
 # long: one page, assembled top to bottom in the order the reader needs it
 def build_report(src: str | Path, out: str | Path | None = None, png: bool = True) -> ReportResult:
     """Write ``report.html`` (+ PNGs, + ``claims.html``) for a calibration directory (or a run directory holding
@@ -538,6 +563,8 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
         built.append(("latency_cdf", "Per-token latency CDF", charts.latency_cdf_chart(charts.latency_cdf(latency))))
     if len(sweep):
         built.append(("pareto", "Pruned draft head: Pareto frontier", charts.pareto_chart(sweep)))
+    races = race_sections({label: r.meta for label, r in runs.items()})
+    built += [(name, title, chart) for name, title, chart, _ in races]
 
     sections, pngs = [], []
     for name, title, ch in built:
@@ -564,6 +591,7 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
 <p>Hold-out: <b>{html.escape(hold['mode'])}</b>: {html.escape(hold['explanation'])}.{note}
 Unstable cells and cells without a prediction are not counted (above: which, and why).</p>
 {_mape_html(doc, len(results))}
+{''.join(text for _, _, _, text in races)}
 <details><summary>Fitted cost parameters (± standard error)</summary>{table_html(cost_params)}</details>
 <p>Calibration: <code>{html.escape(str(cal_dir.resolve()))}</code>. Published speedup claims, checked against
 the same simulator: <a href="claims.html">claims.html</a> (also <code>python -m sim check --claims</code>).</p>"""

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import altair as alt
 import pandas as pd
 
+from measure.runkinds import SERVE
 from reports.charts import chart_svg
 
 from toolkit.tables import Column
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 PREDICTIONS = "serve_predictions.csv"
 CURVES = "serve_curves.csv"
-CALIBRATION = "serve_calibration.json"
+CALIBRATION = SERVE.calibration_file
 ADVICE = "advice.json"
 PANELS = (("e2e_p50_ms", "e2e latency p50 (ms)"), ("e2e_p95_ms", "e2e latency p95 (ms)"),
           ("throughput_tokens_per_s", "throughput (tokens/s)"))
@@ -116,7 +117,10 @@ def latency_vs_load_chart(predictions: pd.DataFrame, curves: pd.DataFrame) -> al
             raise ValueError(f"{name}: missing columns {missing}")
         if df.empty:
             raise ValueError(f"{name}: no rows to plot")
-    meas = _load_axis(predictions[predictions["metric"].isin([m for m, _ in PANELS])])
+    # only the plotted columns: others (inside_ci, an object column with NaN where a group has no CI) would
+    # reach the chart's JSON as a bare NaN, which Vega-Lite refuses
+    plotted = ["config", "load", "split", "metric", "measured", "measured_lo", "measured_hi"]
+    meas = _load_axis(predictions.loc[predictions["metric"].isin([m for m, _ in PANELS]), plotted])
     pred = _load_axis(curves)
     kinds = sorted(set(meas["kind"]) | set(pred["kind"]), key=lambda k: not k.startswith("concurrency"))
     color = alt.Color("config:N", title="configuration")
@@ -192,7 +196,7 @@ def _section_html(sc: ServingCalibration) -> str:
 
 
 # -- the page ---------------------------------------------------------------------------------------------------
-SERVE_CAL_DIR = "calibration-serve"
+SERVE_CAL_DIR = SERVE.calibration_dir
 
 
 def serve_calibration_dir(src: str | Path) -> Path | None:
@@ -200,7 +204,7 @@ def serve_calibration_dir(src: str | Path) -> Path | None:
     None (not a serving directory); a serving run without a calibration is a one-line ``ValueError``."""
     from reports.page import run_calibration_dir
 
-    return run_calibration_dir(src, CALIBRATION, "serve", SERVE_CAL_DIR, "serve", "serving")
+    return run_calibration_dir(src, SERVE)
 
 
 def _run_meta(cal: dict) -> tuple[dict | None, Any]:
@@ -342,7 +346,7 @@ def build_serving_report(src: str | Path, out: str | Path | None = None, png: bo
     """Write ``report.html`` (and the chart as interactive HTML, and PNG) for a serving calibration into ``out``
     (default: ``<calibration>/report``)."""
     from reports import charts
-    from reports.page import ReportResult, make_out_dir, page_html
+    from reports.page import ReportResult, make_out_dir, page_html, race_sections
 
     d = serve_calibration_dir(src)
     if d is None:
@@ -354,21 +358,28 @@ def build_serving_report(src: str | Path, out: str | Path | None = None, png: bo
     meta, units = _run_meta(cal)
     chart = latency_vs_load_chart(pred, sc.curves)
     charts.save_chart(chart, out / "serving.html")
-    pngs = (charts.save_chart(chart, out / "serving.png"),) if png else ()
+    pngs: tuple[Path, ...] = (charts.save_chart(chart, out / "serving.png"),) if png else ()
     target = ((meta or {}).get("models") or {}).get("target", {}).get("name", "a model")
     title = f"specscope serving report: {target} on llama-server" if meta and not (meta.get("config") or {}).get(
         "url") else f"specscope serving report: {target}"
+    races = race_sections({str(cal.get("run")): meta}) if meta else []  # a --until-decided run: its race
+    race_body = ""
+    for name, title, ch, text in races:
+        charts.save_chart(ch, out / f"{name}.html")
+        pngs += (charts.save_chart(ch, out / f"{name}.png"),) if png else ()
+        race_body += (f'<section class="chart" id="{name}"><h2>{html.escape(title)}</h2>'
+                      f'{charts.chart_svg(ch, f"{name}.html")}</section>{text}')
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in cal.get("notes") or [])
     body = (f"<h1>{html.escape(title)}</h1>{_answer_html(cal, advice, meta, units)}"
             f"<h2 id='measured'>What was measured</h2>{_measured_html(meta, units, cal)}"
             f"{_section_html(sc)}"
             f"<p><a href='serving.html'>interactive chart</a>" + (" · <a href='serving.png'>PNG</a>" if png else "")
-            + "</p><h2 id='groups'>Every group, measured against predicted</h2>" + _groups_html(pred)
+            + "</p><h2 id='groups'>Every group, measured against predicted</h2>" + _groups_html(pred) + race_body
             + (f"<details><summary>Calibration notes</summary><ul>{notes}</ul></details>" if notes else "")
             + f"<p>Calibration: <code>{html.escape(str(d.resolve()))}</code>.</p>")
     path = out / "report.html"
     path.write_text(page_html(title, body), encoding="utf-8")
-    return ReportResult(path, pngs, ("serving",), d)
+    return ReportResult(path, pngs, ("serving", *(name for name, _, _, _ in races)), d)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 import altair as alt
 import pandas as pd
 
+from measure.runkinds import TREES
 from reports.charts import chart_svg
 
 from toolkit.tables import Column
@@ -35,9 +36,9 @@ if TYPE_CHECKING:
 
 PREDICTIONS = "tree_predictions.csv"
 CURVES = "tree_curves.csv"
-CALIBRATION = "tree_calibration.json"
+CALIBRATION = TREES.calibration_file
 ADVICE = "advice.json"
-CAL_DIR = "calibration"
+CAL_DIR = TREES.calibration_dir
 CHART = "speedup_vs_budget"
 AGAIN = "re-run python -m calibrate trees to write it again"
 #: What the page reads of each file ``python -m calibrate trees`` writes, and what their values must be.
@@ -88,7 +89,7 @@ def tree_calibration_dir(src: str | Path) -> Path | None:
     a tree directory); a tree run without its calibration is a one-line ``ValueError``."""
     from reports.page import run_calibration_dir
 
-    return run_calibration_dir(src, CALIBRATION, "trees", CAL_DIR, "trees", "tree")
+    return run_calibration_dir(src, TREES)
 
 
 def measured_frame(predictions: pd.DataFrame) -> pd.DataFrame:

@@ -3,7 +3,7 @@
 Examples::
 
     python -m sim --preset llama3-1b-3b
-    python -m sim --preset llama3-8b-70b --hardware a100-80gb --alpha 0.7 --format json
+    python -m sim --preset llama3-8b-70b --hardware a100-80gb --tp 4 --alpha 0.7 --format json
     python -m sim --cost-ratio 0.05 --alpha 0.8 --gamma-max 12
     python -m sim --preset gpt2-small-large --mode event --seed 1
     python -m sim --preset llama3-1b-8b --mode serve --arrival-rate 20
@@ -11,7 +11,7 @@ Examples::
     python -m sim --list-presets
     python -m sim --target meta-llama/Llama-3.1-8B-Instruct --draft eagle3 --hardware h200 --engine sglang \
         --tau 2.9 --gamma 3                                  # any model, GPU step costs (sim/stepcost.py)
-    python -m sim tree --budget 16 --advise --preset llama3-8b-70b   # token trees: sim/tree_cli.py
+    python -m sim tree --budget 16 --advise --preset llama3-8b-70b --tp 4   # token trees: sim/tree_cli.py
 
 Every bad value exits with status 2 and one line naming it, its flag and the
 valid choices or range — before any simulation runs. Flags that would be
@@ -57,7 +57,7 @@ from sim.acceptance import (
 )
 from sim.cost import CostModel, LeviathanCost, load_cost_model, pair_roofline_cost
 from sim.kernels import ENGINES
-from sim.stepcost import COST_SOURCES, DRAFT_KINDS, DTYPES, GpuSetup, build_step_cost, memory_need, source_lines
+from sim.stepcost import COST_SOURCES, DRAFT_KINDS, DTYPES, GpuSetup, build_step_cost, check_fits, source_lines
 from sim.limits import (
     ARRIVAL_RATE_ARG,
     CONTEXT_TOKENS_ARG,
@@ -230,7 +230,6 @@ class Setup:
     alpha_source: str | None
     tau: TauAt | None
     batch: int = 1
-    notes: tuple[str, ...] = ()
 
 
 def _check_mode_flags(args: argparse.Namespace) -> None:
@@ -255,9 +254,9 @@ def _check_mode_flags(args: argparse.Namespace) -> None:
     if gpu_flags and (args.cost_ratio is not None or args.cost_model is not None):
         flag = "--cost-ratio" if args.cost_ratio is not None else "--cost-model"
         raise CliError(f"{gpu_flags[0]} has no effect with {flag}: the costs come from {flag}")
-    if args.engine is not None and args.cost_source == "roofline":
-        raise CliError(f"--engine {args.engine} has no effect with --cost-source roofline: only the kernel tables "
-                       "are per engine")
+    conflict = engine_source_conflict(args)
+    if conflict:
+        raise CliError(conflict)
     if args.tau is not None and args.gamma is None:
         raise CliError("--tau needs --gamma: the draft length the mean tokens per round was measured at")
     if args.out and args.chart and Path(args.out).resolve() == Path(args.chart).resolve():
@@ -265,6 +264,23 @@ def _check_mode_flags(args: argparse.Namespace) -> None:
 
 
 GPU_FLAGS = ("engine", "tp", "ep", "dtype", "cost_source")
+
+
+def engine_source_conflict(args: argparse.Namespace) -> str | None:
+    """The one line refusing ``--engine`` with ``--cost-source roofline`` (only the kernel tables are per engine);
+    None when the GPU flags agree (``calibrate serve`` shares the check)."""
+    if args.engine is not None and args.cost_source == "roofline":
+        return (f"--engine {args.engine} has no effect with --cost-source roofline: only the kernel tables are per "
+                "engine")
+    return None
+
+
+def gpu_setup(args: argparse.Namespace, hardware: str) -> GpuSetup:
+    """The :class:`~sim.stepcost.GpuSetup` of ``hardware`` and the GPU flags (``--engine``, ``--tp``, ``--ep``,
+    ``--dtype``), with sim's defaults: vllm, TP 1, EP = TP, bf16."""
+    tp = args.tp or 1
+    return GpuSetup(get_hardware(hardware), args.engine or "vllm", tp, args.ep or tp, args.dtype or "bf16",
+                    args.engine is not None)
 ROOFLINE_ONLY_HARDWARE = ("h100-sxm", "h200", "a100-80gb", "l4", "t4", "cpu")  # the profiles older than the seam
 
 
@@ -306,9 +322,7 @@ def seam_cost(args: argparse.Namespace, pair: Pair | None, gammas: list[int]) ->
     if pair is not None:
         target = pair.target.name
         draft = pair.head.kind if pair.head is not None else pair.draft.name
-    hw = get_hardware(args.hardware or (pair.default_hardware if pair else "h100-sxm"))
-    tp = args.tp or 1
-    setup = GpuSetup(hw, args.engine or "vllm", tp, args.ep or tp, args.dtype or "bf16", args.engine is not None)
+    setup = gpu_setup(args, args.hardware or (pair.default_hardware if pair else "h100-sxm"))
     return build_step_cost(target, draft, setup, args.cost_source or "auto", getattr(args, "batch", None) or 1,
                            args.context_tokens, max(gammas))
 
@@ -323,21 +337,14 @@ def _head_only_pair(args: argparse.Namespace) -> Pair | None:
     return None
 
 
-def _memory_note(pair: Pair | None, hardware: str | None) -> tuple[str, ...]:
-    """A preset pair priced on one GPU that cannot hold its weights: one line saying so (the seam refuses it)."""
+def check_preset_fits(pair: Pair | None, hardware: str | None, context_tokens: float, gamma_max: int,
+                      batch: int = 1) -> None:
+    """A preset pair priced on one GPU that cannot hold its weights and KV cache is refused in one line naming the
+    setups that fit (a --tp, a --dtype, a --hardware), as the seam refuses one (``sim tree`` shares this)."""
     if pair is None or hardware is None:
-        return ()
-    from presets.archs import Architecture
-
-    hw = get_hardware(hardware)
-    need = memory_need(Architecture.from_model_spec(pair.target), float(pair.draft.params),
-                       GpuSetup(hw), 1, 0.0)
-    if need.fits:
-        return ()
-    return (f"the weights of {pair.target.name} and its draft ({need.weights_bytes / 1e9:.0f} GB at "
-            f"{hw.bytes_per_param:g} bytes/param)"
-            f" do not fit one {hw.name} ({(hw.memory_bytes or 0) / 1e9:.0f} GB): priced as if they did; give --tp N for a "
-            "multi-GPU price that checks memory",)
+        return
+    check_fits(pair.target, float(pair.draft.params), GpuSetup(get_hardware(hardware)),
+               batch, context_tokens + gamma_max + 1)
 
 
 def _resolve_acceptance(args: argparse.Namespace, pair: Pair | None, gammas: list[int]) -> AcceptanceModel:
@@ -433,10 +440,11 @@ def resolve(args: argparse.Namespace) -> Setup:
     seam = _uses_seam(args) or args.batch is not None
     hardware = _resolve_hardware(args, pair) if not seam else (args.hardware or (
         pair.default_hardware if pair else "h100-sxm"))
+    if not seam:
+        check_preset_fits(pair, hardware, args.context_tokens, max(gammas))
     cost = seam_cost(args, pair, gammas) if seam else None  # checks the models and the GPU setup first
     acceptance = _resolve_acceptance(args, pair or _head_only_pair(args), gammas)
     cost = cost or _resolve_cost(args, pair, hardware)
-    notes = () if seam else _memory_note(pair, hardware)
     cost_ratio = cost.draft_step_ms(args.context_tokens) / cost.target_step_ms(args.context_tokens)
     from_cli = any(getattr(args, k) is not None for k in ("alpha", "alpha_per_position", "tau", "acceptance"))
     known = pair or _head_only_pair(args)
@@ -449,7 +457,7 @@ def resolve(args: argparse.Namespace) -> Setup:
     return Setup(pair.name if pair else None, hardware, acceptance, cost, cost_ratio, gammas, pair, args.mode,
                  policy, args.context_tokens, new_tokens, serve.requests, serve.arrival_rate_per_s, serve.max_batch,
                  args.seed, args.usd_per_hour, alpha_source, None if args.tau is None else TauAt(args.tau, args.gamma),
-                 args.batch or 1, notes)
+                 args.batch or 1)
 
 
 def _analytic_rows(s: Setup) -> list[dict]:
@@ -558,7 +566,7 @@ def run(s: Setup) -> dict:
         "context_tokens": s.context_tokens,
         "acceptance_model": s.acceptance.describe(),
         "cost_model": s.cost.describe(),
-        "cost_source": source_lines(s.cost.describe()) + [f"note: {n}" for n in s.notes],
+        "cost_source": source_lines(s.cost.describe()),
         "batch": s.batch,
         "optimal_gamma": best["gamma"],
         "optimal_speedup": best["speedup"],

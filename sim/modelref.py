@@ -22,8 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from presets.archs import Architecture
-from presets.models import MODELS
+from presets.models import MODELS, ModelSpec
 from sim import kernels
 from toolkit.jsonio import read_json
 
@@ -42,7 +41,7 @@ class ModelRef:
     compile (a shipped hub id or a local directory; ``None``: an architecture the tables do not model)."""
 
     name: str
-    arch: Architecture
+    arch: ModelSpec
     config: dict = field(repr=False)
     origin: str
     kernel_path: str | None
@@ -73,7 +72,7 @@ def _from_dir(path: Path) -> ModelRef:
     if not isinstance(cfg, dict):
         raise ValueError(f"{path / 'config.json'} is not a JSON object")
     try:
-        arch = Architecture.from_config(cfg, path.name)
+        arch = ModelSpec.from_config(cfg, path.name)
     except ValueError as exc:
         raise ValueError(f"model directory {str(path)!r}: {exc}") from None
     usable = arch.architecture in KERNEL_ARCHITECTURES
@@ -82,8 +81,7 @@ def _from_dir(path: Path) -> ModelRef:
 
 def _from_preset(name: str, how: str) -> ModelRef:
     m = MODELS[name]
-    arch = Architecture.from_model_spec(m)
-    return ModelRef(m.name, arch, arch.to_config(), how, None)
+    return ModelRef(m.name, m, m.to_config(), how, None)
 
 
 def resolve_model(text: str, flag: str = "--target") -> ModelRef:
@@ -100,7 +98,7 @@ def resolve_model(text: str, flag: str = "--target") -> ModelRef:
         cfg = kernels.shipped_config(alias)
         if cfg is not None:
             via = "" if alias == text else f" (as {alias}: same architecture)"
-            return ModelRef(text.split("/")[-1], Architecture.from_config(cfg, text.split("/")[-1], alias), cfg,
+            return ModelRef(text.split("/")[-1], ModelSpec.from_config(cfg, text.split("/")[-1], alias), cfg,
                             f"aiconfigurator-core's shipped config{via}",
                             alias if cfg.get("architectures", ["?"])[0] in KERNEL_ARCHITECTURES else None)
     by_hub = {m.hub_id.lower(): m.name for m in MODELS.values()}

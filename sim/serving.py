@@ -48,14 +48,17 @@ import math
 from array import array
 from bisect import bisect_left
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from sim.acceptance import AcceptanceModel
-from sim.cost import CostModel
+from sim.cost import CostModel, ForwardCost
 from sim.policies import FixedGamma, GammaSpec
+
+if TYPE_CHECKING:
+    from sim.stepcost import GpuSetup
 
 #: Draws made at once from the round distribution (refilled when used up).
 _POOL_ROUNDS = 1 << 16
@@ -218,6 +221,178 @@ class LinearStepCost:
             raise ValueError("a linear step cost lacks the field 'base_ms'")
         return cls(**{k: d[k] for k in cls.FIELDS if k in d}, metadata=dict(d.get("metadata") or {}))
 
+
+
+#: What a :class:`ForwardStepCost`'s setup records: enough to build its forward again (:meth:`ForwardStepCost.from_dict`).
+FORWARD_SETUP_FIELDS = ("target", "hardware", "engine", "tp", "ep", "dtype", "source")
+
+
+@dataclass(frozen=True)
+class ForwardStepCost:
+    """A server step priced by a per-forward cost (kernel tables or the roofline): ``efficiency`` × F + ``overhead_ms``.
+
+    F is the step's composition priced with ``forward`` (a :class:`sim.cost.ForwardCost` of the seam,
+    :func:`sim.stepcost.target_side`):
+
+    * the generating part, ``b`` slots with ``n`` tokens (1 + draft each) at contexts summing to ``C``: one forward
+      of ``b`` sequences × ``n / b`` query tokens at the mean context ``C / b`` (``forward_ms(n / b, C / b, b)``),
+      bilinear between the whole numbers of tokens around ``n / b`` (slots are ragged: some draft less) and the
+      ``context_quantum_tokens`` grid around ``C / b`` (each corner evaluated once and kept);
+    * the prompt part, ``p`` prompt tokens of ``s`` prompts: their prefill, ``prefill_ms(p / s, s)``;
+    * a mixed step is **one** forward (the engines batch prompt chunks with the generating tokens): the prompt part
+      plus what the generating part adds beyond one token of one sequence at no context, ``forward_ms(1, 0, 1)``
+      — the weight read and fixed launch cost a forward pays once, which both parts hold. Summing the two
+      forwards would pay it twice on every step a request joins, which at concurrency 8 is most of the prompts'.
+
+    A prompt chunk's attention to the chunks before it is not priced (the prefill has no context): at the default
+    2048-token batch prompts rarely split. ``efficiency`` (the measured deployment against the tables: >1 slower)
+    and ``overhead_ms`` (per step: the scheduler, sampling, the HTTP stream, drafting the tables do not see) are the
+    two numbers ``calibrate serve`` fits; the forward is not. ``setup`` names the model, GPU, engine, TP, dtype and
+    the source that priced the forward (with why), so a written calibration builds the same forward again.
+    """
+
+    forward: ForwardCost
+    efficiency: float = 1.0
+    overhead_ms: float = 0.0
+    setup: dict = field(default_factory=dict, compare=False)
+    context_quantum_tokens: float = 64.0
+    metadata: dict = field(default_factory=dict, compare=False)
+    uses_max_draft = False
+    FIELDS = ("efficiency", "overhead_ms")
+    _memo: dict[tuple, float] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in self.FIELDS:
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
+        if not (math.isfinite(self.context_quantum_tokens) and self.context_quantum_tokens > 0):
+            raise ValueError(f"context_quantum_tokens must be a finite number > 0, got {self.context_quantum_tokens!r}")
+
+    def _at(self, seqs: int, n_tokens: int, ctx: float) -> float:
+        key = (seqs, n_tokens, ctx)
+        v = self._memo.get(key)
+        if v is None:
+            v = self._memo[key] = float(self.forward.forward_ms(n_tokens, ctx, seqs))
+        return v
+
+    def generating_ms(self, seqs: int, tokens_per_seq: float, ctx: float) -> float:
+        """One forward of ``seqs`` sequences × ``tokens_per_seq`` tokens at mean context ``ctx`` (bilinear)."""
+        g = self.context_quantum_tokens
+        q0 = max(int(tokens_per_seq), 1)
+        fq = max(tokens_per_seq - q0, 0.0)
+        c0 = math.floor(max(ctx, 0.0) / g) * g
+        fc = (max(ctx, 0.0) - c0) / g
+
+        def at_q(q: int) -> float:
+            v = self._at(seqs, q, c0)
+            return v + fc * (self._at(seqs, q, c0 + g) - v) if fc > 0 else v
+
+        v = at_q(q0)
+        return v + fq * (at_q(q0 + 1) - v) if fq > 0 else v
+
+    def prompt_ms(self, prompt_tokens: int, prompt_seqs: int) -> float:
+        """The prefill of ``prompt_seqs`` prompts of ``prompt_tokens`` tokens in all."""
+        p = max(1, round(prompt_tokens / prompt_seqs))
+        key = ("prompt", prompt_seqs, p)
+        v = self._memo.get(key)
+        if v is None:
+            prefill = getattr(self.forward, "prefill_ms", None)
+            v = float(prefill(p, prompt_seqs) if prefill is not None else self.forward.forward_ms(p, 0.0, prompt_seqs))
+            self._memo[key] = v
+        return v
+
+    def forward_part_ms(self, seqs: int, tokens: int, ctx_sum: float, prompt_tokens: int, prompt_seqs: int) -> float:
+        """F: the step's composition priced by the forward (before the efficiency and the overhead)."""
+        gen = self.generating_ms(seqs, (tokens - prompt_tokens) / seqs, ctx_sum / seqs) if seqs else 0.0
+        if not prompt_seqs:
+            return gen
+        prompt = self.prompt_ms(prompt_tokens, prompt_seqs)
+        return prompt + max(gen - self._at(1, 1, 0.0), 0.0) if seqs else prompt
+
+    def step_ms(self, seqs: int, tokens: int, max_draft: int, ctx_sum: float, attn: float,
+                prompt_tokens: int, prompt_seqs: int, emitted: int = 0) -> float:
+        return self.efficiency * self.forward_part_ms(seqs, tokens, ctx_sum, prompt_tokens, prompt_seqs) \
+            + self.overhead_ms
+
+    def features(self, load: StepLoad) -> tuple[float, float]:
+        """What multiplies each fitted field (:attr:`FIELDS` order) in a step of composition ``load``: (F, 1)."""
+        return (self.forward_part_ms(load.seqs, load.tokens, load.ctx_sum, load.prompt_tokens, load.prompt_seqs), 1.0)
+
+    def fitted(self, efficiency: float, overhead_ms: float, metadata: dict | None = None) -> "ForwardStepCost":
+        """The same forward with other fitted fields (the priced corners are kept)."""
+        return replace(self, efficiency=float(efficiency), overhead_ms=float(overhead_ms),
+                       metadata=dict(self.metadata if metadata is None else metadata), _memo=self._memo)
+
+    def source_line(self) -> str:
+        """Which source priced the forward, and why."""
+        s = self.setup
+        return f"{s.get('source', '?')} ({s.get('why', 'no reason recorded')})"
+
+    def line(self) -> str:
+        """The fitted cost in one line: the fields and the forward's source."""
+        return (f"efficiency {self.efficiency:.4g} x the {self.setup.get('source', '?')} forward of "
+                f"{self.setup.get('target')} + overhead {self.overhead_ms:.3f} ms per step")
+
+    def describe(self) -> dict:
+        return {"kind": "forward_step", **{k: getattr(self, k) for k in self.FIELDS}, "setup": dict(self.setup),
+                "context_quantum_tokens": self.context_quantum_tokens, "forward": self.forward.describe(),
+                "metadata": dict(self.metadata)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ForwardStepCost":
+        """The inverse of :meth:`describe`: the forward built again from its setup on the source that priced it
+        (kernels stay kernels: no silent roofline); a one-line ``ValueError`` for anything else."""
+        if not isinstance(d, dict) or d.get("kind") != "forward_step":
+            raise ValueError(f"not a forward step cost (kind {d.get('kind') if isinstance(d, dict) else d!r})")
+        known = {"kind", "metadata", "setup", "forward", "context_quantum_tokens", *cls.FIELDS}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown field {unknown[0]!r} in a forward step cost; valid: {', '.join(sorted(known))}")
+        setup = d.get("setup")
+        missing = [k for k in (*cls.FIELDS, "setup") if k not in d] or \
+            [f"setup.{k}" for k in FORWARD_SETUP_FIELDS if not isinstance(setup, dict) or k not in setup]
+        if missing:
+            raise ValueError(f"a forward step cost lacks the field {missing[0]!r}")
+        assert isinstance(setup, dict)
+        from presets.hardware import get_hardware
+        from sim.stepcost import GpuSetup
+
+        gpus = GpuSetup(get_hardware(str(setup["hardware"])), str(setup["engine"]), int(setup["tp"]), int(setup["ep"]),
+                        str(setup["dtype"]), not setup.get("engine_default", False))
+        built = forward_step_cost(str(setup["target"]), gpus, str(setup["source"]))
+        return built.fitted(d["efficiency"], d["overhead_ms"], d.get("metadata") or {})
+
+
+def forward_step_cost(target: str, setup: "GpuSetup", asked: str = "auto", batch: int = 1,
+                      context_tokens: float = 0.0) -> ForwardStepCost:
+    """A :class:`ForwardStepCost` (efficiency 1, no overhead) of ``target`` on ``setup``, priced by the seam
+    (:func:`sim.stepcost.target_side`: ``asked`` auto, kernels or roofline). Before any pricing, one ``ValueError``
+    line for an unknown model, an impossible dtype or TP, or weights and the KV cache of ``batch`` sequences at
+    ``context_tokens`` that do not fit the GPUs."""
+    from sim.stepcost import COST_SOURCES, check_fits, check_gpu_setup, target_side
+    from sim.modelref import resolve_model
+
+    if asked not in COST_SOURCES:
+        raise ValueError(f"unknown cost source {asked!r}; valid: {', '.join(COST_SOURCES)}")
+    ref = resolve_model(target, "--target")
+    check_gpu_setup(setup, ref.arch)
+    check_fits(ref.arch, 0.0, setup, batch, context_tokens)
+    fwd, side = target_side(ref, setup, asked)
+    info = {"target": target, "model": ref.name, "model_origin": ref.origin, "hardware": setup.hardware.name,
+            "engine": setup.engine, "engine_default": not setup.engine_given, "tp": setup.tp, "ep": setup.ep,
+            "dtype": setup.dtype, "cost_source_asked": asked, "source": side.source, "why": side.why}
+    return ForwardStepCost(fwd, setup=info)
+
+
+def step_cost_from_dict(d: dict) -> LinearStepCost | ForwardStepCost:
+    """A written server step cost (``serve_calibration.json``'s ``step_cost``) read back, whichever its kind."""
+    kind = d.get("kind") if isinstance(d, dict) else None
+    if kind == "linear_step":
+        return LinearStepCost.from_dict(d)
+    if kind == "forward_step":
+        return ForwardStepCost.from_dict(d)
+    raise ValueError(f"unknown step cost kind {kind!r}; valid: linear_step, forward_step")
 
 # -- how the server schedules --------------------------------------------------------------------------
 @dataclass(frozen=True)

@@ -38,11 +38,11 @@ asked batch and context), and :func:`check_gpu_setup` an impossible dtype or TP.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable
+from typing import Callable
 
-from presets.archs import Architecture
 from presets.hardware import HARDWARE, Hardware
 from presets.heads import HeadSpec
+from presets.models import ModelSpec
 from sim import kernels
 from sim.cost import ForwardCost
 from sim.modelref import ModelRef, head_config, resolve_model
@@ -78,7 +78,7 @@ class GpuSetup:
 class ParallelRoofline:
     """The roofline forward of a model (or head) on ``tp`` GPUs at a dtype (satisfies ``ForwardCost``)."""
 
-    model: Any  # presets.archs.Architecture or presets.heads.HeadSpec
+    model: ModelSpec | HeadSpec
     hardware: Hardware
     tp: int = 1
     kv_bytes_per_element: float = 2.0
@@ -86,7 +86,7 @@ class ParallelRoofline:
     def forward_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
         hw, m = self.hardware, self.model
         flops = m.forward_flops(n_tokens, context_tokens, batch) / self.tp
-        if isinstance(m, Architecture):
+        if isinstance(m, ModelSpec):
             moved = m.forward_bytes(n_tokens, context_tokens, batch, hw.bytes_per_param, self.kv_bytes_per_element)
         else:
             moved = m.forward_bytes(n_tokens, context_tokens, batch, hw.bytes_per_param)
@@ -207,8 +207,39 @@ class StepCost:
                 "notes": [*self.notes, *([used] if used else [])]}
 
 
+# -- what an engine pays per round beyond the kernels ----------------------------------------------------------
+@dataclass(frozen=True)
+class EngineRoundOverhead:
+    """Time a serving engine spends per speculative round that no kernel table times (ms).
+
+    * ``per_draft_step_ms`` — each draft step's sampling, top-k and launches (γ per round);
+    * ``per_round_ms`` — once per round: building the verification input, the accept/reject pass and the
+      CPU-side bookkeeping a speculative round does where a plain decode step's is hidden under the GPU
+      (SGLang ran speculative rounds without its overlap scheduler until its "spec v2");
+    * ``per_extra_sequence_ms`` — the part of that bookkeeping that grows with the batch: per sequence
+      beyond the first (accepted-token bookkeeping, KV-slot moves and per-request updates), zero at batch 1.
+
+    The parameters are fitted (``python -m sim validate``), never assumed; the kernel and roofline costs
+    of the draft steps, the verification and the draft's extend pass are priced apart (:class:`StepCost`)."""
+
+    per_draft_step_ms: float = 0.0
+    per_round_ms: float = 0.0
+    per_extra_sequence_ms: float = 0.0
+
+    def round_ms(self, gamma: int, batch: int = 1) -> float:
+        """The overhead of one round of ``gamma`` draft steps over ``batch`` sequences."""
+        return engine_round_overhead_ms(gamma, batch, self.per_draft_step_ms, self.per_round_ms,
+                                        self.per_extra_sequence_ms)
+
+
+def engine_round_overhead_ms(gamma: int, batch: int, per_draft_step_ms: float, per_round_ms: float = 0.0,
+                             per_extra_sequence_ms: float = 0.0) -> float:
+    """γ · per step + per round + (batch − 1) · per extra sequence (ms; see :class:`EngineRoundOverhead`)."""
+    return gamma * per_draft_step_ms + per_round_ms + max(batch - 1, 0) * per_extra_sequence_ms
+
+
 # -- checks before any work ------------------------------------------------------------------------------------
-def check_gpu_setup(setup: GpuSetup, target: Architecture) -> None:
+def check_gpu_setup(setup: GpuSetup, target: ModelSpec) -> None:
     """An impossible dtype or TP on this hardware and model is one ``ValueError`` line naming it and the valid."""
     hw = setup.hardware
     if hw.name == "cpu":
@@ -247,7 +278,7 @@ class MemoryNeed:
         return self.usable_bytes is None or self.weights_bytes + self.kv_bytes <= self.usable_bytes
 
 
-def memory_need(target: Architecture, draft_params: float, setup: GpuSetup, batch: int,
+def memory_need(target: ModelSpec, draft_params: float, setup: GpuSetup, batch: int,
                 context_tokens: float) -> MemoryNeed:
     """Per-GPU memory of a setup; MLA's latent KV cache is replicated across TP ranks, grouped-query KV split."""
     bpp = setup.hardware.bytes_per_param if setup.hardware.name == "cpu" else BYTES_PER_PARAM[setup.dtype]
@@ -258,7 +289,7 @@ def memory_need(target: Architecture, draft_params: float, setup: GpuSetup, batc
     return MemoryNeed(weights, kv, None if mem is None else mem * USABLE_MEMORY_FRACTION)
 
 
-def check_fits(target: Architecture, draft_params: float, setup: GpuSetup, batch: int, context_tokens: float) -> None:
+def check_fits(target: ModelSpec, draft_params: float, setup: GpuSetup, batch: int, context_tokens: float) -> None:
     """A setup whose weights and KV cache do not fit the GPUs' memory is one ``ValueError`` line."""
     need = memory_need(target, draft_params, setup, batch, context_tokens)
     if need.fits:
@@ -269,14 +300,31 @@ def check_fits(target: Architecture, draft_params: float, setup: GpuSetup, batch
         target, draft_params, replace(setup, tp=t), batch, context_tokens).fits]
     fits_dtype = [d for d in DTYPES if hw.flops_for(d) is not None and memory_need(
         target, draft_params, replace(setup, dtype=d), batch, context_tokens).fits]
+    fits_hw = [h.name for h in HARDWARE.values() if h.name != hw.name and h.memory_bytes is not None
+               and h.flops_for(setup.dtype) is not None and setup.tp <= h.gpus_per_node
+               and memory_need(target, draft_params, replace(setup, hardware=h), batch, context_tokens).fits]
     valid = [f"--tp {fits_tp[0]}" if fits_tp else "", f"--dtype {'/'.join(fits_dtype)}" if fits_dtype else "",
-             "a smaller --batch or --context-tokens"]
+             f"--hardware {'/'.join(fits_hw)}" if fits_hw else "", "a smaller --batch or --context-tokens"]
     raise ValueError(
         f"{target.name} ({target.params / 1e9:.1f}B params) does not fit {setup.tp} x {hw.name} at {setup.dtype}: "
         f"{need.weights_bytes / 1e9:.1f} GB of weights + {need.kv_bytes / 1e9:.1f} GB of KV cache (batch {batch}, "
         f"{context_tokens:g} tokens) per GPU > {need.usable_bytes / 1e9:.0f} GB usable "
         f"({USABLE_MEMORY_FRACTION:.0%} of {(hw.memory_bytes or 0) / 1e9:.0f} GB); valid: "
         + ", ".join(v for v in valid if v))
+
+
+def sequence_memory(target: str, draft: str, setup: GpuSetup, positions: float) -> MemoryNeed:
+    """Per-GPU memory of both models' weights and of one sequence's KV cache at ``positions`` (the target's and the
+    draft's: a separate model's, a head's layer, none for n-gram lookup): what the largest batch is sized from."""
+    tref = resolve_model(target, "--target")
+    kind = draft if draft in DRAFT_KINDS else "model"
+    dref = None if kind != "model" else resolve_model(draft, "--draft")
+    need = memory_need(tref.arch, _draft_model_params(kind, tref, dref), setup, 1, positions)
+    if kind == "ngram":
+        return need
+    dmodel = dref.arch if dref is not None else HeadSpec(kind, tref.arch)  # type: ignore[arg-type]
+    return replace(need, kv_bytes=need.kv_bytes + positions * dmodel.kv_bytes_per_token(setup.kv_bytes_per_element)
+                   / setup.tp)
 
 
 # -- building the sides ----------------------------------------------------------------------------------------
@@ -334,7 +382,7 @@ def target_side(model: ModelRef, setup: GpuSetup, asked: str, rule: str = "kv-on
     return roof, Side("roofline", f"fallback: {reason}")
 
 
-def _head_gemms(kind: str, a: Architecture, tp: int) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
+def _head_gemms(kind: str, a: ModelSpec, tp: int) -> tuple[tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]]:
     """Extra GEMMs ``(n, k)`` per GPU beyond the head's decoder layer: per draft step, and per round."""
     d = a.hidden_size
     if kind == "eagle":
@@ -372,7 +420,7 @@ def draft_side(kind: str, target: ModelRef, draft: ModelRef | None, setup: GpuSe
         ref = draft
     else:
         cfg = head_config(target, kind, DRAFT_VOCAB)
-        ref = ModelRef(name, Architecture.from_config(cfg, name), cfg, f"one layer of {target.name}'s shape", None)
+        ref = ModelRef(name, ModelSpec.from_config(cfg, name), cfg, f"one layer of {target.name}'s shape", None)
     fwd, side = target_side(ref, replace(setup, tp=setup.tp if ref.arch.n_heads % setup.tp == 0 else 1), asked, rule)
     if isinstance(fwd, ParallelRoofline) and draft is None:
         shape = target.arch.as_dense_layer() if kind in ("eagle", "eagle3") else target.arch

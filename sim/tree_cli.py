@@ -4,8 +4,8 @@ Examples::
 
     python -m sim tree --paths '[[0],[1],[0,0]]' --acceptance p.json --cost-ratio 0.05
     python -m sim tree --paths '[[0],[1],[0,0]]' --acceptance p.json --preset llama3-1b-8b --format json
-    python -m sim tree --budget 16 --max-depth 5 --preset llama3-8b-70b --hardware h100-sxm
-    python -m sim tree --budget 32 --max-depth 8 --advise --preset llama3-8b-70b --hardware h100-sxm
+    python -m sim tree --budget 16 --max-depth 5 --preset llama3-8b-70b --hardware h100-sxm --tp 4
+    python -m sim tree --budget 32 --max-depth 8 --advise --preset llama3-8b-70b --hardware h100-sxm --tp 4
     python -m sim tree --paths '[[0],[1],[0,0]]' --alpha 0.7 --cost-ratio 0.1 --mode event --seed 3
 
 ``--acceptance FILE`` holds ``{"p": [[…depth 1 ranks…], […depth 2…], …]}``
@@ -36,6 +36,7 @@ from sim.cli import (
     _resolve_hardware,
     _resolve_pair,
     _uses_seam,
+    check_preset_fits,
     _write_output,
     seam_cost,
 )
@@ -250,13 +251,15 @@ def resolve(args: argparse.Namespace) -> TreeSetup:
             acceptance.check_covers(tree)
         except ValueError as exc:
             raise CliError(f"--paths: {exc}") from None
+    depth = args.max_depth or args.budget or (tree.depth if tree else 8)
     if _uses_seam(args):
         if pair is None:
             raise CliError("--engine, --tp, --ep, --dtype and --cost-source price a pair: give --preset or "
                            "--draft/--target")
         hardware = args.hardware or pair.default_hardware
-        cost = seam_cost(args, pair, [args.max_depth or args.budget or (tree.depth if tree else 8)])
+        cost = seam_cost(args, pair, [depth])
     else:
+        check_preset_fits(pair, hardware, args.context_tokens, depth, args.batch)
         cost = _resolve_cost(args, pair, hardware)
     return TreeSetup(tree, args.budget, None if args.budget is None else (args.max_depth or args.budget),
                      args.advise, acceptance, law, cost, pair, hardware, args.context_tokens, args.batch, args.mode,

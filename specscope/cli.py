@@ -69,7 +69,7 @@ class Command:
 COMMANDS: tuple[Command, ...] = (
     Command("predict", "will speculation pay? closed form, event and serving simulation of a pair", "sim",
             examples=("specscope predict --preset llama3-1b-3b",
-                      "specscope predict --preset llama3-8b-70b --hardware a100-80gb --alpha 0.7 --format json",
+                      "specscope predict --preset llama3-8b-70b --hardware a100-80gb --tp 4 --alpha 0.7 --format json",
                       "specscope predict --preset llama3-1b-8b --mode serve --arrival-rate 20",
                       "specscope predict --preset llama3-1b-3b --chart predict.html",
                       "specscope predict --cost-model CAL/cost_model-ngram_3.json --acceptance CAL/acceptance-ngram_3.json"),
@@ -88,6 +88,7 @@ COMMANDS: tuple[Command, ...] = (
             "error rate", "measure", ("--until-decided",),
             examples=("specscope tune --gamma 1,2,4,8 --repeats 8",
                       "specscope tune --draft ngram:3,int8 --gamma 2,4 --regret 0.05 --time-budget 600 --out runs/tune",
+                      "specscope tune --gamma 1,2,4,8 --prior results/cpu-smollm2-ngram-gammas-calibration",
                       "specscope tune serve --draft ngram:2 --gamma 2,4,8 --concurrency 1,4,8 --repeats 10 "
                       "--out runs/tune-serve"),
             subcommands=("serve",)),
@@ -102,7 +103,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("ingest", "an engine's own spec-decode metrics (vLLM, SGLang, llama.cpp, TGI) in, the best k out",
             "calibrate", ("ingest",),
             examples=("specscope ingest vllm.log --preset llama3-1b-8b --hardware h100-sxm",
-                      "specscope ingest before.prom after.prom --preset llama3-8b-70b --explain",
+                      "specscope ingest before.prom after.prom --preset llama3-8b-70b --tp 4 --explain",
                       "specscope ingest server.log bench.json --out runs/ingest --track wandb"),
             parser="calibrate.ingest.cli:build_parser"),
     Command("report", "the HTML report: predicted against measured, with charts", "reports",

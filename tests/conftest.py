@@ -25,6 +25,7 @@ torch's default.
 import os
 import signal
 import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -55,3 +56,20 @@ def tiny_llama_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
         torch.manual_seed(0)
         AutoModelForCausalLM.from_config(cfg).save_pretrained(path)
     return str(path)
+
+
+@pytest.fixture()
+def model_dir(tmp_path: Path) -> Path:
+    """A user's own Llama-shaped model: a directory holding its config.json (the step-cost seam's input)."""
+    from tests.support.model_configs import LLAMA_LIKE, write_model_dir
+
+    return write_model_dir(tmp_path / "my-llama", LLAMA_LIKE)
+
+
+@pytest.fixture()
+def no_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The costs extra absent: aiconfigurator-core cannot be found (``auto`` falls back to the roofline)."""
+    from sim import kernels
+
+    monkeypatch.setattr(kernels, "kernels_unavailable", lambda: "aiconfigurator-core==0.12.0 is not installed")
+    monkeypatch.setattr(kernels, "package_dir", lambda: None)

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from calibrate.benchfiles.rows import BenchFile, BenchFileError, BenchLoad
+from measure.runkinds import SERVE
 from measure.serve.units import CONFIDENCE, RequestRow, ServeConfig, StepCostRow, UnitId, UnitRow, order_stat_ci
 
 #: Bootstrap draws behind a one-run unit's throughput interval (seeded).
@@ -174,8 +175,8 @@ def build(configs: Sequence[tuple[ConfigFiles, list[BenchFile]]], slots: int | N
                                   len(lds) == 1, seed)
                 units.append(u)
                 reqs.extend(rq)
-    meta = {"status": "complete", "config": {"kind": "serve", "slots": n_slots, "max_new_tokens": new_tokens,
-                                             "batch_tokens": 2048, "source": "benchfiles"},
+    meta = {"status": "complete", "config": SERVE.stamp({"slots": n_slots, "max_new_tokens": new_tokens,
+                                                         "batch_tokens": 2048, "source": "benchfiles"}),
             "model": model, "hardware": hardware, "notes": notes,
             "sources": {cf.name: [f.describe() for f in fs] for cf, fs in configs}}
     steps = pd.DataFrame(columns=list(StepCostRow.columns()))

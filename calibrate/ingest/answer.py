@@ -2,11 +2,18 @@
 
 The cost model is, in this order of preference, llama-bench output among the
 ingested files, a cost-model file (``calibrate``'s output for a ``measure``
-run; a directory holding one is accepted), or a preset pair's roofline on a
-hardware profile. Serving mode adds the closed form at batch sizes 1..max
-and the SimPy serving simulation (``sim.events.simulate_serving``) at a list
-of arrival rates: how the optimal k and the speedup move with load. Every
-output says which inputs were measured and which assumed.
+run; a directory holding one is accepted), or GPU step costs of a model pair
+on a hardware profile: a preset's roofline, or — with ``--target/--draft``, a
+GPU flag (``--tp``, ``--ep``, ``--dtype``, ``--cost-source``) or a GPU added
+with the seam — the step-cost seam (:mod:`sim.stepcost`: kernel tables where
+they cover the GPU, the ingested engine and the model, else the roofline),
+decided as ``python -m sim`` decides it; the output names the source of each
+side. Serving mode adds the closed form at batch sizes 1..max (up to the
+largest batch whose KV cache fits the GPU beside both models' weights,
+:func:`sim.stepcost.sequence_memory`) and the SimPy serving simulation
+(``sim.events.simulate_serving``) at a list of arrival rates: how the optimal
+k and the speedup move with load. Every output says which inputs were
+measured and which assumed.
 
 Files written (``--out DIR``) are the ones ``python -m sim`` reads:
 ``acceptance.json`` (``AcceptanceModel.describe()``, read by
@@ -24,11 +31,19 @@ from typing import Sequence
 from calibrate.ingest.detect import Ingested
 from calibrate.ingest.llamabench import cost_from_rows
 from calibrate.ingest.records import AcceptanceRecord
-from presets import Hardware, Pair, get_hardware, get_pair
+from presets import get_hardware, get_pair
 from sim.acceptance import AcceptanceModel, IIDAcceptance, PerPositionAcceptance
 from sim.analytic import break_even_alpha, optimal_gamma, predict
 from sim.cost import CostModel, TabulatedCost, cost_provenance, load_cost_model, pair_roofline_cost
 from sim.events import simulate_serving
+from sim.kernels import ENGINES as KERNEL_ENGINES
+from sim.stepcost import (
+    USABLE_MEMORY_FRACTION,
+    GpuSetup,
+    build_step_cost,
+    sequence_memory,
+    source_lines,
+)
 from calibrate.written import write_checked
 from toolkit.jsonio import clean_json
 
@@ -46,8 +61,28 @@ class CostChoice:
     write_file: bool = False
     context_tokens: float = 512.0
     context_note: str = "assumed; --context-tokens"
-    pair: Pair | None = None  # a preset pair's roofline: model sizes known, so batches are checked against memory
-    hardware: Hardware | None = None
+    models: tuple[str, str] | None = None  # target and draft: model sizes known, batches checked against memory
+    setup: GpuSetup | None = None
+
+
+@dataclass(frozen=True)
+class GpuFlags:
+    """The step-cost flags ``python -m sim`` takes too: models beyond the presets, parallelism, dtype, source."""
+
+    target: str | None = None
+    draft: str | None = None
+    tp: int | None = None
+    ep: int | None = None
+    dtype: str | None = None
+    cost_source: str | None = None
+
+    def given(self) -> list[str]:
+        """The GPU flags given (``--target``/``--draft`` not among them)."""
+        return [f"--{k.replace('_', '-')}" for k in ("tp", "ep", "dtype", "cost_source") if getattr(self, k) is not None]
+
+    def sim_args(self) -> tuple[str, ...]:
+        return tuple(a for k in ("tp", "ep", "dtype", "cost_source") if getattr(self, k) is not None
+                     for a in (f"--{k.replace('_', '-')}", str(getattr(self, k))))
 
 
 @dataclass(frozen=True)
@@ -81,14 +116,18 @@ class Answer:
 
 
 def choose_cost(ing: Ingested, preset: str | None, hardware: str | None, cost_model: str | None,
-                context_tokens: float | None) -> CostChoice:
+                context_tokens: float | None, gpu: GpuFlags = GpuFlags(), gamma_max: int = 8) -> CostChoice:
     """Pick the cost model; a one-line ValueError when none, or two, are given."""
+    if (gpu.target is None) != (gpu.draft is None):
+        raise ValueError("--target and --draft go together: give both, or --preset")
     given = [n for n, v in (("llama-bench output", ing.bench), ("--cost-model", cost_model),
-                            ("--preset", preset)) if v is not None]
+                            ("--preset", preset), ("--target/--draft", gpu.target)) if v is not None]
     if len(given) > 1:
         raise ValueError(f"give one cost source, not {' and '.join(given)}")
-    if hardware is not None and preset is None:
-        raise ValueError("--hardware needs --preset (the draft/target pair whose roofline it prices)")
+    if hardware is not None and preset is None and gpu.target is None:
+        raise ValueError("--hardware needs --preset or --target/--draft (the model pair whose GPU costs it prices)")
+    if gpu.given() and preset is None and gpu.target is None:
+        raise ValueError(f"{gpu.given()[0]} prices a model pair on a GPU: give --preset or --target/--draft")
     if ing.bench is not None:
         b = cost_from_rows(ing.bench.path, ing.bench.fmt, list(ing.bench.rows),
                            512.0 if context_tokens is None else context_tokens)
@@ -108,18 +147,53 @@ def choose_cost(ing: Ingested, preset: str | None, hardware: str | None, cost_mo
         where, measured = cost_provenance(cost)  # a hand-written file is supplied, never "measured"
         return CostChoice(cost, measured, f"{where}: {p}", ("--cost-model", str(p)),
                           context_tokens=512.0 if context_tokens is None else context_tokens)
-    if preset is not None:
-        pair = get_pair(preset)
-        hw = get_hardware(hardware or pair.default_hardware)
-        cost = pair_roofline_cost(pair, hw)
-        what = (f"the {pair.draft.head_kind.title} on {pair.target.name} (its own layers and the LM head it reads)"
-                if pair.is_head else f"{pair.draft.name} -> {pair.target.name}")
-        return CostChoice(cost, False, f"assumed: roofline of {what} on {hw.name} "
-                          "(datasheet bandwidth and FLOP/s x stated efficiencies, per-forward overheads)",
-                          ("--preset", preset, "--hardware", hw.name),
-                          context_tokens=512.0 if context_tokens is None else context_tokens, pair=pair, hardware=hw)
+    if preset is not None or gpu.target is not None:
+        return _gpu_cost(ing, preset, hardware, gpu, 512.0 if context_tokens is None else context_tokens, gamma_max)
     raise ValueError("no cost model: give llama-bench output among the files, --cost-model FILE "
-                     "(calibrate's cost_model-*.json of a measure run), or --preset P [--hardware H]")
+                     "(calibrate's cost_model-*.json of a measure run), --preset P or --target T --draft D [--hardware H]")
+
+
+def _gpu_cost(ing: Ingested, preset: str | None, hardware: str | None, gpu: GpuFlags, context_tokens: float,
+              gamma_max: int) -> CostChoice:
+    """A model pair's GPU step costs: a preset's roofline, or the step-cost seam where ``python -m sim`` would use
+    it (``--target/--draft``, a GPU flag, a GPU added with the seam); the kernel tables are the ingested engine's.
+    A pair that does not fit the GPU is one ``ValueError`` line naming the setups that fit."""
+    from sim.cli import ROOFLINE_ONLY_HARDWARE
+
+    pair = get_pair(preset) if preset is not None else None
+    if pair is not None:
+        target, draft = pair.target.name, pair.head.kind if pair.head is not None else pair.draft.name
+    else:
+        assert gpu.target is not None and gpu.draft is not None
+        target, draft = gpu.target, gpu.draft
+    hw = get_hardware(hardware or (pair.default_hardware if pair is not None else "h100-sxm"))
+    engine = ing.record.engine if ing.record is not None and ing.record.engine in KERNEL_ENGINES else None
+    tp = gpu.tp or 1
+    setup = GpuSetup(hw, engine or "vllm", tp, gpu.ep or tp, gpu.dtype or "bf16", engine is not None)
+    try:
+        if pair is None or gpu.given() or hw.name not in ROOFLINE_ONLY_HARDWARE:
+            cost: CostModel = build_step_cost(target, draft, setup, gpu.cost_source or "auto", 1, context_tokens,
+                                              gamma_max)
+            args = ("--preset", str(preset)) if pair is not None else ("--target", target, "--draft", draft)
+            engine_args = ("--engine", engine) if engine and gpu.cost_source != "roofline" else ()
+            what = f"GPU step costs of {pair.name if pair else f'{draft} -> {target}'} on {tp} x {hw.name} " \
+                   "(sim/stepcost.py)"
+            sim_args = (*args, "--hardware", hw.name, *engine_args, *gpu.sim_args())
+        else:
+            from sim.cli import check_preset_fits
+
+            check_preset_fits(pair, hw.name, context_tokens, gamma_max)
+            cost = pair_roofline_cost(pair, hw)
+            what = "roofline of " + (
+                f"the {pair.draft.head_kind.title} on {pair.target.name} (its own layers and the LM head it reads)"
+                if pair.is_head else f"{pair.draft.name} -> {pair.target.name}") + \
+                f" on {hw.name} (datasheet bandwidth and FLOP/s x stated efficiencies, per-forward overheads)"
+            sim_args = ("--preset", str(preset), "--hardware", hw.name)
+    except ValueError as exc:  # ingest has no --batch: the context is what it can shrink
+        raise ValueError(str(exc).replace("a smaller --batch or --context-tokens", "a smaller --context-tokens")
+                         ) from None
+    return CostChoice(cost, False, f"assumed: {what}", sim_args, tuple(source_lines(cost.describe())),
+                      context_tokens=context_tokens, models=(target, draft), setup=setup)
 
 
 def acceptance_model(record: AcceptanceRecord) -> AcceptanceModel:
@@ -216,25 +290,30 @@ def crossover_batch(acc: AcceptanceModel, cost: CostModel, ctx: float, gamma_max
 
 
 def batch_memory(cost: CostChoice, context_tokens: float, new_tokens: int, gamma_max: int) -> dict | None:
-    """The largest batch whose KV cache fits the preset GPU beside both models' weights; None when unknown.
+    """The largest batch whose KV cache fits the GPU beside both models' weights; None when unknown.
 
-    KV per sequence: (context + new tokens + γ_max) positions × (target + draft) KV bytes per token at the
-    hardware's bytes per element. None without a preset pair on hardware with a fixed memory size.
+    Per GPU, as the step-cost seam counts it (:func:`sim.stepcost.sequence_memory`: weights at the dtype over the
+    TP group, the target's real KV cache — grouped-query or MLA, at the KV dtype — and the draft's), against
+    :data:`sim.stepcost.USABLE_MEMORY_FRACTION` of the GPU's memory; a sequence holds (context + new tokens +
+    γ_max) positions. None without a model pair, or on hardware without a fixed memory size.
     """
-    pair, hw = cost.pair, cost.hardware
-    if pair is None or hw is None or hw.memory_bytes is None:
+    setup = cost.setup
+    if cost.models is None or setup is None or setup.hardware.memory_bytes is None:
         return None
-    weights = pair.target.weight_bytes(hw.bytes_per_param) + pair.draft.weight_bytes(hw.bytes_per_param)
+    hw = setup.hardware
     positions = context_tokens + new_tokens + gamma_max
-    kv = positions * (pair.target.kv_bytes_per_token(hw.bytes_per_param)
-                      + pair.draft.kv_bytes_per_token(hw.bytes_per_param))
-    free = hw.memory_bytes - weights
-    if free < kv:
-        raise ValueError(f"{pair.target.name} and {pair.draft.name} ({weights / 1e9:.1f} GB of weights) leave no room "
-                         f"for one sequence's KV cache ({kv / 1e9:.2f} GB at {positions:.0f} tokens) in {hw.name}'s "
-                         f"{hw.memory_bytes / 1e9:.0f} GB")
-    return {"hardware": hw.name, "memory_bytes": hw.memory_bytes, "weights_bytes": weights,
-            "kv_bytes_per_sequence": kv, "positions_per_sequence": positions, "max_batch": int(free // kv)}
+    need = sequence_memory(*cost.models, setup, positions)
+    assert need.usable_bytes is not None
+    free = need.usable_bytes - need.weights_bytes
+    if free < need.kv_bytes:
+        raise ValueError(f"{cost.models[0]} and {cost.models[1]} ({need.weights_bytes / 1e9:.1f} GB of weights per GPU) "
+                         f"leave no room for one sequence's KV cache ({need.kv_bytes / 1e9:.2f} GB at {positions:.0f} "
+                         f"tokens) in {USABLE_MEMORY_FRACTION:.0%} of {hw.name}'s {hw.memory_bytes / 1e9:.0f} GB; "
+                         "valid: a larger --tp, --dtype fp8, a smaller --context-tokens or --new-tokens")
+    return {"hardware": hw.name, "gpus": setup.tp, "memory_bytes": hw.memory_bytes,
+            "usable_bytes": need.usable_bytes, "weights_bytes": need.weights_bytes,
+            "kv_bytes_per_sequence": need.kv_bytes, "positions_per_sequence": positions,
+            "max_batch": int(free // need.kv_bytes)}
 
 
 def _rate_row(rate: float, per_k: list) -> dict:

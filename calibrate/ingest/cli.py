@@ -3,7 +3,7 @@
 Examples::
 
     python -m calibrate ingest vllm.log --preset llama3-1b-8b --hardware h100-sxm
-    python -m calibrate ingest before.prom after.prom --preset llama3-8b-70b --explain
+    python -m calibrate ingest before.prom after.prom --preset llama3-8b-70b --tp 4 --explain
     python -m calibrate ingest server.log bench.json --out runs/ingest   # llama.cpp log + llama-bench costs
     python -m calibrate ingest sglang.log --spec-tokens 3 --cost-model runs/x-cal --mode serve
 
@@ -24,6 +24,7 @@ from typing import Sequence
 
 from calibrate.ingest.answer import (
     Answer,
+    GpuFlags,
     ServeSettings,
     answer,
     choose_cost,
@@ -46,6 +47,8 @@ from sim.limits import (
     SEED_LIMIT,
     SIMULATED_TOKENS_LIMIT,
 )
+from presets import HARDWARE
+from sim.stepcost import COST_SOURCES, DRAFT_KINDS, DTYPES
 from toolkit.cli import OneLineParser, choice_arg, float_list_arg, int_arg, nonempty_arg
 from toolkit.track import TRACKERS, usable_tracker
 
@@ -72,8 +75,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write acceptance.json (+ cost_model.json) and ingest.json here")
     p.add_argument("--explain", action="store_true", help="print the conversion table: each input figure, the "
                    "engine's definition and the converted value")
-    p.add_argument("--preset", help="cost: a draft/target pair's roofline (python -m sim --list-presets)")
-    p.add_argument("--hardware", help="cost: hardware profile for --preset (default: the pair's)")
+    p.add_argument("--preset", help="cost: a draft/target pair's GPU step costs (python -m sim --list-presets)")
+    p.add_argument("--target", type=nonempty_arg("model"), help="cost: the target model (with --draft), as python -m "
+                   "sim takes it: a preset name, a Hugging Face id of a shipped config, or a local directory holding "
+                   "config.json")
+    p.add_argument("--draft", type=nonempty_arg("model"), help=f"cost: the draft (with --target): a model, or "
+                   f"{', '.join(DRAFT_KINDS)}")
+    p.add_argument("--hardware", type=choice_arg("--hardware", list(HARDWARE)), help="cost: hardware profile for "
+                   "--preset or --target/--draft (default: the pair's, else h100-sxm)")
+    p.add_argument("--tp", type=int_arg(1, 64), help="cost: tensor-parallel GPUs (default 1)")
+    p.add_argument("--ep", type=int_arg(1, 64), help="cost: expert-parallel GPUs of an MoE model (default: --tp)")
+    p.add_argument("--dtype", type=choice_arg("--dtype", DTYPES), help=f"cost: weight dtype: {', '.join(DTYPES)} "
+                   "(default bf16)")
+    p.add_argument("--cost-source", type=choice_arg("--cost-source", COST_SOURCES), help="cost: auto (kernel tables "
+                   "where the GPU, the ingested engine and the model are covered, else the roofline), kernels or "
+                   "roofline, as python -m sim decides it")
     p.add_argument("--cost-model", metavar="FILE", help="cost: a cost-model JSON (calibrate's cost_model-*.json of a "
                    "measure run, or the directory holding it)")
     p.add_argument("--gamma-max", type=int_arg(1, GAMMA_LIMIT, GAMMA_WHY), default=8,
@@ -184,9 +200,11 @@ def format_answer(ans: Answer, gamma_max: int, max_batch: int = 0) -> list[str]:
         mem = ans.memory
         fits = ""
         if mem is not None:
-            fits = (f"; batches that fit {mem['hardware']}'s {mem['memory_bytes'] / 1e9:.0f} GB: weights "
-                    f"{mem['weights_bytes'] / 1e9:.1f} GB + KV cache {mem['kv_bytes_per_sequence'] / 1e9:.3f} GB a "
-                    f"sequence at {mem['positions_per_sequence']:.0f} tokens")
+            gpus = f"{mem['gpus']} x " if mem["gpus"] > 1 else ""
+            fits = (f"; batches that fit {gpus}{mem['hardware']} ({mem['usable_bytes'] / 1e9:.0f} of "
+                    f"{mem['memory_bytes'] / 1e9:.0f} GB usable): weights {mem['weights_bytes'] / 1e9:.1f} GB + KV "
+                    f"cache {mem['kv_bytes_per_sequence'] / 1e9:.3f} GB a sequence at "
+                    f"{mem['positions_per_sequence']:.0f} tokens" + (" per GPU" if gpus else ""))
         out.append(f"by batch size (closed form, every sequence in lockstep{fits}):")
         out.append("  batch  best k  speedup")
         for r in ans.batch_rows:
@@ -197,7 +215,7 @@ def format_answer(ans: Answer, gamma_max: int, max_batch: int = 0) -> list[str]:
             out.append(f"  batch {mem['max_batch'] + 1} and above do not fit: memory binds below --max-batch "
                        f"{max_batch} (the serving simulation runs at batch <= {mem['max_batch']})")
         elif mem is None:
-            out.append("  (memory not checked: the cost model carries no model sizes; --preset has them)")
+            out.append("  (memory not checked: the cost model carries no model sizes; --preset or --target/--draft have them)")
         cb = ans.batch_crossover or {}
         if cb.get("batch") is None:
             out.append(f"speculation pays at every batch up to {cb.get('limit')}"
@@ -233,7 +251,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             lines += format_record(ing.record, acc_files)
             if args.explain:
                 lines += format_explain(ing.record)
-        cost = choose_cost(ing, args.preset, args.hardware, args.cost_model, args.context_tokens)
+        gpu = GpuFlags(args.target, args.draft, args.tp, args.ep, args.dtype, args.cost_source)
+        cost = choose_cost(ing, args.preset, args.hardware, args.cost_model, args.context_tokens, gpu, args.gamma_max)
         ans = answer(ing, cost, args.gamma_max, serve)
         lines += format_answer(ans, args.gamma_max, serve.max_batch if serve is not None else 0)
         doc = summary(ans, args.gamma_max)

@@ -59,6 +59,7 @@ from measure.head.lowrank import HiddenMoment, LowRankScorer, accumulate_moment,
 from measure.head.profiling import profile_step
 from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
 from measure.rows import CostDraftRow, HeadSweepRow, ProfileRow
+from measure.runkinds import HEAD_SWEEP, open_run_dir
 from measure.head.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
 from measure.seam import EngineOptions
 from measure.sweep.cells import CellContext, CellPlan, measure_cells
@@ -347,7 +348,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
     fp["head_sweep"] = {k: getattr(config, k) for k in ("gamma", "n_clusters", "scoring", "lowrank_rank",
                                                         "moment_texts", "moment_max_tokens", "calibration_texts",
                                                         "context_tokens")}
-    writer = records.RunWriter(out_dir, fingerprint=fp)
+    writer = open_run_dir(HEAD_SWEEP, out_dir, fingerprint=fp, say=say)
     with writer.recording():
         options = EngineOptions(device=device, threads=config.threads, quiet=quiet,
                                 max_len_tokens=config.max_prompt_tokens + config.max_new_tokens + config.gamma + 1)
@@ -356,7 +357,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
         heads = head_builder(config, draft, session.target, say)
         writer.update(command=command, **source, hardware=hardware, versions=session.versions(versions),
                       prompt_selection=selection, models=session.models(),
-                      config={**scfg.as_dict(), **config.as_dict(), "kind": "head_sweep", **heads.meta},
+                      config=HEAD_SWEEP.stamp({**scfg.as_dict(), **config.as_dict(), **heads.meta}),
                       prompts=session.prompts_meta())
         first = next(p for ps in prompts_by.values() for p in ps)
         inputs = step_inputs(draft.model, session.enc[first.prompt_id], config.context_tokens)

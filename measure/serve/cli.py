@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from toolkit.cli import OneLineParser, csv_items, fail, float_arg, int_arg
+from measure.runkinds import SERVE
 from measure.serve.units import LoadSpec, ServeConfig, UnitRow
 
 PROG = "python -m measure serve"
@@ -355,7 +356,7 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Any, dict]:
                 synth_configs=synth_configs, synth_loads=synth_loads, synth_requests=args.step_cost_requests or 0,
                 synth_repeats=args.step_cost_repeats or 0, stall_s=args.stall_timeout, race_rule=race_rule,
                 time_budget_s=args.time_budget)
-    config = {"kind": "serve", "configs": [c.to_str() for c in configs], "loads": [ld.to_str() for ld in loads],
+    config = {"configs": [c.to_str() for c in configs], "loads": [ld.to_str() for ld in loads],
               "slots": slots, "threads": threads if url is None else None, "requests": args.requests,
               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "seed": args.seed,
               "batch_tokens": args.batch_size if url is None else None, "ctx_per_slot": per_slot if url is None
@@ -369,7 +370,7 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Any, dict]:
               "prompt_selection": selection,
               "race": None if race_rule is None else {"regret": race_rule.regret, "confidence": race_rule.confidence,
                                                       "time_budget_s": args.time_budget}}
-    return plan, config
+    return plan, SERVE.stamp(config)
 
 
 def _print_unit(row: UnitRow) -> None:
@@ -436,11 +437,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out) if args.out else Path("runs") / time.strftime("serve-%Y%m%d-%H%M%S")
     if out.exists() and not out.is_dir():
         fail(PROG, f"--out {str(out)!r} is a file, not a directory")
-    if args.force_new and out.exists():
-        out.rename(out.with_name(f"{out.name}.replaced-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"))
     from measure.records import FingerprintMismatch, hardware_label, load_run
+    from measure.runkinds import open_run_dir
     from measure.serve.runner import Interrupted, Progress, run_units
-    from measure.serve.units import ServeRunWriter, summarise
+    from measure.serve.units import summarise
     from measure.sweep import environment
     from measure.system import system_check
 
@@ -473,14 +473,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "metrics": has_metrics},
             "system_check": check}
     try:
-        writer = ServeRunWriter(out, meta=meta, fingerprint=fingerprint)
+        # --force-new sets the run there aside under its lock: a run another process writes is refused, not moved
+        writer = open_run_dir(SERVE, out, meta=meta, fingerprint=fingerprint, force_new=args.force_new,
+                              extend=args.extend, say=lambda note: print(f"note: {note}", file=sys.stderr))
     except (FingerprintMismatch, ValueError) as e:
         msg = str(e)
         if isinstance(e, FingerprintMismatch) and re.search(r"[(; ]units \[", msg):
             msg += " (to add units to this run on purpose: --extend)"
         fail(PROG, msg)
-    for note in writer.repairs:
-        print(f"note: {note}", file=sys.stderr)
     if args.extend and writer.resumed:
         writer.update(extended_utc=[*writer.meta.get("extended_utc", []), time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                                         time.gmtime())],

@@ -1,8 +1,8 @@
 """``python -m measure serve --until-decided``: measure until the best configuration at each load is known.
 
 The question: at each load (a concurrency or an arrival rate), which configuration — an n-gram draft of some
-k, or speculation off — gives the most throughput? A race per load (:class:`measure.racing.GroupRaces`) whose
-candidates are the run's configurations. A unit of evidence is one repeat of that load:
+k, or speculation off — gives the most throughput? A race per load (:class:`measure.prior.GroupRace`, no prior)
+whose candidates are the run's configurations. A unit of evidence is one repeat of that load:
 ``log(tokens/s of a configuration ÷ tokens/s of off in the same repeat)`` (off's own unit is 0), so the pace of
 the machine during that repeat's blocks cancels before two configurations are compared.
 
@@ -10,7 +10,9 @@ After each repeat the race looks (:meth:`ServeRace.look`). A configuration a loa
 or resolved: it cannot beat the leader by ``--regret``) is not measured at that load again; off is measured
 while any configuration of the load is live (its unit pairs theirs); a decided load measures nothing more. A
 server block with no load left to measure is not started (:func:`measure.serve.runner.run_units`): that is
-where the time goes unspent.
+where the time goes unspent. ``--time-budget`` is checked before each unit after the first repeat
+(:meth:`ServeRace.over_budget`; the first repeat always completes, as the chain sweep's first pass does, so every
+load has a leader), so a run overshoots it by one unit at most; a repeat cut so is not looked at.
 
 Every look is a function of the finished units of the repeats up to it (``serve_units``), so a resumed run
 looks again identically and skips the same blocks. A look needs every unit its repeat was to measure: after a
@@ -21,13 +23,18 @@ measures that unit, then looks.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from dataclasses import asdict
+from typing import Any, Hashable, Mapping, Sequence
 
-from measure.racing import OFF, GroupRaces, RaceRule
+from measure.prior import GroupRace
+from measure.racing import RaceRule
 from measure.serve.units import LoadSpec, ServeConfig, UnitId
 
 #: Why a tuned serving run stopped measuring (``run.json`` ``race.stopped_by``).
 STOPPED_BY = ("decided", "time budget", "out of repeats")
+
+#: The configuration "speculation off": every load's race has it, and its units pair the others'.
+OFF = ServeConfig("off").to_str()
 
 
 class ServeRace:
@@ -35,23 +42,21 @@ class ServeRace:
 
     def __init__(self, rule: RaceRule, configs: Sequence[ServeConfig], loads: Sequence[LoadSpec], slots: int,
                  time_budget_s: float | None = None) -> None:
-        names = [c.to_str() for c in configs]
+        names = tuple(c.to_str() for c in configs)
         if OFF not in names or len(names) < 2:
             raise ValueError(f"a serving race needs speculation off and at least one configuration to race, "
                              f"got {', '.join(names)}")
-        self.configs, self.loads, self.slots = tuple(configs), tuple(loads), slots
+        self.rule, self.configs, self.loads, self.slots = rule, tuple(configs), tuple(loads), slots
         self.time_budget_s = time_budget_s
-        self.races = GroupRaces(rule, {ld.to_str(): names for ld in loads}, baseline=OFF, round_name="repeat")
+        self.races = {ld.to_str(): GroupRace(rule, names, paired=(OFF,)) for ld in loads}
+        self.stopped: dict[str, set[str]] = {k: set() for k in self.races}
+        self.looks: list[dict] = []
         #: How many looks were taken (the next look's index).
         self.n_looks = 0
 
-    @property
-    def rule(self) -> RaceRule:
-        return self.races.rule
-
     def needs(self, config: ServeConfig, load: LoadSpec) -> bool:
         """Whether the next repeat measures ``config`` at ``load``."""
-        return self.races.needs(load.to_str(), config.to_str())
+        return config.to_str() not in self.stopped[load.to_str()]
 
     def needed(self, repeat: int) -> list[UnitId]:
         """The units ``repeat`` measures as the race stands now."""
@@ -61,32 +66,50 @@ class ServeRace:
         """Look after repeat :attr:`n_looks` at the finished ``units`` (a ``serve_units`` DataFrame; units of later
         repeats are left out); a line per load that stopped configurations."""
         r = self.n_looks
-        samples = unit_samples(units, r, [ld.to_str() for ld in self.loads], [c.to_str() for c in self.configs])
-        notes = self.races.look(r, samples)
+        samples = unit_samples(units, r, list(self.races), [c.to_str() for c in self.configs])
+        notes: list[str] = []
+        record: dict[str, Any] = {"look": r, "groups": {}}
+        for key, race in self.races.items():
+            gl = race.look(samples[key], r, 1)
+            newly = [c for c in race.candidates if c not in gl.measure_next and c not in self.stopped[key]]
+            self.stopped[key].update(newly)
+            record["groups"][key] = gl.record()
+            if newly:
+                notes.append(f"race {key}: after repeat {r + 1}, leader {gl.state.leader}; stopped {', '.join(newly)}"
+                             + (f" ({gl.stop_reason})" if gl.stop_reason else ""))
+        self.looks.append(record)
         self.n_looks += 1
         return notes
+
+    def all_stopped(self) -> bool:
+        return all(set(r.candidates) <= self.stopped[k] for k, r in self.races.items())
+
+    def over_budget(self, elapsed_s: float) -> bool:
+        """Whether ``--time-budget`` has run out after ``elapsed_s`` of measuring (checked before each unit)."""
+        return self.time_budget_s is not None and elapsed_s > self.time_budget_s
 
     def stop_reason(self, elapsed_s: float) -> str | None:
         """After a look: ``decided`` (every load), ``out of repeats`` (the rule's last look taken) or ``time
         budget`` (``elapsed_s`` past it); None while the next repeat is to be measured."""
-        if self.races.all_stopped():
+        if self.all_stopped():
             return "decided"
         if self.n_looks >= self.rule.max_looks:
             return "out of repeats"
-        if self.time_budget_s is not None and elapsed_s > self.time_budget_s:
-            return "time budget"
-        return None
+        return "time budget" if self.over_budget(elapsed_s) else None
 
     def summary(self, reason: str | None) -> dict:
-        """``run.json`` ``race``: the schema of the chain sweep's (:meth:`measure.racing.GroupRaces.summary`)."""
-        return self.races.summary(reason)
+        """``run.json`` ``race``, the schema of the chain sweep's: the rule, every look, why the measuring stopped
+        (None while it goes on) and each decided load's choice."""
+        last = self.looks[-1]["groups"] if self.looks else {}
+        return {"rule": asdict(self.rule), "looks": self.looks, "stopped_by": reason,
+                "decided": {k: g["leader"] for k, g in last.items() if g["stop_reason"] == "decided"}}
 
 
 def unit_samples(units: Any, look_index: int, loads: Sequence[str], configs: Sequence[str]
-                 ) -> dict[str, dict[str, dict[int, float]]]:
+                 ) -> dict[str, dict[str, dict[Hashable, float]]]:
     """Per load, per configuration, per repeat ``<= look_index``: log(tokens/s ÷ off's tokens/s in that repeat),
     from a ``serve_units`` DataFrame (synthetic units and units without a throughput left out)."""
-    out: dict[str, dict[str, dict[int, float]]] = {ld: {c: {} for c in configs} for ld in loads}
+    out: dict[str, dict[str, dict[Hashable, float]]] = {ld: {c: {} for c in configs} for ld in loads}
     tps: dict[tuple[str, str, int], float] = {}
     if len(units):
         real = units[~units["synthetic"].astype(bool)]

@@ -22,7 +22,8 @@ With ``--until-decided`` (:mod:`measure.serve.race`) the race looks after each
 repeat (before the next repeat's first block; recorded in ``run.json``
 ``race``); a unit its load's race no longer needs is not measured, a block
 with no such unit starts no server, and the run stops once every load is
-decided, at the time budget or after the last repeat.
+decided, at the time budget (checked before each unit after the first repeat:
+a run overshoots it by one unit at most) or after the last repeat.
 """
 
 from __future__ import annotations
@@ -331,6 +332,11 @@ def run_units(plan: Plan, writer: ServeRunWriter, progress: Progress, hardware: 
             run_load(ep, [RequestSpec(0, "warmup", "warmup", _requests(plan, cfg)[0].text)], LoadSpec(1),
                      WARMUP_TOKENS, plan.seed, plan.stall_s)
             for ld in todo:
+                if race is not None and r > 0 and race.over_budget(time.monotonic() - started):
+                    # (the first repeat always completes: without its look no load has a leader)
+                    writer.update(race=race.summary("time budget"))  # a cut repeat is not looked at
+                    progress.on_note(f"race: the time budget ({race.time_budget_s:g} s) is spent: the run stops")
+                    return failures
                 failed = _one_unit(plan, writer, progress, hardware, UnitId(cfg, plan.slots, ld, r), block, ep, srv)
                 _record_failure(writer, UnitId(cfg, plan.slots, ld, r).to_str(), failed)
                 if failed is not None:

@@ -9,7 +9,7 @@ repeat: ``config=ngram:3:k4|slots=4|load=c4|repeat=0`` in the ``cell_id``
 column of every serve table (``docs/RUN_FORMAT.md``). Its ``serve_units`` row
 is written last, so a unit is finished exactly when that row exists.
 
-``calibrate`` reads serving runs through :func:`load_units` and the typed
+``calibrate`` reads serving runs through the run format and the typed
 identities here (it imports no torch and starts no server).
 """
 
@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
-from measure.records import RunWriter, load_run
+from measure.records import RunWriter
 from measure.rows import RequestRow, StepCostRow, TokenRow, UnitRow  # noqa: F401 — the serve tables' rows
 from measure.stats import CONFIDENCE, Estimate
 
@@ -153,10 +153,10 @@ class UnitId:
 
 
 # -- rows: the serve tables' row types live with every other table's in measure.rows (named here too) --------
-class ServeRunWriter(RunWriter):
-    """The run writer of a serving run: a unit is finished when its ``serve_units`` row is written."""
-
-    finish_table = "serve_units"
+#: The run writer of a serving run, as the serving modules name it: a :class:`~measure.records.RunWriter` opened by
+#: :func:`measure.runkinds.open_run_dir` with :data:`measure.runkinds.SERVE`, so a unit is finished when its
+#: ``serve_units`` row is written (a name for the serving code's annotations: never constructed directly).
+ServeRunWriter = RunWriter
 
 
 # -- statistics ---------------------------------------------------------------------------------------------
@@ -236,13 +236,3 @@ def summarise(units: Any) -> list[GroupSummary]:
                 speed = log_interval((pairs["throughput_tokens_per_s"] / pairs["throughput_tokens_per_s_off"]).tolist())
         out.append(GroupSummary(str(config), int(slots), str(load), int(len(g)), metrics, rate, per, speed))
     return out
-
-
-def load_units(path: str) -> tuple[Any, Mapping[str, Any]]:
-    """A serving run's ``serve_units`` table (DataFrame) and ``run.json``; one-line ``ValueError`` if not one."""
-    run = load_run(path)
-    units = run.table("serve_units")
-    if (run.meta.get("config") or {}).get("kind") != "serve":
-        raise ValueError(f"{path!r} is not a serving run (run.json config.kind is not 'serve'); "
-                         "measure one with python -m measure serve")
-    return units, run.meta

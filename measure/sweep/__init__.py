@@ -23,7 +23,7 @@ from measure.sweep.config import (INTERLEAVE, LIBRARY_RATIO_TARGET, MAX_GAMMA, M
                                   MAX_REPEATS, MODES, SweepConfig, engine_options, select_prompts)
 from measure.sweep.cost import (CostCurves, CostPoint, cost_curves_for, cost_points_done, prompt_lengths, record_cost,
                                 screen_cost)
-from measure.sweep.driver import OpenedRun, PendingCell, open_run, pending_cells, run_sweep, set_aside
+from measure.sweep.driver import OpenedRun, PendingCell, open_run, pending_cells, run_sweep
 from measure.sweep.identity import environment, fingerprint, source_state, target_fingerprint
 from measure.sweep.session import Session, open_session, prompts_meta, silenced
 from measure.sweep.summary import cell_estimate, summarize, summary_lines, unstable_message
@@ -33,6 +33,6 @@ __all__ = [
     "CellContext", "CellPlan", "CostCurves", "CostPoint", "OpenedRun", "PendingCell", "Session", "SweepConfig",
     "Visit", "cell_estimate", "cost_curves_for", "cost_points_done", "engine_options", "environment", "fingerprint",
     "measure_cells", "open_run", "open_session", "pending_cells", "prompt_lengths", "prompts_meta", "record_cost",
-    "rotation", "run_cell", "run_sweep", "screen_cost", "select_prompts", "set_aside", "silenced", "source_state", "summarize", "summary_lines",
+    "rotation", "run_cell", "run_sweep", "screen_cost", "select_prompts", "silenced", "source_state", "summarize", "summary_lines",
     "target_fingerprint", "unstable_message",
 ]

@@ -39,7 +39,7 @@ import contextlib
 import math
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Hashable, Iterator, Mapping, Sequence
 
 import torch
 
@@ -47,6 +47,8 @@ from measure import racing, records, stats
 from measure.decoding import acceptance_trace, autoregressive_generate, proposal_runs, speculative_generate
 from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_greedy_lossless
 from measure.ids import CellId
+from measure.prior import (CalibrationPrior, GroupRace, PriorPlan, load_prior, plan_group, prior_line,
+                           prior_summary)
 from measure.prompts import Prompt
 from measure.rows import CellRow, GenerationRow, RoundRow, TokenLatencyRow, TraceRow
 from measure.seam import Decoder, Engine, TargetModel
@@ -438,7 +440,9 @@ def _trace_rows(ctx: CellContext, draft: Any, cell: CellId, gen_rows: list[Gener
     rows: list[TraceRow] = []
     for p in ctx.prompts[cell.domain]:
         ids = ctx.enc[p.prompt_id]
-        base = next(r.tokens for r in gen_rows if r.mode == "baseline" and r.prompt_id == p.prompt_id and r.repeat == 0)
+        # the first repeat measured (a cell a prior deferred has none in the first pass)
+        base = min((r for r in gen_rows if r.mode == "baseline" and r.prompt_id == p.prompt_id),
+                   key=lambda r: r.repeat or 0).tokens
         full = torch.cat([ids, torch.tensor([list(base)], device=ids.device)], dim=1)  # [1, S+n]
         vals = acceptance_trace(ctx.decoder, draft, full, int(ids.shape[1]), temp)
         if temp == 0:
@@ -465,7 +469,17 @@ def _finish(ctx: CellContext, plan: CellPlan, m: CellMeasurement, modes: tuple[s
 
 
 #: The candidate "plain decoding" in a race of ``--until-decided``.
-OFF = racing.OFF
+OFF = "off"
+
+
+def _prior_plan(prior: CalibrationPrior | None, plans: Sequence[CellPlan], rule: racing.RaceRule) -> PriorPlan | None:
+    """The deferrals a calibration's predictions make among one race group's cells (and ``off``)."""
+    if prior is None or rule.max_looks < 2:  # one pass: nothing can be measured after it
+        return None
+    guesses: dict[str, float | None] = {
+        p.cell_id: prior.predict(p.cell.draft, p.cell.domain, p.cell.gamma.gamma if p.cell.gamma.is_fixed else None,
+                                 p.cell.temperature, p.cell.head_k) for p in plans}
+    return plan_group({**guesses, OFF: 1.0}, prior.uncertainty, (OFF,))
 
 
 def _log_speedup(v: Visit) -> float:
@@ -475,42 +489,74 @@ def _log_speedup(v: Visit) -> float:
 
 
 class _Race:
-    """``--until-decided``: a race (:class:`measure.racing.GroupRaces`) per group of cells that answer one question
-    — the same domain, temperature and head K; the drafts and γ policies are the candidates, and so is ``off``
-    (plain decoding, a log speedup of 0 on every unit: "do not speculate" can win) — looked at after each pass.
+    """``--until-decided``: a race (:mod:`measure.racing`) per group of cells that answer one question — the same
+    domain, temperature and head K; the drafts and γ policies are the candidates, and so is ``off`` (plain
+    decoding, a log speedup of 0 on every unit: "do not speculate" can win) — looked at after each pass.
 
     A cell the race no longer needs (eliminated, or resolved: it cannot beat its leader by the regret) is
-    *stopped*: later passes skip it and it is written with the visits it has. Every look is a pure function of
-    the staged visits of the passes before it, so a resumed run looks again and stops the same cells.
+    *stopped*: later passes skip it and it is written with the visits it has. With a ``prior``
+    (:mod:`measure.prior`) the cells it defers are stopped from the first pass until their check. Every look is a
+    pure function of the staged visits of the passes before it, so a resumed run looks again and stops the same
+    cells.
     """
 
-    def __init__(self, rule: racing.RaceRule, plans: Sequence[CellPlan]) -> None:
+    def __init__(self, rule: racing.RaceRule, plans: Sequence[CellPlan], prior: CalibrationPrior | None = None,
+                 units_per_pass: Mapping[str, int] | None = None) -> None:
+        self.rule, self.prior = rule, prior
         self.groups: dict[str, list[CellPlan]] = {}
         for p in plans:
             key = f"{p.cell.domain} T={p.cell.temperature:g}" + (f" K={p.cell.head_k}" if p.cell.head_k else "")
             self.groups.setdefault(key, []).append(p)
-        self.races = racing.GroupRaces(rule, {k: [p.cell_id for p in ps] for k, ps in self.groups.items()})
-
-    @property
-    def stopped(self) -> frozenset[str]:
-        return frozenset(c for cells in self.races.stopped.values() for c in cells)
+        self.races = {key: GroupRace(rule, tuple(p.cell_id for p in ps) + (OFF,), _prior_plan(prior, ps, rule), (OFF,))
+                      for key, ps in self.groups.items()}
+        self.units_per_pass = {key: (units_per_pass or {}).get(ps[0].cell.domain, 1) for key, ps in self.groups.items()}
+        self.stopped: set[str] = {p.cell_id for key, ps in self.groups.items() for p in ps
+                                  if p.cell_id not in self.races[key].first_pass()}
+        self.looks: list[dict] = []
+        self.samples: dict[str, dict[str, dict[Hashable, float]]] = {}
+        self.visit_s: dict[str, float] = {}
 
     def look(self, look_index: int, staged: Mapping[str, Mapping[tuple[int, int], Visit]]) -> list[str]:
         """Look at the passes ``0..look_index``; returns a line per group whose race changed."""
-        samples = {}
+        notes: list[str] = []
+        record: dict[str, Any] = {"look": look_index, "groups": {}}
         for key, plans in self.groups.items():
-            group = {p.cell_id: {u: _log_speedup(v) for u, v in staged[p.cell_id].items() if u[0] <= look_index}
-                     for p in plans}
-            group[OFF] = {u: 0.0 for unit in group.values() for u in unit}
-            samples[key] = group
-        return self.races.look(look_index, samples)
+            samples: dict[str, dict[Hashable, float]] = {
+                p.cell_id: {u: _log_speedup(v) for u, v in staged[p.cell_id].items() if u[0] <= look_index}
+                for p in plans}
+            samples[OFF] = {u: 0.0 for unit in samples.values() for u in unit}
+            self.samples[key] = samples
+            self.visit_s.update({p.cell_id: sum(r.wall_s for v in staged[p.cell_id].values() for r in v.gen_rows)
+                                 / len(staged[p.cell_id]) for p in plans if staged[p.cell_id]})
+            race = self.races[key]
+            gl = race.look(samples, look_index, self.units_per_pass[key])
+            state, keep = gl.state, set(gl.measure_next)
+            newly = [p.cell_id for p in plans if p.cell_id not in keep and p.cell_id not in self.stopped]
+            again = [p.cell_id for p in plans if p.cell_id in keep and p.cell_id in self.stopped]
+            self.stopped.update(newly)
+            self.stopped.difference_update(again)
+            record["groups"][key] = {**gl.record(), **({"measure_next": list(gl.measure_next)} if race.plan else {})}
+            if newly or again:
+                notes.append(f"race {key}: after pass {look_index + 1}, leader {state.leader}"
+                             + (f"; stopped {', '.join(newly)}" if newly else "")
+                             + (f"; measuring again {', '.join(again)}" if again else "")
+                             + (f" ({gl.stop_reason})" if gl.stop_reason else ""))
+        self.looks.append(record)
+        return notes
 
     def all_stopped(self) -> bool:
-        return self.races.all_stopped()
+        return all(p.cell_id in self.stopped for plans in self.groups.values() for p in plans)
 
     def summary(self, reason: str) -> dict:
-        """What ``run.json`` records of the race: the rule, every look, and why the measuring stopped."""
-        return self.races.summary(reason)
+        """What ``run.json`` records of the race: the rule, every look, why the measuring stopped, and with a
+        prior what it predicted, deferred and saved (:mod:`measure.prior`)."""
+        out = {"rule": asdict(self.rule), "looks": self.looks, "stopped_by": reason,
+               "decided": {k: r.state.leader for k, r in self.races.items()
+                           if r.state is not None and self.looks and self.looks[-1]["groups"][k]["stop_reason"]
+                           == "decided"}}
+        if self.prior is not None:
+            out["prior"] = prior_summary(self.prior, self.races, self.samples, self.units_per_pass, self.visit_s)
+        return out
 
 
 @contextlib.contextmanager
@@ -565,6 +611,11 @@ def _drop_peer(ctx: CellContext, plans: Sequence[CellPlan], draft: str, modes: d
             staged[q.cell_id] = {k: v.keeping(modes[q.cell_id]) for k, v in staged[q.cell_id].items()}
 
 
+def _over_budget(budget_s: float | None, started: float) -> bool:
+    """Whether ``--time-budget`` has run out (checked before each visit of a race, not only between passes)."""
+    return budget_s is not None and time.monotonic() - started > budget_s
+
+
 # long: the interleaving schedule (passes over repeat, prompt, cell), resume of staged visits and the
 #   until-stable re-measurement are one loop; each visit and each finished cell is a call
 def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Callable[[str], None] | None = None,
@@ -596,8 +647,10 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
         ctx.bar.update(sum(len(vs) for vs in staged.values()))
     rows: dict[str, CellRow] = {}
     active = list(plans)
-    race = _Race(cfg.race_rule(), plans) if cfg.until_decided else None
+    race = _Race(cfg.race_rule(), plans, load_prior(cfg.prior, cfg.target, cfg.engine) if cfg.prior else None,
+                 {d: len(ps) for d, ps in ctx.prompts.items()}) if cfg.until_decided else None
     started, stopped_by = time.monotonic(), "every pass measured"
+    cut_pass: int | None = None  # the pass the time budget stopped in the middle of
     while active:
         n_prompts = max(len(ctx.prompts[p.cell.domain]) for p in active)
         groups = ([active] if cfg.interleave == "sweep" else [[p] for p in active])
@@ -610,7 +663,7 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                     if race.all_stopped():
                         stopped_by = "decided"
                         break
-                    if cfg.time_budget_s is not None and time.monotonic() - started > cfg.time_budget_s:
+                    if _over_budget(cfg.time_budget_s, started):
                         stopped_by = "time budget"
                         break
                 for pi in range(n_prompts):
@@ -620,6 +673,10 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                             continue
                         if race is not None and cid in race.stopped:
                             continue
+                        if race is not None and rep > 0 and _over_budget(cfg.time_budget_s, started):
+                            # (the first pass always completes: every prompt's trace needs its visit)
+                            stopped_by, cut_pass = "time budget", rep  # overshoots by one visit at most
+                            break
                         if ctx.bar is not None:
                             ctx.bar.set_description(f"repeat {rep + 1}/{cfg.repeats} {plan.cell.draft} "
                                                     f"{plan.cell.gamma.to_str()} {plan.cell.domain}")
@@ -634,12 +691,20 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                         if between is not None:
                             with _naming("timing cost-curve points between the visits"):
                                 between()
-            if race is not None and stopped_by == "every pass measured":  # the look after the last pass
-                for note in race.look(cfg.repeats - 1, staged):
+                    if cut_pass is not None:
+                        break
+                if cut_pass is not None:
+                    break
+            if race is not None and (stopped_by == "every pass measured" or cut_pass is not None):
+                # the look after the last pass, or over the visits of the pass the budget cut short
+                for note in race.look(cfg.repeats - 1 if cut_pass is None else cut_pass, staged):
                     if on_attempt:
                         on_attempt(note)
-                stopped_by = "decided" if race.all_stopped() else "out of passes"
-        ms = {p.cell_id: measurement_of(list(staged[p.cell_id].values())) for p in active}
+                if cut_pass is None:
+                    stopped_by = "decided" if race.all_stopped() else "out of passes"
+            if cut_pass is not None:
+                break
+        ms = {p.cell_id: measurement_of(list(staged[p.cell_id].values())) for p in active if staged[p.cell_id]}
         if cfg.interleave == "sweep" and len(active) > 1:  # each cell spans the run: against the pass's pace
             what = "baseline (against the machine's pace in its pass)"
             normed = stats.normalise_by_pace({cid: (m.series.prompt, m.series.repeat, m.series.base)
@@ -650,6 +715,11 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
         again = []
         for plan in active:
             cid = plan.cell_id
+            if cid not in ms:  # deferred by a prior, the race stopped before its check: left for a resume
+                if on_attempt:
+                    on_attempt(f"cell {cid} not measured: the prior deferred it and the race stopped first "
+                               f"({stopped_by}); re-run with the same --out to measure it")
+                continue
             m = ms[cid]
             stab = stats.stability(normed[cid], cfg.cv_threshold, cfg.drift_threshold, what)
             if stab.unstable and attempts[cid] <= cfg.until_stable:
@@ -669,7 +739,9 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
         active = again
     if race is not None:
         ctx.writer.update(race=race.summary(stopped_by))
-    return [rows[p.cell_id] for p in plans]
+        if race.prior is not None and on_attempt:
+            on_attempt(prior_line(ctx.writer.meta["race"]["prior"]))
+    return [rows[p.cell_id] for p in plans if p.cell_id in rows]
 
 
 def run_cell(ctx: CellContext, draft: Any, spec: GammaSpec | str, temp: float, domain: str,

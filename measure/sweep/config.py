@@ -78,6 +78,8 @@ class SweepConfig:
     regret: float = DEFAULT_REGRET
     confidence: float = DEFAULT_CONFIDENCE
     time_budget_s: float | None = None
+    #: ``--prior``: a calibration directory whose predictions defer the candidates they separate (measure.prior)
+    prior: str | None = None
 
     def __post_init__(self) -> None:
         if not self.drafts:
@@ -134,6 +136,8 @@ class SweepConfig:
                 raise ValueError("--until-decided and --until-stable cannot be combined (a race decides from the "
                                  "visits as measured; re-measuring a cell would change its looks)")
             self.race_rule()  # the regret and confidence checked here, in one line
+        if self.prior is not None and not self.until_decided:
+            raise ValueError("--prior needs --until-decided (the prior orders a race's measuring)")
         if self.time_budget_s is not None and not (math.isfinite(self.time_budget_s) and self.time_budget_s > 0):
             raise ValueError(f"--time-budget {self.time_budget_s}: must be a number of seconds > 0")
         resolve_dtype(self.dtype)

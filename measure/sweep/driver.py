@@ -9,7 +9,6 @@ which cells a resume still has to measure.
 from __future__ import annotations
 
 import math
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from measure.ids import CellId
 from measure.rows import CellRow
 from measure.devices import resolve_device
 from measure.prompts import Prompt
+from measure.runkinds import CHAIN, open_run_dir
 from measure.seam import Engine
 from measure.sweep.cells import CellContext, CellPlan, measure_cells
 from measure.sweep.config import SweepConfig, engine_options, select_prompts
@@ -56,23 +56,6 @@ def pending_cells(config: SweepConfig, draft_names: list[str], domains: list[str
     return [c for c in plan if not writer.is_finished(c.cell_id(draft_names))]
 
 
-def set_aside(path: Path) -> Path | None:
-    """``--force-new``: move an existing run directory to ``<path>.replaced-<UTC>`` (nothing is deleted).
-
-    Holds the directory's lock while it renames it: a run another process is writing is refused
-    (:class:`measure.records.RunLocked`), never moved away under it.
-    """
-    if not path.is_dir() or not ((path / records.RUN_JSON).exists() or records.has_measured_data(path)):
-        return None
-    fd = records.acquire_run_lock(path)
-    try:
-        dest = path.with_name(f"{path.name}.replaced-{records.utc_now().replace(':', '')}")
-        path.rename(dest)
-    finally:
-        os.close(fd)
-    return dest
-
-
 @dataclass(frozen=True)
 class OpenedRun:
     """A run directory opened for a sweep, before any model loads: its writer (the fingerprint checked) and
@@ -90,7 +73,8 @@ class OpenedRun:
 def open_run(config: SweepConfig, out_dir: str | Path, command: str = "", say: Callable[[str], None] = lambda _m: None,
              force_new: bool = False, system_check: dict | None = None,
              cluster_hardware: dict | None = None, extend: bool = False) -> OpenedRun:
-    """Open (or resume) ``out_dir`` for ``config``: prompts selected, environment read, fingerprint checked.
+    """Open (or resume) ``out_dir`` for ``config`` (:func:`measure.runkinds.open_run_dir`): prompts selected,
+    environment read, fingerprint checked; ``force_new``: the run there set aside first, under its lock.
 
     A resume with a different fingerprint, or asking for other cells than the run holds, raises
     :class:`measure.records.FingerprintMismatch` (nothing written); ``extend`` (``--extend``) lets a complete run
@@ -102,10 +86,6 @@ def open_run(config: SweepConfig, out_dir: str | Path, command: str = "", say: C
     device = config.device if distributed else resolve_device(config.device)
     prompts, selection = select_prompts(config)
     out = Path(out_dir)
-    if force_new:
-        moved = set_aside(out)
-        if moved is not None:
-            say(f"--force-new: the previous run is kept in {moved}")
     hardware, versions, source = environment("cpu" if distributed else device)
     if distributed:
         hardware = dict(cluster_hardware)
@@ -113,12 +93,11 @@ def open_run(config: SweepConfig, out_dir: str | Path, command: str = "", say: C
     asked = runplan.PlanRequest(runplan.Plan.of(config.drafts, config.gammas, config.temperatures, list(prompts)),
                                 extend, {p.prompt_id: p.message for ps in prompts.values() for p in ps})
     # refuses a different fingerprint, or other cells than the run holds (unless --extend adds them), before writing
-    writer = records.RunWriter(out, fingerprint=fp, plan=asked.opener(out, fp))
-    for note in writer.repairs:
-        say(note)
+    writer = open_run_dir(CHAIN, out, fingerprint=fp, plan=asked.opener(out, fp), force_new=force_new, extend=extend,
+                          say=say)
     if writer.opening is not None:
         say(runplan.opening_text(writer.opening, len(writer.finished_cells)))
-    meta = dict(command=command, **source, hardware=hardware, versions=versions, config=config.as_dict(),
+    meta = dict(command=command, **source, hardware=hardware, versions=versions, config=CHAIN.stamp(config.as_dict()),
                 prompt_selection=selection, **({"system_check": system_check} if system_check is not None else {}))
     return OpenedRun(writer, meta, prompts, selection, device, hardware, versions)
 

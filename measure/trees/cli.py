@@ -28,7 +28,6 @@ from measure.drafts import parse_draft_spec
 from measure.records import strict_dumps, utc_now
 from measure.rows import TreeCellRow
 from measure.sweep.config import MAX_GAMMA
-from measure.sweep.driver import set_aside
 from measure.trees.loop import check_tree_option, parse_tree_option
 from measure.trees.run import TreeRunConfig, check_config, run_trees
 from toolkit.cli import OneLineParser, csv_items, exit_on_next_interrupt, fail, int_arg
@@ -125,11 +124,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.quiet:
         quiet_third_party()
     try:
-        if args.force_new:
-            moved = set_aside(out)
-            if moved is not None:
-                _say(f"--force-new: the previous run is kept in {moved}")
-        rows = run_trees(cfg, out, " ".join([PROG, *(argv if argv is not None else sys.argv[2:])]), _say)
+        rows = run_trees(cfg, out, " ".join([PROG, *(argv if argv is not None else sys.argv[2:])]), _say,
+                         force_new=args.force_new)
     except ValueError as e:
         fail(PROG, e)
     except KeyboardInterrupt:

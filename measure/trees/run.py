@@ -17,7 +17,7 @@ Each finished visit is staged on disk at once (:class:`TreeVisit`,
 its tables when every visit is measured, its ``tree_cells`` row last. So a run
 killed at any point (Ctrl-C, SIGTERM, SIGKILL) loses at most the visit that
 was running: re-running it into the same directory resumes it through the
-run writer (:class:`measure.records.RunWriter`: lock, fingerprint check,
+run directory's one opener (:func:`measure.runkinds.open_run_dir`: lock, fingerprint check,
 unfinished cells' rows dropped), keeps the finished cells and staged visits,
 and measures only the missing visits (:func:`run_trees`).
 
@@ -52,6 +52,7 @@ from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_gr
 from measure.engines.transformers.models import check_model_spec, context_tokens, vocab_tokens
 from measure.ids import TreeCellId
 from measure.prompts import DOMAINS, Prompt
+from measure.runkinds import TREES, open_run_dir
 from measure.rows import GenerationRow, RoundRow, TreeCellRow, TreeNodeRow, TreeRankRow
 from measure.seam import EngineOptions, GenerationResult
 from measure.stats import speedup_ci
@@ -97,12 +98,6 @@ def run_tree_sequences(options: list[TreeOption]) -> int:
     """The sequences each llama.cpp context of the run holds (``n_seq_max``): the most any of its trees needs
     (:func:`~measure.trees.loop.tree_sequences`); 0 without a tree (its chains run in the default context)."""
     return max((tree_sequences(o) for o in options), default=0)
-
-
-class TreeRunWriter(records.RunWriter):
-    """The run writer of a tree run: a cell is finished when its ``tree_cells`` row is written."""
-
-    finish_table = "tree_cells"
 
 
 def check_config(cfg: TreeRunConfig) -> list[TreeOption]:
@@ -260,7 +255,7 @@ class TreeCell:
 class RunContext:
     """What every visit of a tree run uses: the writer, the opened models, the timer."""
 
-    writer: TreeRunWriter
+    writer: records.RunWriter
     session: Session
     config: TreeRunConfig
     timer: Timer
@@ -338,7 +333,7 @@ def visit(ctx: RunContext, cell: TreeCell, prompt: Prompt, rep: int, prompt_inde
                            for rr in spec.rounds), tuple(nodes), tuple(ranks))
 
 
-def finish(writer: TreeRunWriter, cell: TreeCell, row: TreeCellRow) -> None:
+def finish(writer: records.RunWriter, cell: TreeCell, row: TreeCellRow) -> None:
     """Write a measured cell: its visits' rows table by table (repeat, then prompt), its ``tree_cells`` row last."""
     visits = [cell.visits[k] for k in sorted(cell.visits)]
     for i, table in enumerate(VISIT_TABLES):
@@ -346,7 +341,7 @@ def finish(writer: TreeRunWriter, cell: TreeCell, row: TreeCellRow) -> None:
     writer.finish_cell(row)
 
 
-def staged_visits(writer: TreeRunWriter, cells: list[TreeCell], repeats: int, n_prompts: int) -> int:
+def staged_visits(writer: records.RunWriter, cells: list[TreeCell], repeats: int, n_prompts: int) -> int:
     """Put the visits staged on disk by an interrupted run into the unfinished ``cells`` they belong to; a record
     that cannot belong is quarantined with the reason (:meth:`measure.records.RunWriter.quarantine`). Returns
     how many were taken."""
@@ -381,7 +376,7 @@ class OpenedTreeRun:
     """A run directory opened (or resumed) for a tree run, before any model loads: its writer (the fingerprint
     checked) and what ``run.json`` records of the run's setup."""
 
-    writer: TreeRunWriter
+    writer: records.RunWriter
     meta: dict
     sweep: SweepConfig
     prompts: dict[str, list[Prompt]]
@@ -391,34 +386,22 @@ class OpenedTreeRun:
     engine_options: EngineOptions
 
 
-def _refuse_other_kind(out: Path) -> None:
-    """A directory holding a run of another kind (a chain sweep, a serving run) is never resumed as a tree run."""
-    if not (out / records.RUN_JSON).is_file():
-        return
-    config = records.read_meta(out / records.RUN_JSON).get("config") or {}
-    if config and config.get("kind") != "trees":
-        raise ValueError(f"--out {str(out)!r} holds a {config.get('kind') or 'sweep'} run, not a tree run; "
-                         "choose a new directory")
-
-
 def open_tree_run(cfg: TreeRunConfig, options: list[TreeOption], out_dir: str | Path, command: str = "",
-                  say: Callable[[str], None] = lambda _m: None) -> OpenedTreeRun:
-    """Open ``out_dir`` for ``cfg``, or resume the tree run there (:class:`measure.records.RunWriter`): a resume
-    measured differently raises :class:`measure.records.FingerprintMismatch` (nothing written)."""
+                  say: Callable[[str], None] = lambda _m: None, force_new: bool = False) -> OpenedTreeRun:
+    """Open ``out_dir`` for ``cfg``, or resume the tree run there (:func:`measure.runkinds.open_run_dir`): a run of
+    another kind is refused, a resume measured differently raises :class:`measure.records.FingerprintMismatch`
+    (nothing written); ``force_new``: the run there set aside first, under its lock."""
     out = Path(out_dir)
-    _refuse_other_kind(out)
     scfg = sweep_config(cfg, options)
     device = resolve_device(cfg.device)
     prompts, selection = select_prompts(scfg)
     hardware, versions, source = environment(device)
     fp = {**fingerprint(scfg, device, selection, hardware, versions), "trees": [o.label() for o in options],
           "gammas": list(cfg.gammas), "draft": cfg.draft}
-    writer = TreeRunWriter(out, fingerprint=fp)
-    for note in writer.repairs:
-        say(note)
+    writer = open_run_dir(TREES, out, fingerprint=fp, force_new=force_new, say=say)
     eopts = replace(engine_options(scfg, device, cfg.threads, cfg.quiet), tree_sequences=run_tree_sequences(options))
     meta = dict(command=command, **source, hardware=hardware, versions=versions, prompt_selection=selection,
-                config={**asdict(cfg), "kind": "trees", "sweep": scfg.as_dict(), "engine_options": asdict(eopts)})
+                config=TREES.stamp({**asdict(cfg), "sweep": scfg.as_dict(), "engine_options": asdict(eopts)}))
     return OpenedTreeRun(writer, meta, scfg, prompts, device, hardware, versions, eopts)
 
 
@@ -521,19 +504,19 @@ def _measure(ctx: RunContext, options: list[TreeOption], hardware: dict,
 
 
 def run_trees(cfg: TreeRunConfig, out_dir: str | Path, command: str = "",
-              say: Callable[[str], None] = lambda _m: None) -> list[TreeCellRow]:
+              say: Callable[[str], None] = lambda _m: None, force_new: bool = False) -> list[TreeCellRow]:
     """Measure every cell of ``cfg`` into ``out_dir``; returns the cell rows.
 
     Re-running the same config into the same ``out_dir`` resumes it: the finished cells are kept, every visit
     staged by the interrupted run (``visits.partial.jsonl``) is used and only the missing visits are measured.
     """
     options = check_config(cfg)
-    opened = open_tree_run(cfg, options, out_dir, command, say)
+    opened = open_tree_run(cfg, options, out_dir, command, say, force_new)
     with opened.writer.recording():
         ctx = _open_models(opened, cfg, options, say)
         return _measure(ctx, options, opened.hardware, say)
 
 
-__all__ = ["OpenedTreeRun", "RunContext", "TreeCell", "TreeRunConfig", "TreeRunWriter", "TreeVisit", "VISIT_TABLES",
+__all__ = ["OpenedTreeRun", "RunContext", "TreeCell", "TreeRunConfig", "TreeVisit", "VISIT_TABLES",
            "check_config", "finish", "make_cells", "open_tree_run", "run_trees", "run_tree_sequences", "staged_visits",
            "sweep_config", "visit"]

@@ -8,11 +8,13 @@ those timings give the target forward a steeply negative cost per context
 token, and the report's next command answered ``0.000x over 1000000000.0
 tok/s``. ``one_prompt_run`` is the committed one-prompt run
 (``results/cpu-small-run-fresh-1``: one domain, one prompt, two cost contexts
-for the draft), on which ``python -m calibrate`` wrote ``NaN``.
+for the draft), on which ``python -m calibrate`` wrote ``NaN``. ``llama_config_dir``: a
+local model directory (a ``config.json`` only) for ``--target``.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -53,3 +55,14 @@ def one_prompt_run() -> Path:
 @pytest.fixture(scope="module")
 def default_run() -> Path:
     return DEFAULT_RUN
+
+
+@pytest.fixture
+def llama_config_dir(tmp_path: Path) -> str:
+    """A local model directory holding only a small Llama ``config.json`` (what ``--target DIR`` reads)."""
+    d = tmp_path / "my-llama"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 4, "hidden_size": 512,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "intermediate_size": 1024, "vocab_size": 4000}))
+    return str(d)

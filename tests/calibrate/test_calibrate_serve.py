@@ -287,3 +287,27 @@ def test_acceptance_from_totals_alone_takes_an_iid_alpha_per_position():
     pos = iid_per_pos(100, 90, 3)  # 0.9 accepted per draft at k = 3: alpha + alpha^2 + alpha^3 = 0.9
     a = pos[0] / 100
     assert abs(a + a**2 + a**3 - 0.9) < 0.02 and list(pos) == sorted(pos, reverse=True)
+
+
+@pytest.mark.slow
+def test_a_forward_step_cost_fit_recovers_its_efficiency_and_overhead(tmp_path):
+    # a server whose step is 1.7 x the T4 roofline forward of Llama-3.2-1B + 3 ms, read as benchmark files are (no
+    # step-cost units, no request overhead apart): starting from the forward, the fit finds both numbers
+    from calibrate.serve import ServeData
+    from presets.hardware import get_hardware
+    from sim.serving import ForwardStepCost, forward_step_cost
+    from sim.stepcost import GpuSetup
+
+    start = forward_step_cost("Llama-3.2-1B", GpuSetup(get_hardware("t4")), "roofline")
+    run = make_serve_run(tmp_path / "r", {2: TRUE_ACC[2], 4: TRUE_ACC[4]},
+                         [LoadSpec(concurrency=c) for c in (1, 2, 4)], true_cost=start.fitted(1.7, 3.0),
+                         request_overhead_ms=0.0, prompts=(200, 600, 400), **SMALL)
+    full = load_serve(run)
+    data = ServeData(full.path, full.units, full.requests, None, full.meta)
+    model, _, notes = fit_serve_model(data, default_split(data.units, [], ["c2"]), start=start)
+    c = model.step.cost
+    assert isinstance(c, ForwardStepCost) and c.forward is start.forward
+    assert c.efficiency == pytest.approx(1.7, rel=0.05) and c.overhead_ms == pytest.approx(3.0, rel=0.25)
+    assert any("efficiency and a per-step overhead fitted" in n for n in notes)
+    with pytest.raises(ValueError, match="for benchmark files"):
+        fit_serve_model(full, default_split(full.units, [], ["c2"]), start=start)

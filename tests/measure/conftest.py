@@ -1,8 +1,12 @@
-"""Fixtures shared by the tests of measure: the real packaged model."""
+"""Fixtures shared by the tests of measure: the real packaged model, a small calibration directory."""
 
 from __future__ import annotations
 
+import csv
 import importlib.metadata
+import json
+from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -24,3 +28,38 @@ def smollm2():
     from measure.engines.transformers.models import load_model
 
     return load_model("smollm2-135m")
+
+
+def _write_csv(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+@pytest.fixture
+def calibration_dir(tmp_path: Path) -> Callable[..., Path]:
+    """A calibration directory as ``python -m calibrate`` writes one, as far as ``--prior`` reads it
+    (``calibration.json``, ``predictions.csv``, ``speedup_curves.csv``): ``speedups`` maps (draft, domain, γ) to
+    the predicted speedup, ``error_pct`` the largest held-out error of the ``trace`` method."""
+
+    def make(speedups: dict[tuple[str, str, int], float], target: str = "toy", engine: str | None = None,
+             error_pct: float = 5.0, name: str = "cal") -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        desc = {"name": target, **({"engine": engine} if engine else {})}
+        doc = {"schema_version": 1, "runs": {"r": {"path": str(tmp_path / "run"), "models": {"target": desc}}},
+               "mape": {"held_out": {"trace": {"speedup_mape_pct": error_pct / 2},
+                                     "closed_form": {"speedup_mape_pct": 3 * error_pct}}}}
+        (d / "calibration.json").write_text(json.dumps(doc))
+        _write_csv(d / "predictions.csv", [
+            {"draft": k[0], "domain": k[1], "gamma": k[2], "temperature": 0.0, "method": m, "split": "held_out",
+             "predicted_speedup": v, "ape_speedup_pct": error_pct * (1 if m == "trace" else 3) * (i % 2)}
+            for i, (k, v) in enumerate(speedups.items()) for m in ("trace", "closed_form")])
+        _write_csv(d / "speedup_curves.csv", [
+            {"series": f"{k[0]}/{k[1]}", "run": "r", "draft": k[0], "domain": k[1], "head_k": "", "gamma": k[2],
+             "method": m, "predicted_speedup": v * (1 if m == "trace" else 0.9)}
+            for k, v in speedups.items() for m in ("trace", "closed_form")])
+        return d
+
+    return make

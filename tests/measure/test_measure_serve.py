@@ -157,6 +157,28 @@ def test_changing_the_units_of_a_run_needs_extend(fake_bin, model, tmp_path, cap
 
 
 @pytest.mark.slow
+def test_force_new_never_moves_a_run_another_process_is_writing(fake_bin, model, tmp_path, capsys):
+    """--force-new sets the run aside under its lock (it used to rename the directory without it, from under a
+    serving run another process was writing)."""
+    from measure import records
+    from measure.runkinds import SERVE, open_run_dir
+
+    out = tmp_path / "run"
+    open_run_dir(SERVE, out).close()
+    before = (out / "run.json").read_text()
+    fd = records.acquire_run_lock(out)  # the writer of that run, as another process holds it
+    try:
+        args = ["--target", model, "--gamma", "2", "--concurrency", "1", "--force-new", "--out", str(out), *BASE]
+        assert _run(args) == 2
+    finally:
+        os.close(fd)
+    err = capsys.readouterr().err
+    assert "is writing this run" in err.strip().splitlines()[-1] and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("run")) == ["run"]
+    assert (out / "run.json").read_text() == before
+
+
+@pytest.mark.slow
 def test_port_taken_takes_another(fake_bin, tmp_path, monkeypatch):
     from measure.serve import server as srv_mod
 

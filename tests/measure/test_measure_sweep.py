@@ -373,6 +373,49 @@ def test_until_decided_stops_measuring_a_clear_loser_and_records_the_race(tmp_pa
                  if "fixed:4" in e["cell_id"])
     assert loser["ratio_hi"] < 1
 
+@pytest.mark.slow
+def test_the_time_budget_stops_a_race_between_two_visits_and_looks_at_what_was_measured(tmp_path, monkeypatch):
+    checks = iter(range(10_000))  # the check before pass 2 and its first two visits pass, the third does not
+    monkeypatch.setattr(cells, "_over_budget", lambda budget_s, started: next(checks) >= 3)
+    cfg = _cfg(gammas=("fixed:2", "fixed:3"), domains=("code",), prompts_per_domain=3, repeats=4,
+               until_decided=True, regret=0.001, time_budget_s=60.0, cost_curves=False)
+    run = run_sweep(cfg, tmp_path / "r", engine=ToyEngine(), show_bar=False)
+    race = run.meta["race"]
+    assert race["stopped_by"] == "time budget"
+    gens = run.table("generations")
+    assert len(gens[gens["mode"] == "baseline"]) == 6 + 2, "the whole first pass, then two visits of the second"
+    assert [look["look"] for look in race["looks"]] == [0, 1], "a look after pass 1, one over pass 2's visits"
+
+
+@pytest.mark.slow
+def test_a_prior_defers_the_predicted_losers_checks_them_and_says_what_it_saved(tmp_path, monkeypatch,
+                                                                                calibration_dir):
+    import math
+
+    from measure.ids import CellId
+
+    speed = {"fixed:2": 1.30, "fixed:3": 1.25, "fixed:4": 0.6}  # known speedups, a 1% wobble per visit
+    monkeypatch.setattr(cells, "_log_speedup", lambda v: math.log(speed[CellId.parse(v.cell_id).gamma.to_str()])
+                        + 0.01 * ((v.repeat + v.prompt_index) % 2 - 0.5))
+    cal = calibration_dir({("ngram:2", "code", g): speed[f"fixed:{g}"] for g in (2, 3, 4)}, error_pct=5.0)
+    cfg = _cfg(gammas=("fixed:2", "fixed:3", "fixed:4"), domains=("code",), prompts_per_domain=3, repeats=6,
+               until_decided=True, regret=0.05, confidence=0.9, cost_curves=False, prior=str(cal))
+    said: list[str] = []
+    run = run_sweep(cfg, tmp_path / "r", engine=ToyEngine(), show_bar=False, progress=said.append)
+    race = run.meta["race"]
+    cid = {g: next(c for c in run.table("cells")["cell_id"] if g in c) for g in speed}
+    assert race["stopped_by"] == "decided" and race["decided"] == {"code T=0": cid["fixed:2"]}
+    group = race["prior"]["groups"]["code T=0"]
+    assert group["deferred"] == [cid["fixed:4"]] and group["predicted_leader"] == cid["fixed:2"]
+    assert [(c["cell_id"], c["verdict"]) for c in group["checks"]] == [(cid["fixed:4"], "eliminated")]
+    gens = run.table("generations")
+    first_pass = gens[(gens["repeat"] == 0) & (gens["mode"] == "baseline")]
+    assert cid["fixed:4"] not in set(first_pass["cell_id"]), "a deferred cell is not measured in the first pass"
+    assert race["prior"]["saved_units"] == group["saved"]["units"]
+    assert race["prior"]["method"] == "trace" and race["prior"]["uncertainty"] == pytest.approx(0.05)
+    assert any(line.startswith("prior ") and "saved" in line for line in said)
+
+
 def test_until_decided_refuses_what_it_cannot_race():
     with pytest.raises(ValueError, match="--interleave sweep"):
         _cfg(until_decided=True, interleave="cell")
@@ -380,3 +423,5 @@ def test_until_decided_refuses_what_it_cannot_race():
         _cfg(until_decided=True, until_stable=1)
     with pytest.raises(ValueError, match="regret"):
         _cfg(until_decided=True, regret=0.0)
+    with pytest.raises(ValueError, match="--prior needs --until-decided"):
+        _cfg(prior="/some/calibration")

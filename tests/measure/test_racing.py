@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from measure.racing import OFF, GroupRaces, RaceRule, look, simulate_race
+from measure.racing import RaceRule, look, simulate_race
 
 
 class _NaiveRule(RaceRule):
@@ -94,28 +94,3 @@ def test_a_bad_rule_is_one_line(kwargs: dict, words: str) -> None:
 def test_a_look_outside_the_budget_is_refused() -> None:
     with pytest.raises(ValueError, match="outside"):
         look({"a": {0: 1.0}}, RaceRule(max_looks=2), 2)
-
-
-def test_group_races_stop_what_each_group_no_longer_needs_and_keep_the_baseline() -> None:
-    rule = RaceRule(confidence=0.9, regret=0.05, max_looks=4, min_units=3)
-    races = GroupRaces(rule, {"a": ["off", "k2", "k8"], "b": ["off", "k2"]}, baseline=OFF, round_name="repeat")
-    units = range(5)
-    lead = [0.30, 0.34, 0.28, 0.33, 0.31]
-    samples = {
-        # k2 leads, k8 loses clearly, off (0 on every unit) is eliminated too: a decided group
-        "a": {"off": {u: 0.0 for u in units}, "k2": dict(enumerate(lead)), "k8": {u: x - 0.6 for u, x in
-                                                                               enumerate(lead)}},
-        # k2 and off within noise of each other: undecided, both measured on
-        "b": {"off": {u: 0.0 for u in units}, "k2": {u: d for u, d in enumerate([0.1, -0.1, 0.12, -0.08, 0.02])}},
-    }
-    notes = races.look(0, samples)
-    assert races.states["a"].decided and not races.states["b"].decided
-    assert not any(races.needs("a", c) for c in ("off", "k2", "k8"))
-    assert races.needs("b", "off") and races.needs("b", "k2")
-    assert notes == ["race a: after repeat 1, leader k2; stopped off, k2, k8 (decided)"]
-    assert not races.all_stopped()
-    s = races.summary(None)
-    assert s["decided"] == {"a": "k2"} and s["stopped_by"] is None and s["rule"]["max_looks"] == 4
-    g = s["looks"][0]["groups"]["a"]
-    assert {e["cell_id"] for e in g["eliminated"]} == {"off", "k8"} and g["stop_reason"] == "decided"
-    assert all(e["ratio_hi"] < 1 for e in g["eliminated"])

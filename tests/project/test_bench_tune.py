@@ -12,6 +12,7 @@ from types import ModuleType
 import pytest
 
 from measure.serve.units import LoadSpec
+from toolkit.jsonio import read_json, write_json
 from sim.acceptance import PerPositionAcceptance, ProposalAcceptance
 from tests.support.serve_runs import make_serve_run
 
@@ -31,17 +32,50 @@ def script() -> ModuleType:
     return mod
 
 
-def test_the_serving_question_side_by_side(script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                           capsys: pytest.CaptureFixture) -> None:
-    calls = []
+def _race(leaders: dict[str, str]) -> dict:
+    """A ``run.json`` ``race`` whose last look has these leaders (load → configuration)."""
+    groups = {ld: {"leader": c, "stop_reason": None, "resolved": [], "eliminated": [],
+                   "comparisons": [{"cell_id": o, "ratio": 1.0, "n_units": 2, "ratio_lo": None, "ratio_hi": None}
+                                   for o in ("off", "ngram:3:k2", "ngram:3:k8") if o != c]}
+              for ld, c in leaders.items()}
+    return {"rule": {}, "looks": [{"look": 0, "groups": groups}], "stopped_by": "time budget", "decided": {}}
 
+
+def _fake_run(calls: list, leaders: dict[str, str]):
     def run(q: object, args: list[str], out: Path) -> float:
         calls.append((q, args))
         tuned = "--until-decided" in args
         make_serve_run(out, ACC, LOADS, repeats=2 if tuned else 4, n_requests=4, new_tokens=16, seed=1)
+        if tuned:
+            meta = read_json(out / "run.json", "run.json")
+            write_json(out / "run.json", {**meta, "race": _race(leaders)})
         return 5.0 if tuned else 20.0
+    return run
 
-    monkeypatch.setattr(script, "_run", run)
+
+def test_the_tuned_decision_is_the_race_leader_at_its_last_look(script: ModuleType, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture) -> None:
+    calls: list = []
+    monkeypatch.setattr(script, "_run", _fake_run(calls, {"c1": "off", "c4": "ngram:3:k8"}))
+    fixed = tmp_path / "earlier"
+    make_serve_run(fixed, ACC, LOADS, repeats=4, n_requests=4, new_tokens=16, seed=1)
+    assert script.main(["--serve", "--fixed", str(fixed), "--budget-share", "0.5", "--out", str(tmp_path / "b"),
+                        "--", "--concurrency", "1,4"]) == 0
+    budget = 0.5 * script.SERVE.measured_s(fixed)
+    assert [args for _, args in calls] == [["--concurrency", "1,4", "--force-new", "--until-decided",
+                                            "--time-budget", f"{budget:.0f}"]]  # the fixed run reused
+    doc = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    tuned = doc["decisions"]["tuned"]
+    assert tuned["c1"]["choice"] is None and tuned["c4"]["choice"] == "ngram:3:k8"
+    assert doc["wall_s"]["fixed"] != doc["wall_s"]["fixed"]  # NaN: not measured in this session
+    assert {r["load"]: r["tuned"] for r in doc["rows"]} == {"c1": "off", "c4": "ngram:3:k8"}
+
+
+def test_the_serving_question_side_by_side(script: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture) -> None:
+    calls: list = []
+    monkeypatch.setattr(script, "_run", _fake_run(calls, {"c1": "ngram:3:k2", "c4": "ngram:3:k2"}))
     assert script.main(["--serve", "--out", str(tmp_path), "--", "--concurrency", "1,4"]) == 0
     assert [q.command for q, _ in calls] == [("measure", "serve")] * 2
     assert calls[1][1] == ["--concurrency", "1,4", "--force-new", "--until-decided"]

@@ -13,14 +13,15 @@ so the rules hold for code paths no test happens to run:
   ``measure.records`` (the run format), ``measure.analysis`` (analysis of records),
   ``measure.costpoints`` (which cost points a fit may trust) and ``measure.serve.units`` (a serving
   run's identities, rows and summaries, which itself imports no other ``measure`` module than
-  ``measure.records`` and ``measure.stats``, and no torch);
+  ``measure.records`` and ``measure.stats``, and no torch) and ``measure.runkinds`` (the kinds of run);
 * ``reports`` reads files and never runs a fit: no ``calibrate``, no fitting library
   (``scipy.optimize``, ``scipy.stats``, ``sklearn``, ``statsmodels``), no ``numpy.polyfit``/``lstsq``;
-  of ``measure`` only ``measure.records``;
+  of ``measure`` only ``measure.records`` and ``measure.runkinds``;
 * ``measure.records`` reads and writes the run format only: of ``measure`` it imports only the rows and
   identities it writes (``measure.rows``, ``measure.ids``; they import only ``measure.stats``), no torch;
   ``measure.costpoints`` imports no ``measure`` module and no torch (calibrate screens cost tables with it),
-  ``measure.serve.units`` only the run format (calibrate reads serving runs through it);
+  ``measure.serve.units`` only the run format (calibrate reads serving runs through it), ``measure.runkinds``
+  only the run format and the identities and rows it registers;
 * ``specscope`` (the ``specscope`` command) is the top layer: it may import every package, and no
   package imports it;
 * ``calibrate.outputs`` writes what was fitted and calls no fit;
@@ -52,15 +53,15 @@ FORBIDDEN = {
 }
 #: the only ``measure`` modules a package above it may import (torch-free, about files)
 MEASURE_ALLOWED = {"calibrate": {"measure", "measure.records", "measure.analysis", "measure.serve.units",
-                                 "measure.costpoints"},
-                   "reports": {"measure", "measure.records"}}
+                                 "measure.costpoints", "measure.runkinds"},
+                   "reports": {"measure", "measure.records", "measure.runkinds"}}
 FIT_CALLS = {"polyfit", "lstsq", "curve_fit", "least_squares", "minimize"}  # in reports: none of these
 #: ``measure``'s layers, lowest first (docs/ARCHITECTURE.md): a module imports only its own layer or those below
 #: (lazy imports count). A module is in the layer of the longest entry naming it or a package above it.
 MEASURE_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("run format: torch-free, what calibrate and reports read",
      ("measure.__init__", "measure.records", "measure.rows", "measure.ids", "measure.stats", "measure.analysis",
-      "measure.costpoints", "measure.serve.units", "measure.racing")),
+      "measure.costpoints", "measure.serve.units", "measure.racing", "measure.prior", "measure.runkinds")),
     ("machine and inputs", ("measure.timing", "measure.system", "measure.prompts", "measure.devices")),
     ("the seam: every protocol that crosses layers", ("measure.seam",)),
     ("loops, drafts and heads, written against the seam", ("measure.decoding", "measure.drafts", "measure.head",
@@ -288,7 +289,8 @@ def test_only_torch_free_measure_modules_above_measure(package: str) -> None:
 #: The run format's own modules, torch-free: what each may import of measure (calibrate and reports read them).
 RUN_FORMAT = {"measure.records": {"measure.rows", "measure.ids"}, "measure.rows": {"measure.ids", "measure.stats"},
               "measure.ids": set(), "measure.stats": set(), "measure.costpoints": set(),
-              "measure.serve.units": {"measure.records", "measure.rows", "measure.stats"}}
+              "measure.serve.units": {"measure.records", "measure.rows", "measure.stats"},
+              "measure.runkinds": {"measure.records", "measure.rows", "measure.ids", "measure.serve.units"}}
 
 
 @pytest.mark.parametrize("module", sorted(RUN_FORMAT))

@@ -54,6 +54,19 @@ def test_chart_has_measured_points_with_cis_and_predicted_lines(tmp_path):
     assert "measured_lo" in text and "predicted" in text and "split" in text
 
 
+def test_a_group_without_an_interval_still_draws(tmp_path):
+    # a benchmark file run once per load has no p95 interval: inside_ci is empty there (an object column with
+    # NaN), which reached the chart's JSON as a bare NaN and Vega-Lite refused the page
+    d = _files(tmp_path / "cal")
+    pred = pd.read_csv(d / "serve_predictions.csv")
+    p95 = pred["metric"] == "e2e_p95_ms"
+    pred.loc[p95, ["measured_lo", "measured_hi"]] = float("nan")
+    pred["inside_ci"] = pred["inside_ci"].astype(object)
+    pred.loc[p95, "inside_ci"] = float("nan")
+    spec = latency_vs_load_chart(pred, pd.read_csv(d / "serve_curves.csv")).to_json()
+    json.loads(spec, parse_constant=lambda c: pytest.fail(f"{c} in the chart's JSON"))
+
+
 def test_section_is_self_contained(tmp_path):
     d = _files(tmp_path / "cal")
     body = section_html(d)

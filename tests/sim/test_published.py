@@ -96,10 +96,12 @@ def test_shipped_deepseek_v3_row_is_a_range_of_alpha(rows):
 
 
 def test_published_slowdowns_are_in_the_table(rows):
-    """The table holds speculative decoding made slower at load, as the sources publish it."""
+    """The table holds speculative decoding made slower at load, as the sources publish it (at batch > 1 or by
+    request rate, and at batch 1 where a weak draft on a small-active MoE target lost: SpecForge issue #339)."""
     slow = [r for r in rows if (r.published_speedup or 1.0) < 1.0]
-    assert len(slow) >= 2
-    assert all(r.batch_kind == "request_rate" or (r.batch or 1) > 1 for r in slow)
+    at_load = [r for r in slow if r.batch_kind == "request_rate" or (r.batch or 1) > 1]
+    assert len(at_load) >= 2
+    assert all(r.target == "Qwen/Qwen3-30B-A3B" for r in slow if r not in at_load)
 
 
 # -- bad files ------------------------------------------------------------------------------

@@ -337,3 +337,61 @@ def test_pool_draws_by_comparison_are_those_of_a_search(monkeypatch):
     for a, b in zip(*pools):
         assert list(a.dl) == list(b.dl) and list(a.al) == list(b.al)
         np.testing.assert_array_equal(a.block, b.block)
+
+
+class _Forward:
+    """A forward whose time is linear in what it reads (tokens, sequences, context): exact checks of the composition."""
+
+    def forward_ms(self, n_tokens, context_tokens, batch=1):
+        return 5.0 + 0.5 * n_tokens * batch + 0.01 * context_tokens * batch
+
+    def prefill_ms(self, prompt_tokens, batch=1):
+        return 6.0 + 0.1 * prompt_tokens * batch
+
+    def describe(self):
+        return {"source": "test"}
+
+
+def test_forward_step_cost_composes_a_step_from_the_forward():
+    from sim.serving import ForwardStepCost, StepLoad
+
+    c = ForwardStepCost(_Forward(), efficiency=2.0, overhead_ms=1.5, context_quantum_tokens=64.0)
+    f = _Forward()
+    # a decode step on the grid: one forward of 3 sequences x 2 tokens at the mean context
+    assert c.forward_part_ms(3, 6, 3 * 128.0, 0, 0) == pytest.approx(f.forward_ms(2, 128.0, 3))
+    assert c.step_ms(3, 6, 1, 3 * 128.0, 0.0, 0, 0, 3) == pytest.approx(2.0 * f.forward_ms(2, 128.0, 3) + 1.5)
+    # ragged drafts (2.5 tokens a slot) and a context between grid points: bilinear, exact for a bilinear forward
+    assert c.forward_part_ms(2, 5, 2 * 100.0, 0, 0) == pytest.approx(f.forward_ms(2.5, 100.0, 2))
+    # a prompt alone is its prefill; a mixed step is one forward: the prompt plus what decoding adds beyond the
+    # one-token, no-context forward both hold (the weight read paid once)
+    assert c.forward_part_ms(0, 80, 0.0, 80, 2) == pytest.approx(f.prefill_ms(40, 2))
+    mixed = f.prefill_ms(40, 2) + f.forward_ms(1, 128.0, 3) - f.forward_ms(1, 0.0, 1)
+    assert c.forward_part_ms(3, 83, 3 * 128.0, 80, 2) == pytest.approx(mixed)
+    load = StepLoad(3, 83, 0, 3 * 128.0, 0.0, 80, 2, 3)
+    assert c.features(load) == (pytest.approx(mixed), 1.0)
+    assert c.step_ms(3, 83, 0, 3 * 128.0, 0.0, 80, 2, 3) == pytest.approx(np.dot((2.0, 1.5), c.features(load)))
+    with pytest.raises(ValueError, match="efficiency must be a finite number >= 0"):
+        ForwardStepCost(_Forward(), efficiency=float("nan"))
+
+
+def test_forward_step_cost_drives_the_server_and_reads_back():
+    from presets.hardware import get_hardware
+    from sim.serving import ForwardStepCost, LinearStepCost, forward_step_cost, step_cost_from_dict
+    from sim.stepcost import GpuSetup
+
+    cost = forward_step_cost("Llama-3.2-1B", GpuSetup(get_hardware("t4")), "roofline").fitted(1.3, 2.0)
+    assert cost.setup["source"] == "roofline" and "asked" in cost.setup["why"]
+    wl = Workload(12, 16, ClosedLoop(3), prompt_tokens=[200, 500])
+    acc = ProposalAcceptance(0.8, IIDAcceptance(0.7))
+    a = simulate_server(wl, llama_server(4), cost, acc, "fixed:3", seed=1)
+    back = step_cost_from_dict(cost.describe())
+    assert isinstance(back, ForwardStepCost) and back.describe() == cost.describe()
+    b = simulate_server(wl, llama_server(4), back, acc, "fixed:3", seed=1)
+    assert np.array_equal(a.step_ms, b.step_ms) and a.step_ms.min() > 2.0
+    assert isinstance(step_cost_from_dict(LinearStepCost(1.0).describe()), LinearStepCost)
+    for bad, msg in (({"kind": "nope"}, "unknown step cost kind 'nope'; valid: linear_step, forward_step"),
+                     ({**cost.describe(), "extra": 1}, "unknown field 'extra'"),
+                     ({k: v for k, v in cost.describe().items() if k != "overhead_ms"}, "lacks the field 'overhead_ms'"),
+                     ({**cost.describe(), "setup": {**cost.setup, "hardware": "h900"}}, "unknown hardware 'h900'")):
+        with pytest.raises(ValueError, match=msg):
+            step_cost_from_dict(bad)

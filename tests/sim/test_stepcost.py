@@ -4,40 +4,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 from presets.hardware import HARDWARE
 from sim import kernels
 from sim.cli import main as sim_main
-from sim.stepcost import GpuSetup, StepCost, build_step_cost, source_lines
+from sim.stepcost import (EngineRoundOverhead, GpuSetup, StepCost, build_step_cost, engine_round_overhead_ms,
+                          source_lines)
+from sim.tree_cli import main as tree_main
+from tests.support.model_configs import LLAMA_LIKE, MOE_LIKE
 
 HAS_KERNELS = kernels.kernels_unavailable() is None
 needs_kernels = pytest.mark.skipif(not HAS_KERNELS, reason="aiconfigurator-core (the costs extra) not installed")
-
-LLAMA_LIKE = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 16, "hidden_size": 2048,
-              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 8192,
-              "vocab_size": 128256, "tie_word_embeddings": True, "max_position_embeddings": 131072,
-              "model_type": "llama", "torch_dtype": "bfloat16", "rms_norm_eps": 1e-5, "hidden_act": "silu"}
-# Qwen3-30B-A3B's expert shape (the MoE tables are measured per expert shape), fewer layers
-MOE_LIKE = {**LLAMA_LIKE, "architectures": ["Qwen3MoeForCausalLM"], "num_experts": 128, "num_experts_per_tok": 8,
-            "moe_intermediate_size": 768, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
-            "model_type": "qwen3_moe"}
-
-
-@pytest.fixture()
-def model_dir(tmp_path: Path) -> Path:
-    d = tmp_path / "my-llama"
-    d.mkdir()
-    (d / "config.json").write_text(json.dumps(LLAMA_LIKE))
-    return d
-
-
-@pytest.fixture()
-def no_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The extra absent: the package cannot be found."""
-    monkeypatch.setattr(kernels, "kernels_unavailable", lambda: "aiconfigurator-core==0.12.0 is not installed")
-    monkeypatch.setattr(kernels, "package_dir", lambda: None)
 
 
 def test_roofline_from_a_local_config(model_dir: Path) -> None:
@@ -158,11 +138,27 @@ def test_batch_changes_the_analytic_answer(model_dir: Path, capsys: pytest.Captu
     assert docs[1]["batch"] == 256 and docs[1]["rows"][0]["speedup"] < docs[0]["rows"][0]["speedup"]
 
 
-def test_a_preset_that_outgrows_one_gpu_says_so(capsys: pytest.CaptureFixture[str]) -> None:
-    assert sim_main(["--preset", "llama3-8b-70b", "--gamma", "3"]) == 0
-    out = capsys.readouterr().out
-    assert ("note: the weights of Llama-3.1-70B and its draft (157 GB at 2 bytes/param) do not fit one h100-sxm "
-            "(80 GB)") in out
+@pytest.mark.parametrize("tool", [sim_main, tree_main])
+def test_a_preset_that_outgrows_one_gpu_is_refused(tool: Callable[[list[str]], int],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """A 70B target on one 80 GB GPU is one line naming a TP, a dtype or a GPU that fits: no price, no note."""
+    args = ["--preset", "llama3-8b-70b", "--gamma", "3"] if tool is sim_main else ["--preset", "llama3-8b-70b",
+                                                                                    "--budget", "4"]
+    try:
+        status = tool(args)
+    except SystemExit as exc:  # sim tree exits through toolkit.cli.fail
+        status = int(exc.code or 0)
+    assert status == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert captured.out == "" and len(err) == 1
+    assert "Llama-3.1-70B (70.6B params) does not fit 1 x h100-sxm at bf16" in err[0]
+    assert "valid: --tp 4, --hardware b200/b300/gb200" in err[0]
+
+
+def test_a_first_command_still_runs_on_the_preset_roofline(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim_main(["--preset", "llama3-1b-3b", "--gamma", "3"]) == 0
+    assert "cost source: roofline (presets/hardware.py datasheet numbers)" in capsys.readouterr().out
 
 
 def test_a_separate_draft_model_from_its_own_config(model_dir: Path, tmp_path: Path, no_kernels: None) -> None:
@@ -175,3 +171,12 @@ def test_a_separate_draft_model_from_its_own_config(model_dir: Path, tmp_path: P
     assert 0 < cost.draft_step_ms(512) < cost.target_step_ms(512)
     # the round's first draft forward reads the verified positions: verify carries that extra width
     assert cost.verify_ms(4, 512) > cost.target.forward_ms(4, 512)
+
+
+def test_engine_round_overhead_terms() -> None:
+    """γ per-step overheads, one per-round overhead and one per sequence beyond the first (none at batch 1)."""
+    o = EngineRoundOverhead(per_draft_step_ms=0.2, per_round_ms=1.0, per_extra_sequence_ms=0.05)
+    assert o.round_ms(3) == pytest.approx(1.6)
+    assert o.round_ms(3, batch=9) == pytest.approx(1.6 + 8 * 0.05)
+    assert EngineRoundOverhead().round_ms(7, 64) == 0.0
+    assert engine_round_overhead_ms(2, 4, 0.1) == pytest.approx(0.2)

@@ -55,19 +55,20 @@ def test_a_chain_tree_is_the_chain_command():
 
 
 def test_budget_prints_the_optimal_tree_and_preset_numbers_say_where_they_come_from():
-    doc = js("--budget", "8", "--max-depth", "3", "--preset", "llama3-8b-70b", "--hardware", "h100-sxm")
+    doc = js("--budget", "8", "--max-depth", "3", "--preset", "llama3-8b-70b", "--hardware", "h100-sxm", "--tp", "4", "--cost-source", "roofline")
     assert doc["optimal"]["budget"] == 8 and doc["n_nodes"] == 8 and doc["depth"] <= 3
     assert doc["rank_law"] == "power" and "preset llama3-8b-70b: alpha = 0.8" in doc["acceptance_source"]
     assert "Medusa" in doc["acceptance_source"] and doc["hardware"] == "h100-sxm"
     assert "-6% to +8%" in doc["notes"][0] and "results/2026-11-24-tree-rank-law.md" in doc["notes"][0]
-    geo = js("--budget", "8", "--max-depth", "3", "--preset", "llama3-8b-70b", "--rank-law", "geometric")
+    geo = js("--budget", "8", "--max-depth", "3", "--preset", "llama3-8b-70b", "--rank-law", "geometric", "--tp", "4", "--cost-source", "roofline")
     assert geo["expected_accepted_length"] > doc["expected_accepted_length"]  # the optimistic law
-    none = js("--budget", "3", "--preset", "llama3-8b-70b", "--rank-law", "none")
+    none = js("--budget", "3", "--preset", "llama3-8b-70b", "--rank-law", "none", "--tp", "4", "--cost-source", "roofline")
     assert none["paths"] == [[0], [0, 0], [0, 0, 0]]  # top-1 only: chains are all there is
 
 
 def test_advise_answers_and_gives_engine_settings():
-    doc = js("--budget", "12", "--max-depth", "5", "--advise", "--preset", "llama3-8b-70b", "--hardware", "h100-sxm")
+    args = ("--budget", "12", "--max-depth", "5", "--advise", "--preset", "llama3-8b-70b", "--hardware", "h100-sxm", "--tp", "4", "--cost-source", "roofline")
+    doc = js(*args)
     assert doc["verdict"] in ("pays", "marginal", "does not pay") and doc["answer"].startswith("branching")
     assert [r["budget"] for r in doc["rows"]] == list(range(1, 13))
     assert doc["rows"][5]["chain"] is None and doc["rows"][4]["chain"]["n_nodes"] == 5
@@ -75,7 +76,7 @@ def test_advise_answers_and_gives_engine_settings():
     assert set(sg) == {"speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"}
     assert sg["speculative_num_steps"] <= 5 and sg["speculative_num_draft_tokens"] <= 13
     assert vl["num_speculative_tokens"] == len(ast.literal_eval(vl["speculative_token_tree"]))
-    r = run("--budget", "12", "--max-depth", "5", "--advise", "--preset", "llama3-8b-70b", "--hardware", "h100-sxm")
+    r = run(*args)
     assert r.returncode == 0 and doc["answer"] in r.stdout and "SGLang: --speculative-num-steps" in r.stdout
     assert "vLLM:   --speculative-config" in r.stdout and "chain tau" in r.stdout
 

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from sim import kernels
-from sim.validate import is_held_out, main
+from sim.published import PublishedResult
+from sim.stepcost import EngineRoundOverhead
+from sim.validate import Priced, fit_round_overhead, is_held_out, main
+
+HAS_KERNELS = kernels.kernels_unavailable() is None
+needs_kernels = pytest.mark.skipif(not HAS_KERNELS, reason="aiconfigurator-core (the costs extra) not installed")
 
 ROW = '''
 [[result]]
@@ -88,3 +94,74 @@ def test_slowdowns_at_batch_above_1_are_reported_with_borrowed_acceptance(
     assert "  b64: published 0.79x, predicted kernels " in out and "(a slowdown), roofline " in out
     assert "  qps8: published 0.53x, not expressed: no published acceptance" in out
     assert "published slowdowns at batch > 1: 1 expressed, 1 predicted as slowdowns (kernels; roofline: 1)" in out
+    assert "(false alarms): 0 of 0 (kernels; roofline: 0)" in out
+    assert "published slowdowns at batch > 1 (with the round terms): 1 expressed" in out
+
+
+LLAMA_LIKE = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 16, "hidden_size": 2048,
+              "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 8192,
+              "vocab_size": 128256, "tie_word_embeddings": True, "max_position_embeddings": 131072,
+              "model_type": "llama", "torch_dtype": "bfloat16", "rms_norm_eps": 1e-5, "hidden_act": "silu"}
+
+
+@pytest.fixture()
+def h100_table(tmp_path: Path) -> Path:
+    """On one H100 (kernel tables): a batch-1 row, a batch-64 slowdown borrowing its low acceptance, and a
+    batch-8 speedup with a high acceptance (a false alarm if predicted below 1)."""
+    model = tmp_path / "my-llama"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(LLAMA_LIKE))
+    row = ROW.replace('engine = "sglang"', 'engine = "sglang"\ntp = 1')
+    lender = row.format(id="b1", target=model, draft="eagle3", hw="h100").replace("acceptance = 2.9", "acceptance = 1.1")
+    slow = (row.format(id="b64", target=model, draft="eagle3", hw="h100").replace("batch = 1", "batch = 64")
+            .replace("spec_tok_s = 404.0", "spec_tok_s = 150.0")
+            .replace('acceptance = 2.9\nacceptance_kind = "tau_incl_bonus"\n', 'acceptance_from = "b1"\n'))
+    fast = (row.format(id="b8", target=model, draft="eagle3", hw="h100").replace("batch = 1", "batch = 8")
+            .replace("spec_tok_s = 404.0", "spec_tok_s = 300.0").replace('"a test"', '"another test"'))
+    path = tmp_path / "published.toml"
+    path.write_text(lender + slow + fast)
+    return path
+
+
+@pytest.mark.slow  # loads the h100 tables: seconds
+@needs_kernels
+def test_slowdown_count_with_the_extra(h100_table: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--table", str(h100_table)]) == 0
+    out = capsys.readouterr().out
+    assert "kernels (kernels)" in out
+    assert "published slowdowns at batch > 1: 1 expressed, 1 predicted as slowdowns (kernels; roofline: 1); " \
+           "published speedups at batch > 1 predicted as slowdowns (false alarms): 0 of 1 (kernels; roofline: 0)" in out
+    assert "engine overhead per round, each term fitted on the fit rows" in out
+
+
+def test_slowdown_count_without_the_extra(h100_table: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Without aiconfigurator-core the kernels column falls back to the roofline, says so, and still counts."""
+    monkeypatch.setattr(kernels, "kernels_unavailable", lambda: "not installed")
+    assert main(["--table", str(h100_table)]) == 0
+    out = capsys.readouterr().out
+    assert "roofline (roofline)" in out and "kernels (kernels)" not in out
+    assert "published slowdowns at batch > 1: 1 expressed, 1 predicted as slowdowns (kernels; roofline: 1)" in out
+    assert "(false alarms): 0 of 1 (kernels; roofline: 0)" in out
+
+
+def _priced(row_id: str, batch: int, truth: EngineRoundOverhead) -> Priced:
+    """A priced row whose published speedup is what ``truth`` gives on fixed parts (no cost model needed)."""
+    gamma, tokens, round_ms, base_ms = 3, 2.5, 6.0, 4.0 + 0.1 * batch
+    speedup = tokens * base_ms / (round_ms + truth.round_ms(gamma, batch))
+    row = PublishedResult(id=row_id, target="t", draft_kind="eagle3", engine="sglang", source="a test",
+                          cells="written by the test", batch=batch, gamma=gamma, speedup=speedup,
+                          speedup_metric="throughput")
+    p = Priced(row, 0.7, gamma, batch, 1024.0, {}, False)
+    p.__dict__["parts"] = {"kernels": (tokens, round_ms, base_ms)}  # the cached property, set by hand
+    return p
+
+
+def test_round_terms_are_recovered_from_the_fit_rows() -> None:
+    """Rows made from a known overhead give it back: the round's total at batch 1 (per step and per round are one
+    sum when every row drafts 3 steps) and the per-sequence term from the rows at batch > 1."""
+    truth = EngineRoundOverhead(per_draft_step_ms=0.2, per_round_ms=0.5, per_extra_sequence_ms=0.02)
+    rows = [_priced(f"r{i}-b{b}", b, truth) for i, b in enumerate((1, 1, 1, 2, 8, 16, 32, 64))]
+    fitted = fit_round_overhead(rows, "kernels")
+    assert fitted.per_extra_sequence_ms == pytest.approx(0.02)
+    assert fitted.round_ms(3, 1) == pytest.approx(truth.round_ms(3, 1), abs=1e-6)

@@ -2,7 +2,7 @@
 
 :func:`make_serve_run` writes what ``python -m measure serve`` writes (run.json with config.kind = serve,
 serve_units, serve_requests, serve_step_cost) for a server that *is* :func:`sim.serving.simulate_server` with a
-given :class:`~sim.serving.LinearStepCost`, request overhead and acceptance per k, measurement noise drawn
+given :class:`~sim.serving.LinearStepCost` (or :class:`~sim.serving.ForwardStepCost`), request overhead and acceptance per k, measurement noise drawn
 per unit. The counters per unit are those llama-server would report for the unit's rounds (drafts, drafted
 tokens, accepted per position), simulated with the same acceptance and the same draft cap.
 """
@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 
 from calibrate.serve import simulate_counters, unit_stats
-from measure.serve.units import LoadSpec, RequestRow, ServeConfig, ServeRunWriter, StepCostRow, UnitId, UnitRow
+from measure.runkinds import SERVE, open_run_dir
+from measure.serve.units import LoadSpec, RequestRow, ServeConfig, StepCostRow, UnitId, UnitRow
 from sim.acceptance import AcceptanceModel
-from sim.serving import ClosedLoop, LinearStepCost, OpenLoop, Workload, llama_server, simulate_server
+from sim.serving import ClosedLoop, ForwardStepCost, LinearStepCost, OpenLoop, Workload, llama_server, simulate_server
 
 TRUE_COST = LinearStepCost(base_ms=9.0, per_seq_ms=1.2, per_token_ms=1.6, per_prompt_token_ms=0.08, per_attn_ms=0.01)
 TRUE_OVERHEAD_MS = 2.5
@@ -26,13 +27,14 @@ TRUE_OVERHEAD_MS = 2.5
 def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], loads: list[LoadSpec], slots: int = 4,
                    new_tokens: int = 48, n_requests: int = 12, repeats: int = 3, noise: float = 0.03,
                    prompts: tuple[int, ...] = (60, 140, 90), seed: int = 0,
-                   true_cost: LinearStepCost = TRUE_COST) -> Path:
+                   true_cost: LinearStepCost | ForwardStepCost = TRUE_COST,
+                   request_overhead_ms: float = TRUE_OVERHEAD_MS) -> Path:
     rng = np.random.default_rng(seed)
     n_ids = max([len(prompts)] + [len(a) for a in acceptance.values() if isinstance(a, list)])
     configs = [ServeConfig("off")] + [ServeConfig("ngram", k, 3) for k in sorted(acceptance)]
     meta = {"config": {"kind": "serve", "slots": slots, "max_new_tokens": new_tokens, "batch_tokens": 2048,
                        "requests": n_requests, "configs": [c.to_str() for c in configs]}, "command": "test"}
-    w = ServeRunWriter(path, meta=meta, fingerprint={"kind": "serve"})
+    w = open_run_dir(SERVE, path, meta=meta, fingerprint={"kind": "serve"})
     with w.recording():
         cid0 = "config=synth:k1:p64|slots=4|load=c1|repeat=0"
         cid_off = "config=synth:off:p64|slots=4|load=c1|repeat=0"
@@ -46,7 +48,7 @@ def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], lo
                     rows.append(StepCostRow(cid0 if t > 1 else cid_off, seqs, t, ctx, 20,
                                             ms * float(rng.lognormal(0, noise / 3)), None, None))
         for p in (32, 256):
-            ms = TRUE_OVERHEAD_MS + true_cost.step_ms(0, p, 0, 0.0, 0.5 * p * (p + 1), p, 1)
+            ms = request_overhead_ms + true_cost.step_ms(0, p, 0, 0.0, 0.5 * p * (p + 1), p, 1)
             rows.append(StepCostRow(cid0, 1, 1, float(p), 4, None, None, None, p, ms))
         w.append("serve_step_cost", rows)
         w.finish_cell(UnitRow(cid0, "synth:k1:p64", "ngram-simple", 1, 1, slots, "c1", 1, None, 0, 0, True,
@@ -60,10 +62,12 @@ def make_serve_run(path: Path, acceptance: dict[int, AcceptanceModel | list], lo
                     n_prompt = [prompts[i % len(prompts)] for i in range(n_requests)]
                     wl = Workload(n_requests, new_tokens, ClosedLoop(ld.concurrency) if ld.closed
                                   else OpenLoop(ld.rate_per_s), prompt_tokens=n_prompt,
-                                  request_overhead_ms=TRUE_OVERHEAD_MS)
+                                  request_overhead_ms=request_overhead_ms)
                     # the machine's pace this unit: every step a little slower or faster
                     pace = float(rng.lognormal(0, noise))
-                    cost = LinearStepCost(*(pace * getattr(true_cost, f) for f in LinearStepCost.FIELDS))
+                    cost = (true_cost.fitted(pace * true_cost.efficiency, pace * true_cost.overhead_ms)
+                            if isinstance(true_cost, ForwardStepCost)
+                            else LinearStepCost(*(pace * getattr(true_cost, f) for f in LinearStepCost.FIELDS)))
                     acc = acceptance.get(cfg.k)  # one model, or one per prompt
                     per_req = None if acc is None else ([acc[i % len(acc)] for i in range(n_requests)]
                                                         if isinstance(acc, list) else acc)

@@ -27,6 +27,8 @@ def test_fixture_files_reach_a_calibration_and_advice(tool: str, fixtures: Path,
     assert "held-out MAPE throughput_tokens_per_s" in text and "best k per concurrency" in text
     doc = json.loads((out / "serve_calibration.json").read_text())
     assert set(doc["acceptance"]) == {"2", "4"} and doc["summary"]["throughput_tokens_per_s"]["n"] > 0
+    # no deployment named: the free linear step cost, as before --hardware existed
+    assert doc["step_cost"]["kind"] == "linear_step" and "cost source:" not in text and "deployment:" not in text
     run = json.loads((out / "run" / "run.json").read_text())
     assert {f["tool"] for fs in run["sources"].values() for f in fs} == {tool.replace("_", "-").replace(
         "vllm-bench", "vllm-bench-serve")}

@@ -20,7 +20,7 @@ def test_every_fixture_report_is_one_concurrent_load_with_its_scrapes(fixtures: 
     for f in files:
         (ld,) = f.loads
         assert f.command and f.command.startswith("guidellm run --backend") and "max_requests" in f.command
-        assert len(ld.ok_requests) == 8 and all(r.completion_tokens == 16 for r in ld.ok_requests)
+        assert len(ld.ok_requests) == 8 and all(r.completion_tokens == 64 for r in ld.ok_requests)
         assert all(0 < (r.ttft_ms or 0) < (r.e2e_ms or 0) for r in ld.ok_requests)
         assert ld.counts is not None and ld.counts.source == "scrape" and ld.counts.drafts > 0
 

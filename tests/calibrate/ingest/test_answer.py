@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sim import kernels
 from sim.cost import TabulatedCost
 from tests.support.cli_inprocess import run_module
 
@@ -34,3 +35,64 @@ def test_the_cost_files_source_is_what_is_printed(tmp_path: Path, metadata, said
     assert r.returncode == 0, r.stderr
     assert said in r.stdout and "costs: measured: " not in r.stdout
     assert json.loads(r.stdout.strip().splitlines()[-1])["cost_measured"] is measured
+
+
+HAS_KERNELS = kernels.kernels_unavailable() is None
+SERVE = ["--mode", "serve", "--max-batch", "4096", "--arrival-rates", "1", "--requests", "10", "--new-tokens", "16",
+         "--gamma-max", "3"]
+
+
+def _ingest(tmp_path: Path, *args: str) -> tuple[int, str, str]:
+    log = tmp_path / "vllm.log"
+    log.write_text(LINE)
+    r = run_module("calibrate", ["ingest", str(log), *args])
+    return r.returncode, r.stdout, r.stderr
+
+
+def test_a_local_config_is_priced_by_the_seam_with_the_extra_absent(tmp_path: Path, model_dir: Path,
+                                                                    no_kernels: None) -> None:
+    """--target/--draft through sim/stepcost.py: the source of each side named, memory from the model's KV cache."""
+    code, out, err = _ingest(tmp_path, "--target", str(model_dir), "--draft", "eagle3", "--hardware", "h100-sxm",
+                             *SERVE, "--out", str(tmp_path / "o"))
+    assert code == 0, err
+    assert ("cost source: target roofline (fallback: aiconfigurator-core==0.12.0 is not installed); draft roofline "
+            "(fallback: aiconfigurator-core==0.12.0 is not installed)") in out
+    mem = json.loads((tmp_path / "o" / "ingest.json").read_text())["memory"]
+    # 16 layers x 8 KV heads x 64 dims x 2 (K, V) x 2 bytes = 32 KiB a token for the target, one layer for the head
+    per_token = 16 * 2 * 8 * 64 * 2 + 1 * 2 * 8 * 64 * 2
+    assert mem["kv_bytes_per_sequence"] == pytest.approx(per_token * (512 + 16 + 3))
+    assert mem["max_batch"] == int((0.9 * 80e9 - mem["weights_bytes"]) // mem["kv_bytes_per_sequence"])
+    assert f"batch {mem['max_batch'] + 1} and above do not fit: memory binds below --max-batch 4096" in out
+    assert "reproduce: python -m sim" in out and "--target" in out.split("reproduce: ")[1]
+
+
+def test_kernels_asked_without_the_extra_is_one_line(tmp_path: Path, model_dir: Path, no_kernels: None) -> None:
+    code, out, err = _ingest(tmp_path, "--target", str(model_dir), "--draft", "eagle3", "--cost-source", "kernels")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "not installed" in err and "valid: --cost-source auto or roofline" in err
+
+
+@pytest.mark.skipif(not HAS_KERNELS, reason="aiconfigurator-core (the costs extra) not installed")
+def test_a_local_config_is_priced_by_the_kernel_tables_of_the_ingested_engine(tmp_path: Path,
+                                                                                model_dir: Path) -> None:
+    code, out, err = _ingest(tmp_path, "--target", str(model_dir), "--draft", "eagle3", "--hardware", "h200", *SERVE)
+    assert code == 0, err
+    assert "cost source: target kernels (aiconfigurator-core 0.12.0, h200_sxm vllm " in out  # a vLLM log: vLLM's
+    assert "batches that fit h200 (127 of 141 GB usable)" in out
+
+
+def test_a_preset_that_outgrows_one_gpu_is_refused_and_a_tp_that_fits_runs(tmp_path: Path, no_kernels: None) -> None:
+    code, out, err = _ingest(tmp_path, "--preset", "llama3-8b-70b", "--hardware", "h100-sxm")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "does not fit 1 x h100-sxm at bf16" in err and "valid: --tp 4" in err and "--batch" not in err
+    code, out, err = _ingest(tmp_path, "--preset", "llama3-8b-70b", "--hardware", "h100-sxm", "--tp", "4", *SERVE)
+    assert code == 0, err
+    assert "cost source: target roofline (asked: --cost-source roofline)" not in out  # auto, fallen back
+    assert "target roofline (fallback: " in out and "batches that fit 4 x h100-sxm (72 of 80 GB usable)" in out
+
+
+def test_a_preset_without_gpu_flags_keeps_its_roofline(tmp_path: Path) -> None:
+    code, out, err = _ingest(tmp_path, "--preset", "llama3-1b-8b", "--hardware", "h100-sxm")
+    assert code == 0, err
+    assert "cost source: roofline (presets/hardware.py datasheet numbers), target and draft" in out
+    assert "costs: assumed: roofline of Llama-3.2-1B -> Llama-3.1-8B on h100-sxm" in out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -13,11 +14,12 @@ import pytest
 
 from measure.racing import RaceRule
 from measure.records import load_run
+from measure.runkinds import SERVE, open_run_dir
 from measure.serve import runner
 from measure.serve.client import LoadResult, RequestResult, RequestSpec
 from measure.serve.race import STOPPED_BY, ServeRace, describe, unit_samples
 from measure.serve.runner import Interrupted, Plan, Progress, run_units
-from measure.serve.units import LoadSpec, ServeConfig, ServeRunWriter
+from measure.serve.units import LoadSpec, ServeConfig
 
 CONFIGS = (ServeConfig("off"),) + tuple(ServeConfig("ngram", k, 2) for k in (2, 4, 8))
 LOADS = (LoadSpec(concurrency=1), LoadSpec(concurrency=4))
@@ -93,7 +95,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> dict:
 
 
 def _measure(out: Path, plan: Plan, fake: dict, notes: list[str] | None = None) -> list:
-    w = ServeRunWriter(out, meta={"config": {"kind": "serve", "repeats": plan.repeats}}, fingerprint={"kind": "serve"})
+    w = open_run_dir(SERVE, out, meta={"config": {"kind": "serve", "repeats": plan.repeats}}, fingerprint={"kind": "serve"})
     progress = Progress(on_note=(notes.append if notes is not None else lambda t: None),
                         on_block=(notes.append if notes is not None else lambda t: None))
     with w.recording():
@@ -186,6 +188,31 @@ def test_the_time_budget_stops_after_a_look(fake, tmp_path):
     race = run.meta["race"]
     assert race["stopped_by"] == "time budget" and len(race["looks"]) == 1 and race["decided"] == {}
     assert set(run.table("serve_units")["repeat"]) == {0}
+
+
+def test_the_time_budget_is_checked_before_each_unit(fake, tmp_path, monkeypatch):
+    """A clock that a unit advances by 1 s: the budget runs out 0.5 s into the second repeat's first unit, so that
+    unit is the last one measured (an overshoot under one unit) and the cut repeat is not looked at."""
+    clock = {"s": 0.0}
+    load = runner.run_load
+
+    def timed_load(*a: Any, **kw: Any) -> LoadResult:
+        res = load(*a, **kw)
+        clock["s"] += 0.0 if a[1][0].prompt_id == "warmup" else 1.0
+        return res
+
+    monkeypatch.setattr(runner, "run_load", timed_load)
+    monkeypatch.setattr(runner, "time", SimpleNamespace(monotonic=lambda: clock["s"]))
+    n_first = len(CONFIGS) * len(LOADS)
+    notes: list[str] = []
+    _measure(tmp_path / "run", _plan(time_budget_s=n_first + 0.5), fake, notes)
+    run = load_run(tmp_path / "run")
+    units = run.table("serve_units")
+    assert len(units[units["repeat"] == 0]) == n_first and len(units[units["repeat"] == 1]) == 1
+    assert clock["s"] - (n_first + 0.5) <= 1.0
+    race = run.meta["race"]
+    assert race["stopped_by"] == "time budget" and len(race["looks"]) == 1
+    assert any("time budget" in t and "the run stops" in t for t in notes)
 
 
 def test_out_of_repeats_and_the_summary_says_per_load_why(fake, tmp_path):

@@ -127,7 +127,7 @@ def test_a_tree_run_refuses_to_resume_another_kind(target, tmp_path, capsys):
                                                      "config": {"target": "x"}, "summary": {}}))
     with pytest.raises(SystemExit) as e:
         main(["tree", *_args(target, out)])
-    assert e.value.code == 2 and "holds a sweep run, not a tree run" in capsys.readouterr().err
+    assert e.value.code == 2 and "holds a chain sweep (python -m measure), not a tree run" in capsys.readouterr().err
 
 
 @pytest.mark.slow
