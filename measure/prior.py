@@ -257,6 +257,20 @@ class GroupLook:
             return "decided"
         return "out of looks" if self.state.out_of_looks else None
 
+    def record(self) -> dict:
+        """The look as ``run.json`` ``race.looks[i].groups[group]`` records it (the chain sweep's and a serving
+        run's): the leader, the stop reason, the resolved candidates, every elimination with its evidence (ratio
+        to the leader, the upper end of its interval) and every comparison; a candidate is named ``cell_id``."""
+        st = self.state
+        return {"leader": st.leader, "stop_reason": self.stop_reason, "resolved": list(st.resolved),
+                "eliminated": [{"cell_id": e.candidate, "look": e.look, "ratio": e.evidence.ratio,
+                                "ratio_hi": math.exp(e.evidence.hi) if e.evidence.hi is not None else None,
+                                "n_units": e.evidence.n_units} for e in st.eliminated],
+                "comparisons": [{"cell_id": c.challenger, "ratio": c.ratio, "n_units": c.n_units,
+                                 "ratio_lo": math.exp(c.lo) if c.lo is not None else None,
+                                 "ratio_hi": math.exp(c.hi) if c.hi is not None else None}
+                                for c in st.comparisons]}
+
 
 def _paired_spread(samples: Mapping[str, Units], leader: str, free: Sequence[str]) -> float:
     """The largest SD of a paired difference from the leader among the measured candidates (free ones only
@@ -285,7 +299,9 @@ def passes_needed(margin: float, spread: float, alpha: float, units_per_pass: in
 @dataclass
 class GroupRace:
     """One race group (:func:`measure.racing.look` over ``candidates``) with an optional :class:`PriorPlan`
-    (module docstring); ``free`` candidates (*off*) are never measured, never deferred."""
+    (module docstring); ``free`` candidates (*off* in the chain sweep: a log speedup of 0 by definition) are never
+    measured, never deferred; ``paired`` ones (*off* on a server: its units pair the others') are measured while
+    the group is undecided, whatever the race says of them."""
 
     rule: racing.RaceRule
     candidates: tuple[str, ...]
@@ -295,6 +311,7 @@ class GroupRace:
     checks: dict[str, Check] = field(default_factory=dict)
     joined: set[str] = field(default_factory=set)
     check_only: int = 0  # passes planned only for checks: every other challenger resolved or eliminated
+    paired: tuple[str, ...] = ()
 
     @property
     def deferred(self) -> tuple[str, ...]:
@@ -390,7 +407,8 @@ class GroupRace:
                 if chk.verdict is None:
                     ev = next((k for k in self.state.comparisons if k.challenger == c), None)
                     self.checks[c] = replace(chk, verdict="resolved", evidence=ev)
-        nxt = [c for c in self.candidates if (c == leader or c in open_) and c not in self.free] if open_ else []
+        nxt = [c for c in self.candidates if (c == leader or c in open_ or c in self.paired) and c not in self.free
+               ] if open_ else []
         running = {c for c, k in self.checks.items() if k.verdict is None}
         self.check_only += bool(open_) and set(open_) <= running
         return GroupLook(self.state, not open_, tuple(nxt))

@@ -43,11 +43,20 @@ class Command:
     requires: str | None = None
     #: ``module:function`` returning its argparse parser, for shell completion of its options (cheap imports only)
     parser: str | None = None
+    #: the module's subcommands that, first in ARGS, come before ``prefix``: ``specscope tune serve ARGS`` runs
+    #: ``python -m measure serve --until-decided ARGS``
+    subcommands: tuple[str, ...] = ()
 
     @property
     def same_as(self) -> str:
         """The ``python -m`` form this command runs."""
         return " ".join(("python -m", self.module, *self.prefix))
+
+    def module_args(self, argv: Sequence[str]) -> list[str]:
+        """The module's arguments for ``specscope NAME ARGV``: the prefix, after a subcommand that leads ARGV."""
+        if argv[:1] and argv[0] in self.subcommands:
+            return [argv[0], *self.prefix, *argv[1:]]
+        return [*self.prefix, *argv]
 
     def missing(self) -> str | None:
         """Why the command cannot run yet (one line), or ``None`` when it can."""
@@ -75,11 +84,14 @@ COMMANDS: tuple[Command, ...] = (
                       "specscope measure --prompts 1 --max-new-tokens 16 --gamma 2,4 --domains code --out runs/small",
                       "specscope measure --draft ngram:3,int8 --gamma 1,2,4 --track wandb",
                       "specscope measure head-sweep --help")),
-    Command("tune", "measure until the best draft/γ per domain is known (a race with a stated error rate)", "measure",
-            ("--until-decided",),
+    Command("tune", "measure until the best draft/γ per domain (tune serve: k per load) is known, with a stated "
+            "error rate", "measure", ("--until-decided",),
             examples=("specscope tune --gamma 1,2,4,8 --repeats 8",
                       "specscope tune --draft ngram:3,int8 --gamma 2,4 --regret 0.05 --time-budget 600 --out runs/tune",
-                      "specscope tune --gamma 1,2,4,8 --prior results/cpu-smollm2-ngram-gammas-calibration")),
+                      "specscope tune --gamma 1,2,4,8 --prior results/cpu-smollm2-ngram-gammas-calibration",
+                      "specscope tune serve --draft ngram:2 --gamma 2,4,8 --concurrency 1,4,8 --repeats 10 "
+                      "--out runs/tune-serve"),
+            subcommands=("serve",)),
     Command("serve", "measure a real server under load (continuous batching, speculative decoding)", "measure",
             ("serve",), requires="measure.serve",
             examples=("specscope serve --target smollm2-135m --draft ngram:3 --gamma 4 --concurrency 1,4 "
@@ -117,6 +129,8 @@ def help_text() -> str:
         note = "  [not available yet]" if c.missing() else ""
         lines.append(f"  {c.name:<{width}}  {c.summary}{note}")
         lines.append(f"  {'':<{width}}  = {c.same_as}")
+        for sub in c.subcommands:
+            lines.append(f"  {'':<{width}}    {c.name} {sub} = python -m {c.module} {' '.join(c.module_args([sub]))}")
     lines += ["", "options:", "  -h, --help  this list", "  --version   the installed version", "",
               "shell completion (bash, zsh; needs argcomplete): eval \"$(register-python-argcomplete specscope)\""]
     return "\n".join(lines)
@@ -139,7 +153,7 @@ def _fail(message: str) -> int:
 def run_module(cmd: Command, argv: Sequence[str]) -> int:
     """Run ``cmd``'s module as ``python -m`` would, with ``argv``; its exit status."""
     saved = sys.argv
-    sys.argv = [cmd.same_as, *cmd.prefix, *argv]
+    sys.argv = [cmd.same_as, *cmd.module_args(argv)]
     try:
         runpy.run_module(cmd.module, run_name="__main__", alter_sys=True)
     except SystemExit as exc:

@@ -6,6 +6,7 @@ Examples::
         --requests 8 --max-new-tokens 32 --out runs/serve-small
     python -m measure serve --draft ngram:3 --gamma 2,4,8 --concurrency 1,2,4,8 --rate 2,4 --step-cost
     python -m measure serve --url http://127.0.0.1:8000 --concurrency 1,8 --out runs/my-deployment
+    python -m measure serve --draft ngram:2 --gamma 2,4,8 --concurrency 1,4,8 --repeats 10 --until-decided
 
 Every bad value ends in one line naming it, its flag and the valid range, exit
 status 2, before any server starts or any request is sent: a missing
@@ -13,6 +14,9 @@ status 2, before any server starts or any request is sent: a missing
 not answer or is not OpenAI-compatible, a rate <= 0 or NaN, a concurrency of 0.
 A server that dies mid-run leaves the run ``interrupted`` with every finished
 unit kept (one line; the same command resumes it); Ctrl-C and SIGTERM too.
+``--until-decided`` measures until the best configuration at each load is
+known (:mod:`measure.serve.race`) and prints, per load, the decision and why
+its measuring stopped.
 """
 
 from __future__ import annotations
@@ -91,7 +95,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stall-timeout", type=float_arg(0, 3600, lo_open=True), default=60.0, metavar="S",
                    help="a request whose stream sends nothing for S seconds fails (default 60)")
     p.add_argument("--quiet", action="store_true", help="no per-unit lines, only the table and the JSON line")
+    _race_arguments(p)
     return p
+
+
+def _race_arguments(p: argparse.ArgumentParser) -> None:
+    from measure.racing import DEFAULT_CONFIDENCE, DEFAULT_REGRET
+
+    p.add_argument("--until-decided", action="store_true",
+                   help="measure until the best configuration at each load (a k, or off) is known within --regret "
+                        "at --confidence: a race per load looks after each repeat and stops measuring what it no "
+                        "longer needs (measure/serve/race.py); --repeats is then the most repeats")
+    p.add_argument("--regret", type=float_arg(0, 0.99, lo_open=True), default=None,
+                   help=f"with --until-decided: the throughput a decision may leave, relative (default {DEFAULT_REGRET})")
+    p.add_argument("--confidence", type=float_arg(0.5, 0.999), default=None,
+                   help=f"with --until-decided: the decisions' family-wise confidence (default {DEFAULT_CONFIDENCE})")
+    p.add_argument("--time-budget", type=float_arg(0, 1e7, lo_open=True), default=None, metavar="SECONDS",
+                   help="with --until-decided: start no repeat after this many seconds of measuring")
+
+
+def _race_rule(args: argparse.Namespace) -> Any:
+    """``--until-decided``'s rule (None without it), its flags checked in one line each."""
+    from measure.racing import DEFAULT_CONFIDENCE, DEFAULT_REGRET, RaceRule
+
+    given = [f for f, v in (("--regret", args.regret), ("--confidence", args.confidence),
+                            ("--time-budget", args.time_budget)) if v is not None]
+    if not args.until_decided:
+        if given:
+            fail(PROG, f"{given[0]} applies with --until-decided only")
+        return None
+    for flag, v in (("--url", args.url), ("--step-cost", args.step_cost or None)):
+        if v is not None:
+            fail(PROG, f"--until-decided races the configurations this command starts (off and each k) at each "
+                       f"load; {flag} is not raced: measure it in a run without --until-decided")
+    try:
+        return RaceRule(confidence=DEFAULT_CONFIDENCE if args.confidence is None else args.confidence,
+                        regret=DEFAULT_REGRET if args.regret is None else args.regret, max_looks=args.repeats,
+                        min_units=2)
+    except ValueError as e:
+        fail(PROG, f"--until-decided: {e}")
+    raise AssertionError  # unreachable
 
 
 def _ints(flag: str, text: str | None, lo: int, hi: int) -> list[int]:
@@ -252,6 +295,7 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Any, dict]:
     rates = _rates(args.rate)
     if not conc and not rates:
         fail(PROG, "no load: give --concurrency C[,C...] and/or --rate R[,R...]")
+    race_rule = _race_rule(args)
     loads = tuple([LoadSpec(concurrency=c) for c in conc] + [LoadSpec(rate_per_s=r) for r in rates])
     url = args.url.rstrip("/") if args.url else None
     if url is not None:
@@ -310,7 +354,8 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Any, dict]:
                 max_new_tokens=args.max_new_tokens, repeats=args.repeats, seed=args.seed, prompts=prompts,
                 threads=threads, ctx_size=per_slot * slots, batch_tokens=args.batch_size, url=url,
                 synth_configs=synth_configs, synth_loads=synth_loads, synth_requests=args.step_cost_requests or 0,
-                synth_repeats=args.step_cost_repeats or 0, stall_s=args.stall_timeout)
+                synth_repeats=args.step_cost_repeats or 0, stall_s=args.stall_timeout, race_rule=race_rule,
+                time_budget_s=args.time_budget)
     config = {"configs": [c.to_str() for c in configs], "loads": [ld.to_str() for ld in loads],
               "slots": slots, "threads": threads if url is None else None, "requests": args.requests,
               "max_new_tokens": args.max_new_tokens, "repeats": args.repeats, "seed": args.seed,
@@ -322,7 +367,9 @@ def plan_from_args(args: argparse.Namespace) -> tuple[Any, dict]:
               "request": {"endpoint": "/v1/chat/completions (step-cost units: /v1/completions)", "temperature": 0,
                           "ignore_eos": True, "stream": True, "prompt_cache": "off (--no-cache-prompt)"
                           if url is None else "the server's"},
-              "prompt_selection": selection}
+              "prompt_selection": selection,
+              "race": None if race_rule is None else {"regret": race_rule.regret, "confidence": race_rule.confidence,
+                                                      "time_budget_s": args.time_budget}}
     return plan, SERVE.stamp(config)
 
 
@@ -415,6 +462,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if not args.extend:
         fingerprint["units"] = plan.unit_ids()
+    if plan.race_rule is not None:  # a resume looks again only under the same rule
+        fingerprint["race"] = {"regret": plan.race_rule.regret, "confidence": plan.race_rule.confidence,
+                               "max_looks": plan.race_rule.max_looks}
     meta = {"command": "python -m measure serve " + " ".join(shlex.quote(a) for a in argv), "config": config,
             "hardware": hardware, "versions": {**versions, "llama_server": version}, **source,
             "models": {"target": {"name": args.target or "smollm2-135m", "source": f"gguf:{model}"}}
@@ -506,9 +556,15 @@ def _print_result(out: Path, groups: Sequence[Any], writer: Any, failures: Seque
               f"{sum(f.n_requests for f in failures)}); {failures[0].text()}")
     lg = (writer.meta.get("summary") or {}).get("load_generator") or {"text": "no units"}
     print(f"load generator: {lg['text']}")
+    race = writer.meta.get("race") if (writer.meta.get("config") or {}).get("race") else None
+    if race:
+        from measure.serve.race import describe
+
+        print("\n".join(describe(race, int((writer.meta.get("config") or {}).get("repeats") or 0))))
     print(strict_dumps({"out": str(out), "status": writer.meta.get("status"),
                         "groups": [g.as_dict() for g in groups], "load_generator": lg,
-                        "failed_units": [f.as_dict() for f in failures]}))
+                        "failed_units": [f.as_dict() for f in failures],
+                        **({"race": {k: race.get(k) for k in ("stopped_by", "decided")}} if race else {})}))
 
 
 def _overhead(run: Any) -> dict:

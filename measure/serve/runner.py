@@ -17,6 +17,13 @@ not written: it is counted in ``run.json`` ``failed_units`` (requests,
 failures, the first reason), :func:`run_units` returns it, and a resume
 measures it again; a unit whose every request failed stops the run there (the
 server is not answering as one that streams completions).
+
+With ``--until-decided`` (:mod:`measure.serve.race`) the race looks after each
+repeat (before the next repeat's first block; recorded in ``run.json``
+``race``); a unit its load's race no longer needs is not measured, a block
+with no such unit starts no server, and the run stops once every load is
+decided, at the time budget (checked before each unit after the first repeat:
+a run overshoots it by one unit at most) or after the last repeat.
 """
 
 from __future__ import annotations
@@ -24,16 +31,19 @@ from __future__ import annotations
 import math
 import os
 import re
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-from measure.records import Terminated
+from measure.racing import RaceRule
+from measure.records import Terminated, load_run
 from measure.system import cpu_sample, other_cpu_shares
 from measure.serve.client import STALL_TIMEOUT_S, Endpoint, LoadResult, RequestSpec, get_json, run_load, \
     usage_disagreement
+from measure.serve.race import ServeRace
 from measure.serve.units import (
     LoadSpec,
     RequestRow,
@@ -78,10 +88,19 @@ class Plan:
     synth_requests: int = 0  # requests per step-cost unit (0: as ``requests``)
     synth_repeats: int = 0  # repeats of the step-cost units, in the first repeats' blocks (0: as ``repeats``)
     stall_s: float = STALL_TIMEOUT_S  # a stream with no line for this long fails its request
+    #: ``--until-decided``: a race per load (:mod:`measure.serve.race`), its rule (``max_looks``: the repeats)
+    race_rule: RaceRule | None = None
+    time_budget_s: float | None = None  # with ``race_rule``: start no repeat after this many seconds of measuring
+
+    def race(self) -> ServeRace | None:
+        """The race of ``--until-decided`` (None: the fixed design, every unit)."""
+        if self.race_rule is None:
+            return None
+        return ServeRace(self.race_rule, self.configs, self.loads, self.slots, self.time_budget_s)
 
     def blocks(self) -> list[tuple[int, int, ServeConfig, list[LoadSpec]]]:
         """(block, repeat, configuration, loads in order) for every block, in the order they run."""
-        out = []
+        out: list[tuple[int, int, ServeConfig, list[LoadSpec]]] = []
         for r in range(self.repeats):
             for group, loads, repeats in ((self.configs, self.loads, self.repeats),
                                           (self.synth_configs, self.synth_loads, self.synth_repeats or self.repeats)):
@@ -290,10 +309,16 @@ def run_units(plan: Plan, writer: ServeRunWriter, progress: Progress, hardware: 
     (:class:`~measure.serve.server.LlamaServer`); None with ``plan.url``: the server is already running.
     """
     failures: list[UnitFailure] = []
+    race, started = plan.race(), time.monotonic()
     for block, r, cfg, loads in plan.blocks():
         if failures and failures[-1].all_failed:
             break
+        if race is not None and r == race.n_looks + 1 and not _race_looks(race, writer, progress, started):
+            break
         todo = [ld for ld in loads if not writer.is_finished(UnitId(cfg, plan.slots, ld, r).to_str())]
+        if race is not None and todo and not any(race.needs(cfg, ld) for ld in todo):
+            progress.on_block(f"block {block}: {cfg.to_str()}, repeat {r}: no load needs it (the race), not started")
+        todo = [ld for ld in todo if race is None or race.needs(cfg, ld)]
         if not todo:
             continue
         progress.on_block(f"block {block}: {cfg.to_str()}, repeat {r}, {len(todo)} load(s)")
@@ -307,6 +332,11 @@ def run_units(plan: Plan, writer: ServeRunWriter, progress: Progress, hardware: 
             run_load(ep, [RequestSpec(0, "warmup", "warmup", _requests(plan, cfg)[0].text)], LoadSpec(1),
                      WARMUP_TOKENS, plan.seed, plan.stall_s)
             for ld in todo:
+                if race is not None and r > 0 and race.over_budget(time.monotonic() - started):
+                    # (the first repeat always completes: without its look no load has a leader)
+                    writer.update(race=race.summary("time budget"))  # a cut repeat is not looked at
+                    progress.on_note(f"race: the time budget ({race.time_budget_s:g} s) is spent: the run stops")
+                    return failures
                 failed = _one_unit(plan, writer, progress, hardware, UnitId(cfg, plan.slots, ld, r), block, ep, srv)
                 _record_failure(writer, UnitId(cfg, plan.slots, ld, r).to_str(), failed)
                 if failed is not None:
@@ -317,7 +347,23 @@ def run_units(plan: Plan, writer: ServeRunWriter, progress: Progress, hardware: 
         finally:
             if ctx is not None:
                 ctx.__exit__(None, None, None)
+    else:
+        if race is not None and race.n_looks < plan.repeats:
+            _race_looks(race, writer, progress, started)  # the look after the last repeat
     return failures
+
+
+def _race_looks(race: ServeRace, writer: ServeRunWriter, progress: Progress, started: float) -> bool:
+    """The race's look after its next repeat, recorded in ``run.json`` ``race``; whether to measure on. No look
+    while a unit that repeat needed is not finished (its requests failed): the run stops there."""
+    r = race.n_looks
+    if any(not writer.is_finished(u.to_str()) for u in race.needed(r)):
+        return False
+    for note in race.look(load_run(writer.path).table("serve_units")):
+        progress.on_note(note)
+    reason = race.stop_reason(time.monotonic() - started)
+    writer.update(race=race.summary(reason))
+    return reason is None
 
 
 def slot_context(base_url: str, log: Path | None = None) -> int | None:

@@ -535,16 +535,7 @@ class _Race:
             again = [p.cell_id for p in plans if p.cell_id in keep and p.cell_id in self.stopped]
             self.stopped.update(newly)
             self.stopped.difference_update(again)
-            record["groups"][key] = {
-                "leader": state.leader, "stop_reason": gl.stop_reason, "resolved": list(state.resolved),
-                "eliminated": [{"cell_id": e.candidate, "look": e.look, "ratio": e.evidence.ratio,
-                                "ratio_hi": math.exp(e.evidence.hi) if e.evidence.hi is not None else None,
-                                "n_units": e.evidence.n_units} for e in state.eliminated],
-                "comparisons": [{"cell_id": c.challenger, "ratio": c.ratio, "n_units": c.n_units,
-                                 "ratio_lo": math.exp(c.lo) if c.lo is not None else None,
-                                 "ratio_hi": math.exp(c.hi) if c.hi is not None else None}
-                                for c in state.comparisons],
-                **({"measure_next": list(gl.measure_next)} if race.plan else {})}
+            record["groups"][key] = {**gl.record(), **({"measure_next": list(gl.measure_next)} if race.plan else {})}
             if newly or again:
                 notes.append(f"race {key}: after pass {look_index + 1}, leader {state.leader}"
                              + (f"; stopped {', '.join(newly)}" if newly else "")

@@ -119,6 +119,32 @@ def test_a_dead_server_interrupts_the_run_and_the_same_command_resumes(fake_bin,
 
 
 @pytest.mark.slow
+def test_until_decided_races_the_configurations_per_load_and_resumes_identically(fake_bin, model, tmp_path,
+                                                                                  monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_STEP_MS", "4")  # off: 1 token a 4 ms step; k: 3 tokens a step of 4 + 2 ms a draft token
+    monkeypatch.setenv("FAKE_DRAFT_MS", "2")
+    monkeypatch.setenv("FAKE_ACCEPT", "2")
+    out = tmp_path / "run"
+    argv = ["--target", model, "--draft", "ngram:2", "--gamma", "2,8", "--concurrency", "1", "--out", str(out),
+            "--domains", "code", "--prompts", "1", "--requests", "2", "--max-new-tokens", "32", "--repeats", "5",
+            "--until-decided", "--regret", "0.1", "--confidence", "0.8"]
+    assert _run(argv) == 0
+    run = load_run(out)
+    race = run.meta["race"]
+    assert run.meta["config"]["race"] == {"regret": 0.1, "confidence": 0.8, "time_budget_s": None}
+    assert race["stopped_by"] in ("decided", "out of repeats") and race["decided"].get("c1") in (None, "ngram:2:k2")
+    units = run.table("serve_units")
+    assert set(units["repeat"]) == set(range(len(race["looks"])))
+    text = capsys.readouterr().out
+    assert "race (--until-decided: regret 10% at confidence 80%): stopped by " in text and "\n  c1: " in text
+    assert json.loads(text.strip().splitlines()[-1])["race"] == {k: race[k] for k in ("stopped_by", "decided")}
+    assert _run(argv) == 0  # the same command again: the looks from the same units, nothing more measured
+    again = load_run(out)
+    assert again.meta["race"]["looks"] == race["looks"] and len(again.table("serve_units")) == len(units)
+    assert _pids_dead(tmp_path)
+
+
+@pytest.mark.slow
 def test_changing_the_units_of_a_run_needs_extend(fake_bin, model, tmp_path, capsys):
     out = tmp_path / "run"
     args = ["--target", model, "--gamma", "2", "--slots", "2", "--out", str(out), *BASE]
@@ -273,6 +299,13 @@ def test_url_that_is_not_openai_is_refused(url_server, tmp_path, capsys, env, me
     (["--concurrency", "1", "--step-cost", "--step-cost-repeats", "4"], "--step-cost-repeats 4 is out of range"),
     (["--concurrency", "1", "--url", "http://127.0.0.1:9", "--llama-server", "/x"], "--llama-server applies"),
     (["--concurrency", "1", "--extend", "--force-new"], "--extend adds units to the run in --out; --force-new"),
+    (["--concurrency", "1", "--regret", "0.05"], "--regret applies with --until-decided only"),
+    (["--concurrency", "1", "--time-budget", "60"], "--time-budget applies with --until-decided only"),
+    (["--concurrency", "1", "--until-decided", "--url", "http://127.0.0.1:9"], "--url is not raced"),
+    (["--concurrency", "1", "--until-decided", "--step-cost"], "--step-cost is not raced"),
+    (["--concurrency", "1", "--until-decided", "--regret", "1.5"], "--regret"),
+    (["--concurrency", "1", "--until-decided", "--confidence", "0.2"], "--confidence"),
+    (["--concurrency", "1", "--until-decided", "--time-budget", "0"], "--time-budget"),
 ])
 def test_bad_input_is_one_line_before_anything_starts(fake_bin, tmp_path, capsys, argv, message):
     assert _run(argv + ["--out", str(tmp_path / "r")]) == 2

@@ -133,3 +133,28 @@ def test_the_cli_refuses_a_bad_prior_in_one_line_before_any_model(tmp_path, args
     lines = p.stderr.strip().splitlines()
     assert p.returncode == 2 and len(lines) == 1 and words in lines[0], p.stderr
     assert not out.exists()
+
+
+def test_a_paired_candidate_is_measured_while_its_group_is_undecided() -> None:
+    """Off on a server (``paired``): its units pair the others', so it is measured while the group races, even
+    eliminated, and not once the group is decided; the look's record is the ``run.json`` schema."""
+    rule = RaceRule(confidence=0.9, regret=0.05, max_looks=4, min_units=3)
+    units = range(5)
+    lead = [0.30, 0.34, 0.28, 0.33, 0.31]
+    off = {u: 0.0 for u in units}
+    # k2 and k4 within noise of each other, far above off (0 on every unit) and k8: undecided, off eliminated
+    close = {"off": off, "k2": dict(enumerate(lead)), "k4": {u: x + d for u, x, d in
+                                                             zip(units, lead, [0.1, -0.1, 0.12, -0.08, 0.0])},
+             "k8": {u: x - 0.6 for u, x in enumerate(lead)}}
+    gl = GroupRace(rule, ("off", "k2", "k4", "k8"), paired=("off",)).look(close, 0, 1)
+    assert not gl.decided and "off" in {e.candidate for e in gl.state.eliminated}
+    assert set(gl.measure_next) == {"off", "k2", "k4"}
+    assert set(GroupRace(rule, ("off", "k2", "k4", "k8")).look(close, 0, 1).measure_next) == {"k2", "k4"}
+    # k2 leads, k8 loses clearly, off is eliminated too: decided, nothing measured, off included
+    clear = {"off": off, "k2": dict(enumerate(lead)), "k8": {u: x - 0.6 for u, x in enumerate(lead)}}
+    gl = GroupRace(rule, ("off", "k2", "k8"), paired=("off",)).look(clear, 0, 1)
+    assert gl.decided and gl.measure_next == ()
+    rec = gl.record()
+    assert rec["leader"] == "k2" and rec["stop_reason"] == "decided"
+    assert {e["cell_id"] for e in rec["eliminated"]} == {"off", "k8"} and all(e["ratio_hi"] < 1
+                                                                              for e in rec["eliminated"])

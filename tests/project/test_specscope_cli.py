@@ -78,7 +78,8 @@ def test_each_subcommand_help_lists_its_examples(name: str) -> None:
     for example in cmd.examples:  # every flag an example uses is one the module knows
         assert example.startswith(f"specscope {name}")
         words = example.split()
-        if len(words) > 2 and not words[2].startswith("-") and words[2] in ("head-sweep", "head-recall"):
+        if len(words) > 2 and not words[2].startswith("-") and words[2] in ("head-sweep", "head-recall",
+                                                                            *cmd.subcommands):
             continue  # a subcommand of the module: its own --help
         unknown = {w for w in words if w.startswith("--")} - options
         assert not unknown, f"{example!r} uses options {name} does not have: {sorted(unknown)}"
@@ -129,6 +130,20 @@ def test_measure_reaches_the_sweep_cli() -> None:
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip() == "python -m measure: error: --gamma 0: must be an integer in 1..64 (or fixed:G, " \
                                  "heuristic:G, threshold:G)"
+
+
+@pytest.mark.slow  # three specscope processes (about 5 s)
+def test_tune_serve_is_measure_serve_until_decided() -> None:
+    tune = BY_NAME["tune"]
+    assert tune.module_args(["serve", "--concurrency", "1"]) == ["serve", "--until-decided", "--concurrency", "1"]
+    assert tune.module_args(["--gamma", "2"]) == ["--until-decided", "--gamma", "2"]
+    out = specscope("tune", "serve", "--concurrency", "1", "--regret", "1.5")
+    assert out.returncode == 2 and out.stdout == ""
+    err = out.stderr.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("python -m measure serve: error: argument --regret"), err
+    shown = specscope("tune", "serve", "--help")
+    assert shown.returncode == 0 and "--until-decided" in shown.stdout and "--concurrency" in shown.stdout
+    assert "tune serve = python -m measure serve --until-decided" in specscope("--help").stdout
 
 
 def test_ingest_answers_from_an_engine_file() -> None:

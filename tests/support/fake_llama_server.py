@@ -5,7 +5,7 @@ small executable that execs it). Stdlib only. It serves ``/health``, ``/v1/model
 ``llamacpp:`` counters) and streaming ``/v1/chat/completions`` / ``/v1/completions``: ``max_tokens`` tokens, one
 step of ``FAKE_STEP_MS`` (default 2) per round; with ``--spec-ngram-simple-size-m K`` each round drafts K tokens
 and accepts the first ``FAKE_ACCEPT`` (default 1) of them, all counted in ``/metrics`` and the final chunk's
-``timings``. Faults on request: ``FAKE_DIE_AFTER=n`` exits after the n-th completion request starts;
+``timings``; ``FAKE_DRAFT_MS`` (default 0) more per drafted token of a round (a larger k costs more). Faults on request: ``FAKE_DIE_AFTER=n`` exits after the n-th completion request starts;
 ``--port`` already taken: exits with llama-server's bind error; ``FAKE_NO_METRICS=1``: ``/metrics`` is 404;
 ``FAKE_NOT_OPENAI=1``: ``/v1/models`` is 404. ``FAKE_PID_FILE``: its pid is appended there.
 Misbehaving servers (issue #43): ``FAKE_HTTP500_EVERY=n``: every n-th completion request answers HTTP 500;
@@ -38,6 +38,7 @@ if "--version" in ARGS:
 
 K = int(arg("--spec-ngram-simple-size-m", "0") or 0) if arg("--spec-type") else 0
 STEP_S = float(os.environ.get("FAKE_STEP_MS", "2")) / 1000.0
+DRAFT_S = float(os.environ.get("FAKE_DRAFT_MS", "0")) / 1000.0
 ACCEPT = int(os.environ.get("FAKE_ACCEPT", "1"))
 DIE_AFTER = int(os.environ.get("FAKE_DIE_AFTER", "0"))
 LOCK = threading.Lock()
@@ -142,7 +143,7 @@ class Handler(BaseHTTPRequestHandler):
                 return
             d = min(K, n_new - produced - 1)
             a = min(ACCEPT, d)
-            time.sleep(STEP_S)
+            time.sleep(STEP_S + d * DRAFT_S)
             with LOCK:
                 COUNTERS["n_decode_total"] += 1
                 if d:
