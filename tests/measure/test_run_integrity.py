@@ -383,3 +383,13 @@ def test_a_failed_run_with_measured_data_is_not_set_aside(interrupted_run, tmp_p
     notes: list[str] = []
     _resume(path, notes)
     assert not list(path.glob("run.failed-*.json")) and not any("failed before" in n for n in notes)
+
+
+def test_a_race_cut_by_its_time_budget_is_whole_not_damaged():
+    # results/cpu-bench-tune/tuned: its budget stopped code γ = 1 inside its third pass (5 of 6 visits); a
+    # calibration read it as damaged until damaged_cells knew a race may cut a cell's last pass
+    run = ROOT / "results" / "cpu-bench-tune" / "tuned"
+    config = json.loads((run / "run.json").read_text())["config"]
+    assert config["until_decided"] and not records.damaged_cells(run, config)
+    damaged = records.damaged_cells(run, {**config, "until_decided": False})
+    assert [d.reason for d in damaged] == ["15 of its 18 generations"], "the same cells, unraced, are incomplete"
