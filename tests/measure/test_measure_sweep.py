@@ -375,8 +375,16 @@ def test_until_decided_stops_measuring_a_clear_loser_and_records_the_race(tmp_pa
 
 @pytest.mark.slow
 def test_the_time_budget_stops_a_race_between_two_visits_and_looks_at_what_was_measured(tmp_path, monkeypatch):
+    import math
+
+    from measure.ids import CellId
+
     checks = iter(range(10_000))  # the check before pass 2 and its first two visits pass, the third does not
     monkeypatch.setattr(cells, "_over_budget", lambda budget_s, started: next(checks) >= 3)
+    # known, undecidable speedups (the two γ swap a ±5% wobble), not the toy engine's timings: a loaded machine
+    # must not let the race decide after pass 1
+    monkeypatch.setattr(cells, "_log_speedup", lambda v: 0.05 * ((v.repeat + v.prompt_index + (
+        CellId.parse(v.cell_id).gamma.to_str() == "fixed:3")) % 2 - 0.5) + math.log(1.2))
     cfg = _cfg(gammas=("fixed:2", "fixed:3"), domains=("code",), prompts_per_domain=3, repeats=4,
                until_decided=True, regret=0.001, time_budget_s=60.0, cost_curves=False)
     run = run_sweep(cfg, tmp_path / "r", engine=ToyEngine(), show_bar=False)
