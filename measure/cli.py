@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--confidence", type=float_arg(0.5, 0.999), default=DEFAULT_CONFIDENCE,
                    help=f"with --until-decided: the decision's family-wise confidence (default {DEFAULT_CONFIDENCE})")
     p.add_argument("--time-budget", type=float_arg(0, 1e7, lo_open=True), default=None, metavar="SECONDS",
-                   help="with --until-decided: start no pass after this many seconds of measuring")
+                   help="with --until-decided: measure no more visits after this many seconds of measuring (the "
+                        "first pass always completes)")
     p.add_argument("--prior", default=None, metavar="CALIBRATION_DIR",
                    help="with --until-decided: a calibration of this target and engine (python -m calibrate); the "
                         "cells it predicts to lose beyond its held-out error are measured last, each checked at the "

@@ -111,7 +111,8 @@ def _race_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--confidence", type=float_arg(0.5, 0.999), default=None,
                    help=f"with --until-decided: the decisions' family-wise confidence (default {DEFAULT_CONFIDENCE})")
     p.add_argument("--time-budget", type=float_arg(0, 1e7, lo_open=True), default=None, metavar="SECONDS",
-                   help="with --until-decided: start no repeat after this many seconds of measuring")
+                   help="with --until-decided: measure no more units after this many seconds of measuring (the "
+                        "first repeat always completes)")
 
 
 def _race_rule(args: argparse.Namespace) -> Any:

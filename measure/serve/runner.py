@@ -90,7 +90,7 @@ class Plan:
     stall_s: float = STALL_TIMEOUT_S  # a stream with no line for this long fails its request
     #: ``--until-decided``: a race per load (:mod:`measure.serve.race`), its rule (``max_looks``: the repeats)
     race_rule: RaceRule | None = None
-    time_budget_s: float | None = None  # with ``race_rule``: start no repeat after this many seconds of measuring
+    time_budget_s: float | None = None  # with ``race_rule``: no unit after this many seconds of measuring (first repeat whole)
 
     def race(self) -> ServeRace | None:
         """The race of ``--until-decided`` (None: the fixed design, every unit)."""
