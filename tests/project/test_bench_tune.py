@@ -3,9 +3,7 @@ its file, benchmarks/ is no package; the two runs written by the serving simulat
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -14,6 +12,7 @@ import pytest
 from measure.serve.units import LoadSpec
 from toolkit.jsonio import read_json, write_json
 from sim.acceptance import PerPositionAcceptance, ProposalAcceptance
+from tests.support.scripts import load_benchmark
 from tests.support.serve_runs import make_serve_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,13 +22,7 @@ LOADS = [LoadSpec(concurrency=1), LoadSpec(concurrency=4)]
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    name = "bench_tune"
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("bench_tune")
 
 
 def _race(leaders: dict[str, str]) -> dict:

@@ -21,29 +21,20 @@ from types import ModuleType
 
 import pytest
 
+from tests.support.scripts import load_benchmark
+
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
 
 
-def _load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    if name in sys.modules:
-        return sys.modules[name]
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses resolve their module's annotations through sys.modules
-    spec.loader.exec_module(mod)
-    return mod
-
-
 @pytest.fixture(scope="module")
 def prep() -> ModuleType:
-    return _load("gpu_prepare")
+    return load_benchmark("gpu_prepare")
 
 
 @pytest.fixture(scope="module")
 def check() -> ModuleType:
-    return _load("gpu_check")
+    return load_benchmark("gpu_check")
 
 
 def test_the_image_list_and_the_wheels(prep: ModuleType) -> None:

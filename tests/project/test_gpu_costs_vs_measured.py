@@ -5,13 +5,13 @@ The script is loaded from its file (benchmarks/ is no package)."""
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+from tests.support.scripts import load_benchmark
 
 from sim import kernels
 
@@ -24,13 +24,7 @@ ROWS = ("pair,target,Llama-3.2-1B,1,1,128,float32,3,14.4,13.0,15.0,h100-sxm,2.0,
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    name = "gpu_costs_vs_measured"
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("gpu_costs_vs_measured")
 
 
 @pytest.mark.slow  # compiles a 1B model for the kernel tables (about 3 s)
