@@ -51,7 +51,7 @@ SUBCOMMANDS = ("head-sweep", "head-recall", "serve", "tree", "build-llamacpp")
 # long: the argparse declarations of every option: a list, not logic
 def build_parser() -> argparse.ArgumentParser:
     from measure import stats
-    from measure.racing import DEFAULT_CONFIDENCE, DEFAULT_REGRET
+    from measure.racing import add_race_arguments
     from measure.seam import CACHES, ENGINES
     from measure.sweep import INTERLEAVE, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS, MAX_REPEATS
 
@@ -86,17 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"... or its start-to-end drift exceeds this (fraction; default {stats.DRIFT_THRESHOLD})")
     p.add_argument("--until-stable", type=int_arg(0, 100), default=0, metavar="N",
                    help="re-measure an unstable cell up to N times (default 0)")
-    p.add_argument("--until-decided", action="store_true",
-                   help="measure in passes and stop measuring a cell once its domain's best draft/γ (or plain "
-                        "decoding) is known within --regret at --confidence (measure/racing.py); --repeats is "
-                        "then the most passes")
-    p.add_argument("--regret", type=float_arg(0, 0.99, lo_open=True), default=DEFAULT_REGRET,
-                   help=f"with --until-decided: the throughput a decision may leave, relative (default {DEFAULT_REGRET})")
-    p.add_argument("--confidence", type=float_arg(0.5, 0.999), default=DEFAULT_CONFIDENCE,
-                   help=f"with --until-decided: the decision's family-wise confidence (default {DEFAULT_CONFIDENCE})")
-    p.add_argument("--time-budget", type=float_arg(0, 1e7, lo_open=True), default=None, metavar="SECONDS",
-                   help="with --until-decided: measure no more visits after this many seconds of measuring (the "
-                        "first pass always completes)")
+    add_race_arguments(p, "measure in passes and stop measuring a cell once its domain's best draft/γ (or plain "
+                          "decoding) is known within --regret at --confidence (measure/racing.py); --repeats is then "
+                          "the most passes", unit="visits", step="pass")
     p.add_argument("--prior", default=None, metavar="CALIBRATION_DIR",
                    help="with --until-decided: a calibration of this target and engine (python -m calibrate); the "
                         "cells it predicts to lose beyond its held-out error are measured last, each checked at the "

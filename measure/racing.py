@@ -38,14 +38,34 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 from scipy import stats as sps
 
+if TYPE_CHECKING:
+    import argparse
+
 #: The default family-wise confidence of a race's decision and the default regret threshold (relative).
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_REGRET = 0.02
+
+
+def add_race_arguments(p: "argparse.ArgumentParser", until_help: str, unit: str, step: str,
+                       defaults: bool = True) -> None:
+    """The race's flags (``--until-decided``, ``--regret``, ``--confidence``, ``--time-budget``) on ``p``, for the
+    chain sweep (``unit`` "visits", ``step`` "pass") and serving ("units", "repeat"). ``defaults=False`` leaves
+    ``--regret``/``--confidence`` at None, so a caller can tell them given without ``--until-decided``."""
+    from toolkit.cli import float_arg
+
+    p.add_argument("--until-decided", action="store_true", help=until_help)
+    p.add_argument("--regret", type=float_arg(0, 0.99, lo_open=True), default=DEFAULT_REGRET if defaults else None,
+                   help=f"with --until-decided: the throughput a decision may leave, relative (default {DEFAULT_REGRET})")
+    p.add_argument("--confidence", type=float_arg(0.5, 0.999), default=DEFAULT_CONFIDENCE if defaults else None,
+                   help=f"with --until-decided: the decisions' family-wise confidence (default {DEFAULT_CONFIDENCE})")
+    p.add_argument("--time-budget", type=float_arg(0, 1e7, lo_open=True), default=None, metavar="SECONDS",
+                   help=f"with --until-decided: measure no more {unit} after this many seconds of measuring (the "
+                        f"first {step} always completes)")
 
 
 @dataclass(frozen=True)

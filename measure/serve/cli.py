@@ -100,19 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _race_arguments(p: argparse.ArgumentParser) -> None:
-    from measure.racing import DEFAULT_CONFIDENCE, DEFAULT_REGRET
+    from measure.racing import add_race_arguments
 
-    p.add_argument("--until-decided", action="store_true",
-                   help="measure until the best configuration at each load (a k, or off) is known within --regret "
-                        "at --confidence: a race per load looks after each repeat and stops measuring what it no "
-                        "longer needs (measure/serve/race.py); --repeats is then the most repeats")
-    p.add_argument("--regret", type=float_arg(0, 0.99, lo_open=True), default=None,
-                   help=f"with --until-decided: the throughput a decision may leave, relative (default {DEFAULT_REGRET})")
-    p.add_argument("--confidence", type=float_arg(0.5, 0.999), default=None,
-                   help=f"with --until-decided: the decisions' family-wise confidence (default {DEFAULT_CONFIDENCE})")
-    p.add_argument("--time-budget", type=float_arg(0, 1e7, lo_open=True), default=None, metavar="SECONDS",
-                   help="with --until-decided: measure no more units after this many seconds of measuring (the "
-                        "first repeat always completes)")
+    add_race_arguments(p, "measure until the best configuration at each load (a k, or off) is known within --regret "
+                          "at --confidence: a race per load looks after each repeat and stops measuring what it no "
+                          "longer needs (measure/serve/race.py); --repeats is then the most repeats",
+                       unit="units", step="repeat", defaults=False)
 
 
 def _race_rule(args: argparse.Namespace) -> Any:
