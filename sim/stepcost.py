@@ -185,8 +185,16 @@ class StepCost:
         return self.draft.step_ms(context_tokens, batch)
 
     def verify_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
+        return self.verify_extend_ms(n_tokens, n_tokens, context_tokens, batch)
+
+    def verify_extend_ms(self, n_tokens: int, extend_tokens: int, context_tokens: float, batch: int = 1) -> float:
+        """The target's forward over ``n_tokens`` positions per sequence plus the draft's once-per-round work over
+        the ``extend_tokens`` positions its extend pass reads. A chain verifies and extends over the same γ + 1;
+        a tree verifies its nodes and the root, while the draft's extend reads at most the accepted path (SGLang
+        pads it to ``speculative_num_steps + 1``). The tree's queries attend to the whole context and to their
+        ancestors only: priced as ``n_tokens`` queries over the context, the same attention rule as a chain."""
         return (self.target.forward_ms(n_tokens, context_tokens, batch)
-                + self.draft.round_extra_ms(n_tokens, context_tokens, batch))
+                + self.draft.round_extra_ms(extend_tokens, context_tokens, batch))
 
     def draft_forward_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
         return self.draft.forward_ms(n_tokens, context_tokens, batch)

@@ -12,8 +12,9 @@ For an acceptance (:class:`~sim.trees.PositionalAcceptance`) and a cost model:
 * :func:`sglang_advice` — the best ``--speculative-num-steps``,
   ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens`` (SGLang
   counts the root in the last one), its tree under the positional model
-  (:func:`sim.tree_search.sglang_candidates`) and its round cost: ``num_steps``
-  draft forwards over 1, then ``topk`` beams.
+  (:func:`sim.tree_search.sglang_candidates`) and its round cost
+  (:func:`sim.trees.sglang_round_cost`: draft forwards over 1, then ``topk``
+  beams per step; the draft's extend pass over ``num_steps + 1`` positions).
 * :func:`vllm_advice` — the best level-uniform tree (what vLLM's EAGLE
   proposer drafts), as ``num_speculative_tokens`` and ``speculative_token_tree``.
 * :func:`branching_answer` — all of it, and the answer in one sentence: a
@@ -31,7 +32,8 @@ import numpy as np
 
 from sim.cost import CostModel, draft_forward_ms
 from sim.tree_search import optimal_trees, sglang_level_scores, sglang_tree
-from sim.trees import PositionalAcceptance, TokenTree, TreePrediction, predict_tree
+from sim.trees import (PositionalAcceptance, TokenTree, TreePrediction, predict_tree, sglang_draft_widths,
+                       verify_extend_ms)
 
 PAYS_MARGIN = 0.03
 """A tree pays when it beats the best chain by ≥ 3%: below that the gain is inside the closed form's measured
@@ -139,14 +141,14 @@ def sglang_advice(acceptance: PositionalAcceptance, cost: CostModel, max_budget:
                   context_tokens: float = 0.0, batch: int = 1) -> EngineAdvice:
     """The best SGLang flags with ``num_steps`` ≤ ``max_depth`` and ``num_draft_tokens − 1`` ≤ ``max_budget``."""
     base = cost.target_step_ms(context_tokens, batch)
-    verify = np.array([cost.verify_ms(n + 1, context_tokens, batch) + cost.round_overhead_ms(n)
-                       for n in range(1, max_budget + 1)])
+    verify = {steps: np.array([verify_extend_ms(cost, n + 1, steps + 1, context_tokens, batch)
+                               + cost.round_overhead_ms(n) for n in range(1, max_budget + 1)])
+              for steps in range(1, max_depth + 1)}
     best: tuple[tuple, int, int, int] | None = None
     for topk in range(1, max(len(r) for r in acceptance.p) + 1):
         levels = sglang_level_scores(acceptance, max_depth, topk)
-        wide = draft_forward_ms(cost, topk, context_tokens, batch)
         for steps in range(1, max_depth + 1):
-            draft = draft_forward_ms(cost, 1, context_tokens, batch) + (steps - 1) * wide
+            draft = sum(draft_forward_ms(cost, w, context_tokens, batch) for w in sglang_draft_widths(steps, topk))
             if topk == 1:  # a chain: SGLang sets num_draft_tokens = num_steps + 1 itself
                 if steps > max_budget:
                     break
@@ -156,7 +158,7 @@ def sglang_advice(acceptance: PositionalAcceptance, cost: CostModel, max_budget:
                 scores = np.sort(np.concatenate(levels[:steps]))[::-1][:max_budget]
                 ns = np.arange(1, scores.size + 1)
                 tau = 1.0 + np.cumsum(scores)
-            speedup = tau * base / (draft + verify[ns - 1])
+            speedup = tau * base / (draft + verify[steps][ns - 1])
             i = int(np.argmax(speedup))
             key = (float(speedup[i]), -(int(ns[i]) + 1), -steps, -topk)
             if best is None or key > best[0]:
@@ -164,7 +166,7 @@ def sglang_advice(acceptance: PositionalAcceptance, cost: CostModel, max_budget:
     assert best is not None
     _, steps, topk, tokens = best
     tree = sglang_tree(acceptance, steps, topk, tokens)
-    pred = predict_tree(tree, acceptance, cost, context_tokens, batch, draft_widths=(1, *[topk] * (steps - 1)))
+    pred = predict_tree(tree, acceptance, cost, context_tokens, batch, sglang_draft_widths(steps, topk), steps + 1)
     flags = {"speculative_num_steps": steps, "speculative_eagle_topk": topk, "speculative_num_draft_tokens": tokens}
     return EngineAdvice("sglang", flags, _sglang_command(steps, topk, tokens), pred)
 

@@ -32,6 +32,13 @@ is charged for ``n`` drafted tokens::
 
     t_round = Σ_l draft_forward_ms(w_{l-1}) + verify_ms(n + 1) + round_overhead_ms(n)
 
+where a cost model that prices the draft's extend pass apart (the step-cost
+seam) charges it over the accepted path at most (``depth + 1`` positions), not
+over the ``n + 1`` verified ones (:func:`verify_extend_ms`).
+:func:`sglang_round_cost` is the round SGLang's EAGLE worker runs for its
+three flags (``num_steps``, ``topk``, ``num_draft_tokens``), priced without
+choosing the tree: what ``python -m sim validate`` charges a published tree.
+
 A forward over ``w`` draft tokens costs the draft's roofline forward over ``w``
 tokens under :class:`~sim.cost.RooflineCost`, and one draft step under the
 cost models that have no multi-token draft time (Leviathan's, a fitted
@@ -399,19 +406,60 @@ class TreeRoundCost:
     overhead_ms: float
 
 
+def verify_extend_ms(cost: CostModel, n_tokens: int, extend_tokens: int, context_tokens: float,
+                     batch: int = 1) -> float:
+    """The verification of ``n_tokens`` per sequence, with the draft's extend pass over ``extend_tokens``
+    positions where the cost model prices that pass apart (``verify_extend_ms`` method: the step-cost seam's
+    :class:`sim.stepcost.StepCost`); the others have no extend pass and charge ``verify_ms(n_tokens)``."""
+    split = getattr(cost, "verify_extend_ms", None)
+    if split is None:
+        return cost.verify_ms(n_tokens, context_tokens, batch)
+    return float(split(n_tokens, extend_tokens, context_tokens, batch))
+
+
 def tree_round_cost(tree: TokenTree, cost: CostModel, context_tokens: float = 0.0, batch: int = 1,
-                    draft_widths: Sequence[int] | None = None) -> TreeRoundCost:
+                    draft_widths: Sequence[int] | None = None, extend_tokens: int | None = None) -> TreeRoundCost:
     """Draft (one forward per level over its parents), verify (n + 1 tokens), overhead (n drafted tokens).
 
     ``draft_widths``: the parents each draft forward runs over, when the engine
     drafts more than the tree keeps (SGLang drafts ``topk`` beams for
     ``num_steps`` levels, then keeps the best ``num_draft_tokens − 1`` nodes);
     the tree's own :attr:`TokenTree.frontier_widths` by default.
+    ``extend_tokens``: the positions the draft's extend pass reads after the
+    verification (the accepted path at most: ``depth + 1`` by default; SGLang
+    pads it to ``num_steps + 1``), where the cost model prices that pass.
     """
     widths = tree.frontier_widths if draft_widths is None else tuple(draft_widths)
     draft = math.fsum(draft_forward_ms(cost, w, context_tokens, batch) for w in widths)
-    return TreeRoundCost(draft, cost.verify_ms(tree.n_nodes + 1, context_tokens, batch),
+    extend = tree.depth + 1 if extend_tokens is None else int(extend_tokens)
+    return TreeRoundCost(draft, verify_extend_ms(cost, tree.n_nodes + 1, extend, context_tokens, batch),
                          cost.round_overhead_ms(tree.n_nodes))
+
+
+def sglang_draft_widths(num_steps: int, topk: int) -> tuple[int, ...]:
+    """The tokens per sequence of each draft forward of SGLang's EAGLE round: 1, then ``topk`` per later step.
+
+    ``EAGLEWorker.draft_forward`` (``python/sglang/srt/speculative/eagle_worker.py``) runs
+    ``num_steps − 1`` forwards over ``topk`` tokens per sequence ("we get 1 token from draft prefill and (#spec
+    steps − 1) tokens here"); the first step's candidates come from the draft's extend pass after the previous
+    verification (``forward_draft_extend_after_decode``, ``num_tokens_per_req = num_steps + 1``), priced as one
+    one-token step plus that pass's extra width (:func:`verify_extend_ms`)."""
+    return (1, *[int(topk)] * (int(num_steps) - 1))
+
+
+def sglang_round_cost(cost: CostModel, num_steps: int, topk: int, num_draft_tokens: int,
+                      context_tokens: float = 0.0, batch: int = 1) -> TreeRoundCost:
+    """One round of SGLang's EAGLE worker with its three flags, whatever tree it keeps: the draft forwards of
+    :func:`sglang_draft_widths`, the target's verification of ``num_draft_tokens`` per sequence (the root
+    included) with the draft's extend pass over ``num_steps + 1`` positions, and the cost model's round overhead
+    for ``num_draft_tokens − 1`` drafted tokens. A chain (``topk`` 1, ``num_draft_tokens = num_steps + 1``) is
+    exactly the chain round of :func:`sim.cost.round_time_ms`."""
+    if min(num_steps, topk) < 1 or num_draft_tokens < 2:
+        raise ValueError(f"SGLang's tree flags need num_steps >= 1, topk >= 1, num_draft_tokens >= 2; got "
+                         f"{num_steps}, {topk}, {num_draft_tokens}")
+    draft = math.fsum(draft_forward_ms(cost, w, context_tokens, batch) for w in sglang_draft_widths(num_steps, topk))
+    verify = verify_extend_ms(cost, num_draft_tokens, num_steps + 1, context_tokens, batch)
+    return TreeRoundCost(draft, verify, cost.round_overhead_ms(num_draft_tokens - 1))
 
 
 @dataclass(frozen=True)
@@ -441,7 +489,8 @@ class TreePrediction(PredictionRow):
 
 
 def predict_tree(tree: TokenTree, acceptance: PositionalAcceptance, cost: CostModel, context_tokens: float = 0.0,
-                 batch: int = 1, draft_widths: Sequence[int] | None = None) -> TreePrediction:
+                 batch: int = 1, draft_widths: Sequence[int] | None = None,
+                 extend_tokens: int | None = None) -> TreePrediction:
     """Speedup of ``tree`` over autoregressive decoding: E[τ] × target step / round time (renewal-reward).
 
     ``batch``: every sequence of an iteration-level batch drafts and verifies
@@ -451,7 +500,7 @@ def predict_tree(tree: TokenTree, acceptance: PositionalAcceptance, cost: CostMo
     probs = accepted_length_distribution(tree, acceptance)
     tau = expected_accepted_length(tree, acceptance)
     assert math.isclose(tau, float(np.arange(1, probs.size + 1) @ probs), rel_tol=1e-9, abs_tol=1e-12)
-    rc = tree_round_cost(tree, cost, context_tokens, batch, draft_widths)
+    rc = tree_round_cost(tree, cost, context_tokens, batch, draft_widths, extend_tokens)
     return TreePrediction(
         gamma=tree.n_nodes, paths=tree.paths, depth=tree.depth, accepted_length_probs=tuple(float(x) for x in probs),
         **timing_fields(tau, rc.draft_ms, rc.verify_ms, rc.overhead_ms, cost.target_step_ms(context_tokens, batch)))
@@ -460,5 +509,6 @@ def predict_tree(tree: TokenTree, acceptance: PositionalAcceptance, cost: CostMo
 __all__ = [
     "PositionalAcceptance", "TokenTree", "TreePrediction", "TreeRoundCost", "TreeSampler",
     "accepted_length_distribution", "expected_accepted_length", "load_positional", "node_acceptance",
-    "positional_from_dict", "predict_tree", "tree_round_cost",
+    "positional_from_dict", "predict_tree", "sglang_draft_widths", "sglang_round_cost", "tree_round_cost",
+    "verify_extend_ms",
 ]

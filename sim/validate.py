@@ -56,6 +56,7 @@ from sim.published import PublishedResult, load_published
 from sim.kernels import ATTENTION_RULES
 from sim.modelref import resolve_model
 from sim.stepcost import TP_SIZES, EngineRoundOverhead, GpuSetup, StepCost, build_step_cost
+from sim.trees import sglang_round_cost
 from toolkit.cli import OneLineParser, nonempty_arg
 
 PROG = "python -m sim validate"
@@ -63,6 +64,7 @@ HARDWARE_NAMES = {"h100": "h100-sxm", "h200": "h200", "a100": "a100-80gb", "b200
                   "gb200": "gb200", "l40s": "l40s", "l4": "l4", "t4": "t4"}
 DRAFT_NAMES = {"eagle": "eagle", "eagle2": "eagle", "eagle3": "eagle3", "mtp": "mtp", "medusa": "medusa",
                "ngram": "ngram", "suffix": "ngram", "pld": "ngram"}
+TREE_DRAFTS = ("eagle", "eagle2", "eagle3", "mtp")  # SGLang drafts these with its EAGLE worker's tree
 SOURCES = ("kernels", "roofline")
 ASKED = {"kernels": "auto", "roofline": "roofline"}  # the kernels column falls back (and says so) off the tables
 OVERHEAD_GRID_MS = [i / 100 for i in range(0, 301)]
@@ -95,17 +97,29 @@ class StepOverhead:
         return {"kind": "step+overhead", "per_step_ms": self.per_step_ms, "cost": self.cost.describe()}
 
 
+@dataclass(frozen=True)
+class TreeFlags:
+    """A published SGLang EAGLE tree: ``topk`` and ``num_draft_tokens`` (the root included; the steps are the
+    row's ``gamma``) and the published accept length, which a tree's τ is taken as directly."""
+
+    topk: int
+    num_draft_tokens: int
+    tau: float
+
+
 @dataclass
 class Priced:
-    """One row made expressible: its costs per source (a source that failed holds its reason)."""
+    """One row made expressible: its costs per source (a source that failed holds its reason). A chain carries
+    the i.i.d. α implied by its τ; a tree (``tree``) its flags and τ (``alpha`` is then ``None``)."""
 
     row: PublishedResult
-    alpha: float
+    alpha: float | None
     gamma: int
     batch: int
     context_tokens: float
     costs: dict[str, StepCost]
     held_out: bool
+    tree: TreeFlags | None = None
 
     def speedup(self, source: str, overhead: Overhead) -> float:
         """The predicted speedup with an engine overhead per round: a float is added to every draft step (a
@@ -121,6 +135,13 @@ class Priced:
         """Per source: tokens per round, round time and baseline step time (ms), without overhead."""
         out = {}
         for source, cost in self.costs.items():
+            if self.tree is not None:
+                t = self.tree
+                rc = sglang_round_cost(cost, self.gamma, t.topk, t.num_draft_tokens, self.context_tokens, self.batch)
+                out[source] = (t.tau, rc.draft_ms + rc.verify_ms + rc.overhead_ms,
+                               cost.target_step_ms(self.context_tokens, self.batch))
+                continue
+            assert self.alpha is not None
             row = predict_row(IIDAcceptance(self.alpha), cost, self.gamma, self.context_tokens, self.batch)
             out[source] = (row.expected_tokens_per_round, row.round_time_ms, row.baseline_ms_per_token)
         return out
@@ -135,7 +156,8 @@ def _why_not(r: PublishedResult) -> str | None:
     checks = [
         (r.published_speedup is None, "no published speedup or tokens/s pair"),
         (r.tau_incl_bonus is None, "no published acceptance convertible to tau (incl. bonus)"),
-        (r.tree_topk is not None or r.tree_num_draft_tokens is not None, "a tree draft (the seam prices chains)"),
+        (r.tree_topk is not None and (r.engine != "sglang" or r.draft_kind not in TREE_DRAFTS),
+         f"a {r.draft_kind} tree in {r.engine} (the seam prices SGLang's EAGLE trees: {', '.join(TREE_DRAFTS)})"),
         (r.gamma is None, "no chain length"),
         (r.batch_kind == "request_rate" or r.batch is None, "a request-rate row (needs the serve mode)"),
         (r.hardware not in HARDWARE_NAMES, f"hardware {r.hardware} has no profile"),
@@ -171,22 +193,26 @@ def price_row(r: PublishedResult, rule: str = "kv-once") -> Priced | str:
     if why is not None:
         return why
     assert r.gamma is not None and r.tau_incl_bonus is not None and r.batch is not None
-    tau = min(r.tau_incl_bonus, r.gamma + 1.0)
+    tau = min(r.tau_incl_bonus, r.gamma + 1.0)  # a tree of `gamma` steps accepts at most gamma + 1 tokens too
     context = float(r.input_tokens + (r.output_tokens or 0) / 2) if r.input_tokens else 1024.0
     target, draft, setup = _setup_for(r, context)
     tps = [setup.tp] if r.tp else list(TP_SIZES)
+    drafted = r.gamma if r.tree_num_draft_tokens is None else max(r.gamma, r.tree_num_draft_tokens - 1)
     costs: dict[str, StepCost] = {}
     last = ""
     for source in SOURCES:
         for tp in tps:
             try:
                 costs[source] = build_step_cost(target, draft, replace(setup, tp=tp, ep=tp), ASKED[source], r.batch,
-                                                context, r.gamma, rule)
+                                                context, drafted, rule)
                 break
             except ValueError as exc:
                 last = str(exc)
     if set(costs) != set(SOURCES):
         return f"cannot be priced: {last}"
+    if r.tree_topk is not None and r.tree_num_draft_tokens is not None:
+        tree = TreeFlags(r.tree_topk, r.tree_num_draft_tokens, tau)
+        return Priced(r, None, r.gamma, r.batch, context, costs, is_held_out(r.id), tree)
     try:
         alpha = implied_alpha_from_tau(tau, r.gamma)
     except ValueError as exc:
@@ -365,7 +391,8 @@ def report(rows: list[PublishedResult]) -> str:
         k = p.costs["kernels"].describe()
         lines.append(f"{p.row.id[:52]:52s} {'held' if p.held_out else 'fit':4s} {p.batch:3d} {p.gamma:2d} {pub:5.2f} "
                      f"{preds['kernels']:6.2f} {100 * _err(preds['kernels'], pub):+6.1f}% {preds['roofline']:6.2f} "
-                     f"{100 * _err(preds['roofline'], pub):+6.1f}%  {k['target']['source']} ({k['draft']['source']})")
+                     f"{100 * _err(preds['roofline'], pub):+6.1f}%  {k['target']['source']} ({k['draft']['source']})"
+                     + (f"  tree topk {p.tree.topk}, {p.tree.num_draft_tokens} tokens" if p.tree else ""))
     lines.append("")
     lines.append(f"medians over the {sum(p.costs['kernels'].target_side.source == 'kernels' for p in priced)} rows "
                  "the kernel tables priced (both sources on the same rows):")

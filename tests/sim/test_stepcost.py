@@ -180,3 +180,13 @@ def test_engine_round_overhead_terms() -> None:
     assert o.round_ms(3, batch=9) == pytest.approx(1.6 + 8 * 0.05)
     assert EngineRoundOverhead().round_ms(7, 64) == 0.0
     assert engine_round_overhead_ms(2, 4, 0.1) == pytest.approx(0.2)
+
+
+def test_a_tree_verifies_its_nodes_and_extends_over_the_accepted_path(model_dir: Path, no_kernels: None) -> None:
+    """verify_extend_ms: the target over the tree's tokens, the draft's extend pass over the path it names; a chain
+    verifies and extends over the same γ + 1 (verify_ms)."""
+    cost = build_step_cost(str(model_dir), "eagle3", GpuSetup(HARDWARE["h100-sxm"]), "auto")
+    assert cost.verify_extend_ms(4, 4, 512) == cost.verify_ms(4, 512)
+    tree = cost.verify_extend_ms(16, 5, 512, batch=4)
+    assert tree == pytest.approx(cost.target.forward_ms(16, 512, 4) + cost.draft.round_extra_ms(5, 512, 4))
+    assert cost.verify_ms(16, 512, 4) > tree  # an extend over all 16 would charge the draft more

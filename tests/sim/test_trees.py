@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from presets import RooflineForward, get_hardware, get_pair
 from sim.acceptance import IIDAcceptance, PerPositionAcceptance, expected_tokens_iid
 from sim.analytic import predict_row
-from sim.cost import LeviathanCost, RooflineCost, TabulatedCost, draft_forward_ms, pair_roofline_cost
+from sim.cost import LeviathanCost, RooflineCost, TabulatedCost, draft_forward_ms, pair_roofline_cost, round_time_ms
 from sim.trees import (
     PositionalAcceptance,
     TokenTree,
@@ -25,6 +25,8 @@ from sim.trees import (
     node_acceptance,
     positional_from_dict,
     predict_tree,
+    sglang_draft_widths,
+    sglang_round_cost,
     tree_round_cost,
 )
 
@@ -252,3 +254,18 @@ def test_medusa_heads_cost_one_pass_whatever_the_level_width():
     e = pair_roofline_cost(eagle, hw)
     assert draft_forward_ms(m, 64, 512.0, 64) == draft_forward_ms(m, 1, 512.0, 64)
     assert draft_forward_ms(e, 64, 512.0, 64) > draft_forward_ms(e, 1, 512.0, 64)
+
+
+def test_sglang_round_drafts_one_then_topk_and_extends_over_the_steps(known_cost):
+    cost = known_cost
+    assert sglang_draft_widths(4, 3) == (1, 3, 3, 3)
+    rc = sglang_round_cost(cost, 4, 3, 16, 512.0, batch=2)  # type: ignore[arg-type]
+    assert rc.draft_ms == pytest.approx(1.2 + 3 * 1.6)
+    assert rc.verify_ms == pytest.approx(10.0 + 0.5 * 16 * 2 + 0.2 * 5 * 2)  # extend over steps + 1, not 16
+    chain = sglang_round_cost(cost, 3, 1, 4, 512.0)  # type: ignore[arg-type]
+    assert chain.draft_ms + chain.verify_ms == pytest.approx(round_time_ms(cost, 3, 512.0))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="num_draft_tokens >= 2"):
+        sglang_round_cost(cost, 3, 2, 1)  # type: ignore[arg-type]
+    # a generic tree extends over its depth + 1 where the cost model prices the extend apart
+    rc_tree = tree_round_cost(TokenTree.from_branching((4, 2)), cost, 512.0)  # type: ignore[arg-type]
+    assert rc_tree.verify_ms == pytest.approx(10.0 + 0.5 * 13 + 0.2 * 3)

@@ -10,7 +10,7 @@ import pytest
 from sim import kernels
 from sim.published import PublishedResult
 from sim.stepcost import EngineRoundOverhead
-from sim.validate import Priced, fit_round_overhead, is_held_out, main
+from sim.validate import Priced, TreeFlags, fit_round_overhead, is_held_out, main
 
 HAS_KERNELS = kernels.kernels_unavailable() is None
 needs_kernels = pytest.mark.skipif(not HAS_KERNELS, reason="aiconfigurator-core (the costs extra) not installed")
@@ -39,6 +39,8 @@ def table(tmp_path: Path) -> Path:
     rows = [ROW.format(id=f"row-{i}", target="Llama-3.2-1B", draft="eagle3", hw="l4") for i in range(4)]
     rows.append(ROW.format(id="tree-row", target="Llama-3.2-1B", draft="eagle3", hw="l4").replace(
         "gamma = 3", "gamma = 3\ntree_topk = 4\ntree_num_draft_tokens = 8"))
+    rows.append(ROW.format(id="vllm-tree-row", target="Llama-3.2-1B", draft="eagle3", hw="l4").replace(
+        "gamma = 3", "gamma = 3\ntree_topk = 4\ntree_num_draft_tokens = 8").replace('"sglang"', '"vllm"'))
     rows.append(ROW.format(id="lookahead-row", target="Llama-3.2-1B", draft="lookahead", hw="l4"))
     path = tmp_path / "published.toml"
     path.write_text("".join(rows))
@@ -48,9 +50,11 @@ def table(tmp_path: Path) -> Path:
 def test_validate_prints_rows_medians_and_skips(table: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--table", str(table)]) == 0
     out = capsys.readouterr().out
-    assert "6 published rows: 4 expressed, 2 not" in out
+    assert "7 published rows: 5 expressed, 2 not" in out
     assert "median |error|, held-out rows, fitted overhead: kernels" in out
-    assert "tree-row: a tree draft" in out and "lookahead-row: draft kind lookahead" in out
+    assert "tree topk 4, 8 tokens" in out  # an SGLang EAGLE tree is priced as SGLang's round
+    assert "vllm-tree-row: a eagle3 tree in vllm (the seam prices SGLang's EAGLE trees" in out
+    assert "lookahead-row: draft kind lookahead" in out
     assert "roofline (roofline)" in out  # l4 has no kernel tables: both sources are the roofline there
 
 
@@ -69,7 +73,7 @@ def test_runs_without_the_extra(table: Path, monkeypatch: pytest.MonkeyPatch,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(kernels, "kernels_unavailable", lambda: "not installed")
     assert main(["--table", str(table)]) == 0
-    assert "4 expressed" in capsys.readouterr().out
+    assert "5 expressed" in capsys.readouterr().out
 
 
 def test_slowdowns_at_batch_above_1_are_reported_with_borrowed_acceptance(
@@ -165,3 +169,17 @@ def test_round_terms_are_recovered_from_the_fit_rows() -> None:
     fitted = fit_round_overhead(rows, "kernels")
     assert fitted.per_extra_sequence_ms == pytest.approx(0.02)
     assert fitted.round_ms(3, 1) == pytest.approx(truth.round_ms(3, 1), abs=1e-6)
+
+
+
+def test_a_tree_row_is_priced_as_sglangs_round(known_cost) -> None:
+    """A tree row's parts: the published τ, the SGLang round of its flags (known costs), the target step; the
+    per-step overhead is charged once per step."""
+    row = PublishedResult(id="t", target="t", draft_kind="eagle3", engine="sglang", source="a test",
+                          cells="written by the test", batch=2, gamma=4, tree_topk=3, tree_num_draft_tokens=16,
+                          acceptance=2.5, acceptance_kind="tau_incl_bonus", speedup=1.0, speedup_metric="throughput")
+    p = Priced(row, None, 4, 2, 512.0, {"kernels": known_cost}, False, TreeFlags(3, 16, 2.5))
+    tokens, round_ms, base_ms = p.parts["kernels"]
+    assert (tokens, base_ms) == (2.5, 10.5)
+    assert round_ms == pytest.approx((1.2 + 3 * 1.6) + (10.0 + 0.5 * 16 * 2 + 0.2 * 5 * 2))
+    assert p.speedup("kernels", 0.25) == pytest.approx(2.5 * 10.5 / (round_ms + 4 * 0.25))
