@@ -240,6 +240,30 @@ class EngineRoundOverhead:
                                         self.per_extra_sequence_ms)
 
 
+@dataclass(frozen=True)
+class EngineOverheads:
+    """One per-draft-step overhead for every engine and a per-round overhead of each engine's own (ms; an engine
+    not named pays none per round): SGLang's speculative rounds ran without its overlap scheduler before "spec
+    v2" while vLLM's and TensorRT-LLM's need not, so their per-round CPU time need not be the same."""
+
+    per_draft_step_ms: float = 0.0
+    per_round_ms: tuple[tuple[str, float], ...] = ()
+
+    def for_engine(self, engine: str) -> EngineRoundOverhead:
+        """The overhead a round of ``engine`` pays."""
+        return EngineRoundOverhead(self.per_draft_step_ms, dict(self.per_round_ms).get(engine, 0.0))
+
+
+SGLANG_OVERLAP_ROUND_MS = 1.96
+"""Time per speculative round SGLang's overlap scheduler for speculative decoding ("spec v2") hid in its own
+measurement, sgl-project/sglang PR #12128 ("Support overlap-spec-v2 with fa3 attention backend", 2025-10-25):
+``python3 -m sglang.test.send_one`` on DeepSeek-R1, ``--tp 8 --speculative-algorithm=EAGLE`` (Hopper: the PR
+enables FA3 MLA, "the default for dpsk + hopper"), 512 tokens at an acceptance length of 2.296 each way, cells
+"3.644 | 512 | 2.296 | 140.52" (v1) and "3.206 | 512 | 2.296 | 159.71" (v2): 2.296 × (1/140.52 − 1/159.71) s =
+1.96 ms per round at batch 1. A lower bound on the per-round CPU time SGLang v1 exposes (the PR notes kernels
+that still keep it from overlapping fully), on one setup."""
+
+
 def engine_round_overhead_ms(gamma: int, batch: int, per_draft_step_ms: float, per_round_ms: float = 0.0,
                              per_extra_sequence_ms: float = 0.0) -> float:
     """γ · per step + per round + (batch − 1) · per extra sequence (ms; see :class:`EngineRoundOverhead`)."""

@@ -4,6 +4,12 @@ Each row of the published table (:mod:`sim.published`) is priced through the
 step-cost seam (:mod:`sim.stepcost`) twice — kernel tables and roofline —
 from the row's target, draft, GPU, engine, dtype, TP and batch, with the
 row's τ (bonus token included) turned into the i.i.d. α at its chain length.
+An SGLang EAGLE tree (``gamma`` steps, ``tree_topk``, ``tree_num_draft_tokens``)
+is priced as the round SGLang's EAGLE worker runs for those flags
+(:func:`sim.trees.sglang_round_cost`: draft forwards over 1 then ``topk``
+tokens per sequence, the target's verification of the tree's tokens with the
+same attention rule as a chain, the draft's extend pass over ``steps + 1``
+positions), with the published accept length as τ.
 Printed: per row the prediction, the error against the published speedup and
 the source; the median |error| per source on the rows both could price; the
 rows whose acceptance was borrowed from a batch-1 row of the same source
@@ -26,12 +32,19 @@ beside the smaller model's (all held-out rows for the per-round term, those at
 batch > 1 for the per-sequence one) and whether it improves it; the slowdown
 count is printed for the per-step model and for the full one, with the
 published speedups at batch > 1 that are predicted as slowdowns (false alarms).
+Then a per-round term per engine (:class:`sim.stepcost.EngineOverheads`: SGLang
+ran speculative rounds without its overlap scheduler before "spec v2"),
+fitted jointly with the per-step one on the fit half; and SGLang's held at
+the value its own measurement gives (:data:`sim.stepcost.SGLANG_OVERLAP_ROUND_MS`),
+the per-step one refitted; each with its fit and held-out errors and its
+slowdown count.
 
 Assumptions, stated: a row without TP runs on the fewest GPUs of its node
 that hold the weights and KV cache; without a dtype, the checkpoint's own
 (fp8 where its config.json says so, else bf16); the context is the
 row's input tokens plus half its output tokens, else 1024; "concurrency B" is
-priced as B sequences in lockstep; a tree draft, a request-rate row, a row
+priced as B sequences in lockstep; a tree draft outside SGLang's EAGLE
+worker, a request-rate row, a row
 without a published acceptance or chain length, a draft kind the seam cannot
 price (Hydra, lookahead, REST, PLD) and a GPU or engine it does not know are
 not expressed, nor is a row on more GPUs than one node.
@@ -44,7 +57,7 @@ import statistics
 import sys
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -55,7 +68,8 @@ from sim.cost import CostModel
 from sim.published import PublishedResult, load_published
 from sim.kernels import ATTENTION_RULES
 from sim.modelref import resolve_model
-from sim.stepcost import TP_SIZES, EngineRoundOverhead, GpuSetup, StepCost, build_step_cost
+from sim.stepcost import (SGLANG_OVERLAP_ROUND_MS, TP_SIZES, EngineOverheads, EngineRoundOverhead, GpuSetup, StepCost,
+                          build_step_cost)
 from sim.trees import sglang_round_cost
 from toolkit.cli import OneLineParser, nonempty_arg
 
@@ -71,7 +85,8 @@ OVERHEAD_GRID_MS = [i / 100 for i in range(0, 301)]
 JOINT_STEP_GRID_MS = [i / 100 for i in range(0, 61)]  # per draft step, fitted jointly with the per-round term
 ROUND_GRID_MS = [i / 20 for i in range(0, 61)]  # per round: 0 to 3 ms by 0.05
 SEQUENCE_GRID_MS = [i / 100 for i in range(0, 51)]  # per sequence beyond the first: 0 to 0.5 ms by 0.01
-Overhead = float | EngineRoundOverhead  # a float is a per-draft-step overhead alone
+ENGINE_ROUND_GRID_MS = [i / 10 for i in range(0, 61)]  # per round of one engine: 0 to 6 ms by 0.1
+Overhead = float | EngineRoundOverhead | EngineOverheads  # a float is a per-draft-step overhead alone
 
 
 @dataclass(frozen=True)
@@ -126,6 +141,8 @@ class Priced:
         chain drafts γ tokens every round, so the round grows by γ · overhead, the same as
         :class:`StepOverhead` through ``predict_row``); an :class:`EngineRoundOverhead` adds its round time."""
         tokens, round_ms, base_ms = self.parts[source]
+        if isinstance(overhead, EngineOverheads):
+            overhead = overhead.for_engine(self.row.engine)
         extra = (overhead.round_ms(self.gamma, self.batch) if isinstance(overhead, EngineRoundOverhead)
                  else self.gamma * overhead)
         return tokens * base_ms / (round_ms + extra)
@@ -261,6 +278,31 @@ def fit_round_overhead(rows: list[Priced], source: str, per_sequence: bool = Tru
     return EngineRoundOverhead(float(s), float(r), float(q))
 
 
+def fit_engine_overheads(rows: list[Priced], source: str, fixed: dict[str, float] | None = None) -> EngineOverheads:
+    """One per-step overhead and a per-round overhead per engine of ``rows`` (those in ``fixed`` held at their
+    given value) minimising, jointly on their grids, the median |error| on ``rows``; ties go to the smallest sum."""
+    fixed = fixed or {}
+    engines = sorted({p.row.engine for p in rows} | set(fixed))
+    if not rows:
+        return EngineOverheads(0.0, tuple((e, fixed.get(e, 0.0)) for e in engines))
+    parts = np.array([p.parts[source] for p in rows])
+    gamma = np.array([p.gamma for p in rows], dtype=float)
+    pub = np.array([float(p.row.published_speedup or 1) for p in rows])
+    which = np.array([engines.index(p.row.engine) for p in rows])
+    grids = [np.array([fixed[e]] if e in fixed else ENGINE_ROUND_GRID_MS) for e in engines]
+    rounds = np.stack(np.meshgrid(*grids, indexing="ij"), axis=-1).reshape(-1, len(engines))
+    best: tuple[float, float, float, np.ndarray] | None = None
+    for step in JOINT_STEP_GRID_MS:
+        added = step * gamma + rounds[:, which]  # (round combinations, rows)
+        errors = np.median(np.abs(parts[:, 0] * parts[:, 2] / (parts[:, 1] + added) / pub - 1.0), axis=1)
+        i = int(np.lexsort((rounds.sum(axis=1), errors))[0])  # the least error, then the smallest sum
+        key = (float(errors[i]), step + float(rounds[i].sum()))
+        if best is None or key < (best[0], best[1]):
+            best = (key[0], key[1], step, rounds[i])
+    assert best is not None
+    return EngineOverheads(best[2], tuple((e, float(r)) for e, r in zip(engines, best[3])))
+
+
 def _median(values: list[float]) -> str:
     return f"{100 * statistics.median(values):.1f}%" if values else "-"
 
@@ -328,16 +370,43 @@ def round_term_lines(priced: list[Priced], base: dict[str, float], extended: dic
     return lines
 
 
+def engine_term_lines(priced: list[Priced], base: dict[str, float], engine_fit: dict[str, EngineOverheads],
+                      engine_source: dict[str, EngineOverheads]) -> list[str]:
+    """The per-round term of each engine beside the per-step model: fitted on the fit rows, and SGLang's taken
+    from its source (:data:`sim.stepcost.SGLANG_OVERLAP_ROUND_MS`, the per-step term refitted); the fit and
+    held-out median |error| (the rows the kernel tables priced), held-out batch-1 and batch > 1 apart."""
+    covered = [p for p in priced if p.costs["kernels"].target_side.source == "kernels"]
+    fit = [p for p in covered if not p.held_out]
+    held = [p for p in covered if p.held_out]
+    lines = ["engine round terms: a per-round overhead per engine beside the per-step one, fitted on the fit rows; "
+             f"then SGLang's taken from its source ({SGLANG_OVERLAP_ROUND_MS:.2f} ms/round hidden by its overlap "
+             "scheduler, sgl-project/sglang PR #12128), the per-step term refitted (medians over the rows the kernel "
+             "tables priced):"]
+
+    def value(o: EngineOverheads) -> str:
+        return f"{o.per_draft_step_ms:.2f} ms/step; " + ", ".join(f"{e} {r:.2f}" for e, r in o.per_round_ms)
+    for s in SOURCES:
+        models: list[tuple[str, Overhead, str]] = [
+            ("per draft step", base[s], f"{base[s]:.2f} ms/step"),
+            ("+ per round per engine", engine_fit[s], value(engine_fit[s]) + " ms/round"),
+            ("+ SGLang's from source", engine_source[s], value(engine_source[s]) + " ms/round")]
+        for name, o, text in models:
+            errs = [_pct(median_error(rows, s, o)) for rows in (
+                fit, held, [p for p in held if p.batch == 1], [p for p in held if p.batch > 1])]
+            lines.append(f"  {s:8s} {name:23s} {text:48s} fit {errs[0]:>6s}, held out {errs[1]:>6s}, held-out "
+                         f"batch-1 {errs[2]:>6s}, held out at batch > 1 {errs[3]:>6s}")
+    return lines
+
+
 def slowdown_lines(rows: list[PublishedResult], priced: list[Priced], skipped: dict[str, str],
-                   overhead: dict[str, float], extended: dict[str, EngineRoundOverhead] | None = None) -> list[str]:
+                   models: list[tuple[str, Mapping[str, Overhead]]]) -> list[str]:
     """Every published slowdown at batch > 1: its prediction per source (and whether it is below 1), or why
     it is not expressed; then the count the issue asks for (a slowdown "predicted" by the kernel column) and the
-    false alarms (published speedups at batch > 1 predicted below 1), under the per-step overhead and, where
-    given, under the fitted :class:`EngineRoundOverhead` ("with the round terms")."""
+    false alarms (published speedups at batch > 1 predicted below 1), under each overhead model of ``models``
+    (a label and the overhead per source; the first, unlabelled, is the per-step overhead)."""
     by_id = {p.row.id: p for p in priced}
     slow = [r for r in rows if is_published_slowdown(r)]
     lines = [f"published slowdowns at batch > 1 (request-rate rows included): {len(slow)}"]
-    models: list[tuple[str, dict]] = [("", overhead)] + ([("with the round terms", extended)] if extended else [])
     for r in slow:
         p = by_id.get(r.id)
         head = f"  {r.id}: published {float(r.published_speedup or 1):.2f}x"
@@ -402,8 +471,13 @@ def report(rows: list[PublishedResult]) -> str:
                 f"{s} {_median(errs.get((s, kind, held), []))}" for s in SOURCES))
     lines.extend(rule_evidence(priced, overhead["kernels"]))
     lines.extend(borrowed_lines(rows))
+    engine_fit = {s: fit_engine_overheads(fit, s) for s in SOURCES}
+    engine_source = {s: fit_engine_overheads(fit, s, {"sglang": SGLANG_OVERLAP_ROUND_MS}) for s in SOURCES}
     lines.extend(round_term_lines(priced, overhead, extended))
-    lines.extend(slowdown_lines(rows, priced, dict(skipped), overhead, extended))
+    lines.extend(engine_term_lines(priced, overhead, engine_fit, engine_source))
+    lines.extend(slowdown_lines(rows, priced, dict(skipped), [
+        ("", overhead), ("with the round terms", extended), ("with the engine round terms", engine_fit),
+        ("with SGLang's round term from its source", engine_source)]))
     lines.append("")
     lines.append("not expressed:")
     lines.extend(f"  {rid}: {why}" for rid, why in skipped)

@@ -11,7 +11,7 @@ import pytest
 from presets.hardware import HARDWARE
 from sim import kernels
 from sim.cli import main as sim_main
-from sim.stepcost import (EngineRoundOverhead, GpuSetup, StepCost, build_step_cost, engine_round_overhead_ms,
+from sim.stepcost import (EngineOverheads, EngineRoundOverhead, GpuSetup, StepCost, build_step_cost, engine_round_overhead_ms,
                           source_lines)
 from sim.tree_cli import main as tree_main
 from tests.support.model_configs import LLAMA_LIKE, MOE_LIKE
@@ -180,6 +180,9 @@ def test_engine_round_overhead_terms() -> None:
     assert o.round_ms(3, batch=9) == pytest.approx(1.6 + 8 * 0.05)
     assert EngineRoundOverhead().round_ms(7, 64) == 0.0
     assert engine_round_overhead_ms(2, 4, 0.1) == pytest.approx(0.2)
+    per_engine = EngineOverheads(0.1, (("sglang", 2.0),))
+    assert per_engine.for_engine("sglang").round_ms(3) == pytest.approx(2.3)
+    assert per_engine.for_engine("vllm").round_ms(3) == pytest.approx(0.3)  # an engine not named: none per round
 
 
 def test_a_tree_verifies_its_nodes_and_extends_over_the_accepted_path(model_dir: Path, no_kernels: None) -> None:

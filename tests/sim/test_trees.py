@@ -259,13 +259,13 @@ def test_medusa_heads_cost_one_pass_whatever_the_level_width():
 def test_sglang_round_drafts_one_then_topk_and_extends_over_the_steps(known_cost):
     cost = known_cost
     assert sglang_draft_widths(4, 3) == (1, 3, 3, 3)
-    rc = sglang_round_cost(cost, 4, 3, 16, 512.0, batch=2)  # type: ignore[arg-type]
+    rc = sglang_round_cost(cost, 4, 3, 16, 512.0, batch=2)
     assert rc.draft_ms == pytest.approx(1.2 + 3 * 1.6)
     assert rc.verify_ms == pytest.approx(10.0 + 0.5 * 16 * 2 + 0.2 * 5 * 2)  # extend over steps + 1, not 16
-    chain = sglang_round_cost(cost, 3, 1, 4, 512.0)  # type: ignore[arg-type]
-    assert chain.draft_ms + chain.verify_ms == pytest.approx(round_time_ms(cost, 3, 512.0))  # type: ignore[arg-type]
+    chain = sglang_round_cost(cost, 3, 1, 4, 512.0)
+    assert chain.draft_ms + chain.verify_ms == pytest.approx(round_time_ms(cost, 3, 512.0))
     with pytest.raises(ValueError, match="num_draft_tokens >= 2"):
-        sglang_round_cost(cost, 3, 2, 1)  # type: ignore[arg-type]
+        sglang_round_cost(cost, 3, 2, 1)
     # a generic tree extends over its depth + 1 where the cost model prices the extend apart
-    rc_tree = tree_round_cost(TokenTree.from_branching((4, 2)), cost, 512.0)  # type: ignore[arg-type]
+    rc_tree = tree_round_cost(TokenTree.from_branching((4, 2)), cost, 512.0)
     assert rc_tree.verify_ms == pytest.approx(10.0 + 0.5 * 13 + 0.2 * 3)

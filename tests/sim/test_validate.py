@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -9,8 +10,8 @@ import pytest
 
 from sim import kernels
 from sim.published import PublishedResult
-from sim.stepcost import EngineRoundOverhead
-from sim.validate import Priced, TreeFlags, fit_round_overhead, is_held_out, main
+from sim.stepcost import EngineOverheads, EngineRoundOverhead
+from sim.validate import Priced, TreeFlags, fit_engine_overheads, fit_round_overhead, is_held_out, main
 
 HAS_KERNELS = kernels.kernels_unavailable() is None
 needs_kernels = pytest.mark.skipif(not HAS_KERNELS, reason="aiconfigurator-core (the costs extra) not installed")
@@ -100,6 +101,9 @@ def test_slowdowns_at_batch_above_1_are_reported_with_borrowed_acceptance(
     assert "published slowdowns at batch > 1: 1 expressed, 1 predicted as slowdowns (kernels; roofline: 1)" in out
     assert "(false alarms): 0 of 0 (kernels; roofline: 0)" in out
     assert "published slowdowns at batch > 1 (with the round terms): 1 expressed" in out
+    assert "published slowdowns at batch > 1 (with the engine round terms): 1 expressed" in out
+    assert "published slowdowns at batch > 1 (with SGLang's round term from its source): 1 expressed" in out
+    assert "  kernels  + SGLang's from source  " in out and "sglang 1.96 ms/round" in out
 
 
 LLAMA_LIKE = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 16, "hidden_size": 2048,
@@ -183,3 +187,24 @@ def test_a_tree_row_is_priced_as_sglangs_round(known_cost) -> None:
     assert (tokens, base_ms) == (2.5, 10.5)
     assert round_ms == pytest.approx((1.2 + 3 * 1.6) + (10.0 + 0.5 * 16 * 2 + 0.2 * 5 * 2))
     assert p.speedup("kernels", 0.25) == pytest.approx(2.5 * 10.5 / (round_ms + 4 * 0.25))
+
+
+def test_engine_round_terms_are_recovered_and_one_can_be_fixed() -> None:
+    """Rows of two engines made from a known per-step overhead and a per-round one per engine give them back; an
+    engine's per-round term held at a given value leaves the per-step one to the fit."""
+    truth = EngineOverheads(0.2, (("sglang", 1.5), ("trtllm", 0.3)))
+    rows = []
+    for i, (engine, gamma) in enumerate(itertools.product(("sglang", "trtllm"), (1, 3, 5))):
+        tokens, round_ms, base_ms = 1.0 + 0.4 * gamma, 5.0 + gamma, 4.0
+        speedup = tokens * base_ms / (round_ms + truth.for_engine(engine).round_ms(gamma))
+        row = PublishedResult(id=f"r{i}", target="t", draft_kind="eagle3", engine=engine, source="a test",
+                              cells="written by the test", gamma=gamma, speedup=speedup, speedup_metric="throughput")
+        p = Priced(row, 0.7, gamma, 1, 1024.0, {}, False)
+        p.__dict__["parts"] = {"kernels": (tokens, round_ms, base_ms)}  # the cached property, set by hand
+        rows.append(p)
+    fitted = fit_engine_overheads(rows, "kernels")
+    assert fitted.per_draft_step_ms == pytest.approx(0.2)
+    assert dict(fitted.per_round_ms) == pytest.approx({"sglang": 1.5, "trtllm": 0.3})
+    held = fit_engine_overheads(rows, "kernels", {"sglang": 1.5})
+    assert held.per_draft_step_ms == pytest.approx(0.2) and dict(held.per_round_ms)["sglang"] == 1.5
+    assert rows[0].speedup("kernels", truth) == pytest.approx(rows[0].row.speedup)
