@@ -242,16 +242,26 @@ class EngineRoundOverhead:
 
 @dataclass(frozen=True)
 class EngineOverheads:
-    """One per-draft-step overhead for every engine and a per-round overhead of each engine's own (ms; an engine
-    not named pays none per round): SGLang's speculative rounds ran without its overlap scheduler before "spec
-    v2" while vLLM's and TensorRT-LLM's need not, so their per-round CPU time need not be the same."""
+    """One per-draft-step overhead for every engine and a per-round overhead of each round kind's own (ms; a kind
+    not named pays none per round; a tree round pays its engine's unless its kind has one of its own). A kind is
+    an engine for a chain, ``"<engine> tree"`` for a token tree:
+    SGLang's speculative rounds ran without its overlap scheduler before "spec v2" while vLLM's and
+    TensorRT-LLM's need not, and an SGLang tree round does work a chain's does not (selecting the verify tree
+    from ``topk`` beams, building its mask and positions, walking it to accept), so their per-round time need
+    not be the same."""
 
     per_draft_step_ms: float = 0.0
     per_round_ms: tuple[tuple[str, float], ...] = ()
 
-    def for_engine(self, engine: str) -> EngineRoundOverhead:
-        """The overhead a round of ``engine`` pays."""
-        return EngineRoundOverhead(self.per_draft_step_ms, dict(self.per_round_ms).get(engine, 0.0))
+    def for_engine(self, engine: str, tree: bool = False) -> EngineRoundOverhead:
+        """The overhead a round of ``engine`` pays (a tree round where ``tree``)."""
+        rounds = dict(self.per_round_ms)
+        return EngineRoundOverhead(self.per_draft_step_ms, rounds.get(round_kind(engine, tree), rounds.get(engine, 0.0)))
+
+
+def round_kind(engine: str, tree: bool = False) -> str:
+    """The key of :attr:`EngineOverheads.per_round_ms` for a round of ``engine``: the engine, or ``"<engine> tree"``."""
+    return f"{engine} tree" if tree else engine
 
 
 SGLANG_OVERLAP_ROUND_MS = 1.96

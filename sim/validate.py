@@ -69,7 +69,7 @@ from sim.published import PublishedResult, load_published
 from sim.kernels import ATTENTION_RULES
 from sim.modelref import resolve_model
 from sim.stepcost import (SGLANG_OVERLAP_ROUND_MS, TP_SIZES, EngineOverheads, EngineRoundOverhead, GpuSetup, StepCost,
-                          build_step_cost)
+                          build_step_cost, round_kind)
 from sim.trees import sglang_round_cost
 from toolkit.cli import OneLineParser, nonempty_arg
 
@@ -85,7 +85,7 @@ OVERHEAD_GRID_MS = [i / 100 for i in range(0, 301)]
 JOINT_STEP_GRID_MS = [i / 100 for i in range(0, 61)]  # per draft step, fitted jointly with the per-round term
 ROUND_GRID_MS = [i / 20 for i in range(0, 61)]  # per round: 0 to 3 ms by 0.05
 SEQUENCE_GRID_MS = [i / 100 for i in range(0, 51)]  # per sequence beyond the first: 0 to 0.5 ms by 0.01
-ENGINE_ROUND_GRID_MS = [i / 10 for i in range(0, 61)]  # per round of one engine: 0 to 6 ms by 0.1
+ENGINE_ROUND_GRID_MS = [i / 5 for i in range(0, 31)]  # per round of one engine (chain or tree): 0 to 6 ms by 0.2
 Overhead = float | EngineRoundOverhead | EngineOverheads  # a float is a per-draft-step overhead alone
 
 
@@ -142,7 +142,7 @@ class Priced:
         :class:`StepOverhead` through ``predict_row``); an :class:`EngineRoundOverhead` adds its round time."""
         tokens, round_ms, base_ms = self.parts[source]
         if isinstance(overhead, EngineOverheads):
-            overhead = overhead.for_engine(self.row.engine)
+            overhead = overhead.for_engine(self.row.engine, self.tree is not None)
         extra = (overhead.round_ms(self.gamma, self.batch) if isinstance(overhead, EngineRoundOverhead)
                  else self.gamma * overhead)
         return tokens * base_ms / (round_ms + extra)
@@ -278,25 +278,37 @@ def fit_round_overhead(rows: list[Priced], source: str, per_sequence: bool = Tru
     return EngineRoundOverhead(float(s), float(r), float(q))
 
 
-def fit_engine_overheads(rows: list[Priced], source: str, fixed: dict[str, float] | None = None) -> EngineOverheads:
-    """One per-step overhead and a per-round overhead per engine of ``rows`` (those in ``fixed`` held at their
+def _row_medians(a: np.ndarray) -> np.ndarray:
+    """The median of each row of ``a`` (what ``np.median(a, axis=1)`` gives, by a partial sort: faster)."""
+    n = a.shape[1]
+    part = np.partition(a, [(n - 1) // 2, n // 2], axis=1)
+    return (part[:, (n - 1) // 2] + part[:, n // 2]) / 2
+
+
+def fit_engine_overheads(rows: list[Priced], source: str, fixed: dict[str, float] | None = None,
+                         by_shape: bool = False) -> EngineOverheads:
+    """One per-step overhead and a per-round overhead per engine of ``rows`` (with ``by_shape``, per round kind:
+    an engine's chains and its trees apart, :func:`sim.stepcost.round_kind`; those in ``fixed`` held at their
     given value) minimising, jointly on their grids, the median |error| on ``rows``; ties go to the smallest sum."""
     fixed = fixed or {}
-    engines = sorted({p.row.engine for p in rows} | set(fixed))
+    kinds = [round_kind(p.row.engine, by_shape and p.tree is not None) for p in rows]
+    engines = sorted(set(kinds) | set(fixed))
     if not rows:
         return EngineOverheads(0.0, tuple((e, fixed.get(e, 0.0)) for e in engines))
     parts = np.array([p.parts[source] for p in rows])
     gamma = np.array([p.gamma for p in rows], dtype=float)
     pub = np.array([float(p.row.published_speedup or 1) for p in rows])
-    which = np.array([engines.index(p.row.engine) for p in rows])
+    which = np.array([engines.index(k) for k in kinds])
+    gain = parts[:, 0] * parts[:, 2] / pub  # the speedup over the published one is gain / round time
     grids = [np.array([fixed[e]] if e in fixed else ENGINE_ROUND_GRID_MS) for e in engines]
     rounds = np.stack(np.meshgrid(*grids, indexing="ij"), axis=-1).reshape(-1, len(engines))
+    base_ms = parts[:, 1] + rounds[:, which]  # round time of each row under each round combination
+    sums = rounds.sum(axis=1)
     best: tuple[float, float, float, np.ndarray] | None = None
     for step in JOINT_STEP_GRID_MS:
-        added = step * gamma + rounds[:, which]  # (round combinations, rows)
-        errors = np.median(np.abs(parts[:, 0] * parts[:, 2] / (parts[:, 1] + added) / pub - 1.0), axis=1)
-        i = int(np.lexsort((rounds.sum(axis=1), errors))[0])  # the least error, then the smallest sum
-        key = (float(errors[i]), step + float(rounds[i].sum()))
+        errors = _row_medians(np.abs(gain / (base_ms + step * gamma) - 1.0))
+        i = int(np.lexsort((sums, errors))[0])  # the least error, then the smallest sum
+        key = (float(errors[i]), step + float(sums[i]))
         if best is None or key < (best[0], best[1]):
             best = (key[0], key[1], step, rounds[i])
     assert best is not None
@@ -370,30 +382,28 @@ def round_term_lines(priced: list[Priced], base: dict[str, float], extended: dic
     return lines
 
 
-def engine_term_lines(priced: list[Priced], base: dict[str, float], engine_fit: dict[str, EngineOverheads],
-                      engine_source: dict[str, EngineOverheads]) -> list[str]:
-    """The per-round term of each engine beside the per-step model: fitted on the fit rows, and SGLang's taken
-    from its source (:data:`sim.stepcost.SGLANG_OVERLAP_ROUND_MS`, the per-step term refitted); the fit and
-    held-out median |error| (the rows the kernel tables priced), held-out batch-1 and batch > 1 apart."""
+def engine_term_lines(priced: list[Priced], base: dict[str, float],
+                      models: list[tuple[str, dict[str, EngineOverheads]]]) -> list[str]:
+    """Per-round terms beside the per-step model (``models``: a name and the overheads per source: per engine,
+    per engine and draft shape, SGLang's taken from its source); the fit and held-out median |error| (the rows
+    the kernel tables priced), held-out batch-1 and batch > 1 apart."""
     covered = [p for p in priced if p.costs["kernels"].target_side.source == "kernels"]
     fit = [p for p in covered if not p.held_out]
     held = [p for p in covered if p.held_out]
     lines = ["engine round terms: a per-round overhead per engine beside the per-step one, fitted on the fit rows; "
-             f"then SGLang's taken from its source ({SGLANG_OVERLAP_ROUND_MS:.2f} ms/round hidden by its overlap "
-             "scheduler, sgl-project/sglang PR #12128), the per-step term refitted (medians over the rows the kernel "
-             "tables priced):"]
+             "then an engine's tree rounds apart from its chains; then SGLang's taken from its source "
+             f"({SGLANG_OVERLAP_ROUND_MS:.2f} ms/round hidden by its overlap scheduler, sgl-project/sglang PR #12128), "
+             "the per-step term refitted (medians over the rows the kernel tables priced):"]
 
     def value(o: EngineOverheads) -> str:
         return f"{o.per_draft_step_ms:.2f} ms/step; " + ", ".join(f"{e} {r:.2f}" for e, r in o.per_round_ms)
     for s in SOURCES:
-        models: list[tuple[str, Overhead, str]] = [
-            ("per draft step", base[s], f"{base[s]:.2f} ms/step"),
-            ("+ per round per engine", engine_fit[s], value(engine_fit[s]) + " ms/round"),
-            ("+ SGLang's from source", engine_source[s], value(engine_source[s]) + " ms/round")]
-        for name, o, text in models:
-            errs = [_pct(median_error(rows, s, o)) for rows in (
+        rows: list[tuple[str, Overhead, str]] = [("per draft step", base[s], f"{base[s]:.2f} ms/step")] + [
+            (name, o[s], value(o[s]) + " ms/round") for name, o in models]
+        for name, o, text in rows:
+            errs = [_pct(median_error(ps, s, o)) for ps in (
                 fit, held, [p for p in held if p.batch == 1], [p for p in held if p.batch > 1])]
-            lines.append(f"  {s:8s} {name:23s} {text:48s} fit {errs[0]:>6s}, held out {errs[1]:>6s}, held-out "
+            lines.append(f"  {s:8s} {name:23s} {text:64s} fit {errs[0]:>6s}, held out {errs[1]:>6s}, held-out "
                          f"batch-1 {errs[2]:>6s}, held out at batch > 1 {errs[3]:>6s}")
     return lines
 
@@ -472,12 +482,14 @@ def report(rows: list[PublishedResult]) -> str:
     lines.extend(rule_evidence(priced, overhead["kernels"]))
     lines.extend(borrowed_lines(rows))
     engine_fit = {s: fit_engine_overheads(fit, s) for s in SOURCES}
+    shape_fit = {s: fit_engine_overheads(fit, s, by_shape=True) for s in SOURCES}
     engine_source = {s: fit_engine_overheads(fit, s, {"sglang": SGLANG_OVERLAP_ROUND_MS}) for s in SOURCES}
     lines.extend(round_term_lines(priced, overhead, extended))
-    lines.extend(engine_term_lines(priced, overhead, engine_fit, engine_source))
+    lines.extend(engine_term_lines(priced, overhead, [
+        ("+ per round per engine", engine_fit), ("+ trees apart", shape_fit), ("+ SGLang's from source", engine_source)]))
     lines.extend(slowdown_lines(rows, priced, dict(skipped), [
         ("", overhead), ("with the round terms", extended), ("with the engine round terms", engine_fit),
-        ("with SGLang's round term from its source", engine_source)]))
+        ("with the engine and tree round terms", shape_fit), ("with SGLang's round term from its source", engine_source)]))
     lines.append("")
     lines.append("not expressed:")
     lines.extend(f"  {rid}: {why}" for rid, why in skipped)

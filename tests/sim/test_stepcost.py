@@ -183,6 +183,9 @@ def test_engine_round_overhead_terms() -> None:
     per_engine = EngineOverheads(0.1, (("sglang", 2.0),))
     assert per_engine.for_engine("sglang").round_ms(3) == pytest.approx(2.3)
     assert per_engine.for_engine("vllm").round_ms(3) == pytest.approx(0.3)  # an engine not named: none per round
+    assert per_engine.for_engine("sglang", tree=True).round_ms(3) == pytest.approx(2.3)  # no tree term: the engine's
+    by_shape = EngineOverheads(0.1, (("sglang", 2.0), ("sglang tree", 3.0)))
+    assert by_shape.for_engine("sglang", tree=True).round_ms(3) == pytest.approx(3.3)
 
 
 def test_a_tree_verifies_its_nodes_and_extends_over_the_accepted_path(model_dir: Path, no_kernels: None) -> None:

@@ -189,22 +189,33 @@ def test_a_tree_row_is_priced_as_sglangs_round(known_cost) -> None:
     assert p.speedup("kernels", 0.25) == pytest.approx(2.5 * 10.5 / (round_ms + 4 * 0.25))
 
 
-def test_engine_round_terms_are_recovered_and_one_can_be_fixed() -> None:
-    """Rows of two engines made from a known per-step overhead and a per-round one per engine give them back; an
-    engine's per-round term held at a given value leaves the per-step one to the fit."""
-    truth = EngineOverheads(0.2, (("sglang", 1.5), ("trtllm", 0.3)))
+def _rows_of(truth: EngineOverheads, kinds: tuple[tuple[str, bool], ...]) -> list[Priced]:
+    """Rows of each (engine, tree) kind at 1, 3 and 5 draft steps whose published speedups ``truth`` gives."""
     rows = []
-    for i, (engine, gamma) in enumerate(itertools.product(("sglang", "trtllm"), (1, 3, 5))):
+    for i, ((engine, tree), gamma) in enumerate(itertools.product(kinds, (1, 3, 5))):
         tokens, round_ms, base_ms = 1.0 + 0.4 * gamma, 5.0 + gamma, 4.0
-        speedup = tokens * base_ms / (round_ms + truth.for_engine(engine).round_ms(gamma))
+        speedup = tokens * base_ms / (round_ms + truth.for_engine(engine, tree).round_ms(gamma))
         row = PublishedResult(id=f"r{i}", target="t", draft_kind="eagle3", engine=engine, source="a test",
                               cells="written by the test", gamma=gamma, speedup=speedup, speedup_metric="throughput")
-        p = Priced(row, 0.7, gamma, 1, 1024.0, {}, False)
+        p = Priced(row, 0.7, gamma, 1, 1024.0, {}, False, TreeFlags(4, 16, tokens) if tree else None)
         p.__dict__["parts"] = {"kernels": (tokens, round_ms, base_ms)}  # the cached property, set by hand
         rows.append(p)
-    fitted = fit_engine_overheads(rows, "kernels")
+    return rows
+
+
+def test_engine_round_terms_are_recovered_and_one_can_be_fixed() -> None:
+    """Rows made from a known per-step overhead and per-round ones give them back: per engine, per engine and draft
+    shape (an engine's trees apart from its chains); an engine's term held at a given value leaves the per-step
+    one to the fit. (The median |error| only sees a kind that at least half the rows need: two kinds a table.)"""
+    truth = EngineOverheads(0.2, (("sglang", 1.6), ("sglang tree", 3.0), ("trtllm", 0.4)))
+    chains = _rows_of(truth, (("sglang", False), ("trtllm", False)))
+    fitted = fit_engine_overheads(chains, "kernels")
     assert fitted.per_draft_step_ms == pytest.approx(0.2)
-    assert dict(fitted.per_round_ms) == pytest.approx({"sglang": 1.5, "trtllm": 0.3})
-    held = fit_engine_overheads(rows, "kernels", {"sglang": 1.5})
-    assert held.per_draft_step_ms == pytest.approx(0.2) and dict(held.per_round_ms)["sglang"] == 1.5
-    assert rows[0].speedup("kernels", truth) == pytest.approx(rows[0].row.speedup)
+    assert dict(fitted.per_round_ms) == pytest.approx({"sglang": 1.6, "trtllm": 0.4})
+    held = fit_engine_overheads(chains, "kernels", {"sglang": 1.6})
+    assert held.per_draft_step_ms == pytest.approx(0.2) and dict(held.per_round_ms)["trtllm"] == pytest.approx(0.4)
+    shapes = _rows_of(truth, (("sglang", False), ("sglang", True)))
+    by_shape = fit_engine_overheads(shapes, "kernels", by_shape=True)
+    assert dict(by_shape.per_round_ms) == pytest.approx({"sglang": 1.6, "sglang tree": 3.0})
+    assert all(p.speedup("kernels", by_shape) == pytest.approx(p.row.speedup) for p in shapes)
+    assert dict(fit_engine_overheads(shapes, "kernels").per_round_ms).keys() == {"sglang"}  # one term for both
