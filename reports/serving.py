@@ -9,12 +9,15 @@ repeat, the other processes' CPU per unit); fits nothing.
   throughput against load: closed-loop concurrency in one column, open-loop
   arrival rate in the other; measured points with their CI bars (held-out points
   marked), predicted curves as lines.
-* :func:`section_html` — that chart (inline SVG: the page needs no network), the
-  held-out error against its targets and the advice table, as one HTML fragment.
-* :func:`build_serving_report` — the page ``python -m reports`` writes for a serving
-  calibration: the answer first (where speculation pays, measured and advised,
-  the held-out error against its targets, the advised k's regret, what to do
-  next), then what was measured, the chart, every group, the advice and configs.
+* :func:`serving_section` — that chart, the held-out error against its targets and
+  the advice table, as a :class:`reports.builder.Section`; :func:`section_html` the
+  same as one HTML fragment (the chart inline as SVG: the page needs no network).
+* :func:`serving_pages` — the sections of the page ``python -m reports`` writes for a
+  serving calibration: the answer first (where speculation pays, measured and
+  advised, the held-out error against its targets, the advised k's regret, what to
+  do next), then what was measured, the chart, every group, the advice and configs,
+  the run's race; :func:`build_serving_report` (:data:`REPORT`) has the one page
+  builder draw them.
 
 ``python -m reports CAL_DIR`` (or the run directory holding ``calibration-serve/``)
 writes ``report.html`` into ``CAL_DIR/report`` (or ``--out DIR``); so does

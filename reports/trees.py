@@ -10,10 +10,12 @@ Reads what ``python -m calibrate trees`` wrote (``tree_predictions.csv``,
   prediction as an open mark beside it, and the calibrated predictions as
   lines: the best tree of each budget, the chain on the tree loop and on the
   chain loop.
-* :func:`section_html` — that chart (inline SVG), the held-out error against its
-  targets and the advice, as one HTML fragment.
-* :func:`build_trees_report` — the page ``python -m reports`` writes for a tree
-  calibration (or a tree run holding one in ``calibration/``).
+* :func:`trees_section` — that chart, the held-out error against its targets and
+  the advice, as a :class:`reports.builder.Section`; :func:`section_html` the
+  same as one HTML fragment (the chart inline as SVG).
+* :func:`trees_pages` — the sections of the page ``python -m reports`` writes for a
+  tree calibration (or a tree run holding one in ``calibration/``), which
+  :func:`build_trees_report` (:data:`REPORT`) has the one page builder draw.
 """
 
 from __future__ import annotations
