@@ -1,9 +1,10 @@
 """``python -m reports RUN_DIR_OR_CALIBRATION_DIR [--out DIR] [--no-png]``.
 
-A serving run (``python -m measure serve``) or its calibration (``python -m
-calibrate serve``) gets the serving report (:mod:`reports.serving`) instead; a
-tree run (``python -m measure tree``) or its calibration (``python -m calibrate
-trees``) the token-tree report (:mod:`reports.trees`).
+The kind of run the source is (its calibration's file, or the run's kind) picks the sections
+(:mod:`reports.kinds`): a chain sweep or head sweep gets the chain report (:mod:`reports.page`), a serving run
+(``python -m measure serve``) or its calibration (``python -m calibrate serve``) the serving report
+(:mod:`reports.serving`), a tree run (``python -m measure tree``) or its calibration (``python -m calibrate
+trees``) the token-tree report (:mod:`reports.trees`); one page builder (:mod:`reports.builder`) draws them.
 
 Writes ``report.html`` (the answer first, charts inline as SVG), one PNG and
 one interactive HTML per chart, and ``claims.html`` (published claims checked
@@ -27,7 +28,7 @@ PROG = "python -m reports"
 
 
 def _done(res) -> int:
-    """Print where the report went and its one JSON line (``res``: a :class:`reports.page.ReportResult`)."""
+    """Print where the report went and its one JSON line (``res``: a :class:`reports.builder.ReportResult`)."""
     print(f"report written to {res.html_path.resolve()}")
     print(json.dumps({"report": str(res.html_path.resolve()), "charts": list(res.charts),
                       "pngs": [str(p) for p in res.png_paths], "calibration": str(res.calibration_dir.resolve()),
@@ -56,25 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     try:  # each calibration is checked whole before --out is made: a damaged one draws nothing
         if args.out and Path(args.out).exists() and not Path(args.out).is_dir():  # said first, whatever the source
             check_output_dir("--out", Path(args.out))
-        from reports.serving import build_serving_report, read_serving_calibration, serve_calibration_dir
-        from reports.trees import build_trees_report, read_tree_calibration, tree_calibration_dir
+        from reports.builder import build
+        from reports.kinds import find_report
 
-        serve = serve_calibration_dir(src)
-        if serve is not None:  # python -m measure serve, calibrated by python -m calibrate serve
-            read_serving_calibration(serve)
-            check_output_dir("--out", Path(args.out) if args.out else serve / "report")
-            return _done(build_serving_report(serve, args.out, png=not args.no_png))
-        trees = tree_calibration_dir(src)
-        if trees is not None:  # python -m measure tree, calibrated by python -m calibrate trees
-            read_tree_calibration(trees)
-            check_output_dir("--out", Path(args.out) if args.out else trees / "report")
-            return _done(build_trees_report(trees, args.out, png=not args.no_png))
-        from reports.page import _load_calibration, build_report, read_calibration
-
-        read_calibration(_load_calibration(src))
-        check_output_dir("--out", Path(args.out) if args.out else src / "report")
-
-        res = build_report(args.src, args.out, png=not args.no_png)
+        res = build(find_report(src), src, args.out, png=not args.no_png,
+                    check_out=lambda out: check_output_dir("--out", out))
     except ValueError as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2

@@ -1,31 +1,36 @@
-"""The HTML report page: charts and tables from a calibration directory (or a run directory).
+"""The report of a chain sweep (or a head sweep): its sections, from a calibration directory (or a run directory).
 
-:func:`build_report` reads files only — a calibration directory written by
+:func:`chain_pages` reads files only — a calibration directory written by
 ``python -m calibrate`` (``calibration.json`` + CSVs) and the run
-directories it names. Given a run directory instead, it reads the
-calibration inside it (``<run>/calibration``, where ``python -m calibrate RUN``
-writes by default); a run directory without one is refused in one line, since
-fitting is calibrate's job. It writes ``report.html`` (charts inline as SVG, so the page
-renders without network or JavaScript), one PNG per chart (vl-convert) and
-one interactive HTML per chart.
+directories it names — and returns the sections of the page (the answer, what
+was measured, every cell, the charts, the error, the races, the fitted costs)
+and the published claims' page it links to; :func:`reports.builder.write_report`
+draws them: ``report.html`` (charts inline as SVG, so the page renders without
+network or JavaScript), one PNG and one interactive HTML per chart. Given a
+run directory instead, :func:`build_report` reads the calibration inside it
+(``<run>/calibration``, where ``python -m calibrate RUN`` writes by default); a
+run directory without one is refused in one line, since fitting is calibrate's job.
 
 The ``*_frame`` functions turn calibration/run tables into the data frames
-the pure builders of :mod:`reports.charts` take.
+the pure builders of :mod:`reports.charts` take; :func:`read_table`,
+:func:`read_doc` and :func:`judged_columns` are shared with the other kinds'
+sections (:mod:`reports.trees`, :mod:`reports.serving`).
 """
 
 from __future__ import annotations
 
 import html
 import json
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
-from typing import Mapping
 
 import altair as alt
 import pandas as pd
 
 from reports import charts
-from reports.published import published_table
+from reports.builder import Figure, KindReport, Page, ReportResult, Section, build, number_or_dash, table_html
+from reports.published import CLAIMS_LINK, claims_page
+from reports.race import race_sections
 from reports.summary import (
     METHOD_NAMES,
     CellResult,
@@ -37,7 +42,7 @@ from reports.summary import (
     measured_setups,
     predicted_optima,
 )
-from measure.runkinds import RunKind, read_kind
+from measure.runkinds import CHAIN, HEAD_SWEEP, RunKind, read_kind
 from toolkit.jsonio import read_json
 from toolkit.tables import Column, check_values, read_csv
 
@@ -170,65 +175,7 @@ def breakdown_frame(predictions: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["config", "component", "source", "ms"])
 
 
-# -- claims table ---------------------------------------------------------------------
-_VERDICT_COLOURS = {"consistent": "#1a7f37", "needs_alpha": "#9a6700", "not_reachable": "#cf222e"}
-_VERDICT_LABELS = {"consistent": "consistent", "needs_alpha": "needs α", "not_reachable": "not reachable"}
-
-
-def _num(v: object, fmt: str) -> str:
-    return "—" if v is None or (isinstance(v, float) and pd.isna(v)) else fmt.format(v)
-
-
-def claims_html(table: pd.DataFrame) -> str:
-    """The claims table (built by :func:`reports.published.published_table`, i.e. ``sim.claims``) as HTML."""
-    e = html.escape
-    rows = []
-    for _, r in table.iterrows():
-        kind = r["verdict_kind"]
-        status = ("" if r["status"] == "verified" else
-                  ' <span class="unverified">not verified here</span>')
-        extra = "".join(f'<div class="small">{e(label)}: {e(str(r[col]))}</div>'
-                        for label, col in (("would have to be true", "would_have_to_be_true"),
-                                           ("ms/token vs roofline", "roofline")) if r[col])
-        rows.append(
-            f'<tr id="claim-{e(r["claim"])}"><td><b>{e(r["quote"])}</b>{status}'
-            f'<div class="small">{e(r["source"])}</div>'
-            f'<div class="small">{e(r["verification"])}</div></td>'
-            f'<td>{e(r["mapped_to"])}<div class="small">{e(r["assumptions"])}</div></td>'
-            f'<td class="n">{r["claimed_speedup"]:.2f}×</td><td class="n">{int(r["gamma"])}</td>'
-            f'<td class="n">{r["cost_ratio"]:.3f}</td><td class="n">{r["bound_at_alpha1"]:.2f}×'
-            f'<div class="small">{e(r["speedup_by_alpha"]).replace(", ", "<br>")}</div></td>'
-            f'<td class="n">{_num(r["alpha_stated"], "{:.3f}")}</td>'
-            f'<td class="n">{_num(r["alpha_needed"], "{:.3f}")}</td>'
-            f'<td><span class="verdict" style="background:{_VERDICT_COLOURS[kind]}">{_VERDICT_LABELS[kind]}</span> '
-            f'{e(r["verdict"])}{extra}</td></tr>')
-    counts = table["verdict_kind"].value_counts()
-    summary = ", ".join(f"{counts.get(k, 0)} {_VERDICT_LABELS[k]}" for k in _VERDICT_COLOURS)
-    return (
-        "<p>Each claim mapped to a cost model (a preset pair on a preset device's roofline, or the c its source "
-        "states), then the simulator's own closed form at the claim's γ: the bound at α = 1, the α the claim "
-        "needs, and a verdict. <i>consistent</i>: reachable at the α the source states, or (none stated) at the "
-        "low end of the range typical for such drafts; <i>needs α</i>: only at a higher acceptance; <i>not "
-        "reachable</i>: above the bound at any α. γ not stated: the most favourable γ. The same table: "
-        f"<code>python -m sim check --claims</code>. {len(table)} claims: {e(summary)}.</p>"
-        '<table class="tbl claims"><thead><tr><th>claim and source</th><th>mapped to (assumptions)</th>'
-        "<th>claimed</th><th>γ</th><th>c</th><th>bound α=1 (speedup by α)</th><th>α stated</th><th>α needed</th>"
-        f"<th>verdict</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
-    )
-
-
 # -- page ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class ReportResult:
-    """Where the report went (``claims_path``: the page of published claims, linked from the report)."""
-
-    html_path: Path
-    png_paths: tuple[Path, ...]
-    charts: tuple[str, ...]
-    calibration_dir: Path
-    claims_path: Path | None = None
-
-
 def _load_calibration(src: Path) -> Path:
     if (src / CAL_JSON).exists():
         return src
@@ -260,21 +207,6 @@ def run_calibration_dir(src: str | Path, kind: RunKind) -> Path | None:
         return src / kind.calibration_dir
     raise ValueError(f"{str(src)!r} is a {kind.title} without a calibration; run {kind.calibrate_command} {src} "
                      f"first, then python -m reports {src / kind.calibration_dir}")
-
-
-def make_out_dir(out: Path) -> Path:
-    """Create the report's output directory ``out``; one-line ``ValueError`` when it cannot be made."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}") from None
-    return out
-
-
-def table_html(df: pd.DataFrame, floatfmt: str = "{:.3g}") -> str:
-    """``df`` as the page's HTML table (no index; floats as ``floatfmt``; missing values as a dash)."""
-    return df.to_html(index=False, border=0, classes="tbl", na_rep="—",
-                      float_format=lambda v: floatfmt.format(v))
 
 
 def judged_columns(df: pd.DataFrame, value: str, lo: str, hi: str, fmt: str) -> pd.DataFrame:
@@ -360,27 +292,6 @@ def read_calibration(cal_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
     return doc, pred, read_table(cal_dir / "speedup_curves.csv", values=CURVE_VALUES)
 
 
-_CSS = """
-body{font-family:system-ui,sans-serif;margin:20px 24px;max-width:1352px;color:#222;line-height:1.4}
-h1{font-size:24px;margin:0 0 10px} h2{font-size:19px;margin:22px 0 8px}
-.answer{border:2px solid #1a7f37;border-radius:8px;padding:10px 16px;background:#f6fbf7;margin:10px 0 16px}
-.answer p{margin:6px 0} .answer .big{font-size:19px;font-weight:600} .answer ol{margin:6px 0 4px 20px;padding:0}
-.answer li{margin:3px 0} .caveat{color:#9a6700} code{font-size:12px;overflow-wrap:anywhere}
-.grid{display:flex;flex-wrap:wrap;gap:16px} .chart{border:1px solid #ddd;border-radius:6px;padding:8px;
-  max-width:100%;overflow-x:auto} .chart h2{font-size:15px;margin:4px 0 8px}
-table.tbl{border-collapse:collapse;font-size:13px;margin:8px 0 16px;max-width:100%}
-table.tbl td,table.tbl th{padding:3px 8px;border-bottom:1px solid #eee;text-align:left;vertical-align:top;
-  overflow-wrap:anywhere} table.tbl th{overflow-wrap:normal} table.tbl td.n{text-align:right;white-space:nowrap}
-table.setup th{width:120px;color:#555;font-weight:600}
-table.claims td{max-width:420px} table.claims td:last-child{min-width:360px}
-table.claims td.n{text-align:right;white-space:nowrap}
-.small{font-size:11px;color:#555;margin-top:2px} .unverified{font-size:11px;color:#cf222e;font-weight:600}
-.verdict{color:#fff;border-radius:3px;padding:1px 5px;font-size:11px;font-weight:600;white-space:nowrap}
-td.label{white-space:nowrap} .key{font-size:12px;color:#555;margin:-4px 0 6px;max-width:560px}
-.flag{color:#9a6700;font-weight:600} .ok{color:#1a7f37} .bad{color:#cf222e} details{margin:10px 0}
-"""
-
-
 _CHART_KEYS = {
     "race": "Each point: a candidate's mean ratio to its group's leader after a pass (the leader at 1); bars: the "
             "interval the race judged it by (Bonferroni over looks and pairs); shape: leader, live, resolved or "
@@ -389,12 +300,6 @@ _CHART_KEYS = {
                         "γ. Lines: the calibrated prediction, solid over the measured γ, dashed beyond them (an "
                         "extrapolation); open triangle: the predicted best γ.",
 }
-
-
-def page_html(title: str, body: str) -> str:
-    """A whole page: ``body`` under the report's style sheet."""
-    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
-            f"<style>{_CSS}</style></head><body>\n{body}\n</body></html>\n")
 
 
 def _setups_html(setups: list[MeasuredSetup]) -> str:
@@ -439,8 +344,9 @@ def _cells_html(results: list[CellResult]) -> str:
             if p is None or p.speedup is None:
                 cells.append('<td class="n">—</td>')
                 continue
-            mark = {True: ' <span class="ok">in CI</span>', False: ' <span class="bad">outside CI</span>'}.get(
-                p.inside_ci, "")
+            marks: dict[bool | None, str] = {True: ' <span class="ok">in CI</span>',
+                                             False: ' <span class="bad">outside CI</span>'}
+            mark = marks.get(p.inside_ci, "")
             err = f" ({p.error_pct:.1f}%)" if p.error_pct is not None else ""
             cells.append(f'<td class="n">{p.speedup:.2f}×{err}{mark}</td>')
         rows.append(f"<tr><td class=\"label\">{e(r.label)}</td><td class=\"n\">{e(r.ci_text())}</td>"
@@ -460,8 +366,8 @@ def _mape_html(doc: dict, n_total: int) -> str:
         for method, v in table.items():
             share = v.get("share_inside_ci")
             rows.append(f"<tr><td>{e(split.replace('_', '-'))}</td><td>{e(METHOD_NAMES.get(method, method))}</td>"
-                        f"<td class=\"n\">{_num(v['speedup_mape_pct'], '{:.2f}')}</td>"
-                        f"<td class=\"n\">{_num(v['tokens_per_s_mape_pct'], '{:.2f}')}</td>"
+                        f"<td class=\"n\">{number_or_dash(v['speedup_mape_pct'], '{:.2f}')}</td>"
+                        f"<td class=\"n\">{number_or_dash(v['tokens_per_s_mape_pct'], '{:.2f}')}</td>"
                         f"<td class=\"n\">{v['n_cells']} of {n_total}</td><td class=\"n\">"
                         + (f"{v['n_inside_ci']}/{v['n_with_ci']} ({100 * share:.0f}%)" if share is not None else "n/a")
                         + "</td></tr>")
@@ -476,13 +382,6 @@ def _mape_html(doc: dict, n_total: int) -> str:
             f"<tbody>{''.join(rows)}</tbody></table>{apart}")
 
 
-def claims_page(table: pd.DataFrame) -> str:
-    """The published-claims page: the table of :func:`claims_html` with its own heading (not about any run)."""
-    return page_html("Published speculative-decoding claims, checked against the simulator",
-                 "<h1>Published speculative-decoding claims, checked against the simulator</h1>"
-                 + claims_html(table))
-
-
 def _title(setups: list[MeasuredSetup]) -> str:
     targets = sorted({st.target.split(" (")[0] for st in setups})
     drafts = sorted({d.split(" (")[0] for st in setups for d in st.drafts})
@@ -490,59 +389,10 @@ def _title(setups: list[MeasuredSetup]) -> str:
     return f"{', '.join(targets)} with {', '.join(drafts)} on {'; '.join(hw)}"
 
 
-def race_sections(metas: Mapping[str, Mapping]) -> list[tuple[str, str, alt.TopLevelMixin, str]]:
-    """Per run whose ``run.json`` has a ``race`` (``--until-decided``, chain or serving sweep): the chart of its
-    eliminations over time (name, title, chart) and the section's HTML (:mod:`reports.race`)."""
-    from reports.race import race_chart, race_frame, race_html
-
-    out = []
-    for i, (label, meta) in enumerate(metas.items()):
-        race = meta.get("race")
-        if not isinstance(race, dict):
-            continue
-        frame = race_frame(race)
-        if frame.empty:
-            continue
-        name = "race" if i == 0 else f"race_{i}"
-        text = (f'<h2 id="{name}-text">The race of {html.escape(label)}: eliminations over time</h2>'
-                + race_html(race, frame, table_html))
-        out.append((name, f"The race of {label}: each candidate's ratio to its leader at each look",
-                    race_chart(frame, (race.get("rule") or {}).get("regret")), text))
-    return out
-
-
-# long: one page, assembled top to bottom in the order the reader needs it
-def build_report(src: str | Path, out: str | Path | None = None, png: bool = True) -> ReportResult:
-    """Write ``report.html`` (+ PNGs, + ``claims.html``) for a calibration directory (or a run directory holding
-    one) into ``out``.
-
-    The page opens with the answer: the models, engine and machine measured;
-    the best measured speedup with its 95% CI; the held-out prediction error
-    and every cell left out of it, with the reason; what to do next. Then
-    every cell, the charts (predictions beyond the measured γ drawn dashed,
-    the best measured γ ringed apart from the predicted best), the error
-    table and the fitted costs. The published claims, which are about no run,
-    are on their own page. Incomplete runs are refused by ``python -m
-    calibrate`` (unless ``--allow-incomplete`` there), which wrote the
-    calibration this page reads.
-    """
-    src = Path(src)
-    out = Path(out) if out else (src / "report")
-    cal_dir = _load_calibration(src)
-    doc, pred, curves = read_calibration(cal_dir)  # checked whole before anything is drawn
-    make_out_dir(out)
-
-    from measure.records import load_run
-
-    runs = {label: load_run(info["path"]) for label, info in doc["runs"].items()}
-    cells = pd.concat([r.table("cells").assign(run=label) for label, r in runs.items()], ignore_index=True)
-    latency = pd.concat([r.table("token_latency") for r in runs.values()], ignore_index=True)
-    sweep = pd.concat([r.table("head_sweep") for r in runs.values()], ignore_index=True)
-
-    setups = measured_setups(doc, {label: r.meta for label, r in runs.items()}, cells)
-    results = cell_results(cells, pred)
-    head = headline(results, doc, predicted_optima(curves, results), cal_dir.resolve())
-
+def _figures(cal_dir: Path, pred: pd.DataFrame, curves: pd.DataFrame, cells: pd.DataFrame,
+             latency: pd.DataFrame, sweep: pd.DataFrame) -> list[Figure]:
+    """The charts of a chain calibration, each drawn only when there is something to draw (predictions beyond
+    the measured γ drawn dashed, the best measured γ ringed apart from the predicted best)."""
     built: list[tuple[str, str, alt.TopLevelMixin]] = []
     if len(curves):
         built.append(("speedup_vs_gamma", "Speedup against γ", charts.speedup_vs_gamma_chart(
@@ -563,38 +413,69 @@ def build_report(src: str | Path, out: str | Path | None = None, png: bool = Tru
         built.append(("latency_cdf", "Per-token latency CDF", charts.latency_cdf_chart(charts.latency_cdf(latency))))
     if len(sweep):
         built.append(("pareto", "Pruned draft head: Pareto frontier", charts.pareto_chart(sweep)))
+    return [Figure(name, chart, title, _CHART_KEYS.get(name, "")) for name, title, chart in built]
+
+
+def chain_pages(cal_dir: Path, checked: tuple[dict, pd.DataFrame, pd.DataFrame]) -> tuple[Page, Page]:
+    """The report of a chain (or head-sweep) calibration ``cal_dir`` (read: :func:`read_calibration`), and the
+    published claims' page it links to.
+
+    The page opens with the answer: the models, engine and machine measured;
+    the best measured speedup with its 95% CI; the held-out prediction error
+    and every cell left out of it, with the reason; what to do next. Then
+    every cell, the charts (and each raced run's race), the error table, the
+    races' text and the fitted costs. The published claims, which are about no
+    run, are on their own page. Incomplete runs are refused by ``python -m
+    calibrate`` (unless ``--allow-incomplete`` there), which wrote the
+    calibration this page reads.
+    """
+    doc, pred, curves = checked
+    from measure.records import load_run
+
+    runs = {label: load_run(info["path"]) for label, info in doc["runs"].items()}
+    cells = pd.concat([r.table("cells").assign(run=label) for label, r in runs.items()], ignore_index=True)
+    latency = pd.concat([r.table("token_latency") for r in runs.values()], ignore_index=True)
+    sweep = pd.concat([r.table("head_sweep") for r in runs.values()], ignore_index=True)
+
+    setups = measured_setups(doc, {label: r.meta for label, r in runs.items()}, cells)
+    results = cell_results(cells, pred)
+    head = headline(results, doc, predicted_optima(curves, results), cal_dir.resolve())
     races = race_sections({label: r.meta for label, r in runs.items()})
-    built += [(name, title, chart) for name, title, chart, _ in races]
-
-    sections, pngs = [], []
-    for name, title, ch in built:
-        svg = charts.chart_svg(ch, f"{name}.html")
-        charts.save_chart(ch, out / f"{name}.html")
-        if png:
-            pngs.append(charts.save_chart(ch, out / f"{name}.png"))
-        key = f'<p class="key">{html.escape(_CHART_KEYS[name])}</p>' if name in _CHART_KEYS else ""
-        sections.append(f'<section class="chart" id="{name}"><h2>{html.escape(title)}</h2>{key}{svg}'
-                        f'<p><a href="{name}.html">interactive</a>'
-                        + (f' · <a href="{name}.png">PNG</a>' if png else "") + "</p></section>")
-
-    claims_path = out / "claims.html"
-    claims_path.write_text(claims_page(published_table()), encoding="utf-8")
-    cost_params = read_table(cal_dir / "cost_params.csv")
+    figures = _figures(cal_dir, pred, curves, cells, latency, sweep) + [
+        replace(r.figure, key=_CHART_KEYS.get(r.figure.name, "")) for r in races]
     hold = doc["holdout"]
     note = f" {html.escape(hold['note'])}." if hold.get("note") else ""
-    body = f"""<h1>specscope report: {html.escape(_title(setups))}</h1>
-{_answer_html(head)}
-<h2 id="measured">What was measured</h2>{_setups_html(setups)}
-<h2 id="cells">Every configuration</h2>{_cells_html(results)}
-<div class="grid">{''.join(sections)}</div>
-<h2 id="error">Prediction error (MAPE)</h2>
+    sections = (
+        Section((_answer_html(head),)),
+        Section((f'<h2 id="measured">What was measured</h2>{_setups_html(setups)}',)),
+        Section((f'<h2 id="cells">Every configuration</h2>{_cells_html(results)}',)),
+        Section(('<div class="grid">', *figures, "</div>")),
+        Section((f"""<h2 id="error">Prediction error (MAPE)</h2>
 <p>Hold-out: <b>{html.escape(hold['mode'])}</b>: {html.escape(hold['explanation'])}.{note}
 Unstable cells and cells without a prediction are not counted (above: which, and why).</p>
-{_mape_html(doc, len(results))}
-{''.join(text for _, _, _, text in races)}
-<details><summary>Fitted cost parameters (± standard error)</summary>{table_html(cost_params)}</details>
-<p>Calibration: <code>{html.escape(str(cal_dir.resolve()))}</code>. Published speedup claims, checked against
-the same simulator: <a href="claims.html">claims.html</a> (also <code>python -m sim check --claims</code>).</p>"""
-    html_path = out / "report.html"
-    html_path.write_text(page_html(f"specscope report: {_title(setups)}", body), encoding="utf-8")
-    return ReportResult(html_path, tuple(pngs), tuple(n for n, _, _ in built), cal_dir, claims_path)
+{_mape_html(doc, len(results))}""",)),
+        Section(tuple(r.text for r in races)),
+        Section(("<details><summary>Fitted cost parameters (± standard error)</summary>"
+                 f"{table_html(read_table(cal_dir / 'cost_params.csv'))}</details>",)))
+    return (Page(f"specscope report: {_title(setups)}", sections, source=cal_dir, closing=CLAIMS_LINK, sep="\n"),
+            claims_page())
+
+
+def chain_calibration_dir(src: Path) -> Path | None:
+    """``src`` if it holds a chain calibration (``calibration.json``), its ``calibration/`` if it is a run holding
+    one, else None (neither); a run without its calibration is a one-line ``ValueError``."""
+    if not ((src / CAL_JSON).exists() or (src / "run.json").exists()):
+        return None
+    return _load_calibration(src)
+
+
+#: The report of a chain sweep or a head sweep: :func:`chain_calibration_dir`, :func:`read_calibration`,
+#: :func:`chain_pages`; its folder is ``report/`` in the directory given (a run's, beside ``calibration/``).
+REPORT = KindReport((CHAIN, HEAD_SWEEP), chain_calibration_dir, read_calibration, chain_pages,
+                    report_in_source=True)
+
+
+def build_report(src: str | Path, out: str | Path | None = None, png: bool = True) -> ReportResult:
+    """Write ``report.html`` (+ PNGs, + ``claims.html``) for a calibration directory (or a run directory holding
+    one) into ``out`` (default: ``<src>/report``): :func:`chain_pages`."""
+    return build(REPORT, src, out, png)

@@ -12,18 +12,22 @@ sweep's ``python -m measure --until-decided`` and the serving sweep's ``python -
   saying live / resolved / eliminated / leader.
 * :func:`race_html` — per group, each candidate's outcome (the pass at which it was eliminated or resolved),
   the stopping reason, and the prior's predictions, deferrals, checks and savings.
+* :func:`race_sections` — what the race contributes to a page (chain or serving): per raced run, the chart as
+  a :class:`reports.builder.Figure` card and the text.
 """
 
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 import altair as alt
 import pandas as pd
 
-#: How the page draws a table (:func:`reports.page.table_html`, passed in: that module builds the page and
-#: imports this one).
+from reports.builder import Figure, table_html
+
+#: How the text draws a table (:func:`reports.builder.table_html` on the page).
 Table = Callable[[pd.DataFrame], str]
 
 STATUSES = ("leader", "live", "resolved", "eliminated")
@@ -173,3 +177,32 @@ def race_html(race: Mapping[str, Any], df: pd.DataFrame, table: Table) -> str:
                       + table(pd.DataFrame(_outcomes(df, str(key))))
                       + (_prior_html(prior, str(key), names, table) if prior else ""))
     return head + "".join(blocks)
+
+
+@dataclass(frozen=True)
+class RaceSection:
+    """One raced run's part of a page: its chart (a card, titled) and its text (a heading, the rule, the
+    outcomes)."""
+
+    figure: Figure
+    text: str
+
+
+def race_sections(metas: Mapping[str, Mapping]) -> list[RaceSection]:
+    """Per run whose ``run.json`` has a ``race`` (``--until-decided``, chain or serving sweep): the chart of its
+    eliminations over time (named ``race``, ``race_1``, … by the run's place in ``metas``) and its text."""
+    out = []
+    for i, (label, meta) in enumerate(metas.items()):
+        race = meta.get("race")
+        if not isinstance(race, dict):
+            continue
+        frame = race_frame(race)
+        if frame.empty:
+            continue
+        name = "race" if i == 0 else f"race_{i}"
+        text = (f'<h2 id="{name}-text">The race of {html.escape(label)}: eliminations over time</h2>'
+                + race_html(race, frame, table_html))
+        out.append(RaceSection(Figure(name, race_chart(frame, (race.get("rule") or {}).get("regret")),
+                                      f"The race of {label}: each candidate's ratio to its leader at each look"),
+                               text))
+    return out

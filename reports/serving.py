@@ -9,12 +9,15 @@ repeat, the other processes' CPU per unit); fits nothing.
   throughput against load: closed-loop concurrency in one column, open-loop
   arrival rate in the other; measured points with their CI bars (held-out points
   marked), predicted curves as lines.
-* :func:`section_html` — that chart (inline SVG: the page needs no network), the
-  held-out error against its targets and the advice table, as one HTML fragment.
-* :func:`build_serving_report` — the page ``python -m reports`` writes for a serving
-  calibration: the answer first (where speculation pays, measured and advised,
-  the held-out error against its targets, the advised k's regret, what to do
-  next), then what was measured, the chart, every group, the advice and configs.
+* :func:`serving_section` — that chart, the held-out error against its targets and
+  the advice table, as a :class:`reports.builder.Section`; :func:`section_html` the
+  same as one HTML fragment (the chart inline as SVG: the page needs no network).
+* :func:`serving_pages` — the sections of the page ``python -m reports`` writes for a
+  serving calibration: the answer first (where speculation pays, measured and
+  advised, the held-out error against its targets, the advised k's regret, what to
+  do next), then what was measured, the chart, every group, the advice and configs,
+  the run's race; :func:`build_serving_report` (:data:`REPORT`) has the one page
+  builder draw them.
 
 ``python -m reports CAL_DIR`` (or the run directory holding ``calibration-serve/``)
 writes ``report.html`` into ``CAL_DIR/report`` (or ``--out DIR``); so does
@@ -26,20 +29,18 @@ from __future__ import annotations
 import html
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import altair as alt
 import pandas as pd
 
 from measure.runkinds import SERVE
-from reports.charts import chart_svg
+from reports.builder import Figure, KindReport, Links, Page, ReportResult, Section, build, draw, table_html
+from reports.race import race_sections
 
 from toolkit.tables import Column
-
-if TYPE_CHECKING:
-    from reports.page import ReportResult
 
 PREDICTIONS = "serve_predictions.csv"
 CURVES = "serve_curves.csv"
@@ -182,17 +183,20 @@ def _advice_html(advice: dict) -> str:
 
 def section_html(cal_dir: str | Path) -> str:
     """The serving section of a report (an HTML fragment): error summary, the chart (inline SVG), the advice."""
-    return _section_html(read_serving_calibration(Path(cal_dir)))
+    sc = read_serving_calibration(Path(cal_dir))
+    return draw((serving_section(sc, latency_vs_load_chart(sc.predictions, sc.curves)),)).html
 
 
-def _section_html(sc: ServingCalibration) -> str:
+def serving_section(sc: ServingCalibration, chart: alt.TopLevelMixin) -> Section:
+    """The serving section: the held-out split, the error against its targets, ``chart``
+    (:func:`latency_vs_load_chart`), the advice."""
     cal, advice = sc.cal, sc.advice
-    chart = latency_vs_load_chart(sc.predictions, sc.curves)
-    return ("<section id='serving'><h2>Latency and throughput against load</h2>"
-            f"<p class='key'>Points: measured, with 95% CI bars (shape: held out or trained on). Lines: the "
-            f"calibrated serving simulator. Held out: k {html.escape(str(cal['split']['test_k']))}, loads "
-            f"{html.escape(str(cal['split']['test_loads']))}.</p>{_error_html(cal.get('summary', {}))}"
-            f"<div class='chart'>{chart_svg(chart, 'serving.html')}</div>{_advice_html(advice)}</section>")
+    return Section((
+        "<section id='serving'><h2>Latency and throughput against load</h2>"
+        f"<p class='key'>Points: measured, with 95% CI bars (shape: held out or trained on). Lines: the "
+        f"calibrated serving simulator. Held out: k {html.escape(str(cal['split']['test_k']))}, loads "
+        f"{html.escape(str(cal['split']['test_loads']))}.</p>{_error_html(cal.get('summary', {}))}",
+        Figure("serving", chart), f"{_advice_html(advice)}</section>"))
 
 
 # -- the page ---------------------------------------------------------------------------------------------------
@@ -334,7 +338,7 @@ def _answer_html(cal: dict, advice: dict, meta: dict | None, units: Any) -> str:
 
 def _groups_html(pred: pd.DataFrame) -> str:
     """Every (configuration, load, metric) judged: measured [95% CI], predicted, error, inside the CI."""
-    from reports.page import judged_columns, table_html
+    from reports.page import judged_columns
 
     keep = judged_columns(pred[pred["metric"].isin([m for m, _ in PANELS])], "measured", "measured_lo",
                           "measured_hi", "{:.1f}")
@@ -342,44 +346,34 @@ def _groups_html(pred: pd.DataFrame) -> str:
     return table_html(keep[cols].rename(columns={"ape_pct": "error %"}), "{:.1f}")
 
 
-def build_serving_report(src: str | Path, out: str | Path | None = None, png: bool = True) -> "ReportResult":
-    """Write ``report.html`` (and the chart as interactive HTML, and PNG) for a serving calibration into ``out``
-    (default: ``<calibration>/report``)."""
-    from reports import charts
-    from reports.page import ReportResult, make_out_dir, page_html, race_sections
-
-    d = serve_calibration_dir(src)
-    if d is None:
-        raise ValueError(f"{str(src)!r} is not a serving calibration ({CALIBRATION}) or a serving run")
-    sc = read_serving_calibration(d)  # checked whole before anything is drawn
+def serving_pages(d: Path, sc: ServingCalibration) -> tuple[Page]:
+    """The page of the serving calibration ``d`` (read: ``sc``): the answer, what was measured, the serving
+    section and its chart's links, every group, the run's race (``--until-decided``), the calibration's notes."""
     cal, advice, pred = sc.cal, sc.advice, sc.predictions
-    out = Path(out) if out else d / "report"
-    make_out_dir(out)
     meta, units = _run_meta(cal)
-    chart = latency_vs_load_chart(pred, sc.curves)
-    charts.save_chart(chart, out / "serving.html")
-    pngs: tuple[Path, ...] = (charts.save_chart(chart, out / "serving.png"),) if png else ()
     target = ((meta or {}).get("models") or {}).get("target", {}).get("name", "a model")
     title = f"specscope serving report: {target} on llama-server" if meta and not (meta.get("config") or {}).get(
         "url") else f"specscope serving report: {target}"
     races = race_sections({str(cal.get("run")): meta}) if meta else []  # a --until-decided run: its race
-    race_body = ""
-    for name, title, ch, text in races:
-        charts.save_chart(ch, out / f"{name}.html")
-        pngs += (charts.save_chart(ch, out / f"{name}.png"),) if png else ()
-        race_body += (f'<section class="chart" id="{name}"><h2>{html.escape(title)}</h2>'
-                      f'{charts.chart_svg(ch, f"{name}.html")}</section>{text}')
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in cal.get("notes") or [])
-    body = (f"<h1>{html.escape(title)}</h1>{_answer_html(cal, advice, meta, units)}"
-            f"<h2 id='measured'>What was measured</h2>{_measured_html(meta, units, cal)}"
-            f"{_section_html(sc)}"
-            f"<p><a href='serving.html'>interactive chart</a>" + (" · <a href='serving.png'>PNG</a>" if png else "")
-            + "</p><h2 id='groups'>Every group, measured against predicted</h2>" + _groups_html(pred) + race_body
-            + (f"<details><summary>Calibration notes</summary><ul>{notes}</ul></details>" if notes else "")
-            + f"<p>Calibration: <code>{html.escape(str(d.resolve()))}</code>.</p>")
-    path = out / "report.html"
-    path.write_text(page_html(title, body), encoding="utf-8")
-    return ReportResult(path, pngs, ("serving", *(name for name, _, _, _ in races)), d)
+    sections = (Section((_answer_html(cal, advice, meta, units),
+                         f"<h2 id='measured'>What was measured</h2>{_measured_html(meta, units, cal)}")),
+                serving_section(sc, latency_vs_load_chart(pred, sc.curves)),
+                Section((Links("serving"), "<h2 id='groups'>Every group, measured against predicted</h2>",
+                         _groups_html(pred))),
+                Section(tuple(p for r in races for p in (replace(r.figure, links=False), r.text))),
+                Section((f"<details><summary>Calibration notes</summary><ul>{notes}</ul></details>" if notes else "",)))
+    return (Page(title, sections, source=d),)
+
+
+#: The serving run's report: :func:`serve_calibration_dir`, read whole, :func:`serving_pages`.
+REPORT = KindReport((SERVE,), serve_calibration_dir, read_serving_calibration, serving_pages)
+
+
+def build_serving_report(src: str | Path, out: str | Path | None = None, png: bool = True) -> ReportResult:
+    """Write ``report.html`` (and the chart as interactive HTML, and PNG) for a serving calibration into ``out``
+    (default: ``<calibration>/report``)."""
+    return build(REPORT, src, out, png)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,10 +10,12 @@ Reads what ``python -m calibrate trees`` wrote (``tree_predictions.csv``,
   prediction as an open mark beside it, and the calibrated predictions as
   lines: the best tree of each budget, the chain on the tree loop and on the
   chain loop.
-* :func:`section_html` — that chart (inline SVG), the held-out error against its
-  targets and the advice, as one HTML fragment.
-* :func:`build_trees_report` — the page ``python -m reports`` writes for a tree
-  calibration (or a tree run holding one in ``calibration/``).
+* :func:`trees_section` — that chart, the held-out error against its targets and
+  the advice, as a :class:`reports.builder.Section`; :func:`section_html` the
+  same as one HTML fragment (the chart inline as SVG).
+* :func:`trees_pages` — the sections of the page ``python -m reports`` writes for a
+  tree calibration (or a tree run holding one in ``calibration/``), which
+  :func:`build_trees_report` (:data:`REPORT`) has the one page builder draw.
 """
 
 from __future__ import annotations
@@ -21,18 +23,14 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import altair as alt
 import pandas as pd
 
 from measure.runkinds import TREES
-from reports.charts import chart_svg
+from reports.builder import Figure, KindReport, Links, Page, ReportResult, Section, build, draw, table_html
 
 from toolkit.tables import Column
-
-if TYPE_CHECKING:
-    from reports.page import ReportResult
 
 PREDICTIONS = "tree_predictions.csv"
 CURVES = "tree_curves.csv"
@@ -107,7 +105,7 @@ def measured_frame(predictions: pd.DataFrame) -> pd.DataFrame:
     return held
 
 
-def speedup_vs_budget_chart(predictions: pd.DataFrame, curves: pd.DataFrame) -> alt.LayerChart:
+def speedup_vs_budget_chart(predictions: pd.DataFrame, curves: pd.DataFrame) -> alt.TopLevelMixin:
     """Measured speedup (points, 95% CI bars) and the held-out prediction of each cell (open marks) against the
     verify budget, over the predicted best tree and chains (lines)."""
     for col in ("budget", "series", "predicted_speedup"):
@@ -172,22 +170,23 @@ def _advice_html(advice: dict) -> str:
 
 def section_html(cal_dir: str | Path) -> str:
     """The tree section of a report (an HTML fragment): error summary, the chart (inline SVG), the advice."""
-    return _section_html(read_tree_calibration(Path(cal_dir)))
+    files = read_tree_calibration(Path(cal_dir))
+    return draw((trees_section(files, speedup_vs_budget_chart(files.predictions, files.curves)),)).html
 
 
-def _section_html(files: TreeCalibrationFiles) -> str:
+def trees_section(files: TreeCalibrationFiles, chart: alt.TopLevelMixin) -> Section:
+    """The tree section: the error against its targets, ``chart`` (:func:`speedup_vs_budget_chart`), the advice."""
     cal, advice = files.cal, files.advice
-    chart = speedup_vs_budget_chart(files.predictions, files.curves)
-    return ("<section id='trees'><h2>Speedup against verify budget: chains and trees</h2>"
-            "<p class='key'>Black: measured, with 95% CI bars (shape: chain or tree). Red, open: each cell's held-out "
-            "prediction (fitted on the other shapes only). Lines: the calibration on every cell — the best tree of "
-            "each budget and the chains.</p>"
-            f"{_error_html(cal.get('summary', {}))}<div class='chart'>{chart_svg(chart, f'{CHART}.html')}</div>"
-            f"{_advice_html(advice)}</section>")
+    return Section((
+        "<section id='trees'><h2>Speedup against verify budget: chains and trees</h2>"
+        "<p class='key'>Black: measured, with 95% CI bars (shape: chain or tree). Red, open: each cell's held-out "
+        "prediction (fitted on the other shapes only). Lines: the calibration on every cell — the best tree of "
+        f"each budget and the chains.</p>{_error_html(cal.get('summary', {}))}",
+        Figure(CHART, chart), f"{_advice_html(advice)}</section>"))
 
 
 def _cells_html(pred: pd.DataFrame) -> str:
-    from reports.page import judged_columns, table_html
+    from reports.page import judged_columns
 
     held = measured_frame(pred)
     held = judged_columns(held, "measured_speedup", "measured_speedup_lo", "measured_speedup_hi", "{:.3f}")
@@ -197,32 +196,28 @@ def _cells_html(pred: pd.DataFrame) -> str:
                                                  "ape_speedup_pct": "error %"}), "{:.3f}")
 
 
-def build_trees_report(src: str | Path, out: str | Path | None = None, png: bool = True) -> "ReportResult":
-    """Write ``report.html`` (and the chart as interactive HTML and PNG) for a tree calibration into ``out``
-    (default: ``<calibration>/report``)."""
-    from reports import charts
-    from reports.page import ReportResult, make_out_dir, page_html
-
-    d = tree_calibration_dir(src)
-    if d is None:
-        raise ValueError(f"{str(src)!r} is not a tree calibration ({CALIBRATION}) or a tree run")
-    files = read_tree_calibration(d)  # checked whole before anything is drawn
+def trees_pages(d: Path, files: TreeCalibrationFiles) -> tuple[Page]:
+    """The page of the tree calibration ``d`` (read: ``files``): the tree section and its chart's links, every
+    cell against its held-out prediction, the calibration's notes."""
     cal, pred = files.cal, files.predictions
-    out = Path(out) if out else d / "report"
-    make_out_dir(out)
-    chart = speedup_vs_budget_chart(pred, files.curves)
-    charts.save_chart(chart, out / f"{CHART}.html")
-    pngs = (charts.save_chart(chart, out / f"{CHART}.png"),) if png else ()
     title = f"specscope token-tree report: {cal.get('draft', '?')} draft, {Path(str(cal.get('run', ''))).name}"
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in cal.get("notes") or [])
-    body = (f"<h1>{html.escape(title)}</h1>{_section_html(files)}"
-            f"<p><a href='{CHART}.html'>interactive chart</a>" + (f" · <a href='{CHART}.png'>PNG</a>" if png else "")
-            + "</p><h2 id='cells'>Every cell, measured against its held-out prediction</h2>" + _cells_html(pred)
-            + (f"<details><summary>Calibration notes</summary><ul>{notes}</ul></details>" if notes else "")
-            + f"<p>Calibration: <code>{html.escape(str(d.resolve()))}</code>.</p>")
-    path = out / "report.html"
-    path.write_text(page_html(title, body), encoding="utf-8")
-    return ReportResult(path, pngs, (CHART,), d)
+    sections = (trees_section(files, speedup_vs_budget_chart(pred, files.curves)),
+                Section((Links(CHART), "<h2 id='cells'>Every cell, measured against its held-out prediction</h2>",
+                         _cells_html(pred))),
+                Section((f"<details><summary>Calibration notes</summary><ul>{notes}</ul></details>" if notes else "",)))
+    return (Page(title, sections, source=d),)
 
 
-__all__ = ["build_trees_report", "measured_frame", "section_html", "speedup_vs_budget_chart", "tree_calibration_dir"]
+#: The tree run's report: :func:`tree_calibration_dir`, read whole, :func:`trees_pages`.
+REPORT = KindReport((TREES,), tree_calibration_dir, read_tree_calibration, trees_pages)
+
+
+def build_trees_report(src: str | Path, out: str | Path | None = None, png: bool = True) -> ReportResult:
+    """Write ``report.html`` (and the chart as interactive HTML and PNG) for a tree calibration into ``out``
+    (default: ``<calibration>/report``)."""
+    return build(REPORT, src, out, png)
+
+
+__all__ = ["REPORT", "build_trees_report", "measured_frame", "section_html", "speedup_vs_budget_chart",
+           "tree_calibration_dir", "trees_pages", "trees_section"]

@@ -8,8 +8,8 @@ import json
 import pandas as pd
 import pytest
 
-from reports.page import race_sections, table_html
-from reports.race import race_chart, race_frame, race_html, short_names
+from reports.builder import table_html
+from reports.race import race_chart, race_frame, race_html, race_sections, short_names
 from tests.support.fixtures_runs import make_run
 
 

@@ -16,8 +16,8 @@ import pytest
 from calibrate.calibration import calibrate
 from calibrate.outputs import write_outputs
 from reports import charts
-from reports.page import acceptance_frame, breakdown_frame, claims_html, pred_vs_meas_frame, speedup_gamma_frame
-from reports.published import published_table
+from reports.page import acceptance_frame, breakdown_frame, pred_vs_meas_frame, speedup_gamma_frame
+from reports.published import claims_html, published_table
 from sim.analytic import speedup_leviathan
 from sim.claims import CLAIMS, check_claims
 from tests.support import damage

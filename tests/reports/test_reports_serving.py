@@ -117,6 +117,22 @@ def test_the_page_opens_with_the_answer(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_raced_serving_run_keeps_its_title_and_shows_its_race(tmp_path, race_record):
+    """The race's chart title once replaced the page's own title and heading (a loop variable shadowed it)."""
+    d = _files(tmp_path / "cal")
+    run = _serving_run(tmp_path, d)
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, "race": race_record}))
+    res = build_serving_report(d, tmp_path / "rep", png=False)
+    page = res.html_path.read_text()
+    assert "<title>specscope serving report: smollm2-135m" in page and "<h1>specscope serving report: " in page
+    assert res.charts == ("serving", "race") and (tmp_path / "rep" / "race.html").is_file()
+    groups, card, text = (page.index("id='groups'"), page.index('<section class="chart" id="race">'),
+                          page.index('id="race-text"'))
+    assert groups < card < text
+
+
+@pytest.mark.slow
 def test_reports_cli_takes_a_serving_calibration_or_its_run(tmp_path):
     d = _files(tmp_path / "cal")
     run = _serving_run(tmp_path, d)
