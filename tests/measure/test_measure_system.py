@@ -15,12 +15,14 @@ def test_system_check_shape():
 
 
 def test_a_busy_process_is_named():
+    # on a loaded 2-core machine (the suite's other worker, other jobs) a spinner can get less than the busy
+    # share in one short sample: up to three samples each, named in any of them
     spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        busy = system.busy_processes(sample_s=0.5)
-        assert any(pid == spin.pid for pid, _name, _share in busy)
-        res = system.system_check("cpu", sample_s=0.5)
-        assert any(f"pid {spin.pid}" in w and "of a core" in w for w in res["warnings"])
+        assert any(any(pid == spin.pid for pid, _name, _share in system.busy_processes(sample_s=0.5))
+                   for _ in range(3))
+        assert any(any(f"pid {spin.pid}" in w and "of a core" in w
+                       for w in system.system_check("cpu", sample_s=0.5)["warnings"]) for _ in range(3))
     finally:
         spin.kill()
         spin.wait()
