@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from measure.records import RUN_JSON, RunWriter, acquire_run_lock, has_measured_data, utc_now
-from measure.ids import CellId, TreeCellId
+from measure.ids import CellId, TreeCellId, UnitId
 from measure.rows import (CellRow, CostDraftRow, CostTargetRow, GenerationRow, HeadSweepRow, ProfileRow, RequestRow,
                           RoundRow, Row, StepCostRow, TokenLatencyRow, TokenRow, TraceRow, TreeCellRow, TreeNodeRow,
                           TreeRankRow, UnitRow)
-from measure.serve.units import UnitId
 
 #: The ``run.json`` ``config`` key that names a run's kind (read by :func:`kind_of` only, written by
 #: :meth:`RunKind.stamp` only).

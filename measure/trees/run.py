@@ -368,7 +368,7 @@ def staged_visits(writer: records.RunWriter, cells: list[TreeCell], repeats: int
 def make_cells(cfg: TreeRunConfig, options: list[TreeOption], draft_name: str, domain: str) -> list[TreeCell]:
     """The run's cells, trees first (in ``--tree`` order), then the chains."""
     cells = [TreeCell(TreeCellId(draft_name, o.label(), domain), "tree", o) for o in options]
-    return cells + [TreeCell(TreeCellId(draft_name, f"gamma={g}", domain), "chain", None, g) for g in cfg.gammas]
+    return cells + [TreeCell(TreeCellId.chain(draft_name, g, domain), "chain", None, g) for g in cfg.gammas]
 
 
 @dataclass(frozen=True)
