@@ -123,7 +123,7 @@ def test_a_tree_run_refuses_to_resume_another_kind(target, tmp_path, capsys):
 
     out = tmp_path / "r"
     out.mkdir()
-    (out / records.RUN_JSON).write_text(json.dumps({"schema_version": records.SCHEMA_VERSION, "status": "complete",
+    (out / records.RUN_JSON).write_text(json.dumps({"schema_version": 2, "status": "complete",  # no kind: a chain
                                                      "config": {"target": "x"}, "summary": {}}))
     with pytest.raises(SystemExit) as e:
         main(["tree", *_args(target, out)])
