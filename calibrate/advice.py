@@ -184,7 +184,7 @@ def regret(rows: Sequence[AdviceRow], data: ServeData) -> list[Regret]:
     real = data.units[~data.units["synthetic"].astype(bool)]
     out = []
     for r in rows:
-        g = real[real["load"] == f"c{r.concurrency}"]
+        g = real[real["load"] == LoadSpec(concurrency=r.concurrency).to_str()]
         if not len(g):
             continue
         meas = {int(k): float(np.exp(np.log(v.astype(float)).mean()))

@@ -715,8 +715,9 @@ def default_split(units: Any, holdout_k: Sequence[int] | None = None,
     real = units[~units["synthetic"].astype(bool)]
     ks = sorted(int(k) for k in real["spec_k"].unique() if k > 0)
     loads = list(dict.fromkeys(real["load"]))
-    conc = sorted((ld for ld in loads if ld.startswith("c")), key=lambda x: int(x[1:]))
-    rates = [ld for ld in loads if ld.startswith("r")]
+    specs = {ld: LoadSpec.parse(ld) for ld in loads}
+    conc = sorted((ld for ld in loads if specs[ld].closed), key=lambda ld: specs[ld].concurrency)
+    rates = [ld for ld in loads if not specs[ld].closed]
     test_k = tuple(holdout_k) if holdout_k is not None else ((ks[len(ks) // 2],) if len(ks) >= 3 else ())
     test_loads = tuple(holdout_loads) if holdout_loads is not None else tuple(conc[1::2] + rates)
     unknown = [ld for ld in test_loads if ld not in loads]

@@ -178,7 +178,7 @@ def curves(cal, data, seeds: int, seed: int) -> list[dict]:
     one = data.requests[data.requests["cell_id"] == real["cell_id"].iloc[0]].sort_values("request_index")
     prompts, n_req = [int(p) for p in one["prompt_tokens"].fillna(0)], len(one)
     ids = [str(p) for p in one["prompt_id"]]
-    rates = sorted(float(ld[1:]) for ld in real["load"].unique() if ld.startswith("r"))
+    rates = sorted(spec.rate_per_s for spec in map(LoadSpec.parse, real["load"].unique()) if not spec.closed)
     grid_rates = sorted(set(rates) | ({float(x) for x in np.linspace(min(rates) / 2, max(rates) * 1.2, 8)}
                                       if rates else set()))
     out = []

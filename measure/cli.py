@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from measure.records import Run
 from measure.rows import CellRow
-from sim.policies import GammaSpec
 from toolkit.cli import OneLineParser, choice_arg, csv_items, exit_on_next_interrupt, fail, float_arg, int_arg
 from toolkit.track import TRACKERS, usable_tracker
 
@@ -176,8 +175,7 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
         if g.lstrip("-").isdigit():
             if not 1 <= int(g) <= 64:
                 fail(prog, f"--gamma {g}: must be an integer in 1..64 (or fixed:G, heuristic:G, threshold:G)")
-            g = GammaSpec("fixed", int(g)).to_str()
-        gammas.append(g)
+        gammas.append(g)  # parsed once, by SweepConfig (GammaSpec.parse: a bare G is fixed:G)
     contexts = []
     for c in csv_items("--cost-contexts", args.cost_contexts) if args.cost_contexts is not None else ():
         if not c.isdigit() or int(c) < 1:

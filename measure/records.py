@@ -1,6 +1,7 @@
 """The run directory: the one torch-free module that writes and reads it.
 
-Format: ``docs/RUN_FORMAT.md`` (schema 2; schema-1 runs still load). ``measure``
+Format: ``docs/RUN_FORMAT.md`` (schema 3; schema-1 and -2 runs still load, and a schema-2 run resumes;
+``measure/FORMAT_HISTORY.md`` says what each version changed and how older runs are read). ``measure``
 writes through :class:`RunWriter`; ``calibrate`` and ``reports`` read through
 :func:`load_run`. Imports no torch.
 
@@ -76,9 +77,13 @@ from measure.ids import CellId, cell_id  # noqa: F401 — the run format's ident
 from measure.rows import ROW_TYPES, Row
 from toolkit.jsonio import clean_json, strict_dumps  # noqa: F401 — the run format writes strict JSON
 
-#: Schema this code writes; :data:`READABLE_SCHEMAS` it reads (docs/RUN_FORMAT.md, "Version history").
-SCHEMA_VERSION = 2
-READABLE_SCHEMAS = (1, 2)
+#: Schema this code writes; :data:`READABLE_SCHEMAS` it reads, :data:`RESUMABLE_SCHEMAS` it resumes
+#: (``measure/FORMAT_HISTORY.md``: what each version changed, how older runs are read).
+SCHEMA_VERSION = 3
+READABLE_SCHEMAS = (1, 2, 3)
+#: A schema-2 run resumes as it is: it stays schema 2, and its tables keep the columns they were written with
+#: (:meth:`RunWriter.append` refuses rows a table's header lacks columns for).
+RESUMABLE_SCHEMAS = (2, 3)
 RUN_JSON = "run.json"
 #: Finished visits of cells not finished yet (a sweep interleaves its cells; :meth:`RunWriter.stage`).
 STAGED_VISITS = "visits.partial.jsonl"
@@ -95,7 +100,7 @@ STALE_HEARTBEAT_S = 900.0
 EXTENSION_FIELDS = ("status", "finished_utc", "error", "interruption", "command", "config", "git_commit", "git_dirty",
                     "system_check")
 
-#: Columns of every table, in order (``docs/RUN_FORMAT.md``), schema 2: the fields of its row type
+#: Columns of every table, in order (``docs/RUN_FORMAT.md``), schema 3: the fields of its row type
 #: (:mod:`measure.rows`).
 TABLE_COLUMNS: dict[str, tuple[str, ...]] = {table: row.columns() for table, row in ROW_TYPES.items()}
 #: Columns a schema-1 table has (the schema-2 additions are filled with empty values on read).
@@ -106,8 +111,8 @@ _SCHEMA1_EXTRA: dict[str, tuple[str, ...]] = {
     "rounds": ("repeat",),
     "token_latency": ("repeat",),
 }
-#: Columns that must parse as numbers (empty allowed) — checked on read, named on failure.
-#: Columns added within schema 2 (runs written before them still load; the column reads as empty).
+#: Columns added while the schema stayed 2: a schema-1 or -2 run written before them still loads (the column
+#: reads as empty); schema 3 requires them.
 _LATER_COLUMNS: dict[str, tuple[str, ...]] = {
     "cells": ("hardware", "n_near_tie", "n_lossless_failures", "tokens_per_s_library", "tokens_per_s_library_lo",
               "tokens_per_s_library_hi", "baseline_vs_library", "baseline_vs_library_lo", "baseline_vs_library_hi"),
@@ -480,9 +485,10 @@ class RunWriter:
             raise ValueError(f"{existing} exists; pass resume=True or choose another directory")
         if self.resumed:
             self.meta = read_meta(existing)
-            if self.meta.get("schema_version") != SCHEMA_VERSION:
+            if self.meta.get("schema_version") not in RESUMABLE_SCHEMAS:
                 raise ValueError(f"{existing}: written with schema_version {self.meta.get('schema_version')}; "
-                                 f"resuming needs schema {SCHEMA_VERSION} (use --force-new or a new --out)")
+                                 f"resuming needs schema {' or '.join(map(str, RESUMABLE_SCHEMAS))} (use --force-new "
+                                 "or a new --out)")
             st, _ = effective_status(self.meta)
             self._on_disk = json.loads(json.dumps(self.meta))  # as found: restored if the target turns out different
             refused = None
@@ -900,7 +906,7 @@ def _read_table(f_path: Path, name: str, schema: int):
         return pd.DataFrame({c: [] for c in cols})
     header = rows[0]
     required = [c for c in cols if (schema >= 2 or c not in _SCHEMA1_EXTRA.get(name, ()))
-                and c not in _LATER_COLUMNS.get(name, ())]
+                and (schema >= 3 or c not in _LATER_COLUMNS.get(name, ()))]
     missing = [c for c in required if c not in header]
     if missing:
         raise ValueError(f"{f_path}: missing column(s) {', '.join(missing)}")
@@ -1001,7 +1007,7 @@ class Run:
 
 
 def load_run(path: str | os.PathLike) -> Run:
-    """Read a run directory written by :class:`RunWriter` (schema 1 or 2); one-line ``ValueError`` if bad."""
+    """Read a run directory written by :class:`RunWriter` (schema 1, 2 or 3); one-line ``ValueError`` if bad."""
     p = Path(path)
     if not p.exists():
         raise ValueError(f"run directory not found: {str(p)!r}")

@@ -395,7 +395,7 @@ class HeadSweepRow(Row):
 
 
 # python -m measure serve (measure/serve): a unit is one load on one server configuration in one repeat; its
-# serve_units row is written last and marks it finished (``cell_id`` holds the unit id, measure.serve.units.UnitId)
+# serve_units row is written last and marks it finished (``cell_id`` holds the unit id, measure.ids.UnitId)
 @dataclass(frozen=True)
 class RequestRow(Row):
     """``serve_requests.csv``: one request as the client saw it (times from its send), and the server's timings."""

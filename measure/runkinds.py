@@ -29,11 +29,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from measure.records import RUN_JSON, RunWriter, acquire_run_lock, has_measured_data, utc_now
-from measure.ids import CellId, TreeCellId
+from measure.ids import CellId, TreeCellId, UnitId
 from measure.rows import (CellRow, CostDraftRow, CostTargetRow, GenerationRow, HeadSweepRow, ProfileRow, RequestRow,
                           RoundRow, Row, StepCostRow, TokenLatencyRow, TokenRow, TraceRow, TreeCellRow, TreeNodeRow,
                           TreeRankRow, UnitRow)
-from measure.serve.units import UnitId
 
 #: The ``run.json`` ``config`` key that names a run's kind (read by :func:`kind_of` only, written by
 #: :meth:`RunKind.stamp` only).
@@ -95,11 +94,16 @@ RUN_KINDS: Mapping[str, RunKind] = {k.name: k for k in (CHAIN, HEAD_SWEEP, TREES
 
 
 def kind_of(meta: Mapping[str, Any]) -> RunKind:
-    """The kind of the run whose ``run.json`` is ``meta``: its ``config.kind``, a chain when it names none (runs
-    written before the chain sweep recorded its kind); one-line ``ValueError`` for an unknown name."""
+    """The kind of the run whose ``run.json`` is ``meta``: its ``config.kind``, a chain when it names none (schema 1
+    and 2 runs written before the chain sweep recorded its kind); one-line ``ValueError`` for an unknown name, and
+    for a schema-3 run that names none (schema 3 records every run's kind: ``measure/FORMAT_HISTORY.md``)."""
     config = meta.get("config")
     name = config.get(KIND_KEY) if isinstance(config, Mapping) else None
     if name is None:
+        schema = meta.get("schema_version")
+        if isinstance(schema, int) and schema >= 3:
+            raise ValueError(f"run.json config names no kind; a schema-{schema} run records it (valid: "
+                             f"{', '.join(RUN_KINDS)})")
         return CHAIN
     if not isinstance(name, str) or name not in RUN_KINDS:
         raise ValueError(f"run.json config.kind {name!r} is not a kind of run this specscope knows; valid: "

@@ -50,8 +50,8 @@ class PlanMismatch(FingerprintMismatch):
 
 def _gamma(g: GammaSpec | str) -> str:
     """A γ policy's text as ``run.json`` records it (``fixed:4``): a :class:`GammaSpec` (a sweep's config) or its
-    text (a run's ``config``)."""
-    return (g if isinstance(g, GammaSpec) else GammaSpec.parse(str(g))).to_str()
+    text (a run's ``config``), through its one codec."""
+    return GammaSpec.parse(g).to_str()
 
 
 @dataclass(frozen=True)

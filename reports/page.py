@@ -43,6 +43,7 @@ from reports.summary import (
     predicted_optima,
 )
 from measure.runkinds import CHAIN, HEAD_SWEEP, RunKind, read_kind
+from sim.policies import GammaSpec
 from toolkit.jsonio import read_json
 from toolkit.tables import Column, check_values, read_csv
 
@@ -92,7 +93,7 @@ def speedup_gamma_frame(curves: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFra
     if len(pred):
         best = pred.groupby("series")["speedup"].idxmax()
         pred.loc[best, "optimal"] = True
-    fixed = cells[cells["gamma_policy"].astype(str).str.startswith("fixed")]
+    fixed = cells[cells["gamma_policy"].map(lambda g: GammaSpec.parse(str(g)).is_fixed).astype(bool)]
     meas = pd.DataFrame({
         "series": fixed.apply(lambda r: f"{r['draft']}/{r['domain']}" + (
             "" if r["head_k"] is None or pd.isna(r["head_k"]) else f"/K={int(r['head_k'])}"), axis=1)

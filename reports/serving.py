@@ -36,6 +36,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
+from measure.ids import LoadSpec
 from measure.runkinds import SERVE
 from reports.builder import Figure, KindReport, Links, Page, ReportResult, Section, build, draw, table_html
 from reports.race import race_sections
@@ -102,9 +103,9 @@ def read_serving_calibration(d: Path) -> ServingCalibration:
 def _load_axis(frame: pd.DataFrame) -> pd.DataFrame:
     """``kind`` (closed loop / open loop) and ``x`` (concurrency or requests/s) from the ``load`` column."""
     out = frame.copy()
-    out["kind"] = ["concurrency (closed loop)" if str(v).startswith("c") else "arrival rate, req/s (open loop)"
-                   for v in out["load"]]
-    out["x"] = [float(str(v)[1:]) for v in out["load"]]
+    loads = [LoadSpec.parse(str(v)) for v in out["load"]]
+    out["kind"] = ["concurrency (closed loop)" if ld.closed else "arrival rate, req/s (open loop)" for ld in loads]
+    out["x"] = [ld.amount for ld in loads]
     return out
 
 
@@ -250,11 +251,11 @@ def _measured_speedups(meta: dict | None) -> list[dict]:
     best: dict[str, dict] = {}
     for g in groups:
         sp = g.get("throughput_speedup") or {}
-        if not str(g.get("load", "")).startswith("c") or sp.get("value") is None:
+        if g.get("load") is None or not LoadSpec.parse(str(g["load"])).closed or sp.get("value") is None:
             continue
         if g["load"] not in best or sp["value"] > best[g["load"]]["value"]:
             best[g["load"]] = {"load": g["load"], "config": g["config"], **sp}
-    return sorted(best.values(), key=lambda r: int(r["load"][1:]))
+    return sorted(best.values(), key=lambda r: LoadSpec.parse(str(r["load"])).concurrency)
 
 
 def _contention(units: Any) -> str | None:

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import pandas as pd
 
 from measure.records import extension_status
+from sim.policies import GammaSpec
 
 #: Prediction methods in the order the page lists them, with the names it uses.
 METHOD_NAMES: dict[str, str] = {"trace": "trace replay", "closed_form": "closed form", "event_sim": "event sim"}
@@ -38,8 +39,9 @@ def _f(v: Any) -> float | None:
 
 
 def _gamma_of(policy: str) -> int | None:
-    kind, _, n = str(policy).partition(":")
-    return int(n) if kind == "fixed" and n.isdigit() else None
+    """The γ of a fixed policy (``fixed:4`` gives 4), None for an adaptive one."""
+    spec = GammaSpec.parse(str(policy))
+    return spec.gamma if spec.is_fixed else None
 
 
 # -- what was measured -------------------------------------------------------------------------

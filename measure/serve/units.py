@@ -9,148 +9,24 @@ repeat: ``config=ngram:3:k4|slots=4|load=c4|repeat=0`` in the ``cell_id``
 column of every serve table (``docs/RUN_FORMAT.md``). Its ``serve_units`` row
 is written last, so a unit is finished exactly when that row exists.
 
-``calibrate`` reads serving runs through the run format and the typed
-identities here (it imports no torch and starts no server).
+The identities (:class:`~measure.ids.ServeConfig`, :class:`~measure.ids.LoadSpec`,
+:class:`~measure.ids.UnitId`) live with the run format's others in :mod:`measure.ids`, each with its one
+``to_str``/``parse`` pair, and are named here too. ``calibrate`` reads serving runs through the run format and
+these (it imports no torch and starts no server).
 """
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
+from measure.ids import LoadSpec, ServeConfig, UnitId  # noqa: F401 — a serving run's identities (measure.ids)
 from measure.records import RunWriter
 from measure.rows import RequestRow, StepCostRow, TokenRow, UnitRow  # noqa: F401 — the serve tables' rows
 from measure.stats import CONFIDENCE, Estimate
-
-@dataclass(frozen=True)
-class ServeConfig:
-    """How the server was started: ``off``, ``ngram:N:kK`` or, with synthetic acceptance, ``synth:kK:pP``.
-
-    ``ngram:N:kK``: llama-server ``--spec-type ngram-simple --spec-ngram-simple-size-n N
-    --spec-ngram-simple-size-m K`` (for the n-gram types llama.cpp drafts ``size_m`` tokens;
-    ``--spec-draft-n-max`` only limits drafts of a draft *model*). ``synth:kK``: the same n-gram draft on a
-    prompt it always matches (the alphabet over and over, about ``P`` tokens, lookup n-gram 1), with
-    ``--spec-synth-rates 0,...,0`` so every step verifies ``K + 1`` tokens per slot and emits one: what a
-    step costs, apart from acceptance. ``synth:off:pP``: speculation off on the same prompts.
-    """
-
-    kind: str  # "off" | "ngram" | "synth" | "url" (a running server measured as it is)
-    k: int = 0
-    ngram_n: int = 0
-    prompt_tokens: int = 0  # synth: the length of its repetitive prompts
-
-    def __post_init__(self) -> None:
-        if self.kind not in ("off", "ngram", "synth", "url"):
-            raise ValueError(f"configuration kind {self.kind!r}; valid: off, ngram, synth, url")
-        if self.kind == "ngram" and (self.k < 1 or self.ngram_n < 1):
-            raise ValueError(f"an n-gram configuration needs n >= 1 and k >= 1, got n={self.ngram_n}, k={self.k}")
-        if self.kind in ("off", "url") and (self.k or self.ngram_n):
-            raise ValueError(f"a configuration {self.kind!r} has no k")
-        if (self.kind == "synth") != (self.prompt_tokens > 0):
-            raise ValueError("a synthetic configuration (and only one) has a prompt length")
-
-    @property
-    def speculative(self) -> bool:
-        return self.k > 0
-
-    @property
-    def synthetic(self) -> bool:
-        return self.kind == "synth"
-
-    def to_str(self) -> str:
-        if self.kind in ("off", "url"):
-            return self.kind
-        if self.kind == "synth":
-            return f"synth:{f'k{self.k}' if self.k else 'off'}:p{self.prompt_tokens}"
-        return f"ngram:{self.ngram_n}:k{self.k}"
-
-    @classmethod
-    def parse(cls, text: str) -> "ServeConfig":
-        t = str(text).strip()
-        if t in ("off", "url"):
-            return cls(t)
-        m = re.fullmatch(r"synth:(?:k(\d+)|off):p(\d+)", t)
-        if m:
-            return cls("synth", int(m.group(1) or 0), 0, int(m.group(2)))
-        m = re.fullmatch(r"ngram:(\d+):k(\d+)", t)
-        if m:
-            return cls("ngram", int(m.group(2)), int(m.group(1)))
-        raise ValueError(f"configuration {text!r}; expected off, url, ngram:N:kK, synth:kK:pP or synth:off:pP")
-
-    def server_args(self, slots: int) -> list[str]:
-        """llama-server flags for this configuration (``--spec-synth-rates`` for the synthetic ones)."""
-        if not self.speculative:
-            return []
-        n = self.ngram_n if self.kind == "ngram" else 1
-        args = ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", str(n),
-                "--spec-ngram-simple-size-m", str(self.k)]
-        if self.synthetic:
-            args += ["--spec-synth-rates", ",".join(["0"] * self.k)]
-        return args
-
-
-@dataclass(frozen=True)
-class LoadSpec:
-    """A load: closed-loop ``concurrency`` clients (``c4``) or Poisson arrivals at ``rate_per_s`` (``r2.5``)."""
-
-    concurrency: int = 0
-    rate_per_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        closed, open_ = self.concurrency > 0, self.rate_per_s > 0
-        if closed == open_:
-            raise ValueError(f"a load is a concurrency >= 1 or a rate > 0, not both or neither "
-                             f"(concurrency={self.concurrency}, rate={self.rate_per_s})")
-        if open_ and not math.isfinite(self.rate_per_s):
-            raise ValueError(f"arrival rate must be finite, got {self.rate_per_s}")
-
-    @property
-    def closed(self) -> bool:
-        return self.concurrency > 0
-
-    def to_str(self) -> str:
-        return f"c{self.concurrency}" if self.closed else f"r{self.rate_per_s:g}"
-
-    @classmethod
-    def parse(cls, text: str) -> "LoadSpec":
-        t = str(text).strip()
-        try:
-            if t.startswith("c"):
-                return cls(concurrency=int(t[1:]))
-            if t.startswith("r"):
-                return cls(rate_per_s=float(t[1:]))
-        except ValueError:
-            pass
-        raise ValueError(f"load {text!r}; expected cN (concurrency) or rX (requests/s)")
-
-
-@dataclass(frozen=True)
-class UnitId:
-    """One load on one configuration in one repeat: ``config=..|slots=..|load=..|repeat=..``."""
-
-    config: ServeConfig
-    slots: int
-    load: LoadSpec
-    repeat: int
-
-    def to_str(self) -> str:
-        return f"config={self.config.to_str()}|slots={self.slots}|load={self.load.to_str()}|repeat={self.repeat}"
-
-    @classmethod
-    def parse(cls, text: str) -> "UnitId":
-        parts = dict(p.partition("=")[::2] for p in str(text).split("|"))
-        if list(parts) != ["config", "slots", "load", "repeat"]:
-            raise ValueError(f"unit id {text!r}: expected config=..|slots=..|load=..|repeat=..")
-        try:
-            return cls(ServeConfig.parse(parts["config"]), int(parts["slots"]), LoadSpec.parse(parts["load"]),
-                       int(parts["repeat"]))
-        except ValueError as e:
-            raise ValueError(f"unit id {text!r}: {e}") from None
-
 
 # -- rows: the serve tables' row types live with every other table's in measure.rows (named here too) --------
 #: The run writer of a serving run, as the serving modules name it: a :class:`~measure.records.RunWriter` opened by

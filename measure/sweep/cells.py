@@ -744,7 +744,7 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
     return [rows[p.cell_id] for p in plans if p.cell_id in rows]
 
 
-def run_cell(ctx: CellContext, draft: Any, spec: GammaSpec | str, temp: float, domain: str,
+def run_cell(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, domain: str,
              head_k: int | None = None, draft_label: str | None = None,
              on_attempt: Callable[[str], None] | None = None) -> CellRow:
     """Measure one cell with :func:`measure_cells` and write it; returns its ``cells.csv`` row.
@@ -752,5 +752,5 @@ def run_cell(ctx: CellContext, draft: Any, spec: GammaSpec | str, temp: float, d
     ``draft_label`` names the draft in the records (the head sweep's
     ``<draft>+<variant>``); ``head_k`` the kept vocabulary of a pruned head.
     """
-    cell = CellId(draft_label or draft.name, GammaSpec.parse(spec), temp, domain, head_k)
+    cell = CellId(draft_label or draft.name, spec, temp, domain, head_k)
     return measure_cells(ctx, [CellPlan(cell, draft)], on_attempt=on_attempt)[0]

@@ -97,18 +97,18 @@ def config_from_args(args: argparse.Namespace) -> TreeRunConfig:
         gammas = tuple(int(g) for g in csv_items("--gamma", args.gamma, PROG)) if args.gamma.strip() else ()
     except ValueError:
         raise ValueError(f"--gamma {args.gamma!r}: need comma-separated integers in 1..{MAX_GAMMA}") from None
-    cfg = TreeRunConfig(target=args.target, draft=args.draft, trees=tuple(args.tree), gammas=gammas,
-                        domains=tuple(csv_items("--domains", args.domains, PROG)), prompts_per_domain=args.prompts,
-                        max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
-                        repeats=args.repeats, warmup=args.warmup, seed=args.seed, device=args.device,
-                        dtype=args.dtype, cache=args.cache, threads=args.threads,
-                        cost_curves=not args.no_cost_curves, quiet=args.quiet, engine=args.engine)
     if args.engine == "transformers":
         parse_draft_spec(args.draft)
-    for text in cfg.trees:  # the engine and temperature refusals name the tree
+    for text in args.tree:  # the engine and temperature refusals name the tree
         check_tree_option(parse_tree_option(text), draft_spec=args.draft, engine=args.engine, temperature=temp)
     if temp != 0:
         raise ValueError(f"--temperature {args.temperature}: tree runs are greedy; valid: 0")
+    cfg = TreeRunConfig.of(args.target, args.draft, tuple(args.tree), gammas, args.quiet,
+                           domains=tuple(csv_items("--domains", args.domains, PROG)), prompts_per_domain=args.prompts,
+                           max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
+                           repeats=args.repeats, warmup=args.warmup, seed=args.seed, device=args.device,
+                           dtype=args.dtype, cache=args.cache, threads=args.threads,
+                           cost_curves=not args.no_cost_curves, engine=args.engine)
     check_config(cfg)
     return cfg
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -51,7 +52,7 @@ from measure.drafts import parse_draft_spec
 from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_greedy_lossless
 from measure.engines.transformers.models import check_model_spec, context_tokens, vocab_tokens
 from measure.ids import TreeCellId
-from measure.prompts import DOMAINS, Prompt
+from measure.prompts import Prompt
 from measure.runkinds import TREES, open_run_dir
 from measure.rows import GenerationRow, RoundRow, TreeCellRow, TreeNodeRow, TreeRankRow
 from measure.seam import EngineOptions, GenerationResult
@@ -66,28 +67,50 @@ from measure.trees.loop import (TreeOption, TreeRoundRecord, check_tree_option, 
 from sim.policies import GammaSpec, make_policy
 
 
+#: What a tree run shares with a chain sweep, declared once in :class:`~measure.sweep.config.SweepConfig` (the
+#: models, prompts, repeats, engine and cost curves), in the order ``run.json`` records a tree run's config.
+SHARED = ("target", "domains", "prompts_per_domain", "max_new_tokens", "max_prompt_tokens", "repeats", "warmup", "seed",
+          "device", "dtype", "cache", "threads", "cost_curves", "engine")
+
+
 @dataclass(frozen=True)
 class TreeRunConfig:
-    """What ``python -m measure tree`` measures (validated by :func:`check_config` before any model loads)."""
+    """What ``python -m measure tree`` measures (validated by :func:`check_config` before any model loads): the
+    ``trees`` and ``gammas`` chains of one draft, over the models, prompts, repeats and engine of ``sweep`` (the
+    settings a tree run shares with a chain sweep: :data:`SHARED`, and its one draft; the sweep's other fields
+    stay at their defaults — the run's own sweep is :func:`sweep_config`). :meth:`of` takes them flat."""
 
-    target: str
-    draft: str
+    sweep: SweepConfig
     trees: tuple[str, ...]
     gammas: tuple[int, ...] = ()
-    domains: tuple[str, ...] = ("code",)
-    prompts_per_domain: int = 2
-    max_new_tokens: int = 64
-    max_prompt_tokens: int = 256
-    repeats: int = 2
-    warmup: int = 1
-    seed: int = 0
-    device: str = "cpu"
-    dtype: str = "float32"
-    cache: str = "static"
-    threads: int | None = None
-    cost_curves: bool = True
     quiet: bool = False
-    engine: str = "transformers"
+
+    def __post_init__(self) -> None:
+        if len(self.sweep.drafts) != 1:
+            raise ValueError(f"--draft: a tree run measures one draft, got {', '.join(self.sweep.drafts)}")
+
+    @classmethod
+    def of(cls, target: str, draft: str, trees: tuple[str, ...], gammas: tuple[int, ...] = (), quiet: bool = False,
+           **shared: Any) -> "TreeRunConfig":
+        """A tree run's config from flat settings (:data:`SHARED` by name; a tree run's defaults: domain
+        ``code``, device ``cpu``); ``ValueError`` naming a bad value."""
+        unknown = sorted(set(shared) - set(SHARED))
+        if unknown:
+            raise TypeError(f"TreeRunConfig.of: unknown setting(s) {', '.join(unknown)}; valid: {', '.join(SHARED)}")
+        settings = {"domains": ("code",), "device": "cpu", **shared}
+        return cls(SweepConfig(target=target, drafts=(draft,), **settings), tuple(trees), tuple(gammas), quiet)
+
+    @property
+    def draft(self) -> str:
+        return self.sweep.drafts[0]
+
+    def as_dict(self) -> dict:
+        """The config as ``run.json`` records it: the shared settings flat beside the tree run's own, in the order
+        a tree run has always recorded them."""
+        shared = {name: getattr(self.sweep, name) for name in SHARED}
+        target, engine = shared.pop("target"), shared.pop("engine")
+        return {"target": target, "draft": self.draft, "trees": self.trees, "gammas": self.gammas, **shared,
+                "quiet": self.quiet, "engine": engine}
 
     def widest(self, options: list[TreeOption]) -> int:
         """The most draft tokens one round of any cell verifies."""
@@ -102,35 +125,33 @@ def run_tree_sequences(options: list[TreeOption]) -> int:
 
 def check_config(cfg: TreeRunConfig) -> list[TreeOption]:
     """The parsed tree options; one-line ``ValueError`` for any bad value, without loading a model."""
-    if cfg.engine == "transformers":
-        check_model_spec(cfg.target, "--target ")
+    if cfg.sweep.engine == "transformers":
+        check_model_spec(cfg.sweep.target, "--target ")
         ds = parse_draft_spec(cfg.draft)
         if ds.kind == "model":
             check_model_spec(ds.arg, "--draft model:")
         draft_spec = ds.to_str()
-        ctx, vocab = context_tokens(cfg.target), vocab_tokens(cfg.target)
+        ctx, vocab = context_tokens(cfg.sweep.target), vocab_tokens(cfg.sweep.target)
     else:  # the engine's own spec checks (files, GGUF magic, its draft forms); the vocabulary is read on loading
-        engines.check_specs(cfg.engine, cfg.target, [cfg.draft])
-        draft_spec, ctx, vocab = cfg.draft, engines.context_tokens(cfg.engine, cfg.target), None
+        engines.check_specs(cfg.sweep.engine, cfg.sweep.target, [cfg.draft])
+        draft_spec, ctx, vocab = cfg.draft, engines.context_tokens(cfg.sweep.engine, cfg.sweep.target), None
     if not cfg.trees and not cfg.gammas:
         raise ValueError("--tree: give at least one tree (or a --gamma chain), e.g. --tree depth=4,topk=2,budget=8")
-    for d in cfg.domains:
-        if d not in DOMAINS:
-            raise ValueError(f"--domains {d!r}: unknown domain; valid: {', '.join(DOMAINS)}")
     options = []
     for text in cfg.trees:
         opt = parse_tree_option(text)
-        check_tree_option(opt, draft_spec=draft_spec, engine=cfg.engine, context_tokens=ctx, vocab_size=vocab)
+        check_tree_option(opt, draft_spec=draft_spec, engine=cfg.sweep.engine, context_tokens=ctx, vocab_size=vocab)
         options.append(opt)
     if len({o.label() for o in options}) < len(options):
         raise ValueError(f"--tree: a tree is given twice ({', '.join(o.label() for o in options)})")
     for g in cfg.gammas:
         if not 1 <= g <= MAX_GAMMA:
             raise ValueError(f"--gamma {g}: must be an integer in 1..{MAX_GAMMA}")
-    longest = cfg.max_prompt_tokens + cfg.max_new_tokens + cfg.widest(options) + 1
+    longest = cfg.sweep.max_prompt_tokens + cfg.sweep.max_new_tokens + cfg.widest(options) + 1
     if ctx is not None and longest > ctx:
-        raise ValueError(f"--max-prompt-tokens {cfg.max_prompt_tokens} + --max-new-tokens {cfg.max_new_tokens} + "
-                         f"the largest budget + 1 = {longest} tokens exceeds the target's context of {ctx}")
+        raise ValueError(f"--max-prompt-tokens {cfg.sweep.max_prompt_tokens} + --max-new-tokens "
+                         f"{cfg.sweep.max_new_tokens} + the largest budget + 1 = {longest} tokens exceeds the "
+                         f"target's context of {ctx}")
     return options
 
 
@@ -139,13 +160,8 @@ def sweep_config(cfg: TreeRunConfig, options: list[TreeOption]) -> SweepConfig:
     baseline, no traces; cost curves over 1..max(widest round's ``budget + 1``, 16) tokens, the verified ones
     with more repeats, as a sweep sizes them: :func:`measure.costpoints.plan_cost_points`)."""
     widest = cfg.widest(options)
-    return SweepConfig(target=cfg.target, drafts=(cfg.draft,), gammas=(GammaSpec("fixed", min(widest, MAX_GAMMA)),),
-                       temperatures=(0.0,), domains=cfg.domains, prompts_per_domain=cfg.prompts_per_domain,
-                       max_new_tokens=cfg.max_new_tokens, max_prompt_tokens=cfg.max_prompt_tokens, device=cfg.device,
-                       dtype=cfg.dtype, seed=cfg.seed, warmup=cfg.warmup, peer=False, library=False, traces=False,
-                       cost_curves=cfg.cost_curves, cost_max_tokens=widest + 1 if widest > MAX_GAMMA else None,
-                       repeats=cfg.repeats, engine=cfg.engine,
-                       threads=cfg.threads, cache=cfg.cache)
+    return replace(cfg.sweep, gammas=(GammaSpec("fixed", min(widest, MAX_GAMMA)),), temperatures=(0.0,), peer=False,
+                   library=False, traces=False, cost_max_tokens=widest + 1 if widest > MAX_GAMMA else None)
 
 
 @dataclass(frozen=True)
@@ -265,18 +281,18 @@ class RunContext:
         return tuple(self.session.target.eos_token_ids)
 
     def baseline(self, ids: torch.Tensor) -> GenerationResult:
-        return autoregressive_generate(self.session.decoder, ids, 0.0, self.config.max_new_tokens, None, self.eos,
-                                       self.timer)
+        return autoregressive_generate(self.session.decoder, ids, 0.0, self.config.sweep.max_new_tokens, None,
+                                       self.eos, self.timer)
 
     def speculative(self, cell: TreeCell, ids: torch.Tensor) -> tuple[GenerationResult, tuple[TreeRoundRecord, ...]]:
         """One generation of ``cell`` (the chain loop, or the tree loop with its per-round records)."""
         draft = self.session.drafts[0]
         if cell.option is None:
             r = speculative_generate(self.session.decoder, draft, ids, make_policy(f"fixed:{cell.gamma}"), 0.0,
-                                     self.config.max_new_tokens, None, self.eos, self.timer)
+                                     self.config.sweep.max_new_tokens, None, self.eos, self.timer)
             return r, ()
         g = tree_generate(self.session.decoder, make_tree_drafter(draft, cell.option), ids, 0.0,
-                          self.config.max_new_tokens, self.eos, self.timer)
+                          self.config.sweep.max_new_tokens, self.eos, self.timer)
         return g.result, g.tree_rounds
 
     def lossless(self, ids: torch.Tensor, baseline: GenerationResult, other: GenerationResult) -> LosslessCheck:
@@ -368,7 +384,7 @@ def staged_visits(writer: records.RunWriter, cells: list[TreeCell], repeats: int
 def make_cells(cfg: TreeRunConfig, options: list[TreeOption], draft_name: str, domain: str) -> list[TreeCell]:
     """The run's cells, trees first (in ``--tree`` order), then the chains."""
     cells = [TreeCell(TreeCellId(draft_name, o.label(), domain), "tree", o) for o in options]
-    return cells + [TreeCell(TreeCellId(draft_name, f"gamma={g}", domain), "chain", None, g) for g in cfg.gammas]
+    return cells + [TreeCell(TreeCellId.chain(draft_name, g, domain), "chain", None, g) for g in cfg.gammas]
 
 
 @dataclass(frozen=True)
@@ -393,15 +409,16 @@ def open_tree_run(cfg: TreeRunConfig, options: list[TreeOption], out_dir: str | 
     (nothing written); ``force_new``: the run there set aside first, under its lock."""
     out = Path(out_dir)
     scfg = sweep_config(cfg, options)
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.sweep.device)
     prompts, selection = select_prompts(scfg)
     hardware, versions, source = environment(device)
     fp = {**fingerprint(scfg, device, selection, hardware, versions), "trees": [o.label() for o in options],
           "gammas": list(cfg.gammas), "draft": cfg.draft}
     writer = open_run_dir(TREES, out, fingerprint=fp, force_new=force_new, say=say)
-    eopts = replace(engine_options(scfg, device, cfg.threads, cfg.quiet), tree_sequences=run_tree_sequences(options))
+    eopts = replace(engine_options(scfg, device, cfg.sweep.threads, cfg.quiet),
+                    tree_sequences=run_tree_sequences(options))
     meta = dict(command=command, **source, hardware=hardware, versions=versions, prompt_selection=selection,
-                config=TREES.stamp({**asdict(cfg), "sweep": scfg.as_dict(), "engine_options": asdict(eopts)}))
+                config=TREES.stamp({**cfg.as_dict(), "sweep": scfg.as_dict(), "engine_options": asdict(eopts)}))
     return OpenedTreeRun(writer, meta, scfg, prompts, device, hardware, versions, eopts)
 
 
@@ -415,7 +432,7 @@ def _open_models(opened: OpenedTreeRun, cfg: TreeRunConfig, options: list[TreeOp
                            check=writer.check_fingerprint)
     writer.update(models=session.models(), versions=session.versions(opened.versions), prompts=session.prompts_meta())
     for opt in options:  # the vocabulary of a GGUF target is known now, before any generation
-        check_tree_option(opt, draft_spec=cfg.draft, engine=cfg.engine, vocab_size=session.target.vocab_size)
+        check_tree_option(opt, draft_spec=cfg.draft, engine=cfg.sweep.engine, vocab_size=session.target.vocab_size)
     return RunContext(writer, session, cfg, Timer(opened.device))
 
 
@@ -449,7 +466,7 @@ def _warm_up(ctx: RunContext, cells: list[TreeCell], first: Prompt, n_visits: in
         if len(cell.visits) == n_visits:
             continue
         say(f"warming up {cell.cell_id}")
-        for _ in range(ctx.config.warmup):
+        for _ in range(ctx.config.sweep.warmup):
             ctx.baseline(ids)
             ctx.speculative(cell, ids)
 
@@ -464,18 +481,18 @@ def _measure(ctx: RunContext, options: list[TreeOption], hardware: dict,
     on_disk = records.load_run(w.path)
     done = {r.cell_id: r for r in on_disk.rows("tree_cells") if isinstance(r, TreeCellRow)}
     todo = [c for c in cells if c.cell_id not in done]
-    n_visits = cfg.repeats * len(prompts)
-    taken = staged_visits(w, todo, cfg.repeats, len(prompts))
+    n_visits = cfg.sweep.repeats * len(prompts)
+    taken = staged_visits(w, todo, cfg.sweep.repeats, len(prompts))
     missing = sum(n_visits - len(c.visits) for c in todo)
     if w.resumed:
         say(f"resuming {w.path}: {len(done)} of {len(cells)} cells finished, {taken} visit(s) kept from before; "
             f"measuring the {missing} missing")
     _warm_up(ctx, todo, prompts[0], n_visits, say)
-    cost = _cost_curves(ctx, options, on_disk, say) if cfg.cost_curves else None
+    cost = _cost_curves(ctx, options, on_disk, say) if cfg.sweep.cost_curves else None
     per_visit = math.ceil(len(cost) / max(missing, 1)) if cost is not None else 0
-    for rep in range(cfg.repeats):
+    for rep in range(cfg.sweep.repeats):
         if any((rep, pi) not in c.visits for c in todo for pi in range(len(prompts))):
-            say(f"pass {rep + 1} of {cfg.repeats} over {len(cells)} cells x {len(prompts)} prompts")
+            say(f"pass {rep + 1} of {cfg.sweep.repeats} over {len(cells)} cells x {len(prompts)} prompts")
         for ci, cell in enumerate(cells):
             for pi, prompt in enumerate(prompts):
                 if cell.cell_id in done or (rep, pi) in cell.visits:
@@ -488,12 +505,12 @@ def _measure(ctx: RunContext, options: list[TreeOption], hardware: dict,
                     record_cost(w, cost.measure(per_visit))
     if cost is not None and len(cost):
         record_cost(w, cost.measure())
-    if cfg.cost_curves and (cost is not None or "cost_screening" not in w.meta):
+    if cfg.sweep.cost_curves and (cost is not None or "cost_screening" not in w.meta):
         screen_cost(w, cost, say)
     label = records.hardware_label({**hardware, "torch_threads": torch.get_num_threads()})
     rows = []
     for cell in cells:
-        row = done.get(cell.cell_id) or cell.row(domain, len(prompts), cfg.repeats, s.synthetic, label)
+        row = done.get(cell.cell_id) or cell.row(domain, len(prompts), cfg.sweep.repeats, s.synthetic, label)
         if cell.cell_id not in done:
             finish(w, cell, row)
         rows.append(row)

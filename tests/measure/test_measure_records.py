@@ -263,6 +263,54 @@ def test_schema1_runs_still_load():
     assert len(cells) == 18 and "speedup_lo" in cells and cells["speedup_lo"].isna().all()
 
 
+def _drop_column(csv_path: Path, column: str) -> None:
+    rows = [ln.split(",") for ln in csv_path.read_text().splitlines()]
+    i = rows[0].index(column)
+    csv_path.write_text("".join(",".join(r[:i] + r[i + 1:]) + "\n" for r in rows))
+
+
+def test_a_column_added_within_schema_2_is_optional_there_and_required_in_schema_3(tmp_path):
+    _two_cell_run(tmp_path / "r")
+    _drop_column(tmp_path / "r" / "cells.csv", "hardware")
+    with pytest.raises(ValueError, match=r"cells.csv: missing column\(s\) hardware"):
+        records.load_run(tmp_path / "r").table("cells")
+    meta = tmp_path / "r" / "run.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "schema_version": 2}))
+    cells = records.load_run(tmp_path / "r").table("cells")
+    assert len(cells) == 2 and cells["hardware"].isna().all()
+
+
+def test_a_schema_2_run_resumes_as_schema_2_and_a_schema_1_run_is_refused(tmp_path):
+    w = records.RunWriter(tmp_path / "r", meta={"config": {}})
+    w.close("interrupted")
+    meta = tmp_path / "r" / "run.json"
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "schema_version": 2}))
+    records.RunWriter(tmp_path / "r").close("complete")
+    assert records.load_run(tmp_path / "r").schema_version == 2
+    meta.write_text(json.dumps({**json.loads(meta.read_text()), "schema_version": 1}))
+    with pytest.raises(ValueError, match="written with schema_version 1; resuming needs schema 2 or 3"):
+        records.RunWriter(tmp_path / "r")
+
+
+#: Every committed run directory: each must still load (``run.json`` and every table) and name its kind.
+COMMITTED_RUNS = sorted(p.parent for p in (Path(__file__).resolve().parents[2] / "results").rglob("run.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run_dir", COMMITTED_RUNS, ids=lambda p: p.name if p.parent.name == "results" else
+                         f"{p.parent.name}/{p.name}")
+def test_every_committed_run_still_loads(run_dir: Path) -> None:
+    from measure.runkinds import kind_of
+
+    run = records.load_run(run_dir)
+    kind = kind_of(run.meta)
+    assert run.schema_version in records.READABLE_SCHEMAS
+    tables = run.tables()  # every table on disk, validated (one-line ValueError naming file, line, column)
+    assert kind.finish_table in tables and all(set(records.TABLE_COLUMNS[n]) <= set(df.columns)
+                                               for n, df in tables.items())
+    assert len(run.rows(kind.finish_table)) == len(tables[kind.finish_table])
+
+
 def test_strict_json_never_nan(tmp_path):
     w = records.RunWriter(tmp_path / "r", meta={"config": {}})
     w.update(summary={"x": float("nan"), "y": [float("inf"), 1.0]})

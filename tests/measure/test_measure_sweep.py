@@ -42,7 +42,7 @@ def test_rotation_cycles_through_every_order():
 @pytest.mark.slow
 def test_sweep_records_repeats_cis_and_tokens(tmp_path):
     run = run_sweep(_cfg(), tmp_path / "r", engine=ToyEngine(), show_bar=False)
-    assert run.status == "complete" and run.schema_version == 2
+    assert run.status == "complete" and run.schema_version == records.SCHEMA_VERSION
     cells = run.table("cells")
     assert len(cells) == 4 and (cells["repeats"] == 2).all()
     assert (cells["speedup_lo"] <= cells["speedup"]).all() and (cells["speedup"] <= cells["speedup_hi"]).all()

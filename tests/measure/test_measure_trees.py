@@ -398,6 +398,6 @@ def test_tree_run_cost_curves_reach_past_the_widest_tree():
     from measure.costpoints import plan_cost_points
     from measure.trees.run import TreeRunConfig, sweep_config
 
-    cfg = TreeRunConfig(target="smollm2-135m", draft="int8", trees=("[[0],[1],[0,0]]",), gammas=(4,))
+    cfg = TreeRunConfig.of("smollm2-135m", "int8", ("[[0],[1],[0,0]]",), (4,))
     plan = plan_cost_points(sweep_config(cfg, [parse_tree_option(t) for t in cfg.trees]), {"code": [100, 120]})
     assert plan.max_tokens == 16 and plan.n_verified == 5  # gamma=4 is the widest round: 5 tokens verified

@@ -40,6 +40,13 @@ def test_a_run_without_a_kind_reads_as_a_chain_and_an_unknown_one_is_one_line():
         kind_of({"config": {"kind": "beams"}})
 
 
+def test_a_schema_3_run_names_its_kind_and_an_older_one_without_is_a_chain():
+    assert kind_of({"schema_version": 2, "config": {"target": "x"}}) is CHAIN
+    with pytest.raises(ValueError, match=r"^run.json config names no kind; a schema-3 run records it \(valid: chain"):
+        kind_of({"schema_version": 3, "config": {"target": "x"}})
+    assert kind_of({"schema_version": 3, "config": SERVE.stamp({})}) is SERVE
+
+
 @pytest.mark.parametrize("run, kind", [("cpu-smollm2-ngram-gammas", CHAIN), ("cpu-trees-smollm2-int8", TREES),
                                        ("cpu-serve-small", SERVE), ("cpu-smollm2-head-sweep", HEAD_SWEEP)])
 def test_committed_runs_read_as_their_kind(run, kind):

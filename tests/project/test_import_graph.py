@@ -10,18 +10,21 @@ so the rules hold for code paths no test happens to run:
 * ``sim`` never imports ``measure``, ``calibrate`` or ``reports`` (nor any plotting library);
 * ``measure`` never imports ``calibrate`` or ``reports``;
 * ``calibrate`` never imports ``reports``, and of ``measure`` only the torch-free
-  ``measure.records`` (the run format), ``measure.analysis`` (analysis of records),
+  ``measure.records`` (the run format), ``measure.ids`` (its identities and their codecs),
+  ``measure.analysis`` (analysis of records),
   ``measure.costpoints`` (which cost points a fit may trust) and ``measure.serve.units`` (a serving
-  run's identities, rows and summaries, which itself imports no other ``measure`` module than
-  ``measure.records`` and ``measure.stats``, and no torch) and ``measure.runkinds`` (the kinds of run);
+  run's rows and summaries, which itself imports no other ``measure`` module than the run format's
+  ``measure.records``, ``measure.rows``, ``measure.ids`` and ``measure.stats``, and no torch) and
+  ``measure.runkinds`` (the kinds of run);
 * ``reports`` reads files and never runs a fit: no ``calibrate``, no fitting library
   (``scipy.optimize``, ``scipy.stats``, ``sklearn``, ``statsmodels``), no ``numpy.polyfit``/``lstsq``;
-  of ``measure`` only ``measure.records`` and ``measure.runkinds``;
+  of ``measure`` only ``measure.records``, ``measure.ids`` and ``measure.runkinds``;
 * ``measure.records`` reads and writes the run format only: of ``measure`` it imports only the rows and
   identities it writes (``measure.rows``, ``measure.ids``; they import only ``measure.stats``), no torch;
   ``measure.costpoints`` imports no ``measure`` module and no torch (calibrate screens cost tables with it),
   ``measure.serve.units`` only the run format (calibrate reads serving runs through it), ``measure.runkinds``
-  only the run format and the identities and rows it registers;
+  only the run format and the identities and rows it registers; ``measure.ids`` (every identity's one codec) no
+  ``measure`` module;
 * ``specscope`` (the ``specscope`` command) is the top layer: it may import every package, and no
   package imports it;
 * ``calibrate.outputs`` writes what was fitted and calls no fit;
@@ -52,9 +55,9 @@ FORBIDDEN = {
     "specscope": set(),  # the top layer: it may import every package
 }
 #: the only ``measure`` modules a package above it may import (torch-free, about files)
-MEASURE_ALLOWED = {"calibrate": {"measure", "measure.records", "measure.analysis", "measure.serve.units",
-                                 "measure.costpoints", "measure.runkinds"},
-                   "reports": {"measure", "measure.records", "measure.runkinds"}}
+MEASURE_ALLOWED = {"calibrate": {"measure", "measure.records", "measure.ids", "measure.analysis",
+                                 "measure.serve.units", "measure.costpoints", "measure.runkinds"},
+                   "reports": {"measure", "measure.records", "measure.ids", "measure.runkinds"}}
 FIT_CALLS = {"polyfit", "lstsq", "curve_fit", "least_squares", "minimize"}  # in reports: none of these
 #: ``measure``'s layers, lowest first (docs/ARCHITECTURE.md): a module imports only its own layer or those below
 #: (lazy imports count). A module is in the layer of the longest entry naming it or a package above it.
@@ -289,8 +292,8 @@ def test_only_torch_free_measure_modules_above_measure(package: str) -> None:
 #: The run format's own modules, torch-free: what each may import of measure (calibrate and reports read them).
 RUN_FORMAT = {"measure.records": {"measure.rows", "measure.ids"}, "measure.rows": {"measure.ids", "measure.stats"},
               "measure.ids": set(), "measure.stats": set(), "measure.costpoints": set(),
-              "measure.serve.units": {"measure.records", "measure.rows", "measure.stats"},
-              "measure.runkinds": {"measure.records", "measure.rows", "measure.ids", "measure.serve.units"}}
+              "measure.serve.units": {"measure.records", "measure.rows", "measure.ids", "measure.stats"},
+              "measure.runkinds": {"measure.records", "measure.rows", "measure.ids"}}
 
 
 @pytest.mark.parametrize("module", sorted(RUN_FORMAT))

@@ -24,6 +24,7 @@ import numpy as np
 
 from measure.analysis import TRACE_GAMMA_MAX
 from measure.records import RunWriter, cell_id
+from measure.runkinds import CHAIN
 from measure.rows import (CellRow, CostDraftRow, CostTargetRow, GenerationRow, HeadSweepRow, RoundRow,
                           TokenLatencyRow, TraceRow)
 
@@ -115,9 +116,9 @@ def make_run(
             "drafts": {d: {"kind": "pruned" if head_ks and d == pruned_draft else "model", "synthetic": False}
                        for d in (drafts if not head_ks else (pruned_draft,))},
         },
-        "config": {"gammas": list(gammas), "temperatures": [0.0], "domains": list(domains),
-                   "prompts_per_domain": prompts_per_domain, "max_new_tokens": max_new_tokens,
-                   "seed": seed, "warmup": 0, "head_ks": list(head_ks)},
+        "config": CHAIN.stamp({"gammas": list(gammas), "temperatures": [0.0], "domains": list(domains),
+                               "prompts_per_domain": prompts_per_domain, "max_new_tokens": max_new_tokens,
+                               "seed": seed, "warmup": 0, "head_ks": list(head_ks)}),
     })
     # cost tables: timed forwards, independent of γ
     w.append("cost_target", [

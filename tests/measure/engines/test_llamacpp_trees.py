@@ -151,7 +151,7 @@ def test_tree_run_contexts_get_the_sequences_of_their_widest_tree():
 
     opts = [parse_tree_option(t) for t in TREES]
     assert run_tree_sequences(opts) == 6 and run_tree_sequences([]) == 0
-    cfg = TreeRunConfig(target="smollm2-135m", draft="ngram:3", trees=TREES, engine="llamacpp")
+    cfg = TreeRunConfig.of("smollm2-135m", "ngram:3", TREES, engine="llamacpp")
     assert sweep_config(cfg, opts).engine == "llamacpp"
     with pytest.raises(ValueError, match="tree_sequences -1"):
         EngineOptions(tree_sequences=-1)

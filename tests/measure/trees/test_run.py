@@ -123,7 +123,7 @@ def test_a_tree_run_refuses_to_resume_another_kind(target, tmp_path, capsys):
 
     out = tmp_path / "r"
     out.mkdir()
-    (out / records.RUN_JSON).write_text(json.dumps({"schema_version": records.SCHEMA_VERSION, "status": "complete",
+    (out / records.RUN_JSON).write_text(json.dumps({"schema_version": 2, "status": "complete",  # no kind: a chain
                                                      "config": {"target": "x"}, "summary": {}}))
     with pytest.raises(SystemExit) as e:
         main(["tree", *_args(target, out)])
@@ -144,3 +144,36 @@ def test_a_tree_run_refuses_another_setup_and_force_new_sets_it_aside(target, un
     assert main(["tree", *other, "--force-new"]) == 0
     assert [d.name.split(".replaced-")[0] for d in tmp_path.iterdir() if ".replaced-" in d.name] == ["r"]
     assert records.load_run(out).meta["config"]["max_new_tokens"] == 5
+
+
+def test_a_tree_runs_config_records_what_it_always_recorded():
+    """The settings a tree run shares with a sweep live in its SweepConfig, and run.json's config is as before: the
+    committed tree run's config (written when TreeRunConfig declared them itself) comes back key for key."""
+    committed = json.loads((ROOT / "results" / "cpu-trees-smollm2-int8" / records.RUN_JSON).read_text())["config"]
+    flat = {k: v for k, v in committed.items() if k not in ("kind", "sweep", "engine_options")}
+    own = {k: flat.pop(k) for k in ("target", "draft", "trees", "gammas", "quiet")}
+    cfg = tree_run.TreeRunConfig.of(own["target"], own["draft"], tuple(own["trees"]), tuple(own["gammas"]),
+                                    own["quiet"], **{k: tuple(v) if isinstance(v, list) else v for k, v in flat.items()})
+    recorded = json.loads(json.dumps(cfg.as_dict()))
+    assert list(recorded) == [k for k in committed if k not in ("kind", "sweep")] + ["engine"]
+    assert recorded == {**{k: v for k, v in committed.items() if k not in ("kind", "sweep")}, "engine": "transformers"}
+
+
+def test_a_tree_runs_sweep_is_its_shared_settings_and_the_sweep_defaults():
+    from dataclasses import fields
+
+    from measure.sweep.config import SweepConfig
+    from measure.trees.loop import parse_tree_option
+
+    cfg = tree_run.TreeRunConfig.of("smollm2-135m", "int8", ("depth=3,topk=2,budget=5",), (2,), domains=("code",),
+                                    repeats=3, threads=2, max_new_tokens=32, cost_curves=False)
+    sweep = tree_run.sweep_config(cfg, [parse_tree_option(t) for t in cfg.trees])
+    assert all(getattr(sweep, k) == getattr(cfg.sweep, k) for k in tree_run.SHARED)
+    assert sweep.drafts == ("int8",) and [g.to_str() for g in sweep.gammas] == ["fixed:5"]
+    assert (sweep.temperatures, sweep.peer, sweep.library, sweep.traces) == ((0.0,), False, False, False)
+    own = {*tree_run.SHARED, "drafts", "gammas", "temperatures", "peer", "library", "traces", "cost_max_tokens"}
+    assert all(getattr(sweep, f.name) == f.default for f in fields(SweepConfig) if f.name not in own)
+    with pytest.raises(TypeError, match="unknown setting"):
+        tree_run.TreeRunConfig.of("smollm2-135m", "int8", (), gammas=(2,), peer=True)
+    with pytest.raises(ValueError, match="a tree run measures one draft"):
+        tree_run.TreeRunConfig(SweepConfig(drafts=("int8", "ngram:3")), ())
