@@ -6,7 +6,8 @@ read back as ``python -m sim`` reads it — finite, physical — before any file
 
 Files written into the output directory:
 
-* ``calibration.json`` — everything: runs, hold-out folds and what was held
+* ``calibration.json`` — everything: runs (each by its path relative to this folder, so the two move
+  together), hold-out folds and what was held
   out, per-draft cost fits (each with a ``cost_model`` that
   ``sim.cost.cost_model_from_dict`` reads), per-group acceptance fits,
   per-cell predictions and the MAPE tables (in-sample and held-out).
@@ -44,6 +45,7 @@ from calibrate.folds import HOLDOUT_EXPLANATION
 from calibrate.groups import AcceptanceGroup, slug
 from calibrate.written import CalibrationFiles, write_calibration
 from measure.records import utc_now
+from toolkit.files import path_from
 from toolkit.jsonio import strict_dumps
 
 if TYPE_CHECKING:
@@ -125,7 +127,7 @@ def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
     pred = pd.concat(preds, ignore_index=True)
     tables["predictions.csv"] = pred
     tables["speedup_curves.csv"] = res.curves
-    docs["calibration.json"] = _calibration_doc(res, files, cost_section, acc_section, pred)
+    docs["calibration.json"] = _calibration_doc(res, out, files, cost_section, acc_section, pred)
     write_calibration(out, CalibrationFiles(docs, tables, frozenset(traces)))
     return {
         "calibration": str(out / "calibration.json"),
@@ -159,14 +161,14 @@ NOISE_FLOOR = ("a prediction is judged against the measured 95% CI of the cell's
                "(unstable_held_out)")
 
 
-def _calibration_doc(res: CalibrationResult, files: dict, cost_section: dict, acc_section: dict,
+def _calibration_doc(res: CalibrationResult, out: Path, files: dict, cost_section: dict, acc_section: dict,
                      pred: pd.DataFrame) -> dict:
-    """The content of ``calibration.json``."""
+    """The content of ``calibration.json`` (written into ``out``: each run named by its path from there)."""
     data = res.data
     doc = {
         "schema_version": CALIBRATION_SCHEMA_VERSION,
         "created_utc": utc_now(),
-        "runs": {label: {"path": str(Path(r.path).resolve()), "status": r.status, "hardware": r.meta.get("hardware"),
+        "runs": {label: {"path": path_from(out, r.path), "status": r.status, "hardware": r.meta.get("hardware"),
                          "models": r.meta.get("models")} for label, r in data.runs.items()},
         "holdout": {"mode": res.holdout, "explanation": HOLDOUT_EXPLANATION[res.holdout], "folds": list(res.folds),
                     # only when --holdout auto could not hold out by γ: why it chose this mode

@@ -46,6 +46,7 @@ from presets import HARDWARE, MODELS
 from sim.acceptance import PerPositionAcceptance
 from sim.cli import GPU_FLAGS, _add_gpu_flags, _model_arg, engine_source_conflict
 from toolkit.cli import OneLineParser, check_output_dir, choice_arg, fail, int_arg, nonempty_arg
+from toolkit.files import path_from
 
 PROG = "python -m calibrate serve"
 
@@ -306,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"k = {g.measured_best_k or 'off'}: {100 * g.regret:.1f}% of throughput{ci}{noise}")
     for note in cal.notes:
         print(f"note: {note}", file=sys.stderr)
-    doc = {"run": str(run), "split": cal.split.__dict__, "step_cost": cal.model.step.cost.describe(),
+    doc = {"run": path_from(out, run), "split": cal.split.__dict__, "step_cost": cal.model.step.cost.describe(),
            "request_overhead_ms": cal.model.step.request_overhead_ms,
            "step_fit": {"n_steps": st.n_steps, "n_ttft": st.n_ttft, "n_units": st.n_units,
                         "median_abs_residual_pct": st.median_abs_residual_pct,

@@ -35,6 +35,7 @@ from typing import Sequence
 
 from measure.runkinds import TREES
 from toolkit.cli import OneLineParser, check_output_dir, fail, int_arg, nonempty_arg
+from toolkit.files import path_from
 
 PROG = "python -m calibrate trees"
 ADVICE_BUDGET_LIMIT = 64
@@ -166,7 +167,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for note in res.notes:
         print(f"note: {note}", file=sys.stderr)
     advice = {**doc, "speedup_intervals": {k: list(v) for k, v in ci.items()}, "context_tokens": ctx}
-    cal = {"run": str(run), "draft": str(res.data.cells["draft"].iloc[0]), "summary": res.summary,
+    cal = {"run": path_from(out, run), "draft": str(res.data.cells["draft"].iloc[0]), "summary": res.summary,
            "acceptance": m.acceptance.to_dict(), "tree_cost": m.tree_cost.as_dict() if m.tree_cost else None,
            "chain_cost": m.chain_cost.as_dict() if m.chain_cost else None, "notes": list(res.notes),
            "advice": {"answer": doc["answer"], "verdict": doc["verdict"], "sglang": doc["sglang"]["command"],

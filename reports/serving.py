@@ -33,9 +33,11 @@ from typing import TYPE_CHECKING, Any
 import altair as alt
 import pandas as pd
 
+from measure.records import RUN_JSON
 from measure.runkinds import SERVE
 from reports.charts import chart_svg
 
+from toolkit.files import resolve_from
 from toolkit.tables import Column
 
 if TYPE_CHECKING:
@@ -80,6 +82,8 @@ def read_serving_calibration(d: Path) -> ServingCalibration:
     from reports.page import read_doc, read_table
 
     cal = read_doc(d / CALIBRATION, "serving calibration", {"split": dict, "summary": dict}, AGAIN)
+    if isinstance(cal.get("run"), str):  # recorded relative to d (older: to the working directory)
+        cal["run"] = str(resolve_from(d, cal["run"], RUN_JSON))
     for key in ("test_k", "test_loads"):
         if key not in cal["split"]:
             raise ValueError(f"serving calibration {str(d / CALIBRATION)!r} has no split {key!r}; {AGAIN}")

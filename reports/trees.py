@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING
 import altair as alt
 import pandas as pd
 
+from measure.records import RUN_JSON
 from measure.runkinds import TREES
 from reports.charts import chart_svg
 
+from toolkit.files import resolve_from
 from toolkit.tables import Column
 
 if TYPE_CHECKING:
@@ -73,6 +75,7 @@ def read_tree_calibration(d: Path) -> TreeCalibrationFiles:
     from reports.page import read_doc, read_table
 
     cal = read_doc(d / CALIBRATION, "tree calibration", {"run": str, "draft": str, "summary": dict}, AGAIN)
+    cal["run"] = str(resolve_from(d, cal["run"], RUN_JSON))  # from d (older: from the working directory)
     advice = read_doc(d / ADVICE, "advice file", ADVICE_KEYS, AGAIN)
     pred = read_table(d / PREDICTIONS, PREDICTION_COLUMNS, PREDICTION_VALUES, AGAIN)
     curves = read_table(d / CURVES, CURVE_COLUMNS, CURVE_VALUES, AGAIN)
