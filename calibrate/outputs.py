@@ -1,12 +1,13 @@
 """Write a calibration to disk: ``calibration.json``, CSV tables and per-draft model files.
 
-Writes only: every model here was fitted by :func:`calibrate.calibration.calibrate`, and every JSON file
-passes :func:`calibrate.written.write_checked` (each model in it read back as ``python -m sim`` reads it:
-finite, physical) before it is written.
+Writes only: every model here was fitted by :func:`calibrate.calibration.calibrate`, and every file is
+written by :func:`calibrate.written.write_calibration`, every kind's one writer (each model in each JSON file
+read back as ``python -m sim`` reads it — finite, physical — before any file is written).
 
 Files written into the output directory:
 
-* ``calibration.json`` — everything: runs, hold-out folds and what was held
+* ``calibration.json`` — everything: runs (each by its path relative to this folder, so the two move
+  together), hold-out folds and what was held
   out, per-draft cost fits (each with a ``cost_model`` that
   ``sim.cost.cost_model_from_dict`` reads), per-group acceptance fits,
   per-cell predictions and the MAPE tables (in-sample and held-out).
@@ -35,16 +36,20 @@ Files written into the output directory:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from calibrate.calibration import CALIBRATION_SCHEMA_VERSION, CalibrationResult
 from calibrate.folds import HOLDOUT_EXPLANATION
-from calibrate.groups import slug
-from calibrate.written import write_checked
+from calibrate.groups import AcceptanceGroup, slug
+from calibrate.written import CalibrationFiles, write_calibration
 from measure.records import utc_now
+from toolkit.files import path_from
 from toolkit.jsonio import strict_dumps
+
+if TYPE_CHECKING:
+    from calibrate.fit_acceptance import AcceptanceFit
 
 
 def _cost_file_name(run: str, draft: str, head_k: float | None, several_runs: bool) -> str:
@@ -54,36 +59,34 @@ def _cost_file_name(run: str, draft: str, head_k: float | None, several_runs: bo
     return "-".join(parts) + ".json"
 
 
-def _write_json(path: Path, obj: Any, indent: int | None = 2) -> None:
-    write_checked(path, obj, indent=indent)  # every model in it checked as python -m sim reads it
-
-
-def _write_cost(res: CalibrationResult, out: Path, files: dict) -> dict:
-    """``cost_model-*.json`` and ``cost_params.csv``; returns the ``cost_models`` section of calibration.json."""
+def _cost_files(res: CalibrationResult, docs: dict, files: dict) -> tuple[dict, pd.DataFrame]:
+    """``cost_model-*.json`` (into ``docs``) and ``cost_params.csv``; returns the ``cost_models`` section of
+    calibration.json and the table."""
     several = len(res.data.runs) > 1
     cost_rows = []
     cost_section = {}
     for (run, draft, hk), fit in res.models.cost.items():
         name = _cost_file_name(run, draft, hk, several)
-        _write_json(out / name, fit.model.describe())
+        docs[name] = fit.model.describe()
         files["cost_models"][f"{run}/{draft}" + (f"/k{int(hk)}" if hk is not None else "")] = name
         cost_section[name.removesuffix(".json")] = {"run": run, **fit.as_dict()}
         for src, params in (("target", fit.target.params), ("draft", fit.draft_fit.params if fit.draft_fit else ()),
                             ("overhead", (fit.overhead,)), ("in_loop", fit.scales)):
             for p in params:
                 cost_rows.append({"run": run, "draft": draft, "head_k": hk, "fit": src, **p.as_dict()})
-    pd.DataFrame(cost_rows).to_csv(out / "cost_params.csv", index=False)
-    return cost_section
+    return cost_section, pd.DataFrame(cost_rows)
 
 
-def _write_acceptance(res: CalibrationResult, out: Path, files: dict) -> dict:
-    """``acceptance-*.json`` (per draft, per group, traces) and the two acceptance CSVs; returns the section."""
+def _acceptance_files(res: CalibrationResult, docs: dict, tables: dict, files: dict) -> tuple[dict, set[str]]:
+    """``acceptance-*.json`` (per draft, per group, traces; into ``docs``) and the two acceptance CSVs (into
+    ``tables``); returns the section and the names of the trace files (written on one line)."""
     pp_rows, fam_rows, acc_section = [], [], {}
     # (label, fit, group or None for a draft's pooled fit)
-    groups = [(grp.to_str(), fit, grp) for grp, fit in res.models.acceptance.items()]
+    groups: list[tuple[str, AcceptanceFit, AcceptanceGroup | None]] = [
+        (grp.to_str(), fit, grp) for grp, fit in res.models.acceptance.items()]
     for draft, fit in res.pooled_acceptance.items():
         name = f"acceptance-{slug(draft)}.json"
-        _write_json(out / name, fit.describe_model())
+        docs[name] = fit.describe_model()
         files["acceptance"][f"draft={draft}"] = name
         groups.append((f"draft={draft} (all cells)", fit, None))
     for key, fit, grp in groups:
@@ -94,37 +97,38 @@ def _write_acceptance(res: CalibrationResult, out: Path, files: dict) -> dict:
                              "aic": f.aic, "bic": f.bic, "chosen": f.name == fit.chosen, "params": strict_dumps(f.params)})
         if grp is not None:
             name = grp.file_name()
-            _write_json(out / name, fit.describe_model())
+            docs[name] = fit.describe_model()
             files["acceptance"][key] = name
     # greedy proposal-run traces per group: exact replay at any γ up to gamma_max in `python -m sim`
+    traces = set()
     for grp, model in res.group_traces.items():
         name = grp.file_name("-trace")
-        _write_json(out / name, model.to_dict(), indent=None)
+        docs[name] = model.to_dict()
+        traces.add(name)
         files["acceptance"][grp.to_str() + "|trace"] = name
     if pp_rows:
-        pd.concat(pp_rows, ignore_index=True).to_csv(out / "acceptance_per_position.csv", index=False)
-    pd.DataFrame(fam_rows).to_csv(out / "acceptance_families.csv", index=False)
-    return acc_section
+        tables["acceptance_per_position.csv"] = pd.concat(pp_rows, ignore_index=True)
+    tables["acceptance_families.csv"] = pd.DataFrame(fam_rows)
+    return acc_section, traces
 
 
 def write_outputs(res: CalibrationResult, out: str | Path) -> dict:
-    """Write every file; returns the JSON summary (also the CLI's last line)."""
+    """Write every file (:func:`calibrate.written.write_calibration`: nothing when a model is refused); returns
+    the JSON summary (also the CLI's last line)."""
     out = Path(out)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ValueError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}") from None
     files: dict[str, dict] = {"cost_models": {}, "acceptance": {}}
-    cost_section = _write_cost(res, out, files)
-    acc_section = _write_acceptance(res, out, files)
+    docs: dict[str, Any] = {}
+    tables: dict[str, Any] = {}
+    cost_section, tables["cost_params.csv"] = _cost_files(res, docs, files)
+    acc_section, traces = _acceptance_files(res, docs, tables, files)
     preds = [res.in_sample.assign(split="in_sample")]
     if len(res.held_out):
         preds.append(res.held_out.assign(split="held_out"))
     pred = pd.concat(preds, ignore_index=True)
-    pred.to_csv(out / "predictions.csv", index=False)
-    res.curves.to_csv(out / "speedup_curves.csv", index=False)
-    doc = _calibration_doc(res, files, cost_section, acc_section, pred)
-    _write_json(out / "calibration.json", doc)
+    tables["predictions.csv"] = pred
+    tables["speedup_curves.csv"] = res.curves
+    docs["calibration.json"] = _calibration_doc(res, out, files, cost_section, acc_section, pred)
+    write_calibration(out, CalibrationFiles(docs, tables, frozenset(traces)))
     return {
         "calibration": str(out / "calibration.json"),
         "holdout": res.holdout,
@@ -157,14 +161,14 @@ NOISE_FLOOR = ("a prediction is judged against the measured 95% CI of the cell's
                "(unstable_held_out)")
 
 
-def _calibration_doc(res: CalibrationResult, files: dict, cost_section: dict, acc_section: dict,
+def _calibration_doc(res: CalibrationResult, out: Path, files: dict, cost_section: dict, acc_section: dict,
                      pred: pd.DataFrame) -> dict:
-    """The content of ``calibration.json``."""
+    """The content of ``calibration.json`` (written into ``out``: each run named by its path from there)."""
     data = res.data
     doc = {
         "schema_version": CALIBRATION_SCHEMA_VERSION,
         "created_utc": utc_now(),
-        "runs": {label: {"path": str(Path(r.path).resolve()), "status": r.status, "hardware": r.meta.get("hardware"),
+        "runs": {label: {"path": path_from(out, r.path), "status": r.status, "hardware": r.meta.get("hardware"),
                          "models": r.meta.get("models")} for label, r in data.runs.items()},
         "holdout": {"mode": res.holdout, "explanation": HOLDOUT_EXPLANATION[res.holdout], "folds": list(res.folds),
                     # only when --holdout auto could not hold out by γ: why it chose this mode

@@ -47,6 +47,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from calibrate.errors import HeldOutError
 from measure.records import load_run
 from measure.runkinds import SERVE, kind_of
 from measure.serve.units import METRICS, Estimate, LoadSpec, ServeConfig, log_interval
@@ -69,6 +70,9 @@ from sim.serving import (
 JUDGED = ("throughput_tokens_per_s", "e2e_p50_ms", "e2e_p95_ms")
 SHOWN = JUDGED + ("ttft_p50_ms", "tpot_p50_ms")
 TARGETS_PCT = {"throughput_tokens_per_s": 5.0, "e2e_p50_ms": 10.0, "e2e_p95_ms": 15.0}
+#: How ``serve_calibration.json`` ``summary`` names the fields of a :class:`calibrate.errors.HeldOutError`.
+SERVE_FIELDS = {"n": "n_rows", "mape_pct": "mape_pct", "target_pct": "target_pct", "n_inside_ci": "n_inside_ci",
+                "n_with_ci": "n_with_ci"}
 #: Step-cost rows behind fewer steps than this are left out of the fit.
 MIN_STEPS = 3
 
@@ -198,10 +202,15 @@ def _synthetic_rows(steps: Any, requests: Any) -> tuple[CostRows, CostRows, floa
     for r, srv in zip(ttft.itertuples(), server_ms):
         p = int(r.prompt_tokens)
         prows.append(LinearStepCost.features(StepLoad(0, p, 0, 0.0, 0.5 * p * (p + 1), p, 1)))
-        py.append(float(srv) if measured_apart else float(r.ttft_ms))
+        py.append(float(srv) if measured_apart and srv is not None else float(r.ttft_ms))
         pw.append(math.sqrt(max(float(r.n_steps), 1.0)) * 2.0)  # few rows: weighted up so they are fitted
     return (CostRows.of(rows, y, w), CostRows.of(prows, py, pw), overhead_ms if measured_apart else None,
             int(gen["n_steps"].sum()), len(ttft))
+
+
+def _linear_cost(theta: np.ndarray, source: str) -> LinearStepCost:
+    """The linear step cost of coefficients ``theta`` (in :attr:`LinearStepCost.FIELDS` order)."""
+    return LinearStepCost(**dict(zip(LinearStepCost.FIELDS, (float(v) for v in theta))), metadata={"source": source})
 
 
 #: Coefficients only the real (non-synthetic) units can tell apart: the synthetic units emit one token a slot
@@ -232,8 +241,7 @@ def fit_step_cost(steps: Any, requests: Any = None) -> StepFit:
     else:
         theta = both.solve(free)
         overhead, resid = max(float(overhead_ms), 0.0), both.residual_pct(theta)
-    cost = LinearStepCost(*(float(v) for v in theta),
-                          metadata={"source": "calibrate serve: NNLS on serve_step_cost.csv"})
+    cost = _linear_cost(theta, "calibrate serve: NNLS on serve_step_cost.csv")
     notes = []
     if cost.per_token_ms == 0.0:
         notes.append("the fit found no cost per verified token: the step-cost units did not vary k enough")
@@ -411,7 +419,7 @@ def _refitted(start: LinearStepCost | ForwardStepCost, theta: np.ndarray,
             "source": "calibrate serve: NNLS of efficiency and overhead_ms on the real training units"})
     src = "serve_step_cost.csv and the real training units" if step_units else \
         f"the real training units alone ({', '.join(UNITS_ONLY)} free)"
-    return LinearStepCost(*(float(v) for v in theta), metadata={"source": f"calibrate serve: NNLS on {src}"})
+    return _linear_cost(theta, f"calibrate serve: NNLS on {src}")
 
 
 # -- acceptance -----------------------------------------------------------------------------------------------
@@ -617,7 +625,7 @@ def pooled_acceptance(fits: dict[int, ProposalAcceptance], weights: dict[int, Co
     drafts that got there), the last one repeated beyond; the proposal probability pooled by rounds."""
     if not fits:
         raise ValueError(f"no draft length was trained on, so k={k} cannot be predicted")
-    alphas = []
+    alphas: list[float] = []
     for i in range(k):
         num = den = 0.0
         for kk, fit in fits.items():
@@ -752,10 +760,8 @@ class ServeCalibration:
         held = [r for r in self.rows if r["split"] == "held-out"]
         for m in JUDGED:
             rs = [r for r in held if r["metric"] == m and r["predicted"] is not None and r["measured"]]
-            ape = [r["ape_pct"] for r in rs]
-            inside = [r["inside_ci"] for r in rs if r["inside_ci"] is not None]
-            out[m] = {"n": len(rs), "mape_pct": float(np.mean(ape)) if ape else None,
-                      "target_pct": TARGETS_PCT[m], "n_inside_ci": int(sum(inside)), "n_with_ci": len(inside)}
+            err = HeldOutError.of(m, [r["ape_pct"] for r in rs], [r["inside_ci"] for r in rs], TARGETS_PCT[m])
+            out[m] = err.as_dict(SERVE_FIELDS)
         allin = [r["inside_ci"] for r in held if r["metric"] in JUDGED and r["inside_ci"] is not None]
         out["share_inside_ci"] = float(np.mean(allin)) if allin else None
         return out

@@ -39,13 +39,14 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 from measure.runkinds import SERVE
 from presets import HARDWARE, MODELS
+from sim.acceptance import PerPositionAcceptance
 from sim.cli import GPU_FLAGS, _add_gpu_flags, _model_arg, engine_source_conflict
 from toolkit.cli import OneLineParser, check_output_dir, choice_arg, fail, int_arg, nonempty_arg
-from toolkit.files import write_dict_rows
+from toolkit.files import path_from
 
 PROG = "python -m calibrate serve"
 
@@ -285,8 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"step cost: {what}; request overhead {st.request_overhead_ms:.2f} ms; "
           f"median residual {st.median_abs_residual_pct:.1f}% over {st.n_steps} synthetic steps{units}")
     for k, acc in sorted(cal.model.acceptance.items()):
+        inner = cast(PerPositionAcceptance, acc.inner)  # calibrate.serve fits per-position α_i
         print(f"acceptance k={k}: proposes in {100 * acc.p_propose:.1f}% of rounds, alpha_i = "
-              + ", ".join(f"{a:.3f}" for a in acc.inner.alphas))
+              + ", ".join(f"{a:.3f}" for a in inner.alphas))
     print(f"held out: k {list(split.test_k) or '-'}, loads {list(split.test_loads) or '-'}")
     print_table(cal.rows)
     for m, v in summary.items():
@@ -305,7 +307,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"k = {g.measured_best_k or 'off'}: {100 * g.regret:.1f}% of throughput{ci}{noise}")
     for note in cal.notes:
         print(f"note: {note}", file=sys.stderr)
-    doc = {"run": str(run), "split": cal.split.__dict__, "step_cost": cal.model.step.cost.describe(),
+    doc = {"run": path_from(out, run), "split": cal.split.__dict__, "step_cost": cal.model.step.cost.describe(),
            "request_overhead_ms": cal.model.step.request_overhead_ms,
            "step_fit": {"n_steps": st.n_steps, "n_ttft": st.n_ttft, "n_units": st.n_units,
                         "median_abs_residual_pct": st.median_abs_residual_pct,
@@ -313,11 +315,15 @@ def main(argv: Sequence[str] | None = None) -> int:
            "acceptance": {str(k): a.to_dict() for k, a in cal.model.acceptance.items()},
            "summary": summary, "notes": cal.notes,
            "regret": [{**g.__dict__, "within_noise": g.within_noise} for g in reg], "advice": advice_dict(rows, data.slots, ngram_n)}
-    from calibrate.written import write_all_or_fail  # each model checked as python -m sim reads it
+    from calibrate.written import CalibrationFiles, write_calibration  # each model checked as python -m sim reads it
 
-    write_all_or_fail(PROG, out, {SERVE.calibration_file: doc, "advice.json": doc["advice"]})
-    write_dict_rows(out / "serve_predictions.csv", cal.rows)
-    write_dict_rows(out / "serve_curves.csv", curves(cal, data, max(2, args.seeds // 2), args.seed))
+    try:
+        write_calibration(out, CalibrationFiles(
+            {SERVE.calibration_file: doc, "advice.json": doc["advice"]},
+            {"serve_predictions.csv": cal.rows,
+             "serve_curves.csv": curves(cal, data, max(2, args.seeds // 2), args.seed)}))
+    except ValueError as exc:
+        fail(PROG, exc)
     print(f"written to {out}")
     print(json.dumps({"out": str(out), "summary": summary,
                       "max_regret": max((g.regret for g in reg), default=None)}, default=str))

@@ -84,15 +84,19 @@ def calibration_metrics(doc: Mapping[str, Any], predictions) -> dict[str, float]
     return out
 
 
-def _run_params(doc: Mapping[str, Any]) -> dict[str, Any]:
-    """Per calibrated run: what run.json says about it (run_id, command, config, fingerprint)."""
+def _run_params(doc: Mapping[str, Any], cal_dir: Path) -> dict[str, Any]:
+    """Per calibrated run: what run.json says about it (run_id, command, config, fingerprint); its path as
+    ``calibration.json`` in ``cal_dir`` records it."""
+    from measure.records import RUN_JSON
+    from toolkit.files import resolve_from
+
     from measure.records import load_run
 
     out: dict[str, Any] = {}
     for label, info in (doc.get("runs") or {}).items():
         entry: dict[str, Any] = {"path": info.get("path"), "status": info.get("status")}
         try:
-            meta = load_run(info["path"]).meta
+            meta = load_run(resolve_from(cal_dir, info["path"], RUN_JSON)).meta
         except (ValueError, KeyError, OSError):  # moved since: the calibration's own record stands
             meta = {}
         entry.update({k: meta[k] for k in RUN_FIELDS if meta.get(k) is not None})
@@ -149,7 +153,7 @@ def track_calibration(kind: str, cal_dir: str | Path, options: Mapping[str, Any]
             doc = json.loads((cal_dir / "calibration.json").read_text())
             pred = pd.read_csv(cal_dir / "predictions.csv")
             t.log_params({"calibrate": dict(options), "holdout": (doc.get("holdout") or {}).get("mode"),
-                          "runs": _run_params(doc)})
+                          "runs": _run_params(doc, cal_dir)})
             t.log_metrics(calibration_metrics(doc, pred))
             t.log_table("predictions", list(pred.columns), pred.to_numpy().tolist())
             _log_table(t, "mape", [{"split": s, "method": m, **v} for s, table in (doc.get("mape") or {}).items()

@@ -63,7 +63,7 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from calibrate.checks import MAX_RANKS, check_tree_run
-from calibrate.errors import add_errors
+from calibrate.errors import HeldOutError, add_errors
 from calibrate.fit_acceptance import wilson_ci
 from calibrate.fit_cost import CostFit, LinearFit, fallback_lines, fit_cost, ols, target_curve
 from calibrate.prediction import mean_tokens_per_s
@@ -81,6 +81,9 @@ KINDS = ("tree", "chain", "beam")
 #: Targets of the held-out error (issue 30's "done when").
 MAPE_TARGET_PCT = 5.0
 INSIDE_TARGET = 0.8
+#: How ``tree_calibration.json`` ``summary`` names the fields of a :class:`calibrate.errors.HeldOutError`.
+TREE_FIELDS = {"n_cells": "n_rows", "speedup_mape_pct": "mape_pct", "max_ape_pct": "max_ape_pct",
+               "n_with_ci": "n_with_ci", "n_inside_ci": "n_inside_ci", "share_inside_ci": "share_inside_ci"}
 
 
 @dataclass(frozen=True)
@@ -463,20 +466,13 @@ def error_summary(pred: pd.DataFrame) -> dict:
     out: dict = {}
     for split, sp in pred.groupby("split"):
         groups = {"all": sp[sp["kind"] != "beam"], **{k: sp[sp["kind"] == k] for k in KINDS}}
-        out[split] = {}
-        for name, g in groups.items():
-            if g.empty:
-                continue
-            with_ci = g[g["inside_ci"].notna()]
-            n_in = int(with_ci["inside_ci"].astype(bool).sum())
-            out[split][name] = {"n_cells": int(len(g)), "speedup_mape_pct": float(g["ape_speedup_pct"].mean()),
-                                "max_ape_pct": float(g["ape_speedup_pct"].max()), "n_with_ci": int(len(with_ci)),
-                                "n_inside_ci": n_in,
-                                "share_inside_ci": n_in / len(with_ci) if len(with_ci) else None}
+        out[split] = {name: HeldOutError.of("speedup", g["ape_speedup_pct"], g["inside_ci"]).as_dict(TREE_FIELDS)
+                      for name, g in groups.items() if not g.empty}
     head = out.get("held_out", {}).get("all")
     if head is not None:
+        mape = head["speedup_mape_pct"]
         out["targets"] = {"speedup_mape_pct": MAPE_TARGET_PCT, "share_inside_ci": INSIDE_TARGET,
-                          "mape_met": head["speedup_mape_pct"] <= MAPE_TARGET_PCT,
+                          "mape_met": mape is not None and mape <= MAPE_TARGET_PCT,
                           "inside_met": (head["share_inside_ci"] or 0.0) >= INSIDE_TARGET}
     return out
 
@@ -548,8 +544,9 @@ def advice_intervals(doc: dict, cost: TabulatedCost, draws: list[PositionalAccep
                      context_tokens: float) -> dict[str, tuple[float | None, float | None]]:
     """The 95% interval of the predicted speedup of each tree the advice names (best chain, best tree, SGLang's,
     vLLM's) over the bootstrap acceptances ``draws`` (the cost held fixed)."""
-    named = {"best_chain": (doc["best_chain"]["paths"], None), "best_tree": (doc["best_tree"]["paths"], None),
-             "vllm": (doc["vllm"]["prediction"]["paths"], None)}
+    named: dict[str, tuple[list, tuple[int, ...] | None]] = {
+        "best_chain": (doc["best_chain"]["paths"], None), "best_tree": (doc["best_tree"]["paths"], None),
+        "vllm": (doc["vllm"]["prediction"]["paths"], None)}
     sg = doc["sglang"]["flags"]
     named["sglang"] = (doc["sglang"]["prediction"]["paths"],
                        (1, *[sg["speculative_eagle_topk"]] * (sg["speculative_num_steps"] - 1)))

@@ -35,7 +35,7 @@ from typing import Sequence
 
 from measure.runkinds import TREES
 from toolkit.cli import OneLineParser, check_output_dir, fail, int_arg, nonempty_arg
-from toolkit.files import write_dict_rows
+from toolkit.files import path_from
 
 PROG = "python -m calibrate trees"
 ADVICE_BUDGET_LIMIT = 64
@@ -166,21 +166,21 @@ def main(argv: Sequence[str] | None = None) -> int:
               "costs more than its accepted tokens save on this machine; decode without speculation")
     for note in res.notes:
         print(f"note: {note}", file=sys.stderr)
-    out.mkdir(parents=True, exist_ok=True)
     advice = {**doc, "speedup_intervals": {k: list(v) for k, v in ci.items()}, "context_tokens": ctx}
-    cal = {"run": str(run), "draft": str(res.data.cells["draft"].iloc[0]), "summary": res.summary,
+    cal = {"run": path_from(out, run), "draft": str(res.data.cells["draft"].iloc[0]), "summary": res.summary,
            "acceptance": m.acceptance.to_dict(), "tree_cost": m.tree_cost.as_dict() if m.tree_cost else None,
            "chain_cost": m.chain_cost.as_dict() if m.chain_cost else None, "notes": list(res.notes),
            "advice": {"answer": doc["answer"], "verdict": doc["verdict"], "sglang": doc["sglang"]["command"],
                       "vllm": doc["vllm"]["command"]}}
-    from calibrate.written import write_all_or_fail  # each model checked as python -m sim reads it
+    from calibrate.written import CalibrationFiles, write_calibration  # each model checked as python -m sim reads it
 
-    write_all_or_fail(PROG, out, {TREES.calibration_file: cal, "advice.json": advice,
-                                  "positional.json": m.acceptance.to_dict(),
-                                  **({"cost_model-tree.json": m.tree_cost.model.describe()} if m.tree_cost else {})})
-    res.predictions.to_csv(out / "tree_predictions.csv", index=False)
-    acc_table.to_csv(out / "tree_acceptance.csv", index=False)
-    write_dict_rows(out / "tree_curves.csv", curves)
+    try:
+        write_calibration(out, CalibrationFiles(
+            {TREES.calibration_file: cal, "advice.json": advice, "positional.json": m.acceptance.to_dict(),
+             **({"cost_model-tree.json": m.tree_cost.model.describe()} if m.tree_cost else {})},
+            {"tree_predictions.csv": res.predictions, "tree_acceptance.csv": acc_table, "tree_curves.csv": curves}))
+    except ValueError as exc:
+        fail(PROG, exc)
     print(f"written to {out}")
     print(json.dumps({"out": str(out), "summary": res.summary, "verdict": doc["verdict"]}, default=str))
     return 0

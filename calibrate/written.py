@@ -12,16 +12,21 @@ naming the file, where in it the model is, and the field. Everything else
 is written as :func:`toolkit.jsonio.write_json` writes it: a NaN or an
 infinity (a standard error nobody could estimate, a prediction that could
 not be made) becomes ``null``, so no file holds a bare ``NaN``.
+
+:func:`write_calibration` is every kind's one writer of a calibration
+(:class:`CalibrationFiles`: its documents and tables by file name), every
+document checked before any file is written.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from sim.acceptance import ACCEPTANCE_KINDS, acceptance_from_dict
 from sim.cost import cost_model_from_dict
-from toolkit.cli import fail
+from toolkit.files import write_dict_rows
 from toolkit.jsonio import clean_json, write_json
 
 #: The cost-model kinds ``python -m sim --cost-model`` reads.
@@ -61,14 +66,34 @@ def write_checked(path: str | Path, obj: Any, indent: int | None = 2) -> None:
     write_json(path, check_models(obj, str(path)), indent=indent)
 
 
-def write_all_or_fail(prog: str, out: Path, docs: Mapping[str, Any]) -> None:
-    """Write each ``{file name: document}`` into ``out`` (:func:`write_checked`); a refused model is one
-    ``PROG: error:`` line and exit status 2 (:func:`toolkit.cli.fail`), not a traceback."""
+@dataclass(frozen=True)
+class CalibrationFiles:
+    """Every file of one calibration, by name: JSON documents (each checked, :func:`check_models`; those named
+    in ``compact`` on one line) and tables (a DataFrame, written without its index, or rows of dicts,
+    :func:`toolkit.files.write_dict_rows`)."""
+
+    documents: Mapping[str, Any]
+    tables: Mapping[str, Any] = field(default_factory=dict)
+    compact: frozenset[str] = frozenset()
+
+
+def write_calibration(out: Path, files: CalibrationFiles) -> None:
+    """Write a calibration's files into ``out`` (made if missing): every kind's one writer.
+
+    Every document is checked before anything is written: a model ``python -m sim`` would refuse is a one-line
+    ``ValueError`` naming the file, where in it the model is, and the field, and nothing is written."""
+    checked = {name: check_models(doc, str(out / name)) for name, doc in files.documents.items()}
     try:
-        for name, doc in docs.items():
-            write_checked(out / name, doc)
-    except ValueError as exc:
-        fail(prog, exc)
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"cannot create output directory {str(out)!r}: {exc.strerror or exc}") from None
+    for name, doc in checked.items():
+        write_json(out / name, doc, indent=None if name in files.compact else 2)
+    for name, table in files.tables.items():
+        if isinstance(table, list):
+            write_dict_rows(out / name, table)
+        else:
+            table.to_csv(out / name, index=False)
 
 
-__all__ = ["COST_KINDS", "check_models", "write_all_or_fail", "write_checked"]
+__all__ = ["COST_KINDS", "CalibrationFiles", "check_models", "write_calibration", "write_checked"]

@@ -42,8 +42,10 @@ from reports.summary import (
     measured_setups,
     predicted_optima,
 )
+from measure.records import RUN_JSON
 from measure.runkinds import CHAIN, HEAD_SWEEP, RunKind, read_kind
 from sim.policies import GammaSpec
+from toolkit.files import resolve_from
 from toolkit.jsonio import read_json
 from toolkit.tables import Column, check_values, read_csv
 
@@ -280,6 +282,7 @@ def read_calibration(cal_dir: Path) -> tuple[dict, pd.DataFrame, pd.DataFrame]:
         if not isinstance(doc.get(key), dict):
             raise ValueError(f"{name} has no {key!r} object; {_AGAIN}")
     for label, info in runs.items():
+        info["path"] = str(resolve_from(cal_dir, info["path"], RUN_JSON))  # from cal_dir (older: absolute)
         if not (Path(info["path"]) / "run.json").is_file():
             raise ValueError(f"{name} names run {label!r} at {info['path']!r}, which holds no run.json (moved or "
                              "deleted?)")

@@ -37,10 +37,12 @@ import altair as alt
 import pandas as pd
 
 from measure.ids import LoadSpec
+from measure.records import RUN_JSON
 from measure.runkinds import SERVE
 from reports.builder import Figure, KindReport, Links, Page, ReportResult, Section, build, draw, table_html
 from reports.race import race_sections
 
+from toolkit.files import resolve_from
 from toolkit.tables import Column
 
 PREDICTIONS = "serve_predictions.csv"
@@ -82,6 +84,8 @@ def read_serving_calibration(d: Path) -> ServingCalibration:
     from reports.page import read_doc, read_table
 
     cal = read_doc(d / CALIBRATION, "serving calibration", {"split": dict, "summary": dict}, AGAIN)
+    if isinstance(cal.get("run"), str):  # recorded relative to d (older: to the working directory)
+        cal["run"] = str(resolve_from(d, cal["run"], RUN_JSON))
     for key in ("test_k", "test_loads"):
         if key not in cal["split"]:
             raise ValueError(f"serving calibration {str(d / CALIBRATION)!r} has no split {key!r}; {AGAIN}")

@@ -27,9 +27,11 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
+from measure.records import RUN_JSON
 from measure.runkinds import TREES
 from reports.builder import Figure, KindReport, Links, Page, ReportResult, Section, build, draw, table_html
 
+from toolkit.files import resolve_from
 from toolkit.tables import Column
 
 PREDICTIONS = "tree_predictions.csv"
@@ -71,6 +73,7 @@ def read_tree_calibration(d: Path) -> TreeCalibrationFiles:
     from reports.page import read_doc, read_table
 
     cal = read_doc(d / CALIBRATION, "tree calibration", {"run": str, "draft": str, "summary": dict}, AGAIN)
+    cal["run"] = str(resolve_from(d, cal["run"], RUN_JSON))  # from d (older: from the working directory)
     advice = read_doc(d / ADVICE, "advice file", ADVICE_KEYS, AGAIN)
     pred = read_table(d / PREDICTIONS, PREDICTION_COLUMNS, PREDICTION_VALUES, AGAIN)
     curves = read_table(d / CURVES, CURVE_COLUMNS, CURVE_VALUES, AGAIN)

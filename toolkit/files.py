@@ -5,10 +5,15 @@ cost and acceptance models): the path must name an existing file, within a
 size limit when one is given, holding UTF-8 text — no NUL byte or other
 control character than whitespace, so a binary file (4,096 NUL bytes are valid
 UTF-8) is refused rather than read as one long prompt.
+
+A file that names another (a calibration naming its runs) names it by a path relative to its own folder
+(:func:`path_from`), read back with :func:`resolve_from` (the absolute or working-directory paths older files
+hold still read): the two can move together.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -56,3 +61,22 @@ def write_dict_rows(path: str | Path, rows: list[dict]) -> None:
         w.writeheader()
         for r in rows:
             w.writerow({k: "" if r.get(k) is None else r[k] for k in keys})
+
+
+def path_from(folder: str | Path, target: str | Path) -> str:
+    """``target`` as a path relative to ``folder`` (the folder of the file that records it), for
+    :func:`resolve_from` to read back: ``".."`` for a run holding its calibration in ``RUN/calibration``."""
+    return os.path.relpath(Path(target).resolve(), Path(folder).resolve())
+
+
+def resolve_from(folder: str | Path, recorded: str | Path, holds: str | None = None) -> Path:
+    """The path a file in ``folder`` recorded (:func:`path_from`): relative to ``folder``, normalised
+    (``results/run/calibration/..`` is ``results/run``; absolute where that would end in ``..``, which names no
+    directory); an absolute one as it is. ``holds``: a file the target holds (``run.json``); where the path
+    relative to ``folder`` has none and the path as recorded does, the recorded one (older files recorded paths
+    relative to the working directory they were written from)."""
+    path = Path(os.path.normpath(Path(folder) / recorded))
+    path = path.resolve() if path.name in ("", "..") else path
+    if holds is not None and not (path / holds).exists() and (Path(recorded) / holds).exists():
+        return Path(recorded)
+    return path

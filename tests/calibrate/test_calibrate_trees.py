@@ -168,6 +168,8 @@ def test_calibrate_trees_cli_on_the_committed_run(tmp_path, capsys):
     assert set(pred["split"]) == {"in_sample", "held_out"} and (pred["predicted_speedup"] > 0).all()
     curves = pd.read_csv(out / "tree_curves.csv")
     assert {"chain (tree loop)", "best tree"} <= set(curves["series"])
+    run = json.loads((out / "tree_calibration.json").read_text())["run"]
+    assert not Path(run).is_absolute() and (out / run).resolve() == RUN.resolve()  # relative to the calibration
     from sim.tree_cli import main as sim_tree
 
     assert sim_tree(["--budget", "6", "--max-depth", "4", "--advise", "--acceptance", str(out / "positional.json"),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from calibrate.written import check_models, write_all_or_fail, write_checked
+from calibrate.written import CalibrationFiles, check_models, write_calibration, write_checked
 from sim.cost import TabulatedCost, load_cost_model
 from toolkit.jsonio import loads
 
@@ -62,11 +62,25 @@ def test_documents_without_models_are_written_as_strict_json(tmp_path: Path):
     assert json.loads(path.read_text()) == {"mape": {"closed_form": None}, "rows": [{"kind": "serve", "x": 1}]}
 
 
-def test_a_command_refusing_to_write_says_one_line_and_exits_2(tmp_path: Path, capsys):
-    with pytest.raises(SystemExit) as exc:
-        write_all_or_fail("python -m calibrate trees", tmp_path,
-                          {"advice.json": {"ok": 1}, "cost_model-tree.json": _model(draft_step_ms_ref=-1.0)})
-    err = capsys.readouterr().err
-    assert exc.value.code == 2 and err.count("\n") == 1
-    assert err.startswith("python -m calibrate trees: error: refusing to write ") and "'draft_step_ms_ref'" in err
-    assert not (tmp_path / "cost_model-tree.json").exists()
+def test_a_calibration_with_a_refused_model_writes_nothing(tmp_path: Path):
+    out = tmp_path / "cal"
+    files = CalibrationFiles({"advice.json": {"ok": 1}, "cost_model-tree.json": _model(draft_step_ms_ref=-1.0)},
+                             {"rows.csv": [{"a": 1}]})
+    with pytest.raises(ValueError) as exc:
+        write_calibration(out, files)
+    msg = str(exc.value)
+    assert msg.startswith(f"refusing to write {out / 'cost_model-tree.json'}: ") and "'draft_step_ms_ref'" in msg
+    assert not out.exists()  # checked whole before anything is written, not even the directory
+
+
+def test_a_calibration_is_written_whole(tmp_path: Path):
+    import pandas as pd
+
+    files = CalibrationFiles({"cal.json": {"x": math.nan}, "trace.json": {"a": [1, 2]}},
+                             {"frame.csv": pd.DataFrame({"a": [1.5, None]}), "rows.csv": [{"a": 1}, {"b": None}]},
+                             compact=frozenset({"trace.json"}))
+    write_calibration(tmp_path / "cal", files)
+    d = tmp_path / "cal"
+    assert json.loads((d / "cal.json").read_text()) == {"x": None}
+    assert (d / "trace.json").read_text().count("\n") <= 1  # on one line
+    assert (d / "frame.csv").read_text() == "a\n1.5\n\"\"\n" and (d / "rows.csv").read_text() == "a,b\n1,\n,\n"

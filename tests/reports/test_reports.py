@@ -311,8 +311,8 @@ def test_a_damaged_calibration_is_one_line(cal_dir, tmp_path, capsys, damage, ne
     # (RecursionError, KeyError, FileNotFoundError from pandas) part-way through the page
     from reports.__main__ import main
 
-    d = tmp_path / "cal"
-    shutil.copytree(cal_dir, d)
+    shutil.copytree(cal_dir.parent, tmp_path / "base")  # the run with its calibration (named from there: ../run)
+    d = tmp_path / "base" / "cal"
     damage(d)
     assert main([str(d), "--out", str(tmp_path / "rep"), "--no-png"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -329,3 +329,28 @@ def test_calibration_tables_with_nothing_fitted_read_as_empty(tmp_path):
     assert read_table(tmp_path / "empty.csv").empty
     assert read_table(tmp_path / "missing.csv").empty
     assert read_table(tmp_path / "one.csv").to_dict("records") == [{"a": 1, "b": 2}]
+
+
+@pytest.mark.slow
+def test_a_run_moved_with_its_calibration_still_reports(cal_dir, tmp_path):
+    """calibration.json names its run relative to itself: the two moved together still make the page."""
+    from reports.page import build_report
+
+    doc = json.loads((cal_dir / "calibration.json").read_text())
+    assert [info["path"] for info in doc["runs"].values()] == ["../run"]
+    shutil.copytree(cal_dir.parent, tmp_path / "a", ignore=shutil.ignore_patterns("report"))
+    (tmp_path / "a").rename(tmp_path / "b")  # the copy moved: nothing at the old place any more
+    res = build_report(tmp_path / "b" / "cal", tmp_path / "rep", png=False)
+    assert res.html_path.is_file() and "MAPE" in res.html_path.read_text()
+
+
+def test_an_older_calibration_naming_its_run_absolutely_still_reads(cal_dir, tmp_path):
+    from reports.page import read_calibration
+
+    shutil.copytree(cal_dir, tmp_path / "cal")
+    doc = json.loads((cal_dir / "calibration.json").read_text())
+    for info in doc["runs"].values():
+        info["path"] = str((cal_dir / info["path"]).resolve())
+    (tmp_path / "cal" / "calibration.json").write_text(json.dumps(doc))
+    read, _, _ = read_calibration(tmp_path / "cal")
+    assert [Path(i["path"]) for i in read["runs"].values()] == [(cal_dir.parent / "run").resolve()]

@@ -133,6 +133,19 @@ def test_a_raced_serving_run_keeps_its_title_and_shows_its_race(tmp_path, race_r
 
 
 @pytest.mark.slow
+def test_a_serving_run_moved_with_its_calibration_still_reports(tmp_path):
+    """serve_calibration.json names its run relative to itself: moved together, the page still reads the run."""
+    d = _files(tmp_path / "a" / "cal")
+    _serving_run(tmp_path / "a", d)
+    doc = json.loads((d / "serve_calibration.json").read_text())
+    (d / "serve_calibration.json").write_text(json.dumps({**doc, "run": "../run"}))  # as calibrate serve writes it
+    (tmp_path / "a").rename(tmp_path / "b")
+    page = build_serving_report(tmp_path / "b" / "cal", tmp_path / "rep", png=False).html_path.read_text()
+    assert "smollm2-135m" in page and "is not readable here" not in page
+    assert f"{tmp_path / 'b' / 'run'} (" in page  # the run row names where the run is now
+
+
+@pytest.mark.slow
 def test_reports_cli_takes_a_serving_calibration_or_its_run(tmp_path):
     d = _files(tmp_path / "cal")
     run = _serving_run(tmp_path, d)

@@ -74,6 +74,20 @@ def test_report_page_of_the_committed_tree_calibration(tmp_path, capsys):
     assert (tmp_path / "rep" / "speedup_vs_budget.html").is_file()
 
 
+def test_a_tree_run_moved_with_its_calibration_still_reports(tmp_path):
+    """tree_calibration.json names its run relative to itself (``..`` in ``RUN/calibration``): the two moved
+    together still make the page, titled by the run's name."""
+    from reports.trees import build_trees_report
+
+    shutil.copytree(RUN, tmp_path / "a" / "trees", ignore=shutil.ignore_patterns("report"))
+    cal = tmp_path / "a" / "trees" / "calibration" / "tree_calibration.json"
+    cal.write_text(json.dumps({**json.loads(cal.read_text()), "run": ".."}))  # as calibrate trees now writes it
+    (tmp_path / "a").rename(tmp_path / "b")
+    res = build_trees_report(tmp_path / "b" / "trees", tmp_path / "rep", png=False)
+    page = res.html_path.read_text()
+    assert "Speedup against verify budget" in page and "int8 draft, trees" in page
+
+
 @pytest.mark.parametrize("hurt,needle", [
     (lambda d: damage.tear_row(d / "tree_predictions.csv"), "tree_predictions.csv': line 3 has 3 fields"),
     (lambda d: damage.set_value(d / "tree_predictions.csv", "measured_speedup", "inf"), "column measured_speedup: inf"),

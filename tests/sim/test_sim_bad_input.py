@@ -305,7 +305,7 @@ def test_python_m_prints_what_main_prints(argv: list[str], files: Path) -> None:
 
 def test_holdout_choices_match_calibrate() -> None:
     # the CLI checks --holdout before importing calibrate.folds; the two lists must stay one list
-    from calibrate.__main__ import HOLDOUT_CHOICES
+    from calibrate.chain_cli import HOLDOUT_CHOICES
     from calibrate.folds import HOLDOUT_MODES
 
     assert HOLDOUT_CHOICES == HOLDOUT_MODES

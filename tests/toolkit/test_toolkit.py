@@ -345,3 +345,18 @@ def test_entry_point_ends_a_broken_pipe_quietly(capsys):
     assert stopped([]) == cli.BROKEN_PIPE_STATUS == 141
     assert fine([]) == 3 and capsys.readouterr().out == "ok\n"
     assert fine.__name__ == "fine"
+
+
+def test_a_path_recorded_relative_to_its_file_reads_back_from_there(tmp_path, monkeypatch):
+    from toolkit.files import path_from, resolve_from
+
+    run, cal = tmp_path / "runs" / "r1", tmp_path / "runs" / "r1" / "calibration"
+    cal.mkdir(parents=True)
+    (run / "run.json").write_text("{}")
+    assert path_from(cal, run) == ".." and path_from(tmp_path / "cal", run) == "../runs/r1"
+    assert resolve_from(cal, "..") == run.resolve()  # a path that would end in "..": made absolute
+    assert resolve_from(tmp_path / "cal", "../runs/r1") == tmp_path / "runs" / "r1"
+    assert resolve_from(tmp_path / "cal", str(run)) == run  # an older file's absolute path
+    monkeypatch.chdir(tmp_path)  # an older file's path relative to the working directory it was written from
+    assert resolve_from(cal, "runs/r1", "run.json") == Path("runs/r1")
+    assert resolve_from(cal, "runs/r1") == cal / "runs" / "r1"  # without the marker: relative to the folder

@@ -211,7 +211,7 @@ def test_unknown_tracker_is_a_value_error() -> None:
 
 def test_nothing_imports_a_tracker_library_until_asked() -> None:
     code = ("import sys, toolkit.track, measure.tracking, calibrate.tracking, measure.cli, calibrate.__main__, "
-            "calibrate.ingest.cli, specscope.cli\n"
+            "calibrate.chain_cli, calibrate.ingest.cli, specscope.cli\n"
             "print(sorted(m for m in ('wandb', 'mlflow') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
