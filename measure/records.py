@@ -441,8 +441,12 @@ class RunWriter:
 
     def __init__(self, path: str | os.PathLike, meta: Mapping[str, Any] | None = None,
                  resume: bool = True, fingerprint: Mapping[str, Any] | None = None,
-                 plan: Callable[[Mapping[str, Any] | None], Any] | None = None, finish_table: str | None = None) -> None:
+                 plan: Callable[[Mapping[str, Any] | None], Any] | None = None, finish_table: str | None = None,
+                 new_config: Mapping[str, Any] | None = None) -> None:
         self.path = Path(path)
+        #: A new run's ``config`` from its first write (``measure.runkinds.open_run_dir``: the kind, so that no
+        #: ``run.json`` of schema 3 is ever on disk without it).
+        self._new_config = dict(new_config or {})
         if finish_table is not None:
             _check_table(finish_table)
             self.finish_table = finish_table
@@ -525,7 +529,7 @@ class RunWriter:
             if plan is not None:
                 plan(None)  # ``--extend`` of a directory with no run: refused in one line
             self.meta = {"schema_version": SCHEMA_VERSION, "run_id": uuid.uuid4().hex, "created_utc": utc_now(),
-                         "summary": {}, "config": {}}
+                         "summary": {}, "config": dict(self._new_config)}
             self._finished = set()
             self.clear_staged()  # a new run: visits left by some other run are not its own
         for k, v in (meta or {}).items():

@@ -183,7 +183,10 @@ def open_run_dir(kind: RunKind, path: str | os.PathLike, *, fingerprint: Mapping
             _refuse_other_kind(kind, out, stored)
         return plan(stored) if plan is not None else None
 
-    writer = RunWriter(out, meta=meta, fingerprint=fingerprint, plan=check, finish_table=kind.finish_table)
+    if meta is not None and isinstance(meta.get("config"), Mapping):
+        meta = {**meta, "config": kind.stamp(meta["config"])}
+    writer = RunWriter(out, meta=meta, fingerprint=fingerprint, plan=check, finish_table=kind.finish_table,
+                       new_config=kind.stamp({}))
     if not writer.resumed:
         writer.update(config=kind.stamp(writer.meta.get("config") or {}))
     for note in writer.repairs:

@@ -68,6 +68,25 @@ def test_a_new_run_records_its_kind_at_once(tmp_path):
         w.close()
 
 
+def test_no_run_json_is_ever_written_without_its_kind(tmp_path, monkeypatch):
+    """A run killed right after its first write must still read as its kind (schema 3 requires one)."""
+    from measure import records
+
+    written = []
+    real = records.RunWriter._write_meta
+
+    def spy(self):
+        real(self)
+        written.append(json.loads((self.path / "run.json").read_text())["config"].get("kind"))
+
+    monkeypatch.setattr(records.RunWriter, "_write_meta", spy)
+    for meta in (None, {"config": {"draft": "ngram:3"}}):
+        written.clear()
+        w = open_run_dir(TREES, tmp_path / f"r{len(str(meta))}", meta=meta)
+        w.close()
+        assert written and set(written) == {"trees"}
+
+
 def test_a_run_of_another_kind_is_refused_under_the_lock_and_left_as_it_was(tmp_path):
     w = open_run_dir(SERVE, tmp_path / "r")
     w.close()
