@@ -186,7 +186,8 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
     domains = tuple(csv_items("--domains", args.domains)) if args.domains else None
     prompts = args.prompts if args.prompts is not None else (None if args.prompts_file else 2)
     try:
-        cfg = SweepConfig(target=target, drafts=tuple(drafts), gammas=tuple(gammas), temperatures=tuple(temps),
+        cfg = SweepConfig(target=target, drafts=tuple(drafts), gammas=tuple(GammaSpec.parse(g) for g in gammas),
+                          temperatures=tuple(temps),
                           domains=domains, prompts_per_domain=prompts, max_new_tokens=args.max_new_tokens,
                           max_prompt_tokens=args.max_prompt_tokens, device=args.device, dtype=args.dtype,
                           seed=args.seed, warmup=args.warmup, peer=not args.no_peer, library=not args.no_library,
@@ -307,7 +308,7 @@ def print_table(run: Run) -> None:
     from measure.sweep import summary_lines
 
     tp = TablePrinter()
-    for r in run.rows("cells"):
+    for r in run.rows(CellRow):
         tp.row(r)
     for line in summary_lines(run.summary):
         print(line)

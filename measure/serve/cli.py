@@ -480,11 +480,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                                         time.gmtime())],
                       config=config)
     factory = None
-    if plan.url is None:
+    if binary is not None and model is not None:  # no --url: we start the servers (both found above)
         from measure.serve.server import LlamaServer, ServerSpec
 
+        server_path, model_path = binary.path, model
+
         def factory(cfg: ServeConfig, log: Path) -> LlamaServer:
-            return LlamaServer(ServerSpec(binary.path, model, cfg, plan.slots, plan.threads, plan.ctx_size,
+            return LlamaServer(ServerSpec(server_path, model_path, cfg, plan.slots, plan.threads, plan.ctx_size,
                                           plan.batch_tokens, ("--no-cache-prompt",)), log)
 
     progress = Progress(on_unit=(lambda row: None) if args.quiet else _print_unit,

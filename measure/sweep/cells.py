@@ -62,7 +62,7 @@ from sim.policies import GammaSpec
 class CellContext:
     """What every cell of a sweep shares: where it writes, the session's models and prompts, the timer."""
 
-    writer: records.RunWriter
+    writer: records.CellWriter
     session: Session
     config: SweepConfig
     timer: Timer
@@ -339,8 +339,9 @@ class Visit:
             return f"prompt_index {self.prompt_index} is outside the cell's {n_prompts} prompts"
         if self.attempt < 1:
             return f"attempt {self.attempt} is not >= 1"
-        rows = (*self.gen_rows, *self.lat_rows, *self.round_rows)
-        if any(r.cell_id != self.cell_id for r in rows):
+        cell_ids = ([r.cell_id for r in self.gen_rows] + [r.cell_id for r in self.lat_rows]
+                    + [r.cell_id for r in self.round_rows])
+        if any(c != self.cell_id for c in cell_ids):
             return "it holds rows of another cell"
         got = sorted(r.mode for r in self.gen_rows)
         if got != sorted(modes):
@@ -445,6 +446,8 @@ def _trace_rows(ctx: CellContext, draft: Any, cell: CellId, gen_rows: list[Gener
                    key=lambda r: r.repeat or 0).tokens
         full = torch.cat([ids, torch.tensor([list(base)], device=ids.device)], dim=1)  # [1, S+n]
         vals = acceptance_trace(ctx.decoder, draft, full, int(ids.shape[1]), temp)
+        proposed: Sequence[int | None]
+        runs: Sequence[int | None]
         if temp == 0:
             proposed, runs = proposal_runs(draft, full, int(ids.shape[1]), vals)
         else:  # sampled outputs depend on γ: no γ-free proposal runs
