@@ -18,7 +18,7 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence, TextIO
 
 from measure.records import Run
 from measure.rows import CellRow
@@ -264,7 +264,7 @@ class TablePrinter:
              "speedup [95% CI]", "accept", "acc/rnd", "same", "base÷lib", "note")
     WIDTHS = (10, 8, 4, 12, 21, 21, 10, 19, 6, 7, 5, 8, 0)
 
-    def __init__(self, out: Any = None) -> None:
+    def __init__(self, out: TextIO | None = None) -> None:
         self.out = out or sys.stdout
         self.started = False
 

@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from measure import records
-from measure.head.clusters import ClusterConfig, load_or_build_clusters
+from measure.head.clusters import ClusterConfig, TokenClusters, load_or_build_clusters
 from measure import stats
 from measure.devices import resolve_device, resolve_dtype
 from measure.drafts import ModelDraft, parse_draft_spec
@@ -200,23 +200,25 @@ def draft_moment(model: nn.Module, tokenizer: Any, n_texts: int, max_tokens: int
     return moment, cached, key
 
 
-def _build_head(variant: str, k: int, dense: nn.Linear, clusters: Any, counts: torch.Tensor,
+def _build_head(variant: str, k: int, dense: nn.Linear, clusters: TokenClusters | None, counts: torch.Tensor,
                 eos: tuple[int, ...], scoring: str, scorer: LowRankScorer | None = None) -> PrunedLMHead:
     v = dense.weight.shape[0]
     if variant == "dense" or k == v:
         return PrunedLMHead.dense(dense)
-    if variant == "clustered":
-        return PrunedLMHead.clustered(dense, clusters, k, always_keep=eos, scoring=scoring)
+    if variant in ("clustered", "hybrid"):
+        if clusters is None:
+            raise ValueError(f"variant {variant!r} needs the token clusters")
+        keep = list(eos)
+        if variant == "hybrid":  # the most frequent K/4 tokens forced in
+            ranked = torch.sort(-counts, stable=True).indices[: max(0, k // 4)].tolist()
+            keep = list(dict.fromkeys(keep + ranked))[:k]
+        return PrunedLMHead.clustered(dense, clusters, k, always_keep=keep, scoring=scoring)
     if variant == "lowrank":
         if scorer is None:
             raise ValueError("variant 'lowrank' needs a fitted low-rank scorer")
         return PrunedLMHead.lowrank(dense, scorer, k, always_keep=eos)
     if variant == "frequency":
         return PrunedLMHead.frequency(dense, counts, k, always_keep=eos)
-    if variant == "hybrid":
-        ranked = torch.sort(-counts, stable=True).indices[: max(0, k // 4)].tolist()
-        keep = list(dict.fromkeys(list(eos) + ranked))[:k]
-        return PrunedLMHead.clustered(dense, clusters, k, always_keep=keep, scoring=scoring)
     raise ValueError(f"variant {variant!r} not in {('dense',) + SWEEP_VARIANTS}")
 
 
@@ -246,7 +248,7 @@ class HeadBuilder:
     draft: ModelDraft
     dense: nn.Linear
     ks: tuple[int, ...]
-    clusters: Any
+    clusters: TokenClusters | None
     counts: torch.Tensor
     eos: tuple[int, ...]
     scorer: LowRankScorer | None
@@ -267,7 +269,7 @@ class HeadBuilder:
         return pk, variants
 
 
-def prunable_draft(draft: Any, spec: str) -> ModelDraft:
+def prunable_draft(draft: object, spec: str) -> ModelDraft:
     """``draft`` when it is a model draft with an ``nn.Linear`` head to prune; else one-line ``ValueError``."""
     if not isinstance(draft, ModelDraft) or not isinstance(getattr(draft.model, "lm_head", None), nn.Linear):
         raise ValueError(f"draft {spec!r} has no nn.Linear lm_head to prune; use a model-backed draft "

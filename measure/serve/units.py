@@ -18,13 +18,16 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from measure.records import RunWriter
 from measure.rows import RequestRow, StepCostRow, TokenRow, UnitRow  # noqa: F401 — the serve tables' rows
 from measure.stats import CONFIDENCE, Estimate
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 @dataclass(frozen=True)
 class ServeConfig:
@@ -218,7 +221,7 @@ class GroupSummary:
         return d
 
 
-def summarise(units: Any) -> list[GroupSummary]:
+def summarise(units: pd.DataFrame) -> list[GroupSummary]:
     """Per (configuration, slots, load) of a ``serve_units`` table (a DataFrame), synthetic units left out."""
     real = units[~units["synthetic"].astype(bool)] if len(units) else units
     out = []
