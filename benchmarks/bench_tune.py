@@ -35,6 +35,7 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from measure import records  # noqa: E402
+from measure.rows import CellRow, GenerationRow  # noqa: E402
 from toolkit.cli import OneLineParser, float_arg  # noqa: E402
 
 
@@ -57,7 +58,7 @@ class Question:
 
 def _chain_speedups(run_dir: Path) -> dict[str, dict[str, Interval]]:
     out: dict[str, dict[str, Interval]] = {}
-    for c in records.load_run(run_dir).rows("cells"):
+    for c in records.load_run(run_dir).rows(CellRow):
         if c.speedup is not None:
             out.setdefault(c.domain, {})[c.cell_id] = (c.speedup, c.speedup_lo, c.speedup_hi)
     return out
@@ -75,7 +76,7 @@ def _serve_speedups(run_dir: Path) -> dict[str, dict[str, Interval]]:
 
 
 CHAIN = Question("domain", ("measure",), _chain_speedups,
-                 lambda d: float(sum(r.wall_s for r in records.load_run(d).rows("generations"))),
+                 lambda d: float(sum(r.wall_s for r in records.load_run(d).rows(GenerationRow))),
                  "counted generations")
 SERVE = Question("load", ("measure", "serve"), _serve_speedups,
                  lambda d: float(records.load_run(d).table("serve_units")["duration_s"].sum()),

@@ -16,13 +16,14 @@ import sys
 
 from measure import stats
 from measure.records import load_run
+from measure.rows import CellRow
 
 
 def compare(run_a: str, run_b: str) -> dict:
     """Per-cell overlap of the two runs' speedup CIs, and a summary over stable cells."""
     cells = []
-    a = {r.cell_id: r for r in load_run(run_a).rows("cells")}
-    b = {r.cell_id: r for r in load_run(run_b).rows("cells")}
+    a = {r.cell_id: r for r in load_run(run_a).rows(CellRow)}
+    b = {r.cell_id: r for r in load_run(run_b).rows(CellRow)}
     for cid in [c for c in a if c in b]:
         ra, rb = a[cid], b[cid]
         ea, eb = ra.estimate("speedup"), rb.estimate("speedup")

@@ -10,7 +10,11 @@ computed *from* its tables lives here. Torch-free; needs numpy and pandas.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pandas as pd
 
 __all__ = ["TRACE_GAMMA_MAX", "drafted_counts", "per_position_acceptance"]
 
@@ -18,13 +22,13 @@ __all__ = ["TRACE_GAMMA_MAX", "drafted_counts", "per_position_acceptance"]
 TRACE_GAMMA_MAX = 16
 
 
-def drafted_counts(rounds) -> "Any":
+def drafted_counts(rounds: pd.DataFrame) -> np.ndarray:
     """Tokens each ``rounds`` row drafted: ``drafted``, or ``gamma`` for records that lack it (int array)."""
     col = "drafted" if "drafted" in rounds.columns else "gamma"
     return rounds[col].to_numpy(int)
 
 
-def per_position_acceptance(rounds) -> "Any":
+def per_position_acceptance(rounds: pd.DataFrame) -> pd.DataFrame:
     """α_i with counts from a ``rounds`` DataFrame (columns ``drafted`` or ``gamma``, ``accepted``).
 
     α_i = #(accepted ≥ i) / #(accepted ≥ i−1 and drafted ≥ i): a position the

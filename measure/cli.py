@@ -18,10 +18,11 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Sequence, TextIO
 
 from measure.records import Run
 from measure.rows import CellRow
+from sim.policies import GammaSpec
 from toolkit.cli import OneLineParser, choice_arg, csv_items, exit_on_next_interrupt, fail, float_arg, int_arg
 from toolkit.track import TRACKERS, usable_tracker
 
@@ -175,7 +176,7 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
         if g.lstrip("-").isdigit():
             if not 1 <= int(g) <= 64:
                 fail(prog, f"--gamma {g}: must be an integer in 1..64 (or fixed:G, heuristic:G, threshold:G)")
-        gammas.append(g)  # parsed once, by SweepConfig (GammaSpec.parse: a bare G is fixed:G)
+        gammas.append(g)  # parsed once, below (GammaSpec.parse: a bare G is fixed:G)
     contexts = []
     for c in csv_items("--cost-contexts", args.cost_contexts) if args.cost_contexts is not None else ():
         if not c.isdigit() or int(c) < 1:
@@ -184,7 +185,8 @@ def _config_from_args(args: argparse.Namespace, target: str, drafts: list[str]):
     domains = tuple(csv_items("--domains", args.domains)) if args.domains else None
     prompts = args.prompts if args.prompts is not None else (None if args.prompts_file else 2)
     try:
-        cfg = SweepConfig(target=target, drafts=tuple(drafts), gammas=tuple(gammas), temperatures=tuple(temps),
+        cfg = SweepConfig(target=target, drafts=tuple(drafts), gammas=tuple(GammaSpec.parse(g) for g in gammas),
+                          temperatures=tuple(temps),
                           domains=domains, prompts_per_domain=prompts, max_new_tokens=args.max_new_tokens,
                           max_prompt_tokens=args.max_prompt_tokens, device=args.device, dtype=args.dtype,
                           seed=args.seed, warmup=args.warmup, peer=not args.no_peer, library=not args.no_library,
@@ -261,7 +263,7 @@ class TablePrinter:
              "speedup [95% CI]", "accept", "acc/rnd", "same", "base÷lib", "note")
     WIDTHS = (10, 8, 4, 12, 21, 21, 10, 19, 6, 7, 5, 8, 0)
 
-    def __init__(self, out: Any = None) -> None:
+    def __init__(self, out: TextIO | None = None) -> None:
         self.out = out or sys.stdout
         self.started = False
 
@@ -305,7 +307,7 @@ def print_table(run: Run) -> None:
     from measure.sweep import summary_lines
 
     tp = TablePrinter()
-    for r in run.rows("cells"):
+    for r in run.rows(CellRow):
         tp.row(r)
     for line in summary_lines(run.summary):
         print(line)

@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Protocol, Sequence
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -71,16 +71,23 @@ CURVE_MAX_TOKENS = 16
 class CostSettings(Protocol):
     """What sizing the cost points reads of a sweep's config (``measure.sweep.SweepConfig`` has it)."""
 
+    # read-only (properties): a frozen dataclass's fields satisfy them
     @property
     def gamma_max(self) -> int: ...
-
-    max_new_tokens: int
-    max_prompt_tokens: int
-    repeats: int
-    cost_contexts: tuple[int, ...] | None
-    cost_max_tokens: int | None
-    cost_repeats: int | None
-    cost_repeats_verified: int | None
+    @property
+    def max_new_tokens(self) -> int: ...
+    @property
+    def max_prompt_tokens(self) -> int: ...
+    @property
+    def repeats(self) -> int: ...
+    @property
+    def cost_contexts(self) -> tuple[int, ...] | None: ...
+    @property
+    def cost_max_tokens(self) -> int | None: ...
+    @property
+    def cost_repeats(self) -> int | None: ...
+    @property
+    def cost_repeats_verified(self) -> int | None: ...
 
 
 @dataclass(frozen=True)
@@ -258,7 +265,7 @@ def out_of_line(cost_target: "pd.DataFrame", ratio: float = OUTLIER_RATIO
     g = cost_target.groupby(["n_tokens", "context_tokens"])["ms"]
     med = {(int(n), int(c)): float(v) for (n, c), v in g.median().items()}
     reps = {(int(n), int(c)): int(v) for (n, c), v in g.size().items()}
-    found = []
+    found: list[tuple[int, int, float, float, int]] = []
     while True:
         worst = None
         for (n, c), m in med.items():
@@ -278,7 +285,7 @@ def out_of_line(cost_target: "pd.DataFrame", ratio: float = OUTLIER_RATIO
         del med[(n, c)]
 
 
-def screen_target(cost_target: "pd.DataFrame", superseded: "set[Key] | list" = (),
+def screen_target(cost_target: "pd.DataFrame", superseded: Iterable[Sequence[int]] = (),
                   retimed: "dict[tuple[int, int], CostOutlier] | None" = None) -> Screening:
     """``cost_target`` without its superseded repeats (``run.json`` ``cost_screening.superseded``) and without
     the points :func:`out_of_line` finds in what is left (each a ``dropped`` :class:`CostOutlier`; ``retimed``:

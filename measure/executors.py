@@ -47,13 +47,14 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import AbstractSet, Any, Callable, Iterable, Mapping
 
 import torch
 
 from measure import records, sweep
 from measure.rows import CellRow, CostDraftRow, CostTargetRow, Row
 from measure.devices import resolve_device
+from measure.sweep.cost import DraftKey, TargetKey
 from measure.timing import Timer
 from sim.policies import GammaSpec
 from toolkit.cli import parse_host_port
@@ -233,7 +234,8 @@ class RowCollector:
         self.row: CellRow | None = None
         self.repairs: list[str] = []  # nothing staged here, so nothing to repair or quarantine
 
-    def append(self, table: str, rows: list[Row]) -> int:
+    def append(self, table: str, rows: Iterable[Row]) -> int:
+        rows = list(rows)
         self.tables.setdefault(table, []).extend(rows)
         return len(rows)
 
@@ -246,8 +248,12 @@ class RowCollector:
     def stage(self, record: Mapping[str, Any]) -> None:
         """Visits are not staged on a worker: a cell lost with its worker is re-run whole by Ray."""
 
-    def staged(self) -> list[dict]:
+    def staged(self) -> list[dict[str, Any]]:
         return []
+
+    def quarantine(self, record: Any, reason: str) -> None:
+        """Nothing staged (:meth:`stage`), so nothing to quarantine."""
+        raise AssertionError(f"a worker stages no visits, so none fails validation ({reason})")
 
     def clear_staged(self) -> None:
         """Nothing staged (:meth:`stage`)."""
@@ -271,8 +277,8 @@ class CellWorker:
                                versions=self.session.versions(versions))
         self.ctx = sweep.CellContext(RowCollector(), self.session, config, Timer(device), hardware=self.info.label)
 
-    def prepare(self, cost_curves: bool, done_target: set = frozenset(), done_draft: set = frozenset()
-                ) -> Preparation:
+    def prepare(self, cost_curves: bool, done_target: AbstractSet[TargetKey] = frozenset(),
+                done_draft: AbstractSet[DraftKey] = frozenset()) -> Preparation:
         """Models, prompts and versions for ``run.json``; when ``cost_curves``, the cost-curve points not
         already on disk (``done_target``/``done_draft``: :func:`measure.sweep.cost_points_done`)."""
         session = self.session
@@ -336,7 +342,8 @@ def _worker(config: sweep.SweepConfig, cpus: int | None, quiet: bool) -> CellWor
 
 
 def prepare_task(config: sweep.SweepConfig, cpus: int | None, quiet: bool, cost_curves: bool,
-                 done_target: set = frozenset(), done_draft: set = frozenset()) -> Preparation:
+                 done_target: AbstractSet[TargetKey] = frozenset(),
+                 done_draft: AbstractSet[DraftKey] = frozenset()) -> Preparation:
     """Ray task: load the sweep's models on this worker and describe them (plus the cost-curve points to time)."""
     return _worker(config, cpus, quiet).prepare(cost_curves, done_target, done_draft)
 
@@ -417,7 +424,8 @@ def run_distributed(config: sweep.SweepConfig, executor: ExecutorConfig, writer:
     say = progress or (lambda _m: None)
     ray = import_ray()
     started = False
-    refs: dict[Any, CellTask | None] = {}
+    loading: list[Any] = []  # the preparation task while it runs: cancelled the same way
+    refs: dict[Any, CellTask] = {}  # the cells queued or running: cancelled on Ctrl-C or an error
     try:
         with writer.recording():  # a cluster that cannot be joined closes the run "failed", saying why
             writer.update(**meta, executor={"kind": executor.kind, "ray_address": executor.ray_address,
@@ -437,13 +445,12 @@ def run_distributed(config: sweep.SweepConfig, executor: ExecutorConfig, writer:
             say(f"loading {config.target} ({config.engine}) on a worker"
                 + (" and timing the cost curves' missing points" if done_t or done_d
                    else " and timing cost curves" if cost else ""))
-            pref = prepare.remote(config, cpus, quiet, cost, done_t, done_d)
-            refs[pref] = None
+            loading.append(prepare.remote(config, cpus, quiet, cost, done_t, done_d))
             try:
-                prep: Preparation = ray.get(pref)
+                prep: Preparation = ray.get(loading[0])
             except ray.exceptions.RayError as e:
                 raise ValueError(f"loading the models on a Ray worker failed: {_one_line(e)}") from None
-            del refs[pref]
+            loading.clear()
             writer.check_fingerprint(prep.target_fingerprint)
             writer.update(models=dict(prep.models), versions={**meta["versions"], **prep.worker.versions},
                           prompts=dict(prep.prompts), hardware=dict(prep.worker.hardware),
@@ -453,15 +460,13 @@ def run_distributed(config: sweep.SweepConfig, executor: ExecutorConfig, writer:
                 writer.append("cost_target", prep.cost_target)
                 writer.update(cost_hardware=prep.worker.label)
                 sweep.screen_cost(writer, None, say)  # timed on a worker: an out-of-line point is dropped
-            done_cells: list[CellRow] = on_disk.rows("cells")
+            done_cells: list[CellRow] = on_disk.rows(CellRow)
             for c in done_cells:
                 if on_cell:
                     on_cell(c)
-            todo = []
             names = list(prep.draft_names)
-            for c in sweep.pending_cells(config, names, list(prompts), writer):
-                todo.append(CellTask(c.cell_id(names), config.drafts[c.draft_index], c.gamma, float(c.temperature),
-                                     c.domain))
+            todo = [CellTask(p.cell_id(names), config.drafts[p.draft_index], p.gamma, float(p.temperature), p.domain)
+                    for p in sweep.pending_cells(config, names, list(prompts), writer)]
             run_cell_remote = ray.remote(**opts, max_calls=0, max_retries=executor.max_retries,
                                          retry_exceptions=False)(cell_task)
             sha = str(selection.get("texts_sha256"))
@@ -509,7 +514,7 @@ def run_distributed(config: sweep.SweepConfig, executor: ExecutorConfig, writer:
             if failed:
                 raise CellsFailed(failed)
     finally:
-        for ref in refs:  # Ctrl-C or an error: stop what is still queued or running
+        for ref in [*loading, *refs]:  # Ctrl-C or an error: stop what is still queued or running
             ray.cancel(ref, force=True)
         if started:
             ray.shutdown()

@@ -18,7 +18,7 @@ Reading::
 
     run = load_run("runs/x")                     # validated: one-line ValueError naming file/row/column
     run.summary; run.status; run.table("cells")  # pandas DataFrame
-    run.rows("cells")                            # the same as typed rows (measure.rows.CellRow)
+    run.rows(CellRow)                            # the same as typed rows (measure.rows.CellRow)
 
 Crash safety: every append is one ``write`` of whole lines on an ``O_APPEND``
 descriptor; ``run.json`` is rewritten atomically (temp file + rename) with
@@ -71,11 +71,14 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from measure.ids import CellId, cell_id  # noqa: F401 — the run format's identities, named here too
-from measure.rows import ROW_TYPES, Row
+from measure.rows import ROW_TYPES, CellRow, R, Row
 from toolkit.jsonio import clean_json, strict_dumps  # noqa: F401 — the run format writes strict JSON
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Schema this code writes; :data:`READABLE_SCHEMAS` it reads, :data:`RESUMABLE_SCHEMAS` it resumes
 #: (``measure/FORMAT_HISTORY.md``: what each version changed, how older runs are read).
@@ -421,6 +424,29 @@ def damaged_cells(path: str | os.PathLike, config: Mapping[str, Any] | None = No
     if torn:
         out.append(CellDamage("*", f"cells.csv has {torn} unreadable row(s)"))
     return out
+
+
+class CellWriter(Protocol):
+    """Where a sweep's cells write their rows: a run directory (:class:`RunWriter`), or a Ray worker's memory
+    (:class:`measure.executors.RowCollector`, which stages nothing)."""
+
+    meta: dict[str, Any]
+    #: what opening the run repaired or set aside (and staged visits quarantined since), in words
+    repairs: list[str]
+
+    def append(self, table: str, rows: Iterable[Row]) -> int: ...
+
+    def finish_cell(self, row: CellRow) -> None: ...
+
+    def update(self, **fields: Any) -> None: ...
+
+    def stage(self, record: Mapping[str, Any]) -> None: ...
+
+    def staged(self) -> list[dict[str, Any]]: ...
+
+    def quarantine(self, record: Any, reason: str) -> None: ...
+
+    def clear_staged(self) -> None: ...
 
 
 class RunWriter:
@@ -866,7 +892,7 @@ class RunWriter:
             os.replace(tmp, f_path)
 
 
-def read_meta(f_path: Path) -> dict:
+def read_meta(f_path: Path) -> dict[str, Any]:
     """``run.json`` parsed and checked (one-line ``ValueError`` naming the file)."""
     try:
         text = f_path.read_text(encoding="utf-8")
@@ -899,7 +925,7 @@ def read_meta(f_path: Path) -> dict:
     return meta
 
 
-def _read_table(f_path: Path, name: str, schema: int):
+def _read_table(f_path: Path, name: str, schema: int) -> pd.DataFrame:
     """Read and validate one CSV table: header columns, field counts per row, numeric columns."""
     import pandas as pd
 
@@ -946,11 +972,11 @@ class Run:
     """A run directory read back: ``meta`` is ``run.json``; tables load lazily (validated)."""
 
     path: Path
-    meta: dict
-    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+    meta: dict[str, Any]
+    _cache: dict[str, pd.DataFrame] = field(default_factory=dict, repr=False, compare=False)
 
     @property
-    def summary(self) -> dict:
+    def summary(self) -> dict[str, Any]:
         return self.meta.get("summary") or {}
 
     @property
@@ -976,7 +1002,7 @@ class Run:
         """A stable identity: ``run_id`` (schema 2) or ``created_utc`` + command (schema 1)."""
         return str(self.meta.get("run_id") or f"{self.meta.get('created_utc')}|{self.meta.get('command')}")
 
-    def table(self, name: str):
+    def table(self, name: str) -> pd.DataFrame:
         """``<name>.csv`` as a pandas DataFrame (empty with the right columns if absent).
 
         Raises a one-line ``ValueError`` naming the file, line and column for a
@@ -994,18 +1020,18 @@ class Run:
             self._cache[name] = df
         return self._cache[name]
 
-    def rows(self, name: str) -> list[Row]:
-        """``<name>.csv`` as typed rows (:meth:`measure.rows.Row.from_csv`), checked as :meth:`table` checks it;
-        a column an older run lacks reads as empty."""
+    def rows(self, kind: type[R]) -> list[R]:
+        """The table of row type ``kind`` (``<kind.table>.csv``) as typed rows (:meth:`measure.rows.Row.from_csv`),
+        checked as :meth:`table` checks it; a column an older run lacks reads as empty."""
+        name = kind.table
         self.table(name)  # one-line ValueError for a torn row, a missing column or a value of the wrong type
         f_path = self.path / f"{name}.csv"
         if not f_path.exists() or f_path.stat().st_size == 0:
             return []
-        kind = ROW_TYPES[name]
         with f_path.open(newline="", encoding="utf-8") as f:
             return [kind.from_csv(r) for r in csv.DictReader(f)]
 
-    def tables(self) -> dict:
+    def tables(self) -> dict[str, pd.DataFrame]:
         """Every table present on disk, by name."""
         return {n: self.table(n) for n in TABLE_COLUMNS if (self.path / f"{n}.csv").exists()}
 

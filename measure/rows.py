@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, Mapping, TypeVar
+from typing import Any, Callable, ClassVar, Mapping, TypeVar
 
 from measure.ids import CellId
 from measure.stats import Estimate
@@ -68,7 +68,8 @@ def _parse_int(text: str) -> int:
 
 
 #: The cell types a row may have (field annotations), and how each is parsed from its text.
-PARSERS = {"str": str, "int": _parse_int, "float": float, "bool": _parse_bool, "tuple[int, ...]": parse_tokens}
+PARSERS: dict[str, Callable[[str], Any]] = {"str": str, "int": _parse_int, "float": float, "bool": _parse_bool,
+                                            "tuple[int, ...]": parse_tokens}
 
 
 def _a(base: str) -> str:
@@ -231,7 +232,7 @@ class CellRow(Row):
                 object.__setattr__(self, name, None)
 
     @classmethod
-    def make(cls, cell: CellId | None = None, **values: Any) -> "CellRow":  # type: ignore[override]
+    def make(cls, cell: CellId | None = None, **values: Any) -> "CellRow":
         """:meth:`Row.make`, the identity columns from ``cell``."""
         if cell is not None:
             values.update(cell_id=cell.to_str(), draft=cell.draft, gamma_policy=cell.gamma.to_str(),

@@ -33,6 +33,7 @@ writer reads as interrupted) says whether the added cells are all there.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -64,7 +65,7 @@ class Plan:
     domains: tuple[str, ...]
 
     @classmethod
-    def of(cls, drafts: Sequence[str], gammas: Sequence[Any], temperatures: Sequence[float],
+    def of(cls, drafts: Sequence[str], gammas: Sequence[GammaSpec | str], temperatures: Sequence[float],
            domains: Sequence[str]) -> "Plan":
         return cls(tuple(map(str, drafts)), tuple(_gamma(g) for g in gammas), tuple(float(t) for t in temperatures),
                    tuple(map(str, domains)))
@@ -156,12 +157,13 @@ class PlanRequest:
     extend: bool = False
     texts: Mapping[str, str] = field(default_factory=dict)
 
-    def check_new(self, path: Any) -> None:
+    def check_new(self, path: str | os.PathLike[str]) -> None:
         """``--extend`` of a directory with no run: one line."""
         if self.extend:
             raise PlanMismatch(f"--extend: {path} holds no run to extend; drop --extend to start one there")
 
-    def opener(self, path: Any, fingerprint: Mapping[str, Any]) -> Callable[[Mapping[str, Any] | None], Any]:
+    def opener(self, path: str | os.PathLike[str], fingerprint: Mapping[str, Any]
+               ) -> Callable[[Mapping[str, Any] | None], Opening | None]:
         """The ``plan`` check :class:`measure.records.RunWriter` calls under the run's lock with the stored
         ``run.json`` (None: no run there yet)."""
         def check(meta: Mapping[str, Any] | None) -> Opening | None:
@@ -176,7 +178,7 @@ def _status(entry: Mapping[str, Any]) -> str:
     return effective_status(entry)[0]
 
 
-def open_plan(path: Any, meta: Mapping[str, Any], fingerprint: Mapping[str, Any], req: PlanRequest) -> Opening:
+def open_plan(path: str | os.PathLike[str], meta: Mapping[str, Any], fingerprint: Mapping[str, Any], req: PlanRequest) -> Opening:
     """Decide how a run opens (module docstring); :class:`PlanMismatch` (one line) when it may not."""
     old = recorded_plan(meta)
     if old is None:
@@ -210,7 +212,7 @@ def open_plan(path: Any, meta: Mapping[str, Any], fingerprint: Mapping[str, Any]
     return Opening(fp, extension=ext, added=added)
 
 
-def _restricted_prompts(path: Any, meta: Mapping[str, Any], fp: dict, req: PlanRequest) -> dict:
+def _restricted_prompts(path: str | os.PathLike[str], meta: Mapping[str, Any], fp: dict, req: PlanRequest) -> dict:
     """The fingerprint with its prompts restricted to the recorded ones, if those are among the new selection
     unchanged (an extension adds domains, it does not change the run's prompts)."""
     stored = dict((meta.get("fingerprint") or {}).get("prompts") or {})

@@ -288,20 +288,21 @@ def geomean_ci(estimates: Sequence[Estimate]) -> Estimate:
     ``sqrt(Σ se²) / n`` (cells measured independently). Cells without a CI
     count in the value but make the interval unknown.
     """
-    vals = [e for e in estimates if e.value is not None and e.value > 0]
+    vals = [(e.value, e.lo, e.hi) for e in estimates if e.value is not None and e.value > 0]
     if not vals:
         return Estimate(None, None, None)
-    logs = np.log([e.value for e in vals])
+    logs = np.log([v for v, _, _ in vals])
     g = float(np.exp(logs.mean()))
-    if any(e.lo is None or e.hi is None or e.lo <= 0 for e in vals):
+    cis = [(lo, hi) for _, lo, hi in vals if lo is not None and hi is not None and lo > 0]
+    if len(cis) < len(vals):
         return Estimate(g, None, None, "a cell without an interval")
-    se = np.array([(math.log(e.hi) - math.log(e.lo)) / (2 * 1.959964) for e in vals])
+    se = np.array([(math.log(hi) - math.log(lo)) / (2 * 1.959964) for lo, hi in cis])
     half = 1.959964 * float(np.sqrt((se ** 2).sum())) / len(vals)
     return Estimate(g, float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half)))
 
 
 def overlaps(a: Estimate, b: Estimate) -> bool | None:
     """Whether two CIs overlap (None when either is missing)."""
-    if None in (a.lo, a.hi, b.lo, b.hi):
+    if a.lo is None or a.hi is None or b.lo is None or b.hi is None:
         return None
-    return not (a.hi < b.lo or b.hi < a.lo)  # type: ignore[operator]
+    return not (a.hi < b.lo or b.hi < a.lo)

@@ -25,9 +25,12 @@ A tracker that fails costs one warning line (:mod:`toolkit.track`), never the ru
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from toolkit.track import TrackedRun, metric_name, number, start_tracker
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["CELL_METRICS", "CELL_IDENTITY", "run_params", "cell_metrics", "acceptance_rows", "track_run"]
 
@@ -63,13 +66,13 @@ def run_params(meta: dict) -> dict[str, Any]:
     return out
 
 
-def acceptance_rows(rounds) -> list[dict[str, Any]]:
+def acceptance_rows(rounds: pd.DataFrame | None) -> list[dict[str, Any]]:
     """Per cell and position: rounds that reached it (``n``), ``accepted``, α_i and its 95% Wilson interval."""
     from scipy.stats import binomtest
 
     from measure.analysis import per_position_acceptance
 
-    out = []
+    out: list[dict[str, Any]] = []
     if rounds is None or not len(rounds):
         return out
     for cid, sub in rounds.groupby("cell_id", sort=False):
@@ -83,7 +86,7 @@ def acceptance_rows(rounds) -> list[dict[str, Any]]:
     return out
 
 
-def cell_metrics(cells, acceptance: list[dict[str, Any]], summary: dict) -> dict[str, float]:
+def cell_metrics(cells: pd.DataFrame, acceptance: list[dict[str, Any]], summary: dict) -> dict[str, float]:
     """Every metric of the run, named ``<metric>/<cell>`` (and ``<metric>/<draft>`` for the summary)."""
     out: dict[str, float] = {}
     for row in cells.to_dict("records"):

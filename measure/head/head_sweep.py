@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from measure import records
-from measure.head.clusters import ClusterConfig, load_or_build_clusters
+from measure.head.clusters import ClusterConfig, TokenClusters, load_or_build_clusters
 from measure import stats
 from measure.devices import resolve_device, resolve_dtype
 from measure.drafts import ModelDraft, parse_draft_spec
@@ -58,9 +58,9 @@ from measure.head.lowrank import HiddenMoment, LowRankScorer, accumulate_moment,
     model_fingerprint
 from measure.head.profiling import profile_step
 from measure.prompts import DOMAINS, SHAREGPT_EVAL_RECORDS, calibration_texts
-from measure.rows import CostDraftRow, HeadSweepRow, ProfileRow
+from measure.rows import CellRow, CostDraftRow, GenerationRow, HeadSweepRow, ProfileRow
 from measure.runkinds import HEAD_SWEEP, open_run_dir
-from measure.head.pruned_head import PrunedLMHead, parse_head_k, swapped_lm_head, token_frequencies
+from measure.head.pruned_head import PrunedLMHead, lm_head_of, parse_head_k, swapped_lm_head, token_frequencies
 from measure.seam import EngineOptions
 from measure.sweep.cells import CellContext, CellPlan, measure_cells
 from measure.sweep.config import SweepConfig, select_prompts
@@ -164,7 +164,7 @@ def _median(xs: list[float]) -> float:
 def head_inputs(model: nn.Module) -> Iterator[list[torch.Tensor]]:
     """Collects every hidden state entering ``model.lm_head`` (``[B, S, H]`` each) while inside."""
     got: list[torch.Tensor] = []
-    handle = model.lm_head.register_forward_pre_hook(lambda _m, a: got.append(a[0].detach()))
+    handle = lm_head_of(model).register_forward_pre_hook(lambda _m, a: got.append(a[0].detach()))
     try:
         yield got
     finally:
@@ -200,23 +200,25 @@ def draft_moment(model: nn.Module, tokenizer: Any, n_texts: int, max_tokens: int
     return moment, cached, key
 
 
-def _build_head(variant: str, k: int, dense: nn.Linear, clusters: Any, counts: torch.Tensor,
+def _build_head(variant: str, k: int, dense: nn.Linear, clusters: TokenClusters | None, counts: torch.Tensor,
                 eos: tuple[int, ...], scoring: str, scorer: LowRankScorer | None = None) -> PrunedLMHead:
     v = dense.weight.shape[0]
     if variant == "dense" or k == v:
         return PrunedLMHead.dense(dense)
-    if variant == "clustered":
-        return PrunedLMHead.clustered(dense, clusters, k, always_keep=eos, scoring=scoring)
+    if variant in ("clustered", "hybrid"):
+        if clusters is None:
+            raise ValueError(f"variant {variant!r} needs the token clusters")
+        keep = list(eos)
+        if variant == "hybrid":  # the most frequent K/4 tokens forced in
+            ranked = torch.sort(-counts, stable=True).indices[: max(0, k // 4)].tolist()
+            keep = list(dict.fromkeys(keep + ranked))[:k]
+        return PrunedLMHead.clustered(dense, clusters, k, always_keep=keep, scoring=scoring)
     if variant == "lowrank":
         if scorer is None:
             raise ValueError("variant 'lowrank' needs a fitted low-rank scorer")
         return PrunedLMHead.lowrank(dense, scorer, k, always_keep=eos)
     if variant == "frequency":
         return PrunedLMHead.frequency(dense, counts, k, always_keep=eos)
-    if variant == "hybrid":
-        ranked = torch.sort(-counts, stable=True).indices[: max(0, k // 4)].tolist()
-        keep = list(dict.fromkeys(list(eos) + ranked))[:k]
-        return PrunedLMHead.clustered(dense, clusters, k, always_keep=keep, scoring=scoring)
     raise ValueError(f"variant {variant!r} not in {('dense',) + SWEEP_VARIANTS}")
 
 
@@ -246,7 +248,7 @@ class HeadBuilder:
     draft: ModelDraft
     dense: nn.Linear
     ks: tuple[int, ...]
-    clusters: Any
+    clusters: TokenClusters | None
     counts: torch.Tensor
     eos: tuple[int, ...]
     scorer: LowRankScorer | None
@@ -262,12 +264,12 @@ class HeadBuilder:
     def profiled(self, config: HeadSweepConfig) -> tuple[int, list[str]]:
         """The profiled K and the variants profiled at it (none without ``config.profile``)."""
         pk = 3000 if 3000 in self.ks and 3000 < self.vocab else min(self.ks)
-        variants = ([v for v in ("clustered", "lowrank") if v in config.variants] or ["clustered"]
+        variants: list[str] = ([v for v in ("clustered", "lowrank") if v in config.variants] or ["clustered"]
                     if config.profile and pk < self.vocab else [])
         return pk, variants
 
 
-def prunable_draft(draft: Any, spec: str) -> ModelDraft:
+def prunable_draft(draft: object, spec: str) -> ModelDraft:
     """``draft`` when it is a model draft with an ``nn.Linear`` head to prune; else one-line ``ValueError``."""
     if not isinstance(draft, ModelDraft) or not isinstance(getattr(draft.model, "lm_head", None), nn.Linear):
         raise ValueError(f"draft {spec!r} has no nn.Linear lm_head to prune; use a model-backed draft "
@@ -280,8 +282,8 @@ def head_builder(config: HeadSweepConfig, draft: ModelDraft, target: Any, say: C
     counts, the low-rank scorer; ``meta`` records how they were made."""
     dmodel, dense = draft.model, draft.model.lm_head
     vocab = int(dense.weight.shape[0])
-    ks = tuple(sorted({vocab if parse_head_k(k, vocab) is None else int(parse_head_k(k, vocab))
-                       for k in config.head_ks}))
+    resolved = [parse_head_k(k, vocab) for k in config.head_ks]  # None: the full head
+    ks = tuple(sorted({vocab if r is None else r for r in resolved}))
     tokenizer = getattr(target, "tokenizer", None)
     builder = HeadBuilder(draft, dense, ks, None, torch.zeros(vocab, dtype=torch.int64),
                           tuple(int(e) for e in target.eos_token_ids if 0 <= int(e) < vocab), None, {})
@@ -366,7 +368,7 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
                                                       if k < heads.vocab]:
             if f"draft={draft.name}+{variant}|head_k={k}" not in writer.meta.get("head_sweep_rows", {}):
                 say(f"{variant} K={k}")
-                _measure_head(ctx, config, heads, variant, k, inputs, say)
+                _measure_head(ctx, writer, config, heads, variant, k, inputs, say)
         writer.clear_staged()
         if config.profile and not writer.has_rows("profile"):
             say("profiling")
@@ -375,11 +377,11 @@ def run_head_sweep(config: HeadSweepConfig, out_dir: str | Path, command: str = 
     return records.load_run(writer.path)
 
 
-def _measure_head(ctx: CellContext, config: HeadSweepConfig, heads: HeadBuilder, variant: str, k: int,
-                  inputs: StepInputs, say: Callable[[str], None]) -> None:
-    """One ``(variant, K)``: its cells (one per domain, the main sweep's cell code), its head-only numbers, its
-    ``head_sweep.csv`` row and ``run.json`` ``head_sweep_rows`` entry."""
-    writer, draft, target = ctx.writer, heads.draft, ctx.target
+def _measure_head(ctx: CellContext, writer: records.RunWriter, config: HeadSweepConfig, heads: HeadBuilder,
+                  variant: str, k: int, inputs: StepInputs, say: Callable[[str], None]) -> None:
+    """One ``(variant, K)``: its cells (one per domain, the main sweep's cell code, writing through ``ctx`` to
+    ``writer``), its head-only numbers, its ``head_sweep.csv`` row and ``run.json`` ``head_sweep_rows`` entry."""
+    draft, target = heads.draft, ctx.target
     label = f"{draft.name}+{variant}"
     head = heads.head(variant, k, config.scoring)
     policy = GammaSpec("fixed", config.gamma)
@@ -388,9 +390,9 @@ def _measure_head(ctx: CellContext, config: HeadSweepConfig, heads: HeadBuilder,
         # the main sweep's cell code, one cell per domain, their visits interleaved
         measure_cells(ctx, [c for c in plans if not writer.is_finished(c.cell_id)], on_attempt=say)
         run = records.load_run(writer.path)
-        cells = [c for c in run.rows("cells") if c.draft == label and c.head_k == k]
+        cells = [c for c in run.rows(CellRow) if c.draft == label and c.head_k == k]
         mine = {c.cell_id for c in cells}
-        base_tokens = {g.prompt_id: g.tokens for g in run.rows("generations")
+        base_tokens = {g.prompt_id: g.tokens for g in run.rows(GenerationRow)
                        if g.cell_id in mine and g.mode == "baseline" and g.repeat == 0}
         prompts = [p for ps in ctx.prompts.values() for p in ps]
         hm = _head_metrics(writer, label, k, head, draft, prompts, ctx.enc, base_tokens, inputs, config, ctx.timer)
@@ -429,7 +431,7 @@ def _profile(writer: records.RunWriter, config: HeadSweepConfig, target: Any, he
 
 def _summary(writer: records.RunWriter, synthetic: bool) -> dict:
     """The run's summary (:func:`measure.sweep.summarize` of every cell) with the head rows' acceptance drop."""
-    summary = summarize(records.load_run(writer.path).rows("cells"), synthetic)
+    summary = summarize(records.load_run(writer.path).rows(CellRow), synthetic)
     all_rows = list(writer.meta.get("head_sweep_rows", {}).values())
     dense_row = next((r for r in all_rows if r["variant"] == "dense"), None)
     summary["rows"] = len(all_rows)

@@ -65,6 +65,24 @@ class ProfileRow:
             raise ValueError(f"role={self.role!r} must be 'draft' or 'target'")
 
 
+def output_head(model: nn.Module) -> nn.Module:
+    """``model.get_output_embeddings()`` (else ``model.lm_head``); one-line ``ValueError`` when it has none."""
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    head = head if head is not None else getattr(model, "lm_head", None)
+    if not isinstance(head, nn.Module):
+        raise ValueError(f"{type(model).__name__} has no output embedding (lm_head) to profile")
+    return head
+
+
+def _vocab_of(model: nn.Module) -> int:
+    """The rows of the model's output head (its vocabulary)."""
+    weight = output_head(model).weight  # [V, H]
+    if not isinstance(weight, torch.Tensor):
+        raise ValueError(f"{type(model).__name__}: its output head has no weight tensor; give vocab_size")
+    return int(weight.shape[0])
+
+
 def classify_modules(model: nn.Module) -> dict[str, list[nn.Module]]:
     """Outermost attention / MLP modules and the output head of an HF causal LM.
 
@@ -74,10 +92,7 @@ def classify_modules(model: nn.Module) -> dict[str, list[nn.Module]]:
     ``model.get_output_embeddings()`` (else ``model.lm_head``). Modules nested
     in an already-classified module are skipped so nothing is counted twice.
     """
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    head = head if head is not None else getattr(model, "lm_head", None)
-    if head is None:
-        raise ValueError(f"{type(model).__name__} has no output embedding (lm_head) to profile")
+    head = output_head(model)
     out: dict[str, list[nn.Module]] = {"lm_head": [head], "attention": [], "mlp": []}
     taken: list[str] = []
     for name, mod in model.named_modules():
@@ -169,7 +184,7 @@ def profile_step(
         )
     p = next(model.parameters())
     dev = p.device
-    vocab = vocab_size or int(model.get_output_embeddings().weight.shape[0])
+    vocab = vocab_size or _vocab_of(model)
     gen = torch.Generator(device="cpu").manual_seed(seed)
     ctx = torch.randint(0, vocab, (1, context_tokens), generator=gen).to(dev)  # [1, C]
     step = torch.randint(0, vocab, (1, n_tokens), generator=gen).to(dev)  # [1, n]
@@ -236,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
     from toolkit.cli import OneLineParser, csv_items, fail, int_arg
 
     prog = "python -m measure.head.profiling"
-    ap = OneLineParser(prog=prog, description=main.__doc__.splitlines()[0])
+    ap = OneLineParser(prog=prog, description=(main.__doc__ or prog).splitlines()[0])
     ap.add_argument("--models", default="smollm2-135m,gemma3-270m",
                     help="comma-separated model specs (measure.engines.transformers.models.load_model), e.g. synthetic:gpt2")
     ap.add_argument("--device", default="auto")

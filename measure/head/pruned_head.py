@@ -54,6 +54,7 @@ __all__ = [
     "LowRankSelector",
     "PrunedLMHead",
     "torch_gather_project",
+    "lm_head_of",
     "install_lm_head",
     "swapped_lm_head",
 ]
@@ -165,6 +166,8 @@ def torch_gather_project(
 class _Selector(nn.Module):
     """Common part of the dynamic selectors: the always-keep tokens (validated, placed first)."""
 
+    always_keep: torch.Tensor  # buffers (register_buffer), declared for the type checker
+
     def _register_always_keep(self, always_keep: torch.Tensor | Sequence[int], vocab_size: int) -> torch.Tensor:
         keep = _unique_keep_order(torch.as_tensor(list(always_keep), dtype=torch.int64))
         if keep.numel() and (int(keep.min()) < 0 or int(keep.max()) >= vocab_size):
@@ -186,6 +189,11 @@ class ClusterSelector(_Selector):
     ``h . c * max |row|`` of the cluster. Always-keep tokens are removed from the
     clusters and placed first.
     """
+
+    score_centroids: torch.Tensor  # buffers (register_buffer), declared for the type checker
+    members: torch.Tensor
+    offsets: torch.Tensor
+    sizes: torch.Tensor
 
     def __init__(
         self,
@@ -211,11 +219,11 @@ class ClusterSelector(_Selector):
         offsets_ex = torch.zeros(clusters.n_clusters + 1, dtype=torch.int64)
         offsets_ex[1:] = torch.cumsum(sizes_ex, 0)
         cent = clusters.centroids.float()
-        if scoring == "mean":
+        if scoring == "mean" and weight is not None:  # (not None: checked above)
             w = weight.detach().float().cpu()
             sums = torch.zeros_like(cent).index_add_(0, clusters.assignments, w)
             cent = sums / clusters.sizes.clamp(min=1).unsqueeze(1).float()
-        elif scoring == "max_norm":
+        elif scoring == "max_norm" and weight is not None:
             norms = weight.detach().float().cpu().norm(dim=1)
             mx = torch.zeros(clusters.n_clusters).scatter_reduce_(0, clusters.assignments, norms, "amax")
             cent = cent * mx.unsqueeze(1)
@@ -257,6 +265,9 @@ class LowRankSelector(_Selector):
     ``+inf`` so ``topk`` always takes them.
     """
 
+    proj: torch.Tensor  # buffers (register_buffer), declared for the type checker
+    factors: torch.Tensor
+
     def __init__(self, scorer: LowRankScorer, always_keep: torch.Tensor | Sequence[int] = (),
                  dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
@@ -285,6 +296,10 @@ class PrunedLMHead(nn.Module):
     Build with :meth:`clustered`, :meth:`lowrank`, :meth:`frequency` or :meth:`dense`. The dense
     weight is shared with the original head (no copy), so tied embeddings stay tied.
     """
+
+    # buffers of a frequency head (register_buffer), None for the others
+    static_ids: torch.Tensor | None
+    static_weight: torch.Tensor | None
 
     def __init__(
         self,
@@ -408,16 +423,17 @@ class PrunedLMHead(nn.Module):
     def select(self, hidden2d: torch.Tensor) -> torch.Tensor:
         """Kept ids ``[N, K]`` for ``hidden2d`` ``[N, H]``."""
         n = hidden2d.shape[0]
-        if self.variant in DYNAMIC_VARIANTS:
+        # a dynamic head has its selector, a frequency head its static ids (__init__)
+        if self.variant in DYNAMIC_VARIANTS and self.selector is not None:
             return self.selector.select_unchecked(hidden2d, self.head_k)  # head_k validated in __init__
-        if self.variant == "frequency":
+        if self.variant == "frequency" and self.static_ids is not None:
             return self.static_ids.unsqueeze(0).expand(n, -1)
         return torch.arange(self.vocab_size, device=hidden2d.device).unsqueeze(0).expand(n, -1)
 
     def project(self, hidden: torch.Tensor) -> PrunedLogits:
         """Fast path: kept ids ``[N, K]`` and float32 logits ``[N, K]`` for ``hidden`` ``[..., H]``."""
         h2 = hidden.reshape(-1, hidden.shape[-1])  # [N, H]
-        if self.variant == "frequency":
+        if self.variant == "frequency" and self.static_ids is not None and self.static_weight is not None:
             ids = self.select(h2)
             logits = (h2.to(self.static_weight.dtype) @ self.static_weight.T).float()  # [N, K]
             if self.bias is not None:
@@ -490,6 +506,14 @@ def _softcap_of(model: nn.Module) -> float | None:
     return None
 
 
+def lm_head_of(model: nn.Module) -> nn.Module:
+    """``model.lm_head``, the output embedding; one-line ``ValueError`` when it is not a module."""
+    head = getattr(model, "lm_head", None)
+    if not isinstance(head, nn.Module):
+        raise ValueError(f"{type(model).__name__} has no lm_head module")
+    return head
+
+
 def install_lm_head(model: nn.Module, head: nn.Module) -> nn.Module:
     """Replace ``model.lm_head`` (the output embedding) with ``head``; returns the old module.
 
@@ -498,13 +522,13 @@ def install_lm_head(model: nn.Module, head: nn.Module) -> nn.Module:
     """
     if not hasattr(model, "lm_head"):
         raise ValueError(f"{type(model).__name__} has no lm_head attribute to replace")
+    old = lm_head_of(model)
     cap = _softcap_of(model)
     if cap is not None and isinstance(head, PrunedLMHead) and head.variant != "dense":
         raise ValueError(
             f"{type(model).__name__} soft-caps its logits (final_logit_softcapping={cap}); "
             "a pruned head's -inf would become finite — not supported"
         )
-    old = model.lm_head
     model.lm_head = head
     return old
 

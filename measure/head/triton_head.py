@@ -34,6 +34,11 @@ __all__ = ["triton_available", "triton_gather_project", "triton_gather_project_a
 BLOCK_K = 32
 BLOCK_H = 128
 
+# Bound by :func:`_kernels` (module globals, see there); declared here for the type checker only.
+_gather_dot_block: Any
+_gather_project_kernel: Any
+_gather_project_argmax_kernel: Any
+
 
 @functools.lru_cache(maxsize=1)
 def _triton_importable() -> bool:
@@ -201,7 +206,7 @@ def patch_interpreter_index() -> None:
         orig(tensor, scope)
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
 
-    patched._specscope_patched = True  # type: ignore[attr-defined]
+    patched._specscope_patched = True  # type: ignore[attr-defined]  # a marker on the function object
     ti._patch_lang_tensor = patched
 
 

@@ -30,11 +30,16 @@ import shlex
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from toolkit.cli import OneLineParser, csv_items, fail, float_arg, int_arg
 from measure.runkinds import SERVE
-from measure.serve.units import LoadSpec, ServeConfig, UnitRow
+from measure.serve.units import GroupSummary, LoadSpec, ServeConfig, UnitRow
+
+if TYPE_CHECKING:
+    from measure.racing import RaceRule
+    from measure.records import Run, RunWriter
+    from measure.serve.runner import Plan, UnitFailure
 
 PROG = "python -m measure serve"
 MAX_CONCURRENCY = 1024
@@ -108,7 +113,7 @@ def _race_arguments(p: argparse.ArgumentParser) -> None:
                        unit="units", step="repeat", defaults=False)
 
 
-def _race_rule(args: argparse.Namespace) -> Any:
+def _race_rule(args: argparse.Namespace) -> RaceRule | None:
     """``--until-decided``'s rule (None without it), its flags checked in one line each."""
     from measure.racing import DEFAULT_CONFIDENCE, DEFAULT_REGRET, RaceRule
 
@@ -280,7 +285,7 @@ def _refuse_with_url(args: argparse.Namespace) -> None:
 
 
 # long: every flag checked, in order, before any server starts; the plan built from them
-def plan_from_args(args: argparse.Namespace) -> tuple[Any, dict]:
+def plan_from_args(args: argparse.Namespace) -> tuple[Plan, dict[str, Any]]:
     """The validated :class:`~measure.serve.runner.Plan` and the run's ``config`` for run.json."""
     from measure.serve.client import RequestSpec
     from measure.serve.runner import Plan
@@ -379,7 +384,7 @@ def _print_unit(row: UnitRow) -> None:
     print(f"  {row.cell_id}: {thr}  e2e p50 {e2e} ms  errors {row.n_errors}{acc}{busy}", file=sys.stderr)
 
 
-def format_summary(groups: Sequence[Any]) -> str:
+def format_summary(groups: Sequence[GroupSummary]) -> str:
     """The table of every (configuration, load): throughput and latencies with 95% CIs over the repeats."""
     head = ["config", "load", "n", "tok/s [95% CI]", "speedup [95% CI]", "TTFT p50 ms", "TPOT p50 ms",
             "e2e p50 ms", "e2e p95 ms", "accepted/drafted"]
@@ -480,11 +485,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                                                         time.gmtime())],
                       config=config)
     factory = None
-    if plan.url is None:
+    if binary is not None and model is not None:  # no --url: we start the servers (both found above)
         from measure.serve.server import LlamaServer, ServerSpec
 
+        server_path, model_path = binary.path, model
+
         def factory(cfg: ServeConfig, log: Path) -> LlamaServer:
-            return LlamaServer(ServerSpec(binary.path, model, cfg, plan.slots, plan.threads, plan.ctx_size,
+            return LlamaServer(ServerSpec(server_path, model_path, cfg, plan.slots, plan.threads, plan.ctx_size,
                                           plan.batch_tokens, ("--no-cache-prompt",)), log)
 
     progress = Progress(on_unit=(lambda row: None) if args.quiet else _print_unit,
@@ -526,7 +533,7 @@ class RequestsFailed(RuntimeError):
     """Every request a run sent failed, so it measured nothing: closed ``failed`` (never ``complete``)."""
 
 
-def _raise_for(failures: Sequence[Any], n_finished: int) -> None:
+def _raise_for(failures: Sequence[UnitFailure], n_finished: int) -> None:
     """End a run that had units with failed requests: ``failed`` if no unit of it is finished, else
     ``interrupted`` (a resume measures those units again); one line either way."""
     from measure.serve.runner import Interrupted
@@ -540,7 +547,8 @@ def _raise_for(failures: Sequence[Any], n_finished: int) -> None:
     raise Interrupted(f"{what}; those units are not kept")
 
 
-def _print_result(out: Path, groups: Sequence[Any], writer: Any, failures: Sequence[Any]) -> None:
+def _print_result(out: Path, groups: Sequence[GroupSummary], writer: RunWriter,
+                  failures: Sequence[UnitFailure]) -> None:
     """The table, the load generator's cost and the one JSON line (with the units whose requests failed)."""
     from measure.records import strict_dumps
 
@@ -561,7 +569,7 @@ def _print_result(out: Path, groups: Sequence[Any], writer: Any, failures: Seque
                         **({"race": {k: race.get(k) for k in ("stopped_by", "decided")}} if race else {})}))
 
 
-def _overhead(run: Any) -> dict:
+def _overhead(run: Run) -> dict[str, Any]:
     """The load generator's own cost over the run, in words and numbers."""
     u = run.table("serve_units")
     if not len(u):

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict
-from typing import Any, Hashable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Hashable, Mapping, Sequence
 
 from measure.prior import GroupRace
 from measure.racing import RaceRule
 from measure.serve.units import LoadSpec, ServeConfig, UnitId
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Why a tuned serving run stopped measuring (``run.json`` ``race.stopped_by``).
 STOPPED_BY = ("decided", "time budget", "out of repeats")
@@ -62,7 +65,7 @@ class ServeRace:
         """The units ``repeat`` measures as the race stands now."""
         return [UnitId(c, self.slots, ld, repeat) for c in self.configs for ld in self.loads if self.needs(c, ld)]
 
-    def look(self, units: Any) -> list[str]:
+    def look(self, units: pd.DataFrame) -> list[str]:
         """Look after repeat :attr:`n_looks` at the finished ``units`` (a ``serve_units`` DataFrame; units of later
         repeats are left out); a line per load that stopped configurations."""
         r = self.n_looks
@@ -105,7 +108,7 @@ class ServeRace:
                 "decided": {k: g["leader"] for k, g in last.items() if g["stop_reason"] == "decided"}}
 
 
-def unit_samples(units: Any, look_index: int, loads: Sequence[str], configs: Sequence[str]
+def unit_samples(units: pd.DataFrame, look_index: int, loads: Sequence[str], configs: Sequence[str]
                  ) -> dict[str, dict[str, dict[Hashable, float]]]:
     """Per load, per configuration, per repeat ``<= look_index``: log(tokens/s ÷ off's tokens/s in that repeat),
     from a ``serve_units`` DataFrame (synthetic units and units without a throughput left out)."""

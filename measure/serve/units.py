@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from measure.ids import LoadSpec, ServeConfig, UnitId  # noqa: F401 — a servin
 from measure.records import RunWriter
 from measure.rows import RequestRow, StepCostRow, TokenRow, UnitRow  # noqa: F401 — the serve tables' rows
 from measure.stats import CONFIDENCE, Estimate
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # -- rows: the serve tables' row types live with every other table's in measure.rows (named here too) --------
 #: The run writer of a serving run, as the serving modules name it: a :class:`~measure.records.RunWriter` opened by
@@ -94,7 +97,7 @@ class GroupSummary:
         return d
 
 
-def summarise(units: Any) -> list[GroupSummary]:
+def summarise(units: pd.DataFrame) -> list[GroupSummary]:
     """Per (configuration, slots, load) of a ``serve_units`` table (a DataFrame), synthetic units left out."""
     real = units[~units["synthetic"].astype(bool)] if len(units) else units
     out = []

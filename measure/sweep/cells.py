@@ -51,7 +51,7 @@ from measure.prior import (CalibrationPrior, GroupRace, PriorPlan, load_prior, p
                            prior_summary)
 from measure.prompts import Prompt
 from measure.rows import CellRow, GenerationRow, RoundRow, TokenLatencyRow, TraceRow
-from measure.seam import Decoder, Engine, TargetModel
+from measure.seam import Decoder, Draft, Engine, GenerationResult, PeerResult, RoundRecord, TargetModel
 from measure.sweep.config import SweepConfig
 from measure.sweep.session import Session
 from measure.timing import Timer
@@ -62,7 +62,7 @@ from sim.policies import GammaSpec
 class CellContext:
     """What every cell of a sweep shares: where it writes, the session's models and prompts, the timer."""
 
-    writer: records.RunWriter
+    writer: records.CellWriter
     session: Session
     config: SweepConfig
     timer: Timer
@@ -102,7 +102,7 @@ def rotation(index: int, modes: tuple[str, ...]) -> tuple[str, ...]:
     return modes[k:] + modes[:k]
 
 
-def visit_modes(ctx: CellContext, draft: Any, spec: GammaSpec, name: str) -> tuple[str, ...]:
+def visit_modes(ctx: CellContext, draft: Draft, spec: GammaSpec, name: str) -> tuple[str, ...]:
     """The modes every visit of a cell measures: the one place that decides them, from the run's config, what
     the engine declares it has for this pair (:meth:`measure.seam.Engine.has_peer`, ``has_library``: no
     generation) and the peers ``run.json`` records as failing (``peer_errors``) — so the first pass, a resume
@@ -129,7 +129,7 @@ def _peer_failed(ctx: CellContext, name: str, e: Exception) -> None:
     ctx.writer.update(peer_errors=errs)
 
 
-def _warm(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, modes: tuple[str, ...]) -> None:
+def _warm(ctx: CellContext, draft: Draft, spec: GammaSpec, temp: float, modes: tuple[str, ...]) -> None:
     """Warm ``modes`` up, ``config.warmup`` times each (never recorded)."""
     cfg, t = ctx.config, ctx.target
     ids = ctx.enc[next(iter(ctx.enc))]
@@ -139,7 +139,7 @@ def _warm(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, modes: tup
             _generate_mode(ctx, mode, draft, spec, temp, ids, n, _gen(cfg.seed, -1, t.device), cfg.seed)
 
 
-def _warm_modes(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, name: str) -> tuple[str, ...]:
+def _warm_modes(ctx: CellContext, draft: Draft, spec: GammaSpec, temp: float, name: str) -> tuple[str, ...]:
     """Warm the cell's modes up (:func:`visit_modes`); the modes it is measured in. A peer that fails while it
     warms up is recorded (``peer_errors``) and left out of every visit of its draft's cells."""
     modes = visit_modes(ctx, draft, spec, name)
@@ -175,7 +175,7 @@ class Generation:
     wall_s: float
     ttft_ms: float | None
     latency_ms: Sequence[float]
-    rounds: Sequence[Any]
+    rounds: Sequence[RoundRecord]
     drafted: int | None
     accepted: int | None
     n_rounds: int | None
@@ -211,8 +211,8 @@ class CellMeasurement:
     series: CellSeries
 
 
-def _generate_mode(ctx: CellContext, mode: str, draft: Any, spec: GammaSpec, temp: float, ids: torch.Tensor,
-                   n: int, gen: torch.Generator, seed: int) -> Any:
+def _generate_mode(ctx: CellContext, mode: str, draft: Draft, spec: GammaSpec, temp: float, ids: torch.Tensor,
+                   n: int, gen: torch.Generator, seed: int) -> GenerationResult | PeerResult:
     """One generation of ``mode`` (a decoding result, or the engine's :class:`~measure.seam.PeerResult`).
 
     A mode :func:`visit_modes` chose always generates: an engine whose peer or library baseline answers None
@@ -233,17 +233,17 @@ def _generate_mode(ctx: CellContext, mode: str, draft: Any, spec: GammaSpec, tem
     return pr
 
 
-def _generate(ctx: CellContext, mode: str, draft: Any, spec: GammaSpec, temp: float, ids: torch.Tensor,
+def _generate(ctx: CellContext, mode: str, draft: Draft, spec: GammaSpec, temp: float, ids: torch.Tensor,
               seed_i: int, rep: int, order: int) -> Generation:
     """One counted generation of ``mode``."""
     cfg, t, timer = ctx.config, ctx.target, ctx.timer
     timer.reset_peak_memory()
     r = _generate_mode(ctx, mode, draft, spec, temp, ids, cfg.max_new_tokens, _gen(seed_i, rep, t.device),
                        seed_i + rep)
-    if mode == "baseline":
-        return Generation(r.tokens, r.wall_s, r.ttft_ms, r.token_latency_ms, (), None, None, None, order,
-                          timer.peak_memory_bytes())
-    if mode == "speculative":
+    if isinstance(r, GenerationResult):  # our loops
+        if mode == "baseline":
+            return Generation(r.tokens, r.wall_s, r.ttft_ms, r.token_latency_ms, (), None, None, None, order,
+                              timer.peak_memory_bytes())
         return Generation(r.tokens, r.wall_s, r.ttft_ms, r.token_latency_ms, r.rounds, r.drafted, r.accepted,
                           len(r.rounds), order, timer.peak_memory_bytes())
     return Generation(r.tokens, r.wall_s, r.ttft_ms, (), (), r.drafted, r.accepted, r.rounds, order,
@@ -276,7 +276,7 @@ class CellPlan:
     """A cell to measure: its identity and the draft object that runs it."""
 
     cell: CellId
-    draft: Any
+    draft: Draft
 
     @property
     def cell_id(self) -> str:
@@ -339,8 +339,9 @@ class Visit:
             return f"prompt_index {self.prompt_index} is outside the cell's {n_prompts} prompts"
         if self.attempt < 1:
             return f"attempt {self.attempt} is not >= 1"
-        rows = (*self.gen_rows, *self.lat_rows, *self.round_rows)
-        if any(r.cell_id != self.cell_id for r in rows):
+        cell_ids = ([r.cell_id for r in self.gen_rows] + [r.cell_id for r in self.lat_rows]
+                    + [r.cell_id for r in self.round_rows])
+        if any(c != self.cell_id for c in cell_ids):
             return "it holds rows of another cell"
         got = sorted(r.mode for r in self.gen_rows)
         if got != sorted(modes):
@@ -398,7 +399,7 @@ def _visit(ctx: CellContext, plan: CellPlan, modes: tuple[str, ...], rep: int, p
     return Visit(cid, attempt, rep, pi, tuple(gen_rows), tuple(lat_rows), tuple(round_rows))
 
 
-def _cell_row(ctx: CellContext, draft: Any, cell: CellId, m: CellMeasurement, modes: tuple[str, ...],
+def _cell_row(ctx: CellContext, draft: Draft, cell: CellId, m: CellMeasurement, modes: tuple[str, ...],
               stab: stats.Stability, attempt: int) -> CellRow:
     """The ``cells.csv`` row of a measured cell: means and 95% CIs, acceptance, lossless verdicts, noise flags."""
     t, series = ctx.target, m.series
@@ -430,7 +431,7 @@ def _cell_row(ctx: CellContext, draft: Any, cell: CellId, m: CellMeasurement, mo
         tokens_per_s_library=tl, baseline_vs_library=bl)
 
 
-def _trace_rows(ctx: CellContext, draft: Any, cell: CellId, gen_rows: list[GenerationRow]) -> list[TraceRow]:
+def _trace_rows(ctx: CellContext, draft: Draft, cell: CellId, gen_rows: list[GenerationRow]) -> list[TraceRow]:
     """``traces.csv`` rows: per prompt, the (γ-independent) acceptance trace along the baseline's output.
 
     Every cell records the trace of its prompts, so a calibration that holds a
@@ -445,6 +446,8 @@ def _trace_rows(ctx: CellContext, draft: Any, cell: CellId, gen_rows: list[Gener
                    key=lambda r: r.repeat or 0).tokens
         full = torch.cat([ids, torch.tensor([list(base)], device=ids.device)], dim=1)  # [1, S+n]
         vals = acceptance_trace(ctx.decoder, draft, full, int(ids.shape[1]), temp)
+        proposed: Sequence[int | None]
+        runs: Sequence[int | None]
         if temp == 0:
             proposed, runs = proposal_runs(draft, full, int(ids.shape[1]), vals)
         else:  # sampled outputs depend on γ: no γ-free proposal runs
@@ -744,7 +747,7 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
     return [rows[p.cell_id] for p in plans if p.cell_id in rows]
 
 
-def run_cell(ctx: CellContext, draft: Any, spec: GammaSpec, temp: float, domain: str,
+def run_cell(ctx: CellContext, draft: Draft, spec: GammaSpec, temp: float, domain: str,
              head_k: int | None = None, draft_label: str | None = None,
              on_attempt: Callable[[str], None] | None = None) -> CellRow:
     """Measure one cell with :func:`measure_cells` and write it; returns its ``cells.csv`` row.

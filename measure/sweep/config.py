@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import math
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from measure import costpoints, stats
 from measure.devices import resolve_dtype
@@ -159,7 +160,7 @@ class SweepConfig:
         return max(spec.gamma for spec in self.gammas)
 
 
-def select_prompts(config: SweepConfig) -> tuple[dict[str, list[Prompt]], dict]:
+def select_prompts(config: SweepConfig) -> tuple[dict[str, list[Prompt]], dict[str, Any]]:
     """The evaluation prompts by domain, and what selected them (for ``run.json`` and the fingerprint)."""
     if config.prompts_file:
         prompts, fmt = load_prompts_file(config.prompts_file)
@@ -171,8 +172,8 @@ def select_prompts(config: SweepConfig) -> tuple[dict[str, list[Prompt]], dict]:
                                  f"{', '.join(doms)})")
             doms = list(config.domains)
         by = {d: [p for p in prompts if p.domain == d][:config.prompts_per_domain or None] for d in doms}
-        sel = {"source": "file", "file": str(config.prompts_file), "format": fmt,
-               "sha256": file_sha256(config.prompts_file)}
+        sel: dict[str, Any] = {"source": "file", "file": str(config.prompts_file), "format": fmt,
+                               "sha256": file_sha256(config.prompts_file)}
     else:
         doms = list(config.domains or DOMAINS)
         by = {d: load_prompts(d, config.prompts_per_domain or 2, config.seed) for d in doms}

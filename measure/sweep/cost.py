@@ -10,16 +10,22 @@ from __future__ import annotations
 import collections
 import random
 from dataclasses import astuple, dataclass, replace
-from typing import Any, Callable
+from typing import AbstractSet, Callable, Sequence
 
 import torch
 
 from measure import costpoints, records
 from measure.prompts import Prompt
 from measure.rows import CostDraftRow, CostTargetRow
-from measure.seam import TargetModel
+from measure.seam import Decoder, Draft, TargetModel
 from measure.sweep.config import SweepConfig
 from measure.timing import Timer
+
+
+#: A timed point on disk: a target forward ``(n_tokens, context_tokens, repeat)``, a draft step ``(draft,
+#: context_tokens, repeat)``.
+TargetKey = costpoints.Key
+DraftKey = tuple[str, int, int]
 
 
 @dataclass(frozen=True)
@@ -55,9 +61,9 @@ class CostCurves:
 
     plan: costpoints.CostPlan | None = None
 
-    def __init__(self, target: TargetModel, drafts: list[Any], timer: Timer, contexts: tuple[int, ...],
-                 max_tokens: int, repeats: int, seed: int, done_target: set[tuple[int, int, int]] = frozenset(),
-                 done_draft: set[tuple[str, int, int]] = frozenset(), verified: tuple[int, int] = (0, 0)) -> None:
+    def __init__(self, target: TargetModel, drafts: Sequence[Draft], timer: Timer, contexts: tuple[int, ...],
+                 max_tokens: int, repeats: int, seed: int, done_target: AbstractSet[TargetKey] = frozenset(),
+                 done_draft: AbstractSet[DraftKey] = frozenset(), verified: tuple[int, int] = (0, 0)) -> None:
         self.target, self.drafts, self.timer = target, drafts, timer
         g = torch.Generator().manual_seed(seed)
         rng = random.Random(seed)
@@ -74,9 +80,9 @@ class CostCurves:
             todo.extend(p for p in order if not self._done(p, done_target, done_draft))
         self.warm_up = [replace(p, repeat=-1) for p in points] if todo else []
         self.pending = collections.deque(todo)
-        self._decs: dict[int, Any] = {}
+        self._decs: dict[int, Decoder] = {}
 
-    def _done(self, p: CostPoint, done_target: set, done_draft: set) -> bool:
+    def _done(self, p: CostPoint, done_target: AbstractSet[TargetKey], done_draft: AbstractSet[DraftKey]) -> bool:
         if p.draft is None:
             return (p.n, p.context, p.repeat) in done_target
         return (self.drafts[p.draft].name, p.context, p.repeat) in done_draft
@@ -127,7 +133,7 @@ class CostCurves:
         return t_rows, d_rows
 
 
-def cost_curves_left(config: SweepConfig, target: TargetModel, drafts: list[Any], timer: Timer,
+def cost_curves_left(config: SweepConfig, target: TargetModel, drafts: Sequence[Draft], timer: Timer,
                      run: records.Run, prompt_tokens: dict[str, list[int]]) -> CostCurves | None:
     """The cost-curve points ``run`` (as on disk) still has to time (None: none, or no cost curves asked for);
     ``prompt_tokens``: :func:`prompt_lengths`."""
@@ -142,17 +148,17 @@ def prompt_lengths(prompts: dict[str, list[Prompt]], enc: dict[str, torch.Tensor
     return {d: [int(enc[p.prompt_id].shape[1]) for p in ps] for d, ps in prompts.items()}
 
 
-def cost_points_done(run: records.Run) -> tuple[set[tuple[int, int, int]], set[tuple[str, int, int]]]:
+def cost_points_done(run: records.Run) -> tuple[set[TargetKey], set[DraftKey]]:
     """Keys of the cost-curve points ``run`` has on disk: ``(n_tokens, context, repeat)`` of the target's,
     ``(draft, context, repeat)`` of the drafts' (what :class:`CostCurves` leaves out on a resume)."""
-    done_t = {(r.n_tokens, r.context_tokens, r.repeat) for r in run.rows("cost_target")}
-    done_d = {(r.draft, r.context_tokens, r.repeat) for r in run.rows("cost_draft")}
+    done_t = {(r.n_tokens, r.context_tokens, r.repeat) for r in run.rows(CostTargetRow)}
+    done_d = {(r.draft, r.context_tokens, r.repeat) for r in run.rows(CostDraftRow)}
     return done_t, done_d
 
 
-def cost_curves_for(config: SweepConfig, target: TargetModel, drafts: list[Any], timer: Timer,
-                    done_target: set[tuple[int, int, int]] = frozenset(),
-                    done_draft: set[tuple[str, int, int]] = frozenset(), *,
+def cost_curves_for(config: SweepConfig, target: TargetModel, drafts: Sequence[Draft], timer: Timer,
+                    done_target: AbstractSet[TargetKey] = frozenset(),
+                    done_draft: AbstractSet[DraftKey] = frozenset(), *,
                     prompt_tokens: dict[str, list[int]]) -> CostCurves:
     """The cost curves a sweep's config asks for, sized to the run (:func:`measure.costpoints.plan_cost_points`:
     the token counts its cells verify with more repeats); ``prompt_tokens``: :func:`prompt_lengths`."""
@@ -163,7 +169,8 @@ def cost_curves_for(config: SweepConfig, target: TargetModel, drafts: list[Any],
     return cost
 
 
-def record_cost(writer: records.RunWriter, rows: tuple[list[CostTargetRow], list[CostDraftRow]]) -> None:
+def record_cost(writer: records.CellWriter,
+                rows: tuple[list[CostTargetRow], list[CostDraftRow]]) -> None:
     """Append timed cost points (:meth:`CostCurves.measure`) to ``cost_target.csv`` / ``cost_draft.csv``."""
     t_rows, d_rows = rows
     writer.append("cost_target", t_rows)

@@ -87,7 +87,7 @@ def open_run(config: SweepConfig, out_dir: str | Path, command: str = "", say: C
     prompts, selection = select_prompts(config)
     out = Path(out_dir)
     hardware, versions, source = environment("cpu" if distributed else device)
-    if distributed:
+    if cluster_hardware is not None:
         hardware = dict(cluster_hardware)
     fp = fingerprint(config, device, selection, hardware, versions)
     asked = runplan.PlanRequest(runplan.Plan.of(config.drafts, config.gammas, config.temperatures, list(prompts)),
@@ -127,7 +127,7 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, command: str = "",
         writer.update(prompts=session.prompts_meta())
         timer = Timer(opened.device)
         on_disk = records.load_run(writer.path)
-        done_cells: list[CellRow] = on_disk.rows("cells")
+        done_cells: list[CellRow] = on_disk.rows(CellRow)
         for c in done_cells:
             if on_cell:
                 on_cell(c)

@@ -47,7 +47,7 @@ def routing(cells: list[CellRow]) -> dict | None:
         return float(math.exp(sum(math.log(x) for x in xs) / len(xs)))
 
     single = max(drafts, key=lambda d: gmean([speed(best_of(k, d)) for k in keys]))
-    routes = []
+    routes: list[dict[str, Any]] = []
     for k in keys:
         b = best_of(k)
         use = b if b is not None and speed(b) > 1.0 else None
@@ -97,7 +97,7 @@ def summarize(cells: list[CellRow], synthetic: bool) -> dict:
         mine = [c for c in cells if c.draft == draft]
         gm = stats.geomean_ci([cell_estimate(c) for c in mine])
         ranked = sorted((c for c in mine if cell_estimate(c).value is not None),
-                        key=lambda c: -cell_estimate(c).value)  # type: ignore[operator]
+                        key=lambda c: -(cell_estimate(c).value or 0.0))
         entry: dict[str, Any] = {"n_cells": len(mine), "geomean_speedup": gm.value, "geomean_speedup_lo": gm.lo,
                                  "geomean_speedup_hi": gm.hi,
                                  "n_unstable": sum(c.is_unstable for c in mine)}

@@ -55,7 +55,7 @@ from measure.ids import TreeCellId
 from measure.prompts import Prompt
 from measure.runkinds import TREES, open_run_dir
 from measure.rows import GenerationRow, RoundRow, TreeCellRow, TreeNodeRow, TreeRankRow
-from measure.seam import EngineOptions, GenerationResult
+from measure.seam import EngineOptions, GenerationResult, TreeDecoder
 from measure.stats import speedup_ci
 from measure.sweep.config import MAX_GAMMA, SweepConfig, engine_options, select_prompts
 from measure.sweep.cost import CostCurves, cost_curves_left, prompt_lengths, record_cost, screen_cost
@@ -291,8 +291,11 @@ class RunContext:
             r = speculative_generate(self.session.decoder, draft, ids, make_policy(f"fixed:{cell.gamma}"), 0.0,
                                      self.config.sweep.max_new_tokens, None, self.eos, self.timer)
             return r, ()
-        g = tree_generate(self.session.decoder, make_tree_drafter(draft, cell.option), ids, 0.0,
-                          self.config.sweep.max_new_tokens, self.eos, self.timer)
+        dec = self.session.decoder
+        if not isinstance(dec, TreeDecoder):
+            raise ValueError(f"--engine {self.session.engine.name}: its decoder cannot verify a token tree")
+        g = tree_generate(dec, make_tree_drafter(draft, cell.option), ids, 0.0, self.config.sweep.max_new_tokens, self.eos,
+                          self.timer)
         return g.result, g.tree_rounds
 
     def lossless(self, ids: torch.Tensor, baseline: GenerationResult, other: GenerationResult) -> LosslessCheck:
@@ -479,7 +482,7 @@ def _measure(ctx: RunContext, options: list[TreeOption], hardware: dict,
     domain = ",".join(s.prompts)
     cells = make_cells(cfg, options, s.drafts[0].name, domain)
     on_disk = records.load_run(w.path)
-    done = {r.cell_id: r for r in on_disk.rows("tree_cells") if isinstance(r, TreeCellRow)}
+    done = {r.cell_id: r for r in on_disk.rows(TreeCellRow)}
     todo = [c for c in cells if c.cell_id not in done]
     n_visits = cfg.sweep.repeats * len(prompts)
     taken = staged_visits(w, todo, cfg.sweep.repeats, len(prompts))
