@@ -308,7 +308,7 @@ def test_every_committed_run_still_loads(run_dir: Path) -> None:
     tables = run.tables()  # every table on disk, validated (one-line ValueError naming file, line, column)
     assert kind.finish_table in tables and all(set(records.TABLE_COLUMNS[n]) <= set(df.columns)
                                                for n, df in tables.items())
-    assert len(run.rows(kind.finish_table)) == len(tables[kind.finish_table])
+    assert len(run.rows(kind.rows[0])) == len(tables[kind.finish_table])
 
 
 def test_strict_json_never_nan(tmp_path):
