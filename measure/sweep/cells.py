@@ -421,7 +421,7 @@ def _cell_row(ctx: CellContext, draft: Any, cell: CellId, m: CellMeasurement, mo
         tokens_per_s_baseline=tb, tokens_per_s_speculative=ts, tokens_per_s_peer=tp, speedup=sp,
         acceptance_rate=accepted / drafted if drafted else None,
         mean_accepted_per_round=accepted / n_rounds if n_rounds else None, n_rounds=n_rounds,
-        outputs_identical=all(same) if same else None, synthetic=bool(t.synthetic or getattr(draft, "synthetic", False)),
+        outputs_identical=all(same) if same else None, synthetic=bool(t.synthetic or draft.synthetic),
         repeats=len(set(series.repeat)), speedup_peer=pe, peer_acceptance_rate=peer_a / peer_d if peer_d else None,
         baseline_cv=stab.cv, baseline_drift=stab.drift, unstable=stab.unstable,
         unstable_reason=stab.reason or None, attempts=attempt, hardware=ctx.hardware,

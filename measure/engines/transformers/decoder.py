@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from measure.seam import EngineOptions, KeptVocabularyHead
+from measure.seam import EngineOptions, KeptVocabularyHead, TreeDecoder
 
 #: the widest compiled step (tokens verified at once); wider forwards run eager
 COMPILED_MAX_TOKENS = 64
@@ -68,8 +68,12 @@ def takes_logits_to_keep(cls: type) -> bool:
         return False
 
 
-class TransformersDecoder:
+class TransformersDecoder(TreeDecoder):
     """One HF causal LM's KV-cached sequence (batch 1); see the module docstring.
+
+    Of the seam's fast paths it declares ``forward_argmax`` (the argmax in the model's dtype, a pruned head's
+    ``greedy``) and ``forward_topk`` (a pruned head's kept logits); the top-k and tree paths are the seam's
+    defaults from its logits, which stay on the device in this process anyway.
 
     ``model``: the ``nn.Module`` (eval mode, on its device). Its ``lm_head`` may
     be swapped at any time (the pruned-head sweep does): the head is looked up

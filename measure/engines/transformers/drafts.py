@@ -57,7 +57,7 @@ def _cast(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
 
 
 def _need_model(target: LoadedModel, kind: str) -> None:
-    if getattr(target, "model", None) is None:
+    if target.model is None:
         raise ValueError(f"draft kind {kind!r} needs a model-backed (transformers) target")
 
 
@@ -109,7 +109,7 @@ def _build_half(arg: str, target: LoadedModel, kind: str = "bf16", options: Any 
 
 
 def _build_ngram(arg: str, target: LoadedModel, kind: str = "ngram", **_: Any) -> NGramDraft:
-    return ngram_draft(f"{kind}:{arg}" if arg else kind, target.vocab_size, getattr(target, "eos_token_ids", ()))
+    return ngram_draft(f"{kind}:{arg}" if arg else kind, target.vocab_size, target.eos_token_ids)
 
 
 Builder = Callable[..., Any]
@@ -126,9 +126,8 @@ BUILDERS: dict[str, Builder] = {
 }
 
 
-def _n_layers(target: Any) -> int | None:
-    model = getattr(target, "model", None)
-    cfg = getattr(model, "config", None)
+def _n_layers(target: LoadedModel) -> int | None:
+    cfg = getattr(target.model, "config", None)
     if cfg is None:
         return None
     return int(cfg.get_text_config(decoder=True).num_hidden_layers)
@@ -142,6 +141,6 @@ def make_draft(kind_spec: str, target: LoadedModel, device: str | None = None, d
     draft's decoder settings; by default the target's.
     """
     ds = check_draft_spec(kind_spec, _n_layers(target))
-    opts = options if options is not None else getattr(target, "engine_options", None)
+    opts = options if options is not None else target.engine_options
     return BUILDERS[ds.kind](ds.arg, target, kind=ds.kind, device=device or target.device,
                                 dtype=dtype or target.dtype, seed=seed, options=opts, **kw)

@@ -31,12 +31,13 @@ import torch
 from measure.devices import resolve_device, resolve_dtype
 from measure.engines.gguf_files import PACKAGED, gguf_context_tokens
 from measure.engines.transformers.decoder import TransformersDecoder
+from measure.seam import TargetModel
 
 FAMILIES = ("gpt2", "llama", "gemma3")
 
 
 @dataclass(frozen=True)
-class LoadedModel:
+class LoadedModel(TargetModel):
     """A causal LM ready for :mod:`measure.decoding` (``model`` in eval mode on ``device``).
 
     A :class:`~measure.seam.TargetModel`: :meth:`new_decoder` gives its KV-cached sequence.
