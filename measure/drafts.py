@@ -394,6 +394,8 @@ class NGramDraft(Draft):
         seq = tokens[0].tolist()
         n = len(seq) - prompt_tokens
         v = vocab_size or self.vocab_size
+        if v is None:
+            raise ValueError(f"draft {self.name!r}: position_probs needs the vocabulary size (vocab_size)")
         q = torch.zeros(n, v, device=tokens.device)
         idx = self.new_index(seq[:prompt_tokens])
         for i in range(n):

@@ -10,7 +10,7 @@ the engine's options; ``ngram`` is the engine-agnostic :func:`~measure.drafts.ng
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
@@ -21,7 +21,8 @@ from measure.engines.transformers.models import LoadedModel, check_same_vocab, l
 
 def _layer_container(model: torch.nn.Module) -> tuple[torch.nn.Module, str, torch.nn.ModuleList]:
     """(parent, attribute, ModuleList) of the decoder layers of an HF causal LM."""
-    n = int(model.config.get_text_config(decoder=True).num_hidden_layers)
+    config: Any = model.config
+    n = int(config.get_text_config(decoder=True).num_hidden_layers)
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.ModuleList) and len(mod) == n and name.split(".")[-1] in ("layers", "h"):
             parent_name, _, attr = name.rpartition(".")
@@ -42,9 +43,10 @@ def layer_subset_model(model: torch.nn.Module, keep: list[int]) -> torch.nn.Modu
     for new_idx, layer in enumerate(new_layers):
         for m in layer.modules():
             if hasattr(m, "layer_idx"):
-                m.layer_idx = new_idx
+                cast(Any, m).layer_idx = new_idx
     setattr(parent, attr, new_layers)
-    cfg = sub.config.get_text_config(decoder=True)
+    config: Any = sub.config
+    cfg = config.get_text_config(decoder=True)
     if getattr(cfg, "layer_types", None) is not None:
         cfg.layer_types = [cfg.layer_types[i] for i in keep]
     cfg.num_hidden_layers = len(keep)

@@ -160,7 +160,7 @@ def _from_gguf(path: Path) -> tuple[Any, Any]:
 
     try:
         tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        model: Any = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     except (struct.error, ValueError, KeyError, IndexError, TypeError, EOFError, OSError) as e:
         why = " ".join(str(e).split())[:300]
         raise ValueError(f"GGUF file {str(path)!r} cannot be read by transformers' GGUF reader "
