@@ -45,7 +45,9 @@ Model specs (``--target``): ``gguf:FILE``, ``smollm2-135m``, ``gemma3-270m``
 ``ngram:N`` / ``ngram:N:first`` (:class:`measure.drafts.NGramDraft`);
 ``model:gguf:FILE`` or ``model:<packaged name>`` (refused in one line unless
 its vocabulary is the target's); ``quant:TYPE`` (a copy of the target made by
-llama.cpp's own ``llama_model_quantize``, cached by the source's SHA-256).
+llama.cpp's own ``llama_model_quantize``, cached by the source's SHA-256);
+a ``model:`` or ``quant:`` draft is :class:`measure.drafts.ModelDraft` over a
+:class:`LlamaCppDecoder`, as every engine's model drafts are.
 Specs are validated without llama-cpp-python installed.
 """
 
