@@ -95,9 +95,11 @@ class PerTokenMessages:
     def __init__(self, decoder: Any) -> None:
         self._decoder = decoder
 
+    def greedy_generate(self, input_ids: Any, max_new_tokens: int, eos_token_ids: Any = ()) -> None:
+        """None: no token loop of its own (the seam's default), so the caller's loop runs, a message per token."""
+        return None
+
     def __getattr__(self, name: str) -> Any:
-        if name == "greedy_generate":
-            raise AttributeError(name)
         return getattr(self._decoder, name)
 
 

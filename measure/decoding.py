@@ -34,7 +34,7 @@ emitted token is fed at the start of the next forward).
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import torch
 
@@ -68,15 +68,7 @@ def check_temperature(temperature: float) -> float:
     return t
 
 
-def decoder_argmax(dec: Any, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
-    """Greedy ids ``[n]`` (``[1]`` if ``last_only``) on the device: the decoder's fast path where it has one."""
-    fast = getattr(dec, "forward_argmax", None)
-    if fast is not None:
-        return fast(input_ids, last_only)
-    return dec.forward(input_ids, last_only).argmax(-1)
-
-
-def _first_eos(tokens: Sequence[int], eos: Sequence[int]) -> int | None:
+def _first_eos(tokens: Sequence[int], eos: Collection[int]) -> int | None:
     for i, t in enumerate(tokens):
         if t in eos:
             return i
@@ -91,15 +83,16 @@ def autoregressive_generate(dec: Decoder, input_ids: torch.Tensor, temperature: 
 
     Greedy: the argmax stays on the device and is the next step's input; the
     host reads it once per token (for EOS and the latency stamp). A decoder
-    with ``greedy_generate(input_ids, max_new_tokens, eos_token_ids)`` runs
-    this same loop itself and returns the :class:`GenerationResult` (the
-    llama.cpp engine, whose decoder lives in another process: a message per
-    token would cost every token two process wake-ups a user's loop never has).
+    whose :meth:`~measure.seam.Decoder.greedy_generate` runs this same loop
+    itself returns the :class:`GenerationResult` from there (the llama.cpp
+    engine, whose decoder lives in another process: a message per token would
+    cost every token two process wake-ups a user's loop never has).
     """
     temperature = check_temperature(temperature)
-    fused = getattr(dec, "greedy_generate", None) if temperature == 0 else None
-    if fused is not None:  # the decoder runs the token loop where it computes (llama.cpp: no message per token)
-        return fused(input_ids, max_new_tokens, eos_token_ids)
+    if temperature == 0:  # the decoder's own token loop where it has one (llama.cpp: no message per token)
+        fused = dec.greedy_generate(input_ids, max_new_tokens, eos_token_ids)
+        if fused is not None:
+            return fused
     dev = input_ids.device
     timer = timer or Timer(dev)
     eos = set(eos_token_ids)
@@ -108,7 +101,7 @@ def autoregressive_generate(dec: Decoder, input_ids: torch.Tensor, temperature: 
     lat: list[float] = []
     t0 = last = timer.now_s()
     if temperature == 0:
-        x = decoder_argmax(dec, input_ids, last_only=True).view(1, 1)  # [1, 1]
+        x = dec.forward_argmax(input_ids, last_only=True).view(1, 1)  # [1, 1]
     else:
         x = pick(dec.forward(input_ids, last_only=True), temperature, generator).view(1, 1)
     while True:
@@ -120,7 +113,7 @@ def autoregressive_generate(dec: Decoder, input_ids: torch.Tensor, temperature: 
         if len(out) >= max_new_tokens or tok in eos:
             break
         if temperature == 0:
-            x = decoder_argmax(dec, x).view(1, 1)
+            x = dec.forward_argmax(x).view(1, 1)
         else:
             x = pick(dec.forward(x), temperature, generator).view(1, 1)
     return GenerationResult(tokens=tuple(out), prompt_tokens=int(input_ids.shape[1]), wall_s=last - t0,
@@ -197,7 +190,6 @@ def speculative_generate(dec: Decoder, draft: Draft, input_ids: torch.Tensor, po
     dev = input_ids.device
     timer = timer or Timer(dev)
     eos = set(eos_token_ids)
-    observe = getattr(draft, "observe", None)
     policy.reset()
     dec.reset()
     S = int(input_ids.shape[1])
@@ -205,14 +197,13 @@ def speculative_generate(dec: Decoder, draft: Draft, input_ids: torch.Tensor, po
     buf[:, :S] = input_ids
     t0 = timer.now_s()
     if greedy:
-        first_t = decoder_argmax(dec, input_ids, last_only=True)  # [1]
+        first_t = dec.forward_argmax(input_ids, last_only=True)  # [1]
     else:
         first_t = pick(dec.forward(input_ids, last_only=True), temperature, generator)
     buf[0, S:S + 1] = first_t
     draft.start(input_ids)
     first = int(first_t)
-    if observe is not None:
-        observe([first])
+    draft.observe([first])
     last = time.perf_counter()
     out: list[int] = [first]
     lat: list[float] = [(last - t0) * 1e3]
@@ -232,7 +223,7 @@ def speculative_generate(dec: Decoder, draft: Draft, input_ids: torch.Tensor, po
         m1 = timer.mark()
         inp = buf[:, L - 1:L + k]  # [1, k+1]: the last emitted token, then the drafts
         if greedy:
-            t_tok = decoder_argmax(dec, inp)  # [k+1] on the device
+            t_tok = dec.forward_argmax(inp)  # [k+1] on the device
             m2 = timer.mark()
             host = (torch.cat([t_tok, d_tok]) if k else t_tok).tolist()  # the round's one device-to-host transfer
             n = accept_greedy(host[:k + 1], host[k + 1:])
@@ -253,8 +244,7 @@ def speculative_generate(dec: Decoder, draft: Draft, input_ids: torch.Tensor, po
             new, done = new[:cut + 1], True
         new = new[:max_new_tokens - len(out)]
         out.extend(new)
-        if observe is not None:
-            observe(new)
+        draft.observe(new)
         L += len(new)
         done = done or len(out) >= max_new_tokens
         m3 = timer.mark()
@@ -273,7 +263,7 @@ def speculative_generate(dec: Decoder, draft: Draft, input_ids: torch.Tensor, po
 
 # -- acceptance traces ------------------------------------------------------------------------
 @torch.inference_mode()
-def acceptance_trace(dec: Decoder, draft: Any, tokens: torch.Tensor, prompt_tokens: int,
+def acceptance_trace(dec: Decoder, draft: Draft, tokens: torch.Tensor, prompt_tokens: int,
                      temperature: float) -> list[float]:
     """Per generated position, teacher-forced on ``tokens`` ``[1, L]`` (prompt + target output).
 
@@ -293,7 +283,7 @@ def acceptance_trace(dec: Decoder, draft: Any, tokens: torch.Tensor, prompt_toke
     return [float(x) for x in torch.minimum(p, q).sum(-1).tolist()]
 
 
-def proposal_runs(draft: Any, tokens: torch.Tensor, prompt_tokens: int, flags: Sequence[float],
+def proposal_runs(draft: Draft, tokens: torch.Tensor, prompt_tokens: int, flags: Sequence[float],
                   gamma_max: int = TRACE_GAMMA_MAX) -> tuple[list[int], list[int]]:
     """Greedy: per generated position t, (tokens the draft proposes, how many match in a row).
 
@@ -301,24 +291,21 @@ def proposal_runs(draft: Any, tokens: torch.Tensor, prompt_tokens: int, flags: S
     teacher-forced match flags of :func:`acceptance_trace`. A model draft
     always proposes ``gamma_max`` tokens and, fed its own accepted tokens,
     proposes exactly what teacher forcing gives, so its run is the number of
-    leading ones of ``flags[t:]``. A lookup draft (``draft.new_index`` or
-    ``draft.lookup``) proposes a copied continuation, possibly short or empty,
-    which is looked up directly (incrementally where the draft has an index).
+    leading ones of ``flags[t:]``. A lookup draft (one with a
+    :meth:`~measure.seam.Draft.new_index`) proposes a copied continuation,
+    possibly short or empty, which is looked up directly in its index.
     Both are capped by the end of the sequence.
     """
     seq = tokens[0].tolist()
     gen = seq[prompt_tokens:]
     n = len(gen)
-    lookup = getattr(draft, "lookup", None)
-    index = draft.new_index(seq[:prompt_tokens]) if hasattr(draft, "new_index") else None
+    index = draft.new_index(seq[:prompt_tokens])
     proposed: list[int] = []
     runs: list[int] = []
     for t in range(n):
         if index is not None:
             cont = index.propose(gamma_max)
             index.append(gen[t])
-        elif lookup is not None:
-            cont = lookup(seq[:prompt_tokens + t], gamma_max)
         else:  # model draft: gamma_max tokens, matching where teacher forcing matched
             k = min(gamma_max, n - t)
             hits = [f > 0.5 for f in flags[t:t + k]]

@@ -18,9 +18,11 @@ for layer bounds, :func:`check_draft_spec`; an engine builds the draft,
   continuation cut before the first EOS.
 
 Here: :class:`ModelDraft`, a draft over any engine's :class:`~measure.seam.Decoder`
-(the caller makes the decoder and hands it in; ``draft.model.lm_head`` of a
-transformers draft may be swapped for a kept-vocabulary head, whose fast path
-is used greedily, or any module returning full-vocab logits), and the
+(the caller makes the decoder and hands it in: the transformers engine's
+model copies and the llama.cpp engine's ``model:`` and ``quant:`` drafts alike;
+``draft.model.lm_head`` of a transformers draft may be swapped for a
+kept-vocabulary head, whose fast path is used greedily, or any module returning
+full-vocab logits), and the
 engine-agnostic prompt-lookup draft (:class:`NGramDraft`, :func:`ngram_draft`).
 The builders of the transformers-only kinds (``early``, ``layers``, ``int8``,
 ``bf16``, ``fp16``, ``model``) are in :mod:`measure.engines.transformers.drafts`.
@@ -34,8 +36,8 @@ from typing import Any, Sequence
 
 import torch
 
-from measure.decoding import decoder_argmax, probs_from_logits, sample
-from measure.seam import Decoder, SparseProbs
+from measure.decoding import probs_from_logits, sample
+from measure.seam import Decoder, Draft, SparseProbs
 
 
 # -- draft specs -----------------------------------------------------------------------------
@@ -161,13 +163,16 @@ def check_draft_spec(spec: str | DraftSpec, n_layers: int | None) -> DraftSpec:
 
 
 # -- drafts --------------------------------------------------------------------------------
-class ModelDraft:
-    """A draft backed by a model with its own KV-cached :class:`~measure.seam.Decoder`.
+class ModelDraft(Draft):
+    """A draft backed by a model with its own KV-cached :class:`~measure.seam.Decoder`, whatever the engine.
 
     ``decoder``: the draft model's decoder, made by the engine that loaded it;
     ``model``: the module behind it where there is one (a transformers causal
     LM: its parameters are counted, its ``lm_head`` may be swapped, the peer
-    uses it), else None; ``loaded``: the loaded model record, kept alive with the draft.
+    uses it), else None (a llama.cpp draft: ``info`` then carries its
+    ``params``); ``loaded``: the loaded model record, kept alive with the draft.
+    Greedy steps take the decoder's ``forward_argmax``, sampled ones its
+    kept-vocabulary ``forward_topk`` where its head is a pruned one.
     """
 
     def __init__(self, name: str, kind: str, decoder: Decoder, model: Any = None, synthetic: bool = False,
@@ -179,8 +184,12 @@ class ModelDraft:
         self.vocab_size = int(decoder.vocab_size)
 
     def describe(self) -> dict:
+        """The ``run.json`` ``drafts`` entry: kind, synthetic, params (counted from ``model``, else ``info``'s)
+        and ``info``."""
+        if self.model is None and "params" in self.info:
+            return {"kind": self.kind, "synthetic": self.synthetic, **self.info}
         params = (int(sum(p.numel() for p in {id(p): p for p in self.model.parameters()}.values()))
-                  if self.model is not None else self.info.get("params"))
+                  if self.model is not None else None)
         return {"kind": self.kind, "synthetic": self.synthetic, "params": params, **self.info}
 
     @property
@@ -190,7 +199,7 @@ class ModelDraft:
     def start(self, prompt_ids: torch.Tensor) -> None:
         """New sequence: prefill the draft cache with the prompt ``[1, S]``."""
         self.decoder.reset()
-        decoder_argmax(self.decoder, prompt_ids, last_only=True)
+        self.decoder.forward_argmax(prompt_ids, last_only=True)
 
     def propose(self, tokens: torch.Tensor, gamma: int, temperature: float,
                 generator: torch.Generator | None) -> tuple[torch.Tensor, Any]:
@@ -204,14 +213,13 @@ class ModelDraft:
         out = torch.empty(gamma, dtype=torch.long, device=tokens.device)  # [γ]
         if temperature == 0:
             for i in range(gamma):
-                x = decoder_argmax(dec, inp, last_only=True)  # [1]
+                x = dec.forward_argmax(inp, last_only=True)  # [1]
                 out[i:i + 1] = x
                 inp = out[i:i + 1].view(1, 1)
             return out, None
-        topk = getattr(dec, "forward_topk", None)
         qs, ids = [], []
         for i in range(gamma):
-            pruned = topk(inp, True) if topk is not None else None
+            pruned = dec.forward_topk(inp, True)
             if pruned is not None:  # a pruned head: a K-sized distribution, no -inf over V
                 kid, klogits = pruned  # [1, K], [1, K]
                 q = probs_from_logits(klogits, temperature)  # [1, K]
@@ -239,7 +247,7 @@ class ModelDraft:
         dec = self.decoder
         dec.reset()
         if temperature == 0:
-            ids = decoder_argmax(dec, tokens[:, :-1])[prompt_tokens - 1:]  # [n]
+            ids = dec.forward_argmax(tokens[:, :-1])[prompt_tokens - 1:]  # [n]
             dec.reset()
             return torch.zeros(ids.shape[0], self.vocab_size, device=tokens.device).scatter_(1, ids[:, None], 1.0)
         logits = dec.forward(tokens[:, :-1])[prompt_tokens - 1:]  # [n, V]
@@ -321,7 +329,7 @@ class NGramIndex:
         return []
 
 
-class NGramDraft:
+class NGramDraft(Draft):
     """Model-free prompt-lookup draft (Saxena 2023; transformers' ``prompt_lookup_num_tokens``).
 
     ``rule="recent"`` (spec ``ngram:N``): the most recent earlier occurrence of
@@ -386,6 +394,8 @@ class NGramDraft:
         seq = tokens[0].tolist()
         n = len(seq) - prompt_tokens
         v = vocab_size or self.vocab_size
+        if v is None:
+            raise ValueError(f"draft {self.name!r}: position_probs needs the vocabulary size (vocab_size)")
         q = torch.zeros(n, v, device=tokens.device)
         idx = self.new_index(seq[:prompt_tokens])
         for i in range(n):

@@ -19,6 +19,15 @@ implement them, and the sweep (:mod:`measure.sweep`) holds them together:
   :class:`EngineOptions`.
 * :class:`Draft` — what the speculative loop needs from a draft; a sampled
   pruned draft returns its probabilities as :class:`SparseProbs`.
+
+Abilities are declared, not probed: :class:`Decoder`, :class:`TreeDecoder` and
+:class:`Draft` are base classes (protocols that engines subclass explicitly)
+carrying a default for every fast path — greedy ids, top-k log-probabilities,
+a tree's argmax and top-k, a kept-vocabulary head's logits, a decoder's own
+greedy loop, a draft's ``observe`` and lookup index — computed from the plain
+``forward`` (or doing nothing). An engine overrides what it does faster and the
+loops call the methods directly: no ``getattr`` on a decoder, draft or target
+(tests/project/test_no_ability_probes.py).
 * :class:`KeptVocabularyHead` — an output head that scores ``K`` kept tokens
   of the vocabulary (the pruned draft head, :mod:`measure.head.pruned_head`):
   a decoder takes its ids-and-logits fast path where a model has one.
@@ -36,7 +45,7 @@ exactly the first ``m`` positions, as if only they had ever been fed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence, runtime_checkable
 
 if TYPE_CHECKING:  # torch only in annotations: the llama.cpp worker imports the engines without torch
     import torch
@@ -79,9 +88,23 @@ class EngineOptions:
             raise ValueError(f"tree_sequences {self.tree_sequences}: must be >= 0")
 
 
+def topk_logprobs(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's ``k`` best ids (best first, ``[n, k]`` long) and their log-probabilities (``[n, k]`` float32)
+    from logits ``[n, V]`` (``k`` capped at ``V``): what the seam's default top-k paths return."""
+    vals, ids = logits.float().log_softmax(-1).topk(min(int(k), int(logits.shape[-1])))
+    return ids, vals
+
+
 @runtime_checkable
 class Decoder(Protocol):
-    """One model's KV-cached sequence (batch size 1)."""
+    """One model's KV-cached sequence (batch size 1).
+
+    An engine's decoder subclasses this class and implements ``n_cached``, ``reset``, ``forward`` and
+    ``rollback``. The other methods are *fast paths* with a default here, computed from ``forward``; an engine
+    overrides the ones it does faster (the llama.cpp decoder all of them: only ids and a few scores cross its
+    process boundary, not ``[n, V]`` logits), and the loops call them directly, never asking whether they
+    exist (tests/measure/test_measure_seam.py holds each engine to the ones it declares).
+    """
 
     vocab_size: int
 
@@ -107,6 +130,37 @@ class Decoder(Protocol):
         """Keep the first ``n_tokens`` cached positions (no-op if not more are cached)."""
         ...
 
+    # -- fast paths: defaults from forward, overridden where an engine has a faster way -----------------------
+    def forward_argmax(self, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """Like :meth:`forward`, but only the greedy ids ``[n]`` (``[1]`` if ``last_only``), on the device.
+        Default: the argmax of :meth:`forward`'s logits."""
+        return self.forward(input_ids, last_only).argmax(-1)
+
+    def forward_topk_logprobs(self, input_ids: torch.Tensor, k: int,
+                              last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Like :meth:`forward`, but only each row's ``k`` best ids (best first) and their log-probabilities:
+        ``[n, k]`` long and float32 (``[1, k]`` if ``last_only``). Default: :func:`topk_logprobs` of
+        :meth:`forward`'s logits."""
+        return topk_logprobs(self.forward(input_ids, last_only), k)
+
+    def forward_topk(self, input_ids: torch.Tensor,
+                     last_only: bool = False) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Where the model's output head is a :class:`KeptVocabularyHead` (a pruned draft head): feed like
+        :meth:`forward` and return the kept ids ``[n, K]`` and their float32 logits ``[n, K]``, no ``-inf``
+        scattered over the vocabulary. Default: None, the model has no such head (use :meth:`forward`), and
+        nothing is fed."""
+        del input_ids, last_only
+        return None
+
+    def greedy_generate(self, input_ids: torch.Tensor, max_new_tokens: int,
+                        eos_token_ids: Sequence[int] = ()) -> GenerationResult | None:
+        """Greedy decoding of ``input_ids`` ``[1, S]`` from an empty cache with the token loop where the model
+        computes (the llama.cpp engine's worker: one message per generation, none per token), or None when the
+        decoder has no loop of its own: the default, and :func:`measure.decoding.autoregressive_generate` then
+        runs the loop itself through :meth:`forward_argmax`."""
+        del input_ids, max_new_tokens, eos_token_ids
+        return None
+
 
 @runtime_checkable
 class TreeDecoder(Decoder, Protocol):
@@ -116,16 +170,8 @@ class TreeDecoder(Decoder, Protocol):
     the sequence ids of the paths through them, then the accepted path's sequence kept
     (:mod:`measure.engines.llamacpp_native.tree`).
 
-    Fast paths a tree decoder may have (the tree loop takes them where present, as the chain loops take
-    ``forward_argmax``; :func:`measure.trees.loop.tree_argmax`), so that only ids and a few scores cross an
-    engine's process boundary instead of ``[m, V]`` logits:
-
-    * ``forward_tree_argmax(input_ids, prefix_tokens, slot_positions, visible) -> [m]`` long: each row's argmax
-      (the target's verification);
-    * ``forward_tree_topk(input_ids, prefix_tokens, slot_positions, visible, k) -> (ids [m, k] long, logprobs
-      [m, k] float32)``: each row's ``k`` best ids, best first, and their log-probabilities (a draft's
-      candidates);
-    * ``forward_topk_logprobs(input_ids, k, last_only=False)``: the same for a plain :meth:`forward`.
+    Its fast paths, as :class:`Decoder`'s, have defaults from :meth:`forward_tree` that an engine overrides
+    (the llama.cpp one: ids and a few scores come back instead of ``[m, V]`` logits).
     """
 
     def forward_tree(self, input_ids: torch.Tensor, prefix_tokens: int, slot_positions: torch.Tensor,
@@ -140,16 +186,30 @@ class TreeDecoder(Decoder, Protocol):
         the first ``start + len(slots)``."""
         ...
 
+    def forward_tree_argmax(self, input_ids: torch.Tensor, prefix_tokens: int, slot_positions: torch.Tensor,
+                            visible: torch.Tensor) -> torch.Tensor:
+        """Each tree row's argmax ``[m]`` long (the target's verification). Default: the argmax of
+        :meth:`forward_tree`'s logits."""
+        return self.forward_tree(input_ids, prefix_tokens, slot_positions, visible).argmax(-1)
+
+    def forward_tree_topk(self, input_ids: torch.Tensor, prefix_tokens: int, slot_positions: torch.Tensor,
+                          visible: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each tree row's ``k`` best ids ``[m, k]`` long, best first, and their log-probabilities ``[m, k]``
+        float32 (a draft's candidates). Default: :func:`topk_logprobs` of :meth:`forward_tree`'s logits."""
+        return topk_logprobs(self.forward_tree(input_ids, prefix_tokens, slot_positions, visible), k)
+
 
 @runtime_checkable
 class TargetModel(Protocol):
-    """A loaded model as the sweep sees it, whatever the engine."""
+    """A loaded model as the sweep sees it, whatever the engine (an engine's target subclasses it)."""
 
     name: str
     synthetic: bool
     vocab_size: int
     device: str
     eos_token_ids: tuple[int, ...]
+    #: the model's transformers tokenizer, or None where the engine tokenises itself (llama.cpp)
+    tokenizer: Any
 
     def describe(self) -> dict:
         """The ``run.json`` ``models`` entry (name, source, params, dtype, file hash …)."""
@@ -196,7 +256,7 @@ class Engine(Protocol):
         """Load the target from a model spec (hub id, local path, ``gguf:FILE``, packaged name …)."""
         ...
 
-    def make_draft(self, spec: str, target: TargetModel, *, seed: int) -> Any:
+    def make_draft(self, spec: str, target: TargetModel, *, seed: int) -> Draft:
         """A draft for ``target`` from a draft spec (``ngram:N``, ``model:<spec>``, ``bf16`` …)."""
         ...
 
@@ -249,25 +309,65 @@ class SparseProbs:
         return torch.zeros(vocab_size, device=self.probs.device).scatter_(0, self.ids[i], self.probs[i])
 
 
+class LookupIndex(Protocol):
+    """What a lookup draft proposes after a growing sequence, answered incrementally
+    (:class:`measure.drafts.NGramIndex`)."""
+
+    def append(self, token: int) -> None:
+        """The sequence grew by ``token``."""
+        ...
+
+    def propose(self, gamma: int) -> list[int]:
+        """The draft's continuation after the sequence: at most ``gamma`` tokens, possibly none."""
+        ...
+
+
 class Draft(Protocol):
-    """What the speculative loop needs from a draft (see :mod:`measure.drafts`).
+    """What the speculative loop needs from a draft (see :mod:`measure.drafts`): every draft subclasses it.
 
     ``propose`` gets the whole sequence so far ``[1, L]`` (a view of the loop's
     buffer) and returns ``[k]`` tokens on the device (``k <= γ``) and, when
-    sampling, their distributions (``[k, V]`` or :class:`SparseProbs`). A draft
-    may also have ``observe(new_tokens: list[int])``, called with each round's
-    emitted tokens (host ints) so a lookup draft keeps its index without a
-    device-to-host copy.
+    sampling, their distributions (``[k, V]`` or :class:`SparseProbs`).
+    ``position_probs`` gives the teacher-forced distributions of the acceptance
+    traces. ``observe`` and ``new_index`` have defaults (nothing to observe, no
+    index) that a lookup draft overrides.
     """
 
     name: str
+    kind: str
+    synthetic: bool = False
 
-    def start(self, prompt_ids: torch.Tensor) -> None: ...
+    def describe(self) -> dict:
+        """The ``run.json`` ``drafts`` entry (kind, synthetic, params …)."""
+        ...
+
+    def start(self, prompt_ids: torch.Tensor) -> None:
+        """A new sequence: the prompt ``[1, S]``."""
+        ...
 
     def propose(self, tokens: torch.Tensor, gamma: int, temperature: float,
-                generator: torch.Generator | None) -> tuple[torch.Tensor, Any]: ...
+                generator: torch.Generator | None) -> tuple[torch.Tensor, Any]:
+        """Up to ``gamma`` tokens after ``tokens`` ``[1, L]`` and their distributions (None: one-hot, or greedy)."""
+        ...
 
-    def rollback(self, n_tokens: int) -> None: ...
+    def rollback(self, n_tokens: int) -> None:
+        """Keep the first ``n_tokens`` positions (the accepted ones) of what the draft holds."""
+        ...
+
+    def position_probs(self, tokens: torch.Tensor, prompt_tokens: int, temperature: float) -> torch.Tensor:
+        """Teacher-forced q at each generated position of ``tokens`` ``[1, L]`` → ``[L − prompt_tokens, V]``."""
+        ...
+
+    def observe(self, new_tokens: Sequence[int]) -> None:
+        """Each round's emitted tokens (host ints), so a lookup draft keeps its index without a device-to-host
+        copy. Default: nothing to keep."""
+        del new_tokens
+
+    def new_index(self, seq: Sequence[int]) -> LookupIndex | None:
+        """A fresh :class:`LookupIndex` over ``seq`` for a draft that copies its proposals from the sequence;
+        default None: a model draft, which proposes what teacher forcing gives (:func:`measure.decoding.proposal_runs`)."""
+        del seq
+        return None
 
 
 class KeptLogits(Protocol):

@@ -45,7 +45,9 @@ Model specs (``--target``): ``gguf:FILE``, ``smollm2-135m``, ``gemma3-270m``
 ``ngram:N`` / ``ngram:N:first`` (:class:`measure.drafts.NGramDraft`);
 ``model:gguf:FILE`` or ``model:<packaged name>`` (refused in one line unless
 its vocabulary is the target's); ``quant:TYPE`` (a copy of the target made by
-llama.cpp's own ``llama_model_quantize``, cached by the source's SHA-256).
+llama.cpp's own ``llama_model_quantize``, cached by the source's SHA-256);
+a ``model:`` or ``quant:`` draft is :class:`measure.drafts.ModelDraft` over a
+:class:`LlamaCppDecoder`, as every engine's model drafts are.
 Specs are validated without llama-cpp-python installed.
 """
 
@@ -57,7 +59,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from measure.drafts import NGramDraft, ngram_draft
+from measure.drafts import ModelDraft, NGramDraft, ngram_draft
 from measure.engines.gguf_files import (
     PACKAGED,
     cache_root,
@@ -68,7 +70,7 @@ from measure.engines.gguf_files import (
 )
 from measure.engines.lossless import NEAR_TIE_TOLERANCE
 from measure.engines.llamacpp_native.build import BUILD_COMMAND
-from measure.seam import EngineOptions, GenerationResult, PeerResult
+from measure.seam import Decoder, Draft, EngineOptions, GenerationResult, PeerResult, TargetModel, TreeDecoder
 
 EXTRA_HINT = f"build llama.cpp and install llama-cpp-python over it: {BUILD_COMMAND}"
 #: Draft kinds this engine builds (``ngram`` rules come from :mod:`measure.drafts`).
@@ -123,14 +125,6 @@ def context_tokens(spec: str) -> int | None:
     return gguf_context_tokens(resolve_model_path(spec))
 
 
-def ngram_rule(draft: Any) -> str:
-    """``"first"`` (earliest match, llama-cpp-python's and transformers' rule) or ``"recent"`` (most recent)."""
-    rule = getattr(draft, "rule", None)
-    if rule is not None:
-        return str(rule)
-    return "first" if str(getattr(draft, "name", "")).endswith(":first") else "recent"
-
-
 def resolved_threads(options: EngineOptions) -> int:
     """``options.threads``, else every CPU this process may run on."""
     if options.threads:
@@ -142,11 +136,12 @@ def resolved_threads(options: EngineOptions) -> int:
 
 
 # -- the model and its decoders -------------------------------------------------------------------
-class LlamaCppTarget:
+class LlamaCppTarget(TargetModel):
     """A GGUF model loaded in the worker: the :class:`~measure.seam.TargetModel` of this engine."""
 
     synthetic = False
     device = "cpu"  # logits come back to the host also when layers are offloaded (recorded as gpu_layers)
+    tokenizer = None  # no transformers tokenizer: LlamaCppEngine.encode tokenises with llama.cpp
 
     def __init__(self, engine: "LlamaCppEngine", name: str, path: Path, gpu_layers: int) -> None:
         self.engine, self.name, self.path, self.gpu_layers = engine, name, path, int(gpu_layers)
@@ -163,10 +158,6 @@ class LlamaCppTarget:
         """The GGUF's weight type as llama.cpp names it (``Q4_1``, ``Q8_0`` …)."""
         return self.desc.rsplit(" ", 1)[-1]
 
-    @property
-    def tokenizer(self) -> None:
-        """No transformers tokenizer: :meth:`LlamaCppEngine.encode` tokenises with llama.cpp."""
-        return None
 
     def describe(self) -> dict:
         """The ``run.json`` ``models`` entry."""
@@ -182,9 +173,11 @@ class LlamaCppTarget:
         return LlamaCppTreeDecoder(self, seqs) if seqs > 1 else LlamaCppDecoder(self)
 
 
-class LlamaCppDecoder:
-    """One llama.cpp context in the worker: a KV-cached sequence (batch size 1) behind the :class:`Decoder`
-    protocol, with the greedy fast path ``forward_argmax``."""
+class LlamaCppDecoder(Decoder):
+    """One llama.cpp context in the worker: a KV-cached sequence (batch size 1), the
+    :class:`~measure.seam.Decoder` of this engine. It declares every fast path of the seam (``forward_argmax``,
+    ``forward_topk_logprobs``, ``greedy_generate``): only ids and a few scores come back from the worker, and
+    the greedy baseline's token loop runs there."""
 
     def __init__(self, target: LlamaCppTarget, sequences: int = 1) -> None:
         self._worker = target.engine.worker
@@ -297,7 +290,7 @@ def tree_parents(prefix_tokens: int, n_cached: int, known: list[frozenset[int]],
     return parents, sees
 
 
-class LlamaCppTreeDecoder(LlamaCppDecoder):
+class LlamaCppTreeDecoder(LlamaCppDecoder, TreeDecoder):
     """A :class:`LlamaCppDecoder` over a tree context (several sequences, a unified KV cache): the
     :class:`~measure.seam.TreeDecoder` of this engine, with its fast paths ``forward_tree_argmax`` and
     ``forward_tree_topk`` (:mod:`measure.engines.llamacpp_native.tree` says how the mask is made)."""
@@ -381,71 +374,6 @@ class LlamaCppTreeDecoder(LlamaCppDecoder):
     def cached_sequences(self) -> dict[int, tuple[int, int]]:
         """Per sequence holding cells in llama.cpp's cache, its lowest and highest position."""
         return {int(k): (int(v[0]), int(v[1])) for k, v in self._worker.call("tree_cells", dec=self.handle).items()}
-
-
-# -- drafts ---------------------------------------------------------------------------------------
-class DecoderDraft:
-    """A model draft over any :class:`~measure.seam.Decoder` (here a llama.cpp one).
-
-    The draft protocol of :mod:`measure.decoding` — ``start`` / ``propose`` /
-    ``rollback`` / ``position_probs`` — on the draft's own KV-cached decoder;
-    greedy steps take the decoder's ``forward_argmax`` where it has one.
-    ``decoder`` is exposed for cost curves.
-    """
-
-    synthetic = False
-
-    def __init__(self, name: str, kind: str, decoder: Any, info: dict) -> None:
-        self.name, self.kind, self.decoder = name, kind, decoder
-        self.vocab_size = int(decoder.vocab_size)
-        self.info = dict(info)
-
-    def describe(self) -> dict:
-        """The ``run.json`` ``drafts`` entry."""
-        return {"kind": self.kind, "synthetic": False, **self.info}
-
-    def start(self, prompt_ids: torch.Tensor) -> None:
-        """New sequence: prefill the draft's cache with the prompt ``[1, S]``."""
-        self.decoder.reset()
-        self._argmax(prompt_ids, last_only=True)
-
-    def _argmax(self, ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
-        fast = getattr(self.decoder, "forward_argmax", None)
-        return fast(ids, last_only) if fast is not None else self.decoder.forward(ids, last_only).argmax(-1)
-
-    def propose(self, tokens: torch.Tensor, gamma: int, temperature: float,
-                generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Draft ``gamma`` tokens after ``tokens`` ``[1, L]`` → tokens ``[γ]``, q ``[γ, V]`` (None if greedy)."""
-        inp = tokens[:, self.decoder.n_cached:]  # [1, u], u >= 1 uncached tokens
-        out, qs = [], []
-        for _ in range(gamma):
-            if temperature == 0:
-                x = self._argmax(inp, last_only=True)  # [1]
-            else:
-                q = torch.softmax(self.decoder.forward(inp, last_only=True) / temperature, dim=-1)  # [1, V]
-                x = torch.multinomial(q, 1, generator=generator).squeeze(-1)
-                qs.append(q)
-            out.append(x)
-            inp = x[None]  # [1, 1]
-        return torch.cat(out).to(tokens.dtype), (torch.cat(qs) if qs else None)
-
-    def rollback(self, n_tokens: int) -> None:
-        """Keep the first ``n_tokens`` positions of the draft's cache."""
-        self.decoder.rollback(n_tokens)
-
-    def position_probs(self, tokens: torch.Tensor, prompt_tokens: int, temperature: float) -> torch.Tensor:
-        """Teacher-forced q at each generated position of ``tokens`` ``[1, L]`` → ``[L − prompt_tokens, V]``.
-
-        One batched forward of ``tokens[:, :-1]``; greedy: one-hot on the draft's argmax.
-        """
-        self.decoder.reset()
-        if temperature == 0:
-            ids = self._argmax(tokens[:, :-1])[prompt_tokens - 1:]  # [n]
-            self.decoder.reset()
-            return torch.zeros(len(ids), self.vocab_size).scatter_(1, ids[:, None], 1.0)
-        logits = self.decoder.forward(tokens[:, :-1])[prompt_tokens - 1:]  # [n, V]
-        self.decoder.reset()
-        return torch.softmax(logits / temperature, dim=-1)
 
 
 # -- the engine -------------------------------------------------------------------------------------
@@ -540,7 +468,7 @@ class LlamaCppEngine:
             raise ValueError(f"--draft {spec}: {draft.name} has another vocabulary than the target {target.name} "
                              f"({why}); draft and target must share a tokenizer")
 
-    def make_draft(self, spec: str, target: LlamaCppTarget, *, seed: int = 0) -> Any:
+    def make_draft(self, spec: str, target: LlamaCppTarget, *, seed: int = 0) -> Draft:
         """A draft for ``target`` (see module docstring for the specs)."""
         kind, arg = parse_draft(spec)
         if kind == "ngram":
@@ -551,16 +479,17 @@ class LlamaCppEngine:
             name = arg if arg in PACKAGED else path.stem
             self._check_vocab(spec, target.path, path)  # before any weights
             loaded = LlamaCppTarget(self, name, path, self.gpu_layers(device))
-            return DecoderDraft(f"model:{arg}", "model", loaded.new_decoder(),
-                                {"source": loaded.source, "name": name, "params": loaded.params,
-                                 "dtype": loaded.dtype, "sha256": loaded.sha256})
+            return ModelDraft(f"model:{arg}", "model", loaded.new_decoder(), loaded=loaded,
+                              info={"source": loaded.source, "name": name, "params": loaded.params,
+                                    "dtype": loaded.dtype, "sha256": loaded.sha256})
         qpath, made = self.worker.call("quantize", source=str(target.path), qtype=arg, threads=self.threads,
                                        root=str(cache_root()))  # the cache this process sees
         qpath = Path(qpath)
         loaded = LlamaCppTarget(self, f"{target.name}-{arg}", qpath, self.gpu_layers(device))
-        return DecoderDraft(f"quant:{arg}", "quant", loaded.new_decoder(),
-                            {"source": loaded.source, "of": target.name, "quant_type": arg, "params": loaded.params,
-                             "dtype": loaded.dtype, "sha256": loaded.sha256, "quantised_now": made})
+        return ModelDraft(f"quant:{arg}", "quant", loaded.new_decoder(), loaded=loaded,
+                          info={"source": loaded.source, "of": target.name, "quant_type": arg,
+                                "params": loaded.params, "dtype": loaded.dtype, "sha256": loaded.sha256,
+                                "quantised_now": made})
 
     # tokens
     def tokenize(self, target: LlamaCppTarget, text: str, add_special: bool, parse_special: bool) -> list[int]:
@@ -615,10 +544,10 @@ class LlamaCppEngine:
                 "gpu_layers": target.gpu_layers, "prompt": input_ids.reshape(-1).tolist(),
                 "eos": list(target.eos_token_ids)}
 
-    def has_peer(self, target: LlamaCppTarget, draft: Any, gamma: int) -> bool:
+    def has_peer(self, target: LlamaCppTarget, draft: Draft, gamma: int) -> bool:
         """Whether :meth:`peer_generate` runs this pair: llama-cpp-python's prompt lookup takes ``ngram:N:first``
-        drafts only."""
-        return isinstance(draft, NGramDraft) and ngram_rule(draft) == "first" and gamma >= 1
+        drafts only (the earliest-match rule, llama-cpp-python's and transformers')."""
+        return isinstance(draft, NGramDraft) and draft.rule == "first" and gamma >= 1
 
     def has_library(self, target: LlamaCppTarget) -> bool:
         """True: llama-cpp-python's plain ``Llama.generate`` runs every target."""

@@ -284,7 +284,7 @@ def head_builder(config: HeadSweepConfig, draft: ModelDraft, target: Any, say: C
     vocab = int(dense.weight.shape[0])
     resolved = [parse_head_k(k, vocab) for k in config.head_ks]  # None: the full head
     ks = tuple(sorted({vocab if r is None else r for r in resolved}))
-    tokenizer = getattr(target, "tokenizer", None)
+    tokenizer = target.tokenizer
     builder = HeadBuilder(draft, dense, ks, None, torch.zeros(vocab, dtype=torch.int64),
                           tuple(int(e) for e in target.eos_token_ids if 0 <= int(e) < vocab), None, {})
     clusters, cluster_meta = None, None

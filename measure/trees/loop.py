@@ -30,10 +30,11 @@
   its ancestors (a 4D mask on transformers; on llama.cpp the sequence ids of
   the paths through it), at position ``L − 1 + depth``; greedy acceptance is
   the longest path whose every token is the target's argmax at its parent, and
-  only the accepted path stays in the cache (no re-run). Only ids cross the
-  seam where the decoder has the fast paths (:func:`tree_argmax`,
-  :func:`tree_topk`, :func:`last_topk`): a llama.cpp worker sends back argmaxes
-  and top-k ids with their log-probabilities, not ``[m, V]`` logits.
+  only the accepted path stays in the cache (no re-run). The decoder's fast
+  paths (:func:`tree_argmax`, :func:`tree_topk`, :func:`last_topk`; defaults
+  from the logits in :class:`~measure.seam.TreeDecoder`) are what crosses the
+  seam: a llama.cpp worker sends back argmaxes and top-k ids with their
+  log-probabilities, not ``[m, V]`` logits.
 * :func:`tree_generate` — the loop (greedy only: a tree at temperature > 0 is
   refused until multi-candidate rejection sampling is built), returning the
   chain loop's :class:`~measure.seam.GenerationResult` and one
@@ -56,8 +57,9 @@ from typing import Any
 
 import torch
 
-from measure.decoding import check_temperature, decoder_argmax
-from measure.seam import GenerationResult, RoundRecord, TreeDecoder
+from measure.decoding import check_temperature
+from measure.drafts import ModelDraft, NGramDraft
+from measure.seam import Decoder, Draft, GenerationResult, RoundRecord, TreeDecoder
 from measure.timing import Timer
 from sim.tree_cli import DEPTH_LIMIT, NODES_LIMIT, NODES_WHY
 from sim.trees import TokenTree
@@ -355,52 +357,36 @@ class _Growing:
         return reindex(tree, range(len(self.toks)))
 
 
-def _topk_of(logits: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:
-    """Each row's ``k`` best ids (best first) and their log-probabilities, from logits ``[n, V]``."""
-    logp = torch.log_softmax(logits.float(), -1)
-    vals, ids = torch.topk(logp, min(int(k), int(logp.shape[-1])))
-    return ids.tolist(), vals.tolist()
-
-
 def tree_argmax(dec: TreeDecoder, ids: torch.Tensor, prefix_tokens: int, positions: torch.Tensor,
                 visible: torch.Tensor) -> list[int]:
-    """:meth:`~measure.seam.TreeDecoder.forward_tree`'s argmax per row, by the decoder's fast path
-    ``forward_tree_argmax`` where it has one (only ids cross the engine boundary)."""
-    fast = getattr(dec, "forward_tree_argmax", None)
-    if fast is not None:
-        return fast(ids, prefix_tokens, positions, visible).tolist()
-    return dec.forward_tree(ids, prefix_tokens, positions, visible).argmax(-1).tolist()
+    """:meth:`~measure.seam.TreeDecoder.forward_tree`'s argmax per row, as host ints, by the decoder's
+    ``forward_tree_argmax`` (on llama.cpp only ids cross the engine boundary)."""
+    return dec.forward_tree_argmax(ids, prefix_tokens, positions, visible).tolist()
 
 
 def tree_topk(dec: TreeDecoder, ids: torch.Tensor, prefix_tokens: int, positions: torch.Tensor,
               visible: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:
-    """Per tree row its ``k`` best ids and their log-probabilities, by ``forward_tree_topk`` where present."""
-    fast = getattr(dec, "forward_tree_topk", None)
-    if fast is not None:
-        top, logp = fast(ids, prefix_tokens, positions, visible, k)
-        return top.tolist(), logp.tolist()
-    return _topk_of(dec.forward_tree(ids, prefix_tokens, positions, visible), k)
+    """Per tree row its ``k`` best ids and their log-probabilities, as host lists, by ``forward_tree_topk``."""
+    top, logp = dec.forward_tree_topk(ids, prefix_tokens, positions, visible, k)
+    return top.tolist(), logp.tolist()
 
 
-def last_topk(dec: Any, ids: torch.Tensor, k: int) -> tuple[list[int], list[float]]:
-    """Feed ``ids`` ``[1, n]``; the last row's ``k`` best ids and log-probabilities (``forward_topk_logprobs``
-    where the decoder has it)."""
-    fast = getattr(dec, "forward_topk_logprobs", None)
-    if fast is not None:
-        top, logp = fast(ids, k, last_only=True)
-        return top[0].tolist(), logp[0].tolist()
-    top_l, logp_l = _topk_of(dec.forward(ids, last_only=True), k)
-    return top_l[0], logp_l[0]
+def last_topk(dec: Decoder, ids: torch.Tensor, k: int) -> tuple[list[int], list[float]]:
+    """Feed ``ids`` ``[1, n]``; the last row's ``k`` best ids and log-probabilities, as host lists, by the
+    decoder's ``forward_topk_logprobs``."""
+    top, logp = dec.forward_topk_logprobs(ids, k, last_only=True)
+    return top[0].tolist(), logp[0].tolist()
 
 
 class ModelTreeDrafter:
     """Tree drafts from a :class:`~measure.drafts.ModelDraft` whose decoder is a :class:`~measure.seam.TreeDecoder`."""
 
-    def __init__(self, draft: Any, option: TreeOption) -> None:
+    def __init__(self, draft: ModelDraft, option: TreeOption) -> None:
         if not isinstance(draft.decoder, TreeDecoder):
             raise ValueError(f"draft {draft.name!r}: its decoder has no tree forward (a transformers decoder, or "
                              "a llama.cpp one made for a tree run)")
         self.draft, self.option = draft, option
+        self.decoder: TreeDecoder = draft.decoder
 
     def start(self, prompt_ids: torch.Tensor) -> None:
         self.draft.start(prompt_ids)
@@ -408,7 +394,7 @@ class ModelTreeDrafter:
     @torch.inference_mode()
     def propose(self, tokens: torch.Tensor) -> DraftTree:
         """The tree after ``tokens`` ``[1, L]``; the draft's cache is left holding the ``L`` tokens."""
-        dec = self.draft.decoder
+        dec = self.decoder
         L = int(tokens.shape[1])
         g = _Growing(self.option)
         k = g.k(dec.vocab_size)
@@ -482,8 +468,8 @@ def trie(conts: Sequence[Sequence[int]], depth: int) -> DraftTree:
 class LookupTreeDrafter:
     """Multi-candidate prompt lookup: several earlier matches as branches of a trie (module docstring)."""
 
-    def __init__(self, draft: Any, option: TreeOption) -> None:
-        if getattr(draft, "rule", "recent") != "recent":
+    def __init__(self, draft: NGramDraft, option: TreeOption) -> None:
+        if draft.rule != "recent":
             raise ValueError(f"draft {draft.name!r} proposes one candidate and cannot branch; use ngram:N")
         self.draft, self.option = draft, option
         self.seq: list[int] = []
@@ -526,13 +512,13 @@ def _ranked_from(tree: DraftTree, full: DraftTree) -> dict[int, tuple[int, ...]]
     return out
 
 
-def make_tree_drafter(draft: Any, option: TreeOption) -> Any:
+def make_tree_drafter(draft: Draft, option: TreeOption) -> ModelTreeDrafter | LookupTreeDrafter:
     """The tree drafter for a loaded draft: a model draft's top-k, or multi-match prompt lookup."""
-    if getattr(draft, "decoder", None) is not None:
+    if isinstance(draft, ModelDraft):
         return ModelTreeDrafter(draft, option)
-    if getattr(draft, "kind", None) == "ngram":
+    if isinstance(draft, NGramDraft):
         return LookupTreeDrafter(draft, option)
-    raise ValueError(f"draft {getattr(draft, 'name', draft)!r} cannot draft a tree; valid: ngram:N or a model draft")
+    raise ValueError(f"draft {draft.name!r} cannot draft a tree; valid: ngram:N or a model draft")
 
 
 # -- verification ---------------------------------------------------------------------------------
@@ -659,7 +645,7 @@ def tree_generate(dec: TreeDecoder, drafter: Any, input_ids: torch.Tensor, tempe
     buf = torch.empty(1, S + max_new_tokens + 1, dtype=torch.long, device=dev)  # [1, S + N + 1]
     buf[:, :S] = input_ids
     t0 = timer.now_s()
-    first = int(decoder_argmax(dec, input_ids, last_only=True))
+    first = int(dec.forward_argmax(input_ids, last_only=True))
     buf[0, S] = first
     drafter.start(input_ids)
     drafter.observe([first])

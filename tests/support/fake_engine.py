@@ -7,6 +7,8 @@ numbers of a stable size. It implements the engine seam
 (:mod:`measure.seam`): ``load_target`` → a target with ``model`` and
 ``new_decoder()``, ``make_draft`` (``ngram:N``), ``encode``, ``versions``,
 ``peer_generate`` and ``library_generate`` (its "own" decoding: plain greedy).
+Its decoder declares one fast path of the seam, ``forward_argmax`` (the ids
+straight from the permutation, no logits), as an engine does.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 import torch
 
 from measure.drafts import NGramDraft
-from measure.seam import PeerResult
+from measure.seam import Decoder, PeerResult, TargetModel
 
 VOCAB = 64
 
@@ -33,17 +35,21 @@ class ToyLM(torch.nn.Module):
         self.register_buffer("perm", torch.randperm(vocab, generator=g))
         self.vocab, self.step_s = vocab, step_s
 
+    def next_ids(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The next token after each of ``input_ids`` ``[1, S]`` → ``[1, S]``, after the step's sleep."""
+        time.sleep(self.step_s + 0.0002 * int(input_ids.shape[1]))
+        return self.perm[input_ids]
+
     def forward(self, input_ids: torch.Tensor, past_key_values: Any = None, use_cache: bool = False,
                 **_: Any) -> Any:
-        time.sleep(self.step_s + 0.0002 * int(input_ids.shape[1]))
-        nxt = self.perm[input_ids]  # [1, S]
+        nxt = self.next_ids(input_ids)  # [1, S]
         logits = torch.full((*input_ids.shape, self.vocab), -10.0)
         logits.scatter_(-1, nxt[..., None], 10.0)
         return SimpleNamespace(logits=logits)
 
 
-class ToyDecoder:
-    """Decoder over :class:`ToyLM` (the cache is only a length)."""
+class ToyDecoder(Decoder):
+    """Decoder over :class:`ToyLM` (the cache is only a length), with the fast path ``forward_argmax``."""
 
     def __init__(self, model: ToyLM) -> None:
         self.model, self.vocab_size, self._n = model, model.vocab, 0
@@ -60,12 +66,18 @@ class ToyDecoder:
         self._n += int(input_ids.shape[1])
         return logits[-1:] if last_only else logits
 
+    def forward_argmax(self, input_ids: torch.Tensor, last_only: bool = False) -> torch.Tensor:
+        """The greedy ids without logits: the permutation of the fed tokens (the same step time)."""
+        ids = self.model.next_ids(input_ids)[0]  # [n]
+        self._n += int(input_ids.shape[1])
+        return ids[-1:] if last_only else ids
+
     def rollback(self, n_tokens: int) -> None:
         self._n = min(self._n, n_tokens)
 
 
 @dataclass
-class ToyTarget:
+class ToyTarget(TargetModel):
     model: ToyLM
     name: str = "toy"
     synthetic: bool = False

@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 from multiprocessing import Pipe
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,7 @@ class LlamaCppWorker:
             cmd.append("--quiet")
         self._proc = subprocess.Popen(cmd, pass_fds=(child.fileno(),), stdin=subprocess.DEVNULL, env=env)
         child.close()
-        self._conn = parent
+        self._conn: Connection | None = parent
         self.pid = self._proc.pid
         self.hello: dict = self.call("hello")
 

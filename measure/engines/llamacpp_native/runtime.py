@@ -344,7 +344,7 @@ class Runtime:
 
     def versions(self) -> dict:
         try:
-            ver = importlib.metadata.version("llama-cpp-python")
+            ver: str | None = importlib.metadata.version("llama-cpp-python")
         except importlib.metadata.PackageNotFoundError:
             ver = getattr(self.ll, "__version__", None)
         return {"llama_cpp_python": ver, "gpu_offload": bool(self.ll.llama_supports_gpu_offload()),

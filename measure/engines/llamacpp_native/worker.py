@@ -29,7 +29,7 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from measure.engines.llamacpp_native.runtime import ContextSettings, Model, Runtime, vocabulary_mismatch
+from measure.engines.llamacpp_native.runtime import Context, ContextSettings, Model, Runtime, vocabulary_mismatch
 from measure.engines.llamacpp_native.tree import TreeContext
 
 FAULT_ENV = "SPECSCOPE_LLAMACPP_FAULT"
@@ -96,6 +96,7 @@ class Worker(Handler):
     # -- contexts (our decoders) -----------------------------------------------------------------
     def op_decoder(self, model: int, max_len_tokens: int, threads: int, sequences: int = 1) -> dict:
         m = self.models[model]
+        c: Context
         if sequences > 1:  # a tree run's context: n_seq_max sequences in a unified KV cache
             c = TreeContext(self.rt.ll, m, ContextSettings(max_len_tokens, threads, m.gpu_layers, sequences))
         else:

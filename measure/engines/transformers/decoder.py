@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 
-from measure.seam import EngineOptions, KeptVocabularyHead
+from measure.seam import EngineOptions, KeptVocabularyHead, TreeDecoder
 
 #: the widest compiled step (tokens verified at once); wider forwards run eager
 COMPILED_MAX_TOKENS = 64
@@ -60,16 +60,20 @@ def _softcap(model: Any) -> float | None:
 
 
 @functools.lru_cache(maxsize=None)
-def takes_logits_to_keep(cls: type) -> bool:
-    """Whether the model class's ``forward`` has transformers' ``logits_to_keep``."""
+def takes_logits_to_keep(cls: Any) -> bool:
+    """Whether the model class ``cls`` (any HF model class)'s ``forward`` has transformers' ``logits_to_keep``."""
     try:
         return "logits_to_keep" in inspect.signature(cls.forward).parameters
     except (TypeError, ValueError):
         return False
 
 
-class TransformersDecoder:
+class TransformersDecoder(TreeDecoder):
     """One HF causal LM's KV-cached sequence (batch 1); see the module docstring.
+
+    Of the seam's fast paths it declares ``forward_argmax`` (the argmax in the model's dtype, a pruned head's
+    ``greedy``) and ``forward_topk`` (a pruned head's kept logits); the top-k and tree paths are the seam's
+    defaults from its logits, which stay on the device in this process anyway.
 
     ``model``: the ``nn.Module`` (eval mode, on its device). Its ``lm_head`` may
     be swapped at any time (the pruned-head sweep does): the head is looked up
@@ -88,7 +92,7 @@ class TransformersDecoder:
         self.vocab_size = int(w.shape[0]) if w is not None else int(model.config.vocab_size)
         self._n = 0
         self._capacity = int(opts.max_len_tokens)
-        self._keep = takes_logits_to_keep(type(model))
+        self._keep = takes_logits_to_keep(model.__class__)
         self._keep_idx: dict[int, torch.Tensor] = {}  # n → tensor([n - 1]) on the device, built once per n
         self._softcap = _softcap(model)
         self.compile = bool(opts.compile)
@@ -388,7 +392,7 @@ def forward_logits(model: Any, input_ids: torch.Tensor, cache: Any | None, last_
     serves callers that time a bare HF model.
     """
     kw = {}
-    if last_only and takes_logits_to_keep(type(model)):
+    if last_only and takes_logits_to_keep(model.__class__):
         # an index tensor, not the int 1: transformers then gathers a contiguous [1, 1, H] copy of the last
         # hidden state, where ``1`` gives a strided view that sends CPU bf16 F.linear down a path ~20x slower
         kw["logits_to_keep"] = torch.tensor([input_ids.shape[1] - 1], device=input_ids.device)

@@ -10,7 +10,7 @@ the engine's options; ``ngram`` is the engine-agnostic :func:`~measure.drafts.ng
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 
@@ -21,7 +21,8 @@ from measure.engines.transformers.models import LoadedModel, check_same_vocab, l
 
 def _layer_container(model: torch.nn.Module) -> tuple[torch.nn.Module, str, torch.nn.ModuleList]:
     """(parent, attribute, ModuleList) of the decoder layers of an HF causal LM."""
-    n = int(model.config.get_text_config(decoder=True).num_hidden_layers)
+    config: Any = model.config
+    n = int(config.get_text_config(decoder=True).num_hidden_layers)
     for name, mod in model.named_modules():
         if isinstance(mod, torch.nn.ModuleList) and len(mod) == n and name.split(".")[-1] in ("layers", "h"):
             parent_name, _, attr = name.rpartition(".")
@@ -42,9 +43,10 @@ def layer_subset_model(model: torch.nn.Module, keep: list[int]) -> torch.nn.Modu
     for new_idx, layer in enumerate(new_layers):
         for m in layer.modules():
             if hasattr(m, "layer_idx"):
-                m.layer_idx = new_idx
+                cast(Any, m).layer_idx = new_idx
     setattr(parent, attr, new_layers)
-    cfg = sub.config.get_text_config(decoder=True)
+    config: Any = sub.config
+    cfg = config.get_text_config(decoder=True)
     if getattr(cfg, "layer_types", None) is not None:
         cfg.layer_types = [cfg.layer_types[i] for i in keep]
     cfg.num_hidden_layers = len(keep)
@@ -57,7 +59,7 @@ def _cast(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
 
 
 def _need_model(target: LoadedModel, kind: str) -> None:
-    if getattr(target, "model", None) is None:
+    if target.model is None:
         raise ValueError(f"draft kind {kind!r} needs a model-backed (transformers) target")
 
 
@@ -109,7 +111,7 @@ def _build_half(arg: str, target: LoadedModel, kind: str = "bf16", options: Any 
 
 
 def _build_ngram(arg: str, target: LoadedModel, kind: str = "ngram", **_: Any) -> NGramDraft:
-    return ngram_draft(f"{kind}:{arg}" if arg else kind, target.vocab_size, getattr(target, "eos_token_ids", ()))
+    return ngram_draft(f"{kind}:{arg}" if arg else kind, target.vocab_size, target.eos_token_ids)
 
 
 Builder = Callable[..., Any]
@@ -126,9 +128,8 @@ BUILDERS: dict[str, Builder] = {
 }
 
 
-def _n_layers(target: Any) -> int | None:
-    model = getattr(target, "model", None)
-    cfg = getattr(model, "config", None)
+def _n_layers(target: LoadedModel) -> int | None:
+    cfg = getattr(target.model, "config", None)
     if cfg is None:
         return None
     return int(cfg.get_text_config(decoder=True).num_hidden_layers)
@@ -142,6 +143,6 @@ def make_draft(kind_spec: str, target: LoadedModel, device: str | None = None, d
     draft's decoder settings; by default the target's.
     """
     ds = check_draft_spec(kind_spec, _n_layers(target))
-    opts = options if options is not None else getattr(target, "engine_options", None)
+    opts = options if options is not None else target.engine_options
     return BUILDERS[ds.kind](ds.arg, target, kind=ds.kind, device=device or target.device,
                                 dtype=dtype or target.dtype, seed=seed, options=opts, **kw)

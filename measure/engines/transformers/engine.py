@@ -84,11 +84,11 @@ class TransformersEngine:
 def _peer_kind(target: Any, draft: Any) -> str | None:
     """How transformers runs this pair as the peer: ``"lookup"`` (an n-gram draft), ``"assisted"`` (a model
     draft), or None (no HF model behind the target or the draft)."""
-    if getattr(target, "model", None) is None:
+    if target.model is None:
         return None
     if isinstance(draft, NGramDraft):
         return "lookup"
-    if isinstance(draft, ModelDraft) and getattr(draft, "model", None) is not None:
+    if isinstance(draft, ModelDraft) and draft.model is not None:
         return "assisted"
     return None
 
@@ -128,7 +128,7 @@ def peer_generate(target: Any, draft: Any, input_ids: torch.Tensor, gamma: int, 
         gc.num_assistant_tokens_schedule = schedule
         gc.assistant_confidence_threshold = 0.0
         kw.update(assistant_model=draft.model)
-    dev = torch.device(getattr(target, "device", "cpu"))
+    dev = torch.device(target.device)
     devices = [dev.index or 0] if dev.type == "cuda" else []
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(seed)

@@ -31,12 +31,13 @@ import torch
 from measure.devices import resolve_device, resolve_dtype
 from measure.engines.gguf_files import PACKAGED, gguf_context_tokens
 from measure.engines.transformers.decoder import TransformersDecoder
+from measure.seam import TargetModel
 
 FAMILIES = ("gpt2", "llama", "gemma3")
 
 
 @dataclass(frozen=True)
-class LoadedModel:
+class LoadedModel(TargetModel):
     """A causal LM ready for :mod:`measure.decoding` (``model`` in eval mode on ``device``).
 
     A :class:`~measure.seam.TargetModel`: :meth:`new_decoder` gives its KV-cached sequence.
@@ -159,7 +160,7 @@ def _from_gguf(path: Path) -> tuple[Any, Any]:
 
     try:
         tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+        model: Any = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     except (struct.error, ValueError, KeyError, IndexError, TypeError, EOFError, OSError) as e:
         why = " ".join(str(e).split())[:300]
         raise ValueError(f"GGUF file {str(path)!r} cannot be read by transformers' GGUF reader "

@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from measure.decoding import speculative_generate
+from measure.drafts import ModelDraft
 from measure.seam import Decoder, Engine, EngineOptions, TargetModel
 from sim.policies import FixedGamma
 from measure.engines.gguf_files import GGUF_MAGIC, QUANT_TYPES, check_gguf, file_sha256
@@ -338,6 +339,25 @@ def test_the_greedy_baseline_runs_its_token_loop_in_the_worker(smollm2, prompt):
 
 
 @pytest.mark.slow
+def test_the_fast_paths_return_what_the_seams_defaults_compute_from_the_logits(smollm2, prompt):
+    """Only ids and a few log-probabilities come back from the worker; they are the logits' own (the same batch:
+    the same logits), so the loops lose nothing by taking the fast paths."""
+    dec = smollm2.new_decoder()
+    for last_only in (False, True):
+        dec.reset()
+        fast = dec.forward_argmax(prompt, last_only)
+        dec.reset()
+        assert torch.equal(fast, Decoder.forward_argmax(dec, prompt, last_only))
+    dec.reset()
+    top, logp = dec.forward_topk_logprobs(prompt, 5)
+    dec.reset()
+    ref_top, ref_logp = Decoder.forward_topk_logprobs(dec, prompt, 5)
+    assert top.shape == logp.shape == (prompt.shape[1], 5) and torch.equal(top[:, 0], ref_top[:, 0])
+    torch.testing.assert_close(logp, ref_logp, atol=1e-4, rtol=0)
+    assert dec.n_cached == prompt.shape[1] and Decoder.greedy_generate(dec, prompt, 4) is None
+
+
+@pytest.mark.slow
 def test_batched_logits_close_to_sequential(smollm2, prompt):
     dec = smollm2.new_decoder()
     cont = torch.tensor([_greedy(dec, prompt, 9)])  # [1, 9]
@@ -379,6 +399,8 @@ def test_greedy_speculative_loop_on_llama_cpp_is_lossless(engine, smollm2, spec,
 @pytest.mark.slow
 def test_model_draft_samples_with_its_probabilities_and_rolls_back(engine, smollm2, prompt):
     draft = engine.make_draft("model:smollm2-135m", smollm2, seed=0)
+    assert isinstance(draft, ModelDraft)  # the one model draft of every engine
+    assert list(draft.describe()) == ["kind", "synthetic", "source", "name", "params", "dtype", "sha256"]
     draft.start(prompt)
     P = prompt.shape[1]
     tokens = torch.cat([prompt, torch.tensor([[28]])], dim=1)

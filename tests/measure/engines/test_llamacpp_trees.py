@@ -18,7 +18,7 @@ import torch
 
 from measure.engines.lossless import NEAR_TIE_TOLERANCE, baseline_logits_at, check_greedy_lossless
 from measure.engines.llamacpp_native.runtime import top_logprobs
-from measure.seam import EngineOptions
+from measure.seam import EngineOptions, TreeDecoder
 from measure.trees.loop import (
     LLAMACPP_MAX_SEQUENCES,
     DraftTree,
@@ -253,6 +253,30 @@ def test_after_a_round_the_cache_holds_exactly_the_context_and_the_accepted_path
     dec.rollback(n)
     verdict2 = verify_tree(dec, tokens2, DraftTree((cont[5],), (-1,), (0,)))
     assert verdict2.accepted == (0,) and dec.cached_sequences() == {0: (0, n + 1)}
+
+
+@pytest.mark.slow
+def test_the_tree_fast_paths_return_what_the_seams_defaults_compute_from_the_tree_logits(smollm2, engine):
+    """A tree's argmaxes and top-k log-probabilities from the worker are those of its logits (one tree decode
+    each, the same batch)."""
+    ids = engine.encode(smollm2, MESSAGES[0], 60)
+    tree = DraftTree((5, 6, 7), (-1, -1, 0), (0, 1, 0))
+    L = ids.shape[1] + 1
+    tokens = torch.cat([ids, torch.tensor([[9]])], dim=1)
+    feed = torch.tensor([[9, *tree.tokens]])
+    pos = torch.tensor([L - 1 + d for d in (0,) + tree.depths])
+    vis = _verify_mask(list(tree.parents))
+    dec = smollm2.new_decoder()
+    dec.forward(tokens[:, :-1], last_only=True)
+    fast = dec.forward_tree_argmax(feed, L - 1, pos, vis)
+    dec.rollback(L - 1)
+    assert torch.equal(fast, TreeDecoder.forward_tree_argmax(dec, feed, L - 1, pos, vis))
+    dec.rollback(L - 1)
+    top, logp = dec.forward_tree_topk(feed, L - 1, pos, vis, 4)
+    dec.rollback(L - 1)
+    ref_top, ref_logp = TreeDecoder.forward_tree_topk(dec, feed, L - 1, pos, vis, 4)
+    assert top.shape == (4, 4) and torch.equal(top[:, 0], ref_top[:, 0])
+    torch.testing.assert_close(logp, ref_logp, atol=1e-4, rtol=0)
 
 
 @pytest.mark.slow
