@@ -497,8 +497,8 @@ def routing_lines(runs: Sequence[RoutingRun], chosen: RoutingRun) -> list[str]:
     """Per MoE routing: its fitted per-step overhead, the kernel fit and held-out medians (all rows, batch-1,
     batch > 1), the published slowdowns at batch > 1 it predicts and its false alarms; then the rule and the
     choice."""
-    lines = ["MoE routing of the kernel tables (dense rows are the same under each; kernel median |error|, fitted "
-             "per-step overhead, rows the kernel tables priced):"]
+    lines = ["MoE routing of the kernel tables (kernel median |error| under each routing's own per-step overhead "
+             "fitted on the fit rows; rows the kernel tables priced):"]
     for run in runs:
         hit, slow, alarm, fast = run.slowdowns()
         errs = [_pct(run.error(held, b)) for held in (False, True) for b in ("all", "1", ">1")]
@@ -507,7 +507,27 @@ def routing_lines(runs: Sequence[RoutingRun], chosen: RoutingRun) -> list[str]:
                      f"batch > 1 {errs[5]:>6s}); slowdowns at batch > 1 predicted {hit} of {slow}, false alarms "
                      f"{alarm} of {fast}")
     default = "" if chosen.routing == DEFAULT_MOE_ROUTING else f" (the shipped default is {DEFAULT_MOE_ROUTING})"
-    return lines + [f"{ROUTING_RULE}: {chosen.routing}{default}; the rows below are priced under it"]
+    return lines + [routing_changes(runs), f"{ROUTING_RULE}: {chosen.routing}{default}; the rows below are priced "
+                    "under it"]
+
+
+def _is_moe(target: str) -> bool:
+    try:
+        return resolve_model(target).arch.is_moe
+    except ValueError:
+        return False
+
+
+def routing_changes(runs: Sequence[RoutingRun]) -> str:
+    """Which rows' kernel costs the routing changes (their targets), and whether any is a dense model's."""
+    parts = [{p.row.id: p.parts["kernels"] for p in run.priced} for run in runs]
+    target = {p.row.id: p.row.target for p in runs[0].priced}
+    changed = [rid for rid in parts[0] if any(other.get(rid) != parts[0][rid] for other in parts[1:])]
+    dense = [rid for rid in changed if not _is_moe(target[rid])]
+    return (f"the routing changes the kernel costs of {len(changed)} rows (targets: "
+            f"{', '.join(sorted({target[r] for r in changed})) or 'none'}); the other {len(parts[0]) - len(changed)} "
+            "are priced identically under each; " + (f"dense rows changed: {', '.join(dense)}" if dense
+                                                      else "no dense row changed"))
 
 
 def _row_lines(priced: list[Priced], overhead: dict[str, float]) -> tuple[list[str], dict]:

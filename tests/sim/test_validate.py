@@ -139,7 +139,9 @@ def test_slowdown_count_with_the_extra(h100_table: Path, capsys: pytest.CaptureF
     assert main(["--table", str(h100_table)]) == 0
     out = capsys.readouterr().out
     assert "kernels (kernels)" in out
-    assert "MoE routing of the kernel tables (dense rows are the same under each" in out
+    assert "MoE routing of the kernel tables (kernel median |error| under each routing's own" in out
+    assert "the routing changes the kernel costs of 0 rows (targets: none); the other 3 are priced identically " \
+           "under each; no dense row changed" in out
     assert len({line.split("ms/step")[1] for line in out.splitlines() if line.startswith("  power_law_1.")}) == 1
     assert "held-out rows are not consulted: balanced;" in out  # a dense table: every routing ties, the first wins
     assert "published slowdowns at batch > 1: 1 expressed, 1 predicted as slowdowns (kernels; roofline: 1); " \
