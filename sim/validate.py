@@ -39,6 +39,15 @@ the value its own measurement gives (:data:`sim.stepcost.SGLANG_OVERLAP_ROUND_MS
 the per-step one refitted; each with its fit and held-out errors and its
 slowdown count.
 
+Every row is priced under each MoE routing of the kernel tables
+(:data:`sim.kernels.MOE_ROUTINGS`), each with its own per-step overhead fitted
+on the fit half; the routing with the least kernel median |error| on the fit
+half is adopted (:data:`ROUTING_RULE`; held-out rows are not consulted) and
+the rest of the report is priced under it. Printed per routing: the fit and
+held-out medians (batch-1, batch > 1, all) and the slowdowns at batch > 1 it
+predicts with its false alarms; and which rows the routing changes (MoE
+targets only: a dense model has no routing).
+
 Assumptions, stated: a row without TP runs on the fewest GPUs of its node
 that hold the weights and KV cache; without a dtype, the checkpoint's own
 (fp8 where its config.json says so, else bf16); the context is the
