@@ -56,7 +56,7 @@ from sim.acceptance import (
     load_acceptance,
 )
 from sim.cost import CostModel, LeviathanCost, load_cost_model, pair_roofline_cost
-from sim.kernels import ENGINES
+from sim.kernels import DEFAULT_MOE_ROUTING, ENGINES, MOE_ROUTINGS
 from sim.stepcost import COST_SOURCES, DRAFT_KINDS, DTYPES, GpuSetup, build_step_cost, check_fits, source_lines
 from sim.limits import (
     ARRIVAL_RATE_ARG,
@@ -123,6 +123,10 @@ def _add_gpu_flags(p: argparse.ArgumentParser, batch: bool = True) -> None:
     p.add_argument("--cost-source", type=choice_arg("cost source", COST_SOURCES),
                    help="auto (kernel tables where the GPU, engine and model are covered, else the roofline), "
                    "kernels or roofline; default auto with --target/--draft beyond the presets or any GPU flag")
+    p.add_argument("--moe-routing", type=choice_arg("MoE routing", MOE_ROUTINGS),
+                   help=f"token routing the kernel tables' MoE op is measured under, for an MoE model: "
+                   f"{', '.join(MOE_ROUTINGS)} (default {DEFAULT_MOE_ROUTING}, the one python -m sim validate "
+                   "prefers on its fit rows)")
     if batch:
         p.add_argument("--batch", type=int_arg(1, MAX_BATCH_LIMIT), help="analytic mode: B sequences decoding in "
                        "lockstep (default 1)")
@@ -249,8 +253,7 @@ def _check_mode_flags(args: argparse.Namespace) -> None:
     if args.batch is not None and args.mode != "analytic":
         raise CliError(f"--batch applies to --mode analytic only (serve mode batches by --max-batch), not --mode "
                        f"{args.mode}")
-    gpu_flags = [f"--{k.replace('_', '-')}" for k in ("engine", "tp", "ep", "dtype", "cost_source")
-                 if getattr(args, k) is not None]
+    gpu_flags = [f"--{k.replace('_', '-')}" for k in GPU_FLAGS if getattr(args, k) is not None]
     if gpu_flags and (args.cost_ratio is not None or args.cost_model is not None):
         flag = "--cost-ratio" if args.cost_ratio is not None else "--cost-model"
         raise CliError(f"{gpu_flags[0]} has no effect with {flag}: the costs come from {flag}")
@@ -263,7 +266,7 @@ def _check_mode_flags(args: argparse.Namespace) -> None:
         raise CliError(f"--out and --chart name the same file {args.out!r}")
 
 
-GPU_FLAGS = ("engine", "tp", "ep", "dtype", "cost_source")
+GPU_FLAGS = ("engine", "tp", "ep", "dtype", "cost_source", "moe_routing")
 
 
 def engine_source_conflict(args: argparse.Namespace) -> str | None:
@@ -277,10 +280,10 @@ def engine_source_conflict(args: argparse.Namespace) -> str | None:
 
 def gpu_setup(args: argparse.Namespace, hardware: str) -> GpuSetup:
     """The :class:`~sim.stepcost.GpuSetup` of ``hardware`` and the GPU flags (``--engine``, ``--tp``, ``--ep``,
-    ``--dtype``), with sim's defaults: vllm, TP 1, EP = TP, bf16."""
+    ``--dtype``, ``--moe-routing``), with sim's defaults: vllm, TP 1, EP = TP, bf16, the default MoE routing."""
     tp = args.tp or 1
     return GpuSetup(get_hardware(hardware), args.engine or "vllm", tp, args.ep or tp, args.dtype or "bf16",
-                    args.engine is not None)
+                    args.engine is not None, getattr(args, "moe_routing", None) or DEFAULT_MOE_ROUTING)
 ROOFLINE_ONLY_HARDWARE = ("h100-sxm", "h200", "a100-80gb", "l4", "t4", "cpu")  # the profiles older than the seam
 
 

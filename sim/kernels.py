@@ -21,7 +21,17 @@ stays under the ridge, as chain verification does), clipped to the bracket.
 Then a monotone envelope in tokens and batch: the tables dip by a few per cent
 here and there, and a marginal cost must never be negative.
 
-Compiled handles are cached per (model, system, engine, tp, ep, dtype).
+The MoE tables are measured under three token-routing distributions (the
+tables' own names: ``balanced``, ``power_law_1.01``, ``power_law_1.2``); the
+library prices a model under its family's default (``power_law`` at α 1.2 for
+Qwen3-MoE and Llama-4, 1.01 for DeepSeek) unless told otherwise. The routing
+is a choice of this source (:data:`MOE_ROUTINGS`, ``--moe-routing``): passed
+to the library through its model config (``ModelConfig.workload_distribution``,
+which the MoE op carries into the tables), so the handle is compiled here from
+the library's own pieces rather than by ``EngineHandle.compile`` (which does
+not take it). A dense model has no routing (``None``).
+
+Compiled handles are cached per (model, system, engine, tp, ep, dtype, MoE routing).
 """
 
 from __future__ import annotations
@@ -46,6 +56,10 @@ ATTENTION_RULES = ("kv-once", "lower", "upper")
 QUANT_MODES = {"bf16": ("bfloat16", "bfloat16"), "fp16": ("bfloat16", "bfloat16"), "fp8": ("fp8", "fp8"),
                "nvfp4": ("nvfp4", "fp8")}
 KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
+MOE_ROUTINGS = ("balanced", "power_law_1.01", "power_law_1.2")  # the MoE tables' distributions, as they name them
+DEFAULT_MOE_ROUTING = "balanced"
+"""The routing an MoE model is priced under unless asked: the one ``python -m sim validate`` prefers on its fit rows
+(the rule and the per-routing errors are in its output)."""
 
 CAPTURED: list[str] = []  # aiconfigurator's loading messages, kept out of the output
 _PROVENANCE: set[str] = set()  # non-silicon provenance tiers that fired in an estimate
@@ -147,13 +161,45 @@ def config_dir(config: dict) -> str:
     return str(folder)
 
 
-def compile_handle(model_path: str, system: str, engine: str, tp: int, ep: int, dtype: str) -> Any:
-    """A compiled ``EngineHandle``, cached per (model, system, engine, tp, ep, dtype); any failure is
-    :class:`KernelsUnavailable` with the library's reason in one line."""
-    key = (model_path, system, engine, tp, ep, dtype)
+def check_moe_routing(routing: str) -> str:
+    """``routing`` if it is one of :data:`MOE_ROUTINGS`, else one ``ValueError`` line naming it and the valid."""
+    if routing not in MOE_ROUTINGS:
+        raise ValueError(f"unknown MoE routing {routing!r}; valid: {', '.join(MOE_ROUTINGS)}")
+    return routing
+
+
+def _compile(model_path: str, system: str, engine: str, kwargs: dict[str, Any], routing: str | None) -> Any:
+    """``EngineHandle.compile`` with the model config's ``workload_distribution`` set to ``routing`` (``None``: the
+    library's default): the steps of the library's ``compile_engine``, from its own functions, unpatched."""
+    mod = _engine_module()
+    if routing is None:
+        return mod.EngineHandle.compile(model_path, system, engine, **kwargs)
+    import aiconfigurator_core
+
+    ep = kwargs.get("moe_ep_size", 1)
+    cfg = mod.build_model_config(tp_size=kwargs["tp_size"], pp_size=1, attention_dp_size=1,
+                                 moe_tp_size=kwargs.get("moe_tp_size", 1), moe_ep_size=ep,
+                                 gemm_quant_mode=kwargs["gemm_quant_mode"], moe_quant_mode=kwargs["moe_quant_mode"],
+                                 kvcache_quant_mode=kwargs["kvcache_quant_mode"])
+    cfg.workload_distribution = routing  # a value other than "power_law" reaches the MoE op as it is
+    mod.apply_nextn(cfg, 0)
+    model = mod.get_model(model_path, cfg, engine)
+    version = mod._literal_backend_version(system, engine, None, None, None)
+    database = mod._maybe_load_database(system, engine, version, None)
+    spec = mod.build_engine_spec_json(model, model_path=model_path, system=system, backend=engine,
+                                      backend_version=version, kv_block_size=None, systems_path=None,
+                                      nextn=cfg.nextn, database=database)
+    return mod.EngineHandle(bytes(aiconfigurator_core.engine_spec_bincode_from_json(spec)))
+
+
+def compile_handle(model_path: str, system: str, engine: str, tp: int, ep: int, dtype: str,
+                   moe_routing: str | None = None) -> Any:
+    """A compiled ``EngineHandle``, cached per (model, system, engine, tp, ep, dtype, MoE routing; ``None``: a dense
+    model, or the library's default); any failure is :class:`KernelsUnavailable` with the library's reason in one
+    line."""
+    key = (model_path, system, engine, tp, ep, dtype, moe_routing)
     if key in _HANDLES:
         return _HANDLES[key]
-    mod = _engine_module()
     gemm, kv = QUANT_MODES[dtype]
     kwargs: dict[str, Any] = dict(tp_size=tp, gemm_quant_mode=gemm, moe_quant_mode=gemm, kvcache_quant_mode=kv,
                                   nextn=0)
@@ -161,7 +207,7 @@ def compile_handle(model_path: str, system: str, engine: str, tp: int, ep: int, 
         kwargs.update(moe_tp_size=max(tp // ep, 1), moe_ep_size=ep)
     try:
         with _quiet():
-            handle = mod.EngineHandle.compile(model_path, system, engine, **kwargs)
+            handle = _compile(model_path, system, engine, kwargs, moe_routing)
             if handle.decode_step_latency(1, 127, 1) <= 0:
                 raise KernelsUnavailable(f"no {engine} {dtype} tables for this model on {system}")
     except KernelsUnavailable:
@@ -203,7 +249,8 @@ def _prev_pow2(b: int) -> int:
 @dataclass(frozen=True)
 class KernelForward:
     """One model compiled for one GPU system, engine, TP/EP and dtype: forward times from measured kernels
-    (satisfies ``sim.cost.ForwardCost``). ``heads_per_kv`` and ``ridge_flops_per_byte`` feed the attention rule."""
+    (satisfies ``sim.cost.ForwardCost``). ``heads_per_kv`` and ``ridge_flops_per_byte`` feed the attention rule;
+    ``moe_routing`` is the MoE tables' token-routing distribution (``None`` for a dense model)."""
 
     model_path: str
     label: str
@@ -215,13 +262,17 @@ class KernelForward:
     heads_per_kv: int = 1
     ridge_flops_per_byte: float = 200.0
     attention_rule: str = "kv-once"
+    moe_routing: str | None = None
 
     def __post_init__(self) -> None:
         if self.attention_rule not in ATTENTION_RULES:
             raise ValueError(f"unknown attention rule {self.attention_rule!r}; valid: {', '.join(ATTENTION_RULES)}")
+        if self.moe_routing is not None:
+            check_moe_routing(self.moe_routing)
 
     def handle(self) -> Any:
-        return compile_handle(self.model_path, self.system, self.engine, self.tp, self.ep, self.dtype)
+        return compile_handle(self.model_path, self.system, self.engine, self.tp, self.ep, self.dtype,
+                              self.moe_routing)
 
     def _attention_ms(self, lo: float, hi: float, q: int) -> float:
         if self.attention_rule == "lower":
@@ -290,7 +341,8 @@ class KernelForward:
 
     def describe(self) -> dict:
         return {"model": self.label, "source": "kernels", "system": self.system, "engine": self.engine,
-                "tp": self.tp, "ep": self.ep, "dtype": self.dtype, "attention_rule": self.attention_rule}
+                "tp": self.tp, "ep": self.ep, "dtype": self.dtype, "attention_rule": self.attention_rule,
+                **({"moe_routing": self.moe_routing} if self.moe_routing else {})}
 
 
 _RAW: dict[tuple, float] = {}

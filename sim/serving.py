@@ -358,8 +358,11 @@ class ForwardStepCost:
         from presets.hardware import get_hardware
         from sim.stepcost import GpuSetup
 
+        from sim.kernels import DEFAULT_MOE_ROUTING
+
         gpus = GpuSetup(get_hardware(str(setup["hardware"])), str(setup["engine"]), int(setup["tp"]), int(setup["ep"]),
-                        str(setup["dtype"]), not setup.get("engine_default", False))
+                        str(setup["dtype"]), not setup.get("engine_default", False),
+                        str(setup.get("moe_routing") or DEFAULT_MOE_ROUTING))
         built = forward_step_cost(str(setup["target"]), gpus, str(setup["source"]))
         return built.fitted(d["efficiency"], d["overhead_ms"], d.get("metadata") or {})
 
@@ -381,7 +384,8 @@ def forward_step_cost(target: str, setup: "GpuSetup", asked: str = "auto", batch
     fwd, side = target_side(ref, setup, asked)
     info = {"target": target, "model": ref.name, "model_origin": ref.origin, "hardware": setup.hardware.name,
             "engine": setup.engine, "engine_default": not setup.engine_given, "tp": setup.tp, "ep": setup.ep,
-            "dtype": setup.dtype, "cost_source_asked": asked, "source": side.source, "why": side.why}
+            "dtype": setup.dtype, "cost_source_asked": asked, "source": side.source, "why": side.why,
+            "moe_routing": setup.moe_routing}
     return ForwardStepCost(fwd, setup=info)
 
 

@@ -60,7 +60,8 @@ MEDUSA_HEADS = 5
 
 @dataclass(frozen=True)
 class GpuSetup:
-    """Where and how the model runs: the device profile, engine, parallelism and weight dtype."""
+    """Where and how the model runs: the device profile, engine, parallelism, weight dtype and, for an MoE model
+    priced by the kernel tables, the token routing their MoE op is measured under (:data:`sim.kernels.MOE_ROUTINGS`)."""
 
     hardware: Hardware
     engine: str = "vllm"
@@ -68,6 +69,10 @@ class GpuSetup:
     ep: int = 1
     dtype: str = "bf16"
     engine_given: bool = False
+    moe_routing: str = kernels.DEFAULT_MOE_ROUTING
+
+    def __post_init__(self) -> None:
+        kernels.check_moe_routing(self.moe_routing)
 
     @property
     def kv_bytes_per_element(self) -> float:
@@ -399,7 +404,8 @@ def _kernel_forward(model: ModelRef, path: str, setup: GpuSetup, label: str, rul
     assert hw.kernel_system is not None
     ep = setup.ep if a.is_moe else 1
     return kernels.KernelForward(path, label, hw.kernel_system, setup.engine, setup.tp, ep, setup.dtype,
-                                 heads_per_kv, hw.peak_flops_per_s / hw.memory_bandwidth_bytes_per_s, rule)
+                                 heads_per_kv, hw.peak_flops_per_s / hw.memory_bandwidth_bytes_per_s, rule,
+                                 setup.moe_routing if a.is_moe else None)
 
 
 def target_side(model: ModelRef, setup: GpuSetup, asked: str, rule: str = "kv-once") -> tuple[ForwardCost, Side]:
@@ -415,8 +421,9 @@ def target_side(model: ModelRef, setup: GpuSetup, asked: str, rule: str = "kv-on
         try:
             fwd.forward_ms(1, 128, 1)
             version = kernels.engine_version(fwd.system, setup.engine)
-            return fwd, Side("kernels", f"aiconfigurator-core 0.12.0, {fwd.system} {setup.engine} {version} tables",
-                             {"engine_version": version})
+            routing = f", MoE routing {fwd.moe_routing}" if fwd.moe_routing else ""
+            return fwd, Side("kernels", f"aiconfigurator-core 0.12.0, {fwd.system} {setup.engine} {version} tables"
+                             f"{routing}", {"engine_version": version, "moe_routing": fwd.moe_routing})
         except kernels.KernelsUnavailable as exc:
             reason = f"aiconfigurator-core cannot price it: {exc}"
     if asked == "kernels":

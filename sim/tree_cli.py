@@ -254,7 +254,7 @@ def resolve(args: argparse.Namespace) -> TreeSetup:
     depth = args.max_depth or args.budget or (tree.depth if tree else 8)
     if _uses_seam(args):
         if pair is None:
-            raise CliError("--engine, --tp, --ep, --dtype and --cost-source price a pair: give --preset or "
+            raise CliError("--engine, --tp, --ep, --dtype, --cost-source and --moe-routing price a pair: give --preset or "
                            "--draft/--target")
         hardware = args.hardware or pair.default_hardware
         cost = seam_cost(args, pair, [depth])

@@ -39,6 +39,15 @@ the value its own measurement gives (:data:`sim.stepcost.SGLANG_OVERLAP_ROUND_MS
 the per-step one refitted; each with its fit and held-out errors and its
 slowdown count.
 
+Every row is priced under each MoE routing of the kernel tables
+(:data:`sim.kernels.MOE_ROUTINGS`), each with its own per-step overhead fitted
+on the fit half; the routing with the least kernel median |error| on the fit
+half is adopted (:data:`ROUTING_RULE`; held-out rows are not consulted) and
+the rest of the report is priced under it. Printed per routing: the fit and
+held-out medians (batch-1, batch > 1, all) and the slowdowns at batch > 1 it
+predicts with its false alarms; and which rows the routing changes (MoE
+targets only: a dense model has no routing).
+
 Assumptions, stated: a row without TP runs on the fewest GPUs of its node
 that hold the weights and KV cache; without a dtype, the checkpoint's own
 (fp8 where its config.json says so, else bf16); the context is the
@@ -66,7 +75,7 @@ from sim.acceptance import IIDAcceptance, implied_alpha_from_tau
 from sim.analytic import predict_row
 from sim.cost import CostModel
 from sim.published import PublishedResult, load_published
-from sim.kernels import ATTENTION_RULES
+from sim.kernels import ATTENTION_RULES, DEFAULT_MOE_ROUTING, MOE_ROUTINGS
 from sim.modelref import resolve_model
 from sim.stepcost import (SGLANG_OVERLAP_ROUND_MS, TP_SIZES, EngineOverheads, EngineRoundOverhead, GpuSetup, StepCost,
                           build_step_cost, round_kind)
@@ -197,22 +206,23 @@ def _checkpoint_dtype(target: str) -> str:
     return "fp8" if str(quant.get("quant_method", "")).lower() == "fp8" else "bf16"
 
 
-def _setup_for(r: PublishedResult, context_tokens: float) -> tuple[str, str, GpuSetup]:
+def _setup_for(r: PublishedResult, routing: str) -> tuple[str, str, GpuSetup]:
     hw = HARDWARE[HARDWARE_NAMES[str(r.hardware)]]
     dtype = r.dtype if r.dtype in ("bf16", "fp16", "fp8", "nvfp4") else _checkpoint_dtype(r.target)
     draft = DRAFT_NAMES.get(r.draft_kind) or str(r.draft_model)
-    return r.target, draft, GpuSetup(hw, r.engine, r.tp or 1, r.tp or 1, dtype, True)
+    return r.target, draft, GpuSetup(hw, r.engine, r.tp or 1, r.tp or 1, dtype, True, routing)
 
 
-def price_row(r: PublishedResult, rule: str = "kv-once") -> Priced | str:
-    """The row's costs per source, or why it cannot be expressed."""
+def price_row(r: PublishedResult, rule: str = "kv-once", routing: str = DEFAULT_MOE_ROUTING) -> Priced | str:
+    """The row's costs per source (an MoE model's kernel tables under ``routing``), or why it cannot be
+    expressed."""
     why = _why_not(r)
     if why is not None:
         return why
     assert r.gamma is not None and r.tau_incl_bonus is not None and r.batch is not None
     tau = min(r.tau_incl_bonus, r.gamma + 1.0)  # a tree of `gamma` steps accepts at most gamma + 1 tokens too
     context = float(r.input_tokens + (r.output_tokens or 0) / 2) if r.input_tokens else 1024.0
-    target, draft, setup = _setup_for(r, context)
+    target, draft, setup = _setup_for(r, routing)
     tps = [setup.tp] if r.tp else list(TP_SIZES)
     drafted = r.gamma if r.tree_num_draft_tokens is None else max(r.gamma, r.tree_num_draft_tokens - 1)
     costs: dict[str, StepCost] = {}
@@ -319,14 +329,14 @@ def _median(values: list[float]) -> str:
     return f"{100 * statistics.median(values):.1f}%" if values else "-"
 
 
-def rule_evidence(priced: list[Priced], per_step_ms: float) -> list[str]:
+def rule_evidence(priced: list[Priced], per_step_ms: float, routing: str = DEFAULT_MOE_ROUTING) -> list[str]:
     """The attention rule's evidence: the kernel error at batch > 1 (where the bracket is wide) under each rule."""
     wide = [p for p in priced if p.batch > 1 and p.costs["kernels"].target_side.source == "kernels"]
     out = []
     for rule in ATTENTION_RULES:
         errs = []
         for p in wide:
-            q = price_row(p.row, rule)
+            q = price_row(p.row, rule, routing)
             if isinstance(q, Priced):
                 errs.append(abs(_err(q.speedup("kernels", per_step_ms), float(p.row.published_speedup or 1))))
         out.append(f"{rule} {_median(errs)}")
@@ -441,21 +451,98 @@ def slowdown_lines(rows: list[PublishedResult], priced: list[Priced], skipped: d
     return lines
 
 
-def report(rows: list[PublishedResult]) -> str:
-    """The whole validation as text."""
+@dataclass(frozen=True)
+class RoutingRun:
+    """Every row priced with the MoE tables under one routing: the expressed rows, the reasons for the rest and the
+    per-step overhead per source fitted on the fit rows."""
+
+    routing: str
+    priced: list[Priced]
+    skipped: list[tuple[str, str]]
+    overhead: dict[str, float]
+
+    def covered(self, held_out: bool) -> list[Priced]:
+        """The fit (or held-out) rows the kernel tables priced: the rows every median is over."""
+        return [p for p in self.priced if p.held_out == held_out and p.costs["kernels"].target_side.source == "kernels"]
+
+    def error(self, held_out: bool, batch: str = "all") -> float | None:
+        """The kernel median |error| under the fitted per-step overhead (``batch``: all, 1 or >1)."""
+        rows = [p for p in self.covered(held_out) if batch == "all" or (p.batch == 1) == (batch == "1")]
+        return median_error(rows, "kernels", self.overhead["kernels"])
+
+    def slowdowns(self) -> tuple[int, int, int, int]:
+        """Kernel predictions at batch > 1 under the fitted per-step overhead: published slowdowns predicted,
+        expressed, published speedups predicted as slowdowns (false alarms), expressed."""
+        wide = [p for p in self.priced if p.batch > 1]
+        slow = [p for p in wide if is_published_slowdown(p.row)]
+        fast = [p for p in wide if not is_published_slowdown(p.row)]
+        hit = sum(p.speedup("kernels", self.overhead["kernels"]) < 1 for p in slow)
+        alarm = sum(p.speedup("kernels", self.overhead["kernels"]) < 1 for p in fast)
+        return hit, len(slow), alarm, len(fast)
+
+
+def price_all(rows: list[PublishedResult], routing: str) -> RoutingRun:
+    """Every row priced under ``routing``, the per-step overhead fitted per source on the fit rows."""
     priced, skipped = [], []
     for r in rows:
-        p = price_row(r)
+        p = price_row(r, routing=routing)
         (skipped.append((r.id, p)) if isinstance(p, str) else priced.append(p))
     fit = [p for p in priced if not p.held_out]
-    overhead = {s: fit_overhead(fit, s) for s in SOURCES}
-    extended = {s: fit_round_overhead(fit, s) for s in SOURCES}
-    lines = [f"{len(rows)} published rows: {len(priced)} expressed, {len(skipped)} not; split by id hash: "
-             f"{len(fit)} fit, {len(priced) - len(fit)} held out",
-             "fitted overhead per draft step (fit rows only): " + ", ".join(
-                 f"{s} {overhead[s]:.2f} ms" for s in SOURCES), "",
-             f"{'row':52s} {'set':4s} {'b':>3s} {'g':>2s} {'pub':>5s} {'kern':>6s} {'err':>7s} {'roof':>6s} {'err':>7s}"
-             f"  target source (draft source)"]
+    return RoutingRun(routing, priced, skipped, {s: fit_overhead(fit, s) for s in SOURCES})
+
+
+ROUTING_RULE = ("adopted: the routing with the least kernel median |error| on the fit rows the kernel tables priced "
+                "(each routing with its own per-step overhead fitted on them), ties to the earlier in "
+                f"{', '.join(MOE_ROUTINGS)}; held-out rows are not consulted")
+
+
+def choose_routing(runs: Sequence[RoutingRun]) -> RoutingRun:
+    """The run whose routing the fit rows prefer (:data:`ROUTING_RULE`): only fit rows enter the choice."""
+    return min(runs, key=lambda run: (run.error(False) if run.error(False) is not None else float("inf"),
+                                      MOE_ROUTINGS.index(run.routing)))
+
+
+def routing_lines(runs: Sequence[RoutingRun], chosen: RoutingRun) -> list[str]:
+    """Per MoE routing: its fitted per-step overhead, the kernel fit and held-out medians (all rows, batch-1,
+    batch > 1), the published slowdowns at batch > 1 it predicts and its false alarms; then the rule and the
+    choice."""
+    lines = ["MoE routing of the kernel tables (kernel median |error| under each routing's own per-step overhead "
+             "fitted on the fit rows; rows the kernel tables priced):"]
+    for run in runs:
+        hit, slow, alarm, fast = run.slowdowns()
+        errs = [_pct(run.error(held, b)) for held in (False, True) for b in ("all", "1", ">1")]
+        lines.append(f"  {run.routing:15s} {run.overhead['kernels']:.2f} ms/step  fit {errs[0]:>6s} (batch-1 "
+                     f"{errs[1]:>6s}, batch > 1 {errs[2]:>6s}); held out {errs[3]:>6s} (batch-1 {errs[4]:>6s}, "
+                     f"batch > 1 {errs[5]:>6s}); slowdowns at batch > 1 predicted {hit} of {slow}, false alarms "
+                     f"{alarm} of {fast}")
+    default = "" if chosen.routing == DEFAULT_MOE_ROUTING else f" (the shipped default is {DEFAULT_MOE_ROUTING})"
+    return lines + [routing_changes(runs), f"{ROUTING_RULE}: {chosen.routing}{default}; the rows below are priced "
+                    "under it"]
+
+
+def _is_moe(target: str) -> bool:
+    try:
+        return resolve_model(target).arch.is_moe
+    except ValueError:
+        return False
+
+
+def routing_changes(runs: Sequence[RoutingRun]) -> str:
+    """Which rows' kernel costs the routing changes (their targets), and whether any is a dense model's."""
+    parts = [{p.row.id: p.parts["kernels"] for p in run.priced} for run in runs]
+    target = {p.row.id: p.row.target for p in runs[0].priced}
+    changed = [rid for rid in parts[0] if any(other.get(rid) != parts[0][rid] for other in parts[1:])]
+    dense = [rid for rid in changed if not _is_moe(target[rid])]
+    return (f"the routing changes the kernel costs of {len(changed)} rows (targets: "
+            f"{', '.join(sorted({target[r] for r in changed})) or 'none'}); the other {len(parts[0]) - len(changed)} "
+            "are priced identically under each; " + (f"dense rows changed: {', '.join(dense)}" if dense
+                                                      else "no dense row changed"))
+
+
+def _row_lines(priced: list[Priced], overhead: dict[str, float]) -> tuple[list[str], dict]:
+    """One line per expressed row, and the |errors| the medians are taken over."""
+    lines = [f"{'row':52s} {'set':4s} {'b':>3s} {'g':>2s} {'pub':>5s} {'kern':>6s} {'err':>7s} {'roof':>6s} "
+             f"{'err':>7s}  target source (draft source)"]
     errs: dict[tuple[str, str, bool], list[float]] = {}
     for p in priced:
         pub = float(p.row.published_speedup or 1)
@@ -472,14 +559,29 @@ def report(rows: list[PublishedResult]) -> str:
                      f"{preds['kernels']:6.2f} {100 * _err(preds['kernels'], pub):+6.1f}% {preds['roofline']:6.2f} "
                      f"{100 * _err(preds['roofline'], pub):+6.1f}%  {k['target']['source']} ({k['draft']['source']})"
                      + (f"  tree topk {p.tree.topk}, {p.tree.num_draft_tokens} tokens" if p.tree else ""))
-    lines.append("")
+    return lines, errs
+
+
+def report(rows: list[PublishedResult]) -> str:
+    """The whole validation as text."""
+    runs = [price_all(rows, routing) for routing in MOE_ROUTINGS]
+    chosen = choose_routing(runs)
+    priced, skipped, overhead = chosen.priced, chosen.skipped, chosen.overhead
+    fit = [p for p in priced if not p.held_out]
+    extended = {s: fit_round_overhead(fit, s) for s in SOURCES}
+    lines = [f"{len(rows)} published rows: {len(priced)} expressed, {len(skipped)} not; split by id hash: "
+             f"{len(fit)} fit, {len(priced) - len(fit)} held out", *routing_lines(runs, chosen),
+             "fitted overhead per draft step (fit rows only): " + ", ".join(
+                 f"{s} {overhead[s]:.2f} ms" for s in SOURCES), ""]
+    row_lines, errs = _row_lines(priced, overhead)
+    lines += [*row_lines, ""]
     lines.append(f"medians over the {sum(p.costs['kernels'].target_side.source == 'kernels' for p in priced)} rows "
                  "the kernel tables priced (both sources on the same rows):")
     for held, name in ((False, "fit rows"), (True, "held-out rows")):
         for kind, what in (("raw", "no overhead"), ("fitted", "fitted overhead"), ("b1", "batch-1, fitted")):
             lines.append(f"median |error|, {name}, {what}: " + ", ".join(
                 f"{s} {_median(errs.get((s, kind, held), []))}" for s in SOURCES))
-    lines.extend(rule_evidence(priced, overhead["kernels"]))
+    lines.extend(rule_evidence(priced, overhead["kernels"], chosen.routing))
     lines.extend(borrowed_lines(rows))
     engine_fit = {s: fit_engine_overheads(fit, s) for s in SOURCES}
     shape_fit = {s: fit_engine_overheads(fit, s, by_shape=True) for s in SOURCES}
@@ -490,9 +592,7 @@ def report(rows: list[PublishedResult]) -> str:
     lines.extend(slowdown_lines(rows, priced, dict(skipped), [
         ("", overhead), ("with the round terms", extended), ("with the engine round terms", engine_fit),
         ("with the engine and tree round terms", shape_fit), ("with SGLang's round term from its source", engine_source)]))
-    lines.append("")
-    lines.append("not expressed:")
-    lines.extend(f"  {rid}: {why}" for rid, why in skipped)
+    lines += ["", "not expressed:"] + [f"  {rid}: {why}" for rid, why in skipped]
     return "\n".join(lines)
 
 

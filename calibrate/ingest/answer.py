@@ -36,6 +36,7 @@ from sim.acceptance import AcceptanceModel, IIDAcceptance, PerPositionAcceptance
 from sim.analytic import break_even_alpha, optimal_gamma, predict
 from sim.cost import CostModel, TabulatedCost, cost_provenance, load_cost_model, pair_roofline_cost
 from sim.events import simulate_serving
+from sim.kernels import DEFAULT_MOE_ROUTING
 from sim.kernels import ENGINES as KERNEL_ENGINES
 from sim.stepcost import (
     USABLE_MEMORY_FRACTION,
@@ -67,7 +68,8 @@ class CostChoice:
 
 @dataclass(frozen=True)
 class GpuFlags:
-    """The step-cost flags ``python -m sim`` takes too: models beyond the presets, parallelism, dtype, source."""
+    """The step-cost flags ``python -m sim`` takes too: models beyond the presets, parallelism, dtype, source, the
+    kernel tables' MoE routing."""
 
     target: str | None = None
     draft: str | None = None
@@ -75,13 +77,16 @@ class GpuFlags:
     ep: int | None = None
     dtype: str | None = None
     cost_source: str | None = None
+    moe_routing: str | None = None
+
+    FLAGS = ("tp", "ep", "dtype", "cost_source", "moe_routing")
 
     def given(self) -> list[str]:
         """The GPU flags given (``--target``/``--draft`` not among them)."""
-        return [f"--{k.replace('_', '-')}" for k in ("tp", "ep", "dtype", "cost_source") if getattr(self, k) is not None]
+        return [f"--{k.replace('_', '-')}" for k in self.FLAGS if getattr(self, k) is not None]
 
     def sim_args(self) -> tuple[str, ...]:
-        return tuple(a for k in ("tp", "ep", "dtype", "cost_source") if getattr(self, k) is not None
+        return tuple(a for k in self.FLAGS if getattr(self, k) is not None
                      for a in (f"--{k.replace('_', '-')}", str(getattr(self, k))))
 
 
@@ -169,7 +174,8 @@ def _gpu_cost(ing: Ingested, preset: str | None, hardware: str | None, gpu: GpuF
     hw = get_hardware(hardware or (pair.default_hardware if pair is not None else "h100-sxm"))
     engine = ing.record.engine if ing.record is not None and ing.record.engine in KERNEL_ENGINES else None
     tp = gpu.tp or 1
-    setup = GpuSetup(hw, engine or "vllm", tp, gpu.ep or tp, gpu.dtype or "bf16", engine is not None)
+    setup = GpuSetup(hw, engine or "vllm", tp, gpu.ep or tp, gpu.dtype or "bf16", engine is not None,
+                     gpu.moe_routing or DEFAULT_MOE_ROUTING)
     try:
         if pair is None or gpu.given() or hw.name not in ROOFLINE_ONLY_HARDWARE:
             cost: CostModel = build_step_cost(target, draft, setup, gpu.cost_source or "auto", 1, context_tokens,

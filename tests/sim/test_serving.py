@@ -379,8 +379,10 @@ def test_forward_step_cost_drives_the_server_and_reads_back():
     from sim.serving import ForwardStepCost, LinearStepCost, forward_step_cost, step_cost_from_dict
     from sim.stepcost import GpuSetup
 
-    cost = forward_step_cost("Llama-3.2-1B", GpuSetup(get_hardware("t4")), "roofline").fitted(1.3, 2.0)
+    cost = forward_step_cost("Llama-3.2-1B", GpuSetup(get_hardware("t4"), moe_routing="power_law_1.01"),
+                             "roofline").fitted(1.3, 2.0)
     assert cost.setup["source"] == "roofline" and "asked" in cost.setup["why"]
+    assert cost.setup["moe_routing"] == "power_law_1.01"  # kept, so a kernel-priced MoE model reads back the same
     wl = Workload(12, 16, ClosedLoop(3), prompt_tokens=[200, 500])
     acc = ProposalAcceptance(0.8, IIDAcceptance(0.7))
     a = simulate_server(wl, llama_server(4), cost, acc, "fixed:3", seed=1)
@@ -392,6 +394,7 @@ def test_forward_step_cost_drives_the_server_and_reads_back():
     for bad, msg in (({"kind": "nope"}, "unknown step cost kind 'nope'; valid: linear_step, forward_step"),
                      ({**cost.describe(), "extra": 1}, "unknown field 'extra'"),
                      ({k: v for k, v in cost.describe().items() if k != "overhead_ms"}, "lacks the field 'overhead_ms'"),
-                     ({**cost.describe(), "setup": {**cost.setup, "hardware": "h900"}}, "unknown hardware 'h900'")):
+                     ({**cost.describe(), "setup": {**cost.setup, "hardware": "h900"}}, "unknown hardware 'h900'"),
+                     ({**cost.describe(), "setup": {**cost.setup, "moe_routing": "zipf"}}, "unknown MoE routing 'zipf'")):
         with pytest.raises(ValueError, match=msg):
             step_cost_from_dict(bad)

@@ -111,14 +111,14 @@ def test_ngram_and_medusa_drafts(model_dir: Path, no_kernels: None) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("args,source", [
     (["--target", "meta-llama/Llama-3.1-8B-Instruct", "--draft", "eagle3", "--hardware", "h200", "--engine",
-      "sglang", "--tau", "2.9", "--gamma", "3"], "h200_sxm sglang 0.5.14"),
+      "sglang", "--tau", "2.9", "--gamma", "3"], "h200_sxm sglang 0.5.14 tables"),
     (["--target", "deepseek-ai/DeepSeek-R1", "--draft", "mtp", "--hardware", "b200", "--engine", "trtllm", "--tp",
-      "8", "--dtype", "nvfp4", "--tau", "2.82", "--gamma", "3"], "b200_sxm trtllm 1.3.0rc20"),
+      "8", "--dtype", "nvfp4", "--tau", "2.82", "--gamma", "3"], "b200_sxm trtllm 1.3.0rc20 tables, MoE routing balanced"),
 ])
 def test_the_issue_commands_name_their_source(args: list[str], source: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert sim_main(args) == 0
     out = capsys.readouterr().out
-    assert f"cost source: target kernels (aiconfigurator-core 0.12.0, {source} tables); draft kernels" in out
+    assert f"cost source: target kernels (aiconfigurator-core 0.12.0, {source}); draft kernels" in out
     assert "low-fidelity" not in out and "optimal gamma = 3: speedup" in out
 
 
@@ -196,3 +196,38 @@ def test_a_tree_verifies_its_nodes_and_extends_over_the_accepted_path(model_dir:
     tree = cost.verify_extend_ms(16, 5, 512, batch=4)
     assert tree == pytest.approx(cost.target.forward_ms(16, 512, 4) + cost.draft.round_extra_ms(5, 512, 4))
     assert cost.verify_ms(16, 512, 4) > tree  # an extend over all 16 would charge the draft more
+
+
+def test_a_bad_moe_routing_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match="unknown MoE routing 'uniform'; valid: balanced, power_law_1.01, power_law_1.2"):
+        GpuSetup(HARDWARE["h100-sxm"], moe_routing="uniform")
+    with pytest.raises(SystemExit) as exit_:
+        sim_main(["--preset", "eagle3-llama3.1-8b", "--moe-routing", "uniform", "--alpha", "0.8"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "uniform" in err[0] and "balanced, power_law_1.01, power_law_1.2" in err[0]
+
+
+def test_the_moe_routing_without_the_extra(tmp_path: Path, no_kernels: None) -> None:
+    """Without the extra an MoE model falls back to the roofline under any routing: no routing is claimed."""
+    (tmp_path / "config.json").write_text(json.dumps(MOE_LIKE))
+    costs = [build_step_cost(str(tmp_path), "eagle3", GpuSetup(HARDWARE["h100-sxm"], moe_routing=r), "auto")
+             for r in kernels.MOE_ROUTINGS]
+    assert {c.target_step_ms(1024) for c in costs} == {costs[0].target_step_ms(1024)}
+    assert not any("MoE routing" in line for c in costs for line in source_lines(c.describe()))
+
+
+@needs_kernels
+@pytest.mark.slow  # loads the h100 tables: seconds
+def test_the_moe_routing_is_named_and_leaves_dense_models_alone(tmp_path: Path) -> None:
+    for name, config in (("dense", LLAMA_LIKE), ("moe", MOE_LIKE)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps(config))
+    setups = {r: GpuSetup(HARDWARE["h100-sxm"], "sglang", moe_routing=r) for r in kernels.MOE_ROUTINGS}
+    dense = {r: build_step_cost(str(tmp_path / "dense"), "eagle3", s, "kernels") for r, s in setups.items()}
+    assert len({c.verify_ms(4, 1024, 4) for c in dense.values()}) == 1  # no experts: the same price
+    assert not any("MoE routing" in line for line in source_lines(dense["balanced"].describe()))
+    moe = {r: build_step_cost(str(tmp_path / "moe"), "eagle3", s, "kernels") for r, s in setups.items()}
+    assert moe["balanced"].verify_ms(4, 1024, 4) > moe["power_law_1.2"].verify_ms(4, 1024, 4)
+    assert "h100_sxm sglang 0.5.14 tables, MoE routing power_law_1.01)" in source_lines(
+        moe["power_law_1.01"].describe())[1]

@@ -5,13 +5,15 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from sim import kernels
 from sim.published import PublishedResult
 from sim.stepcost import EngineOverheads, EngineRoundOverhead
-from sim.validate import Priced, TreeFlags, fit_engine_overheads, fit_round_overhead, is_held_out, main
+from sim.validate import (Priced, RoutingRun, TreeFlags, choose_routing, fit_engine_overheads, fit_round_overhead,
+                          is_held_out, main)
 
 HAS_KERNELS = kernels.kernels_unavailable() is None
 needs_kernels = pytest.mark.skipif(not HAS_KERNELS, reason="aiconfigurator-core (the costs extra) not installed")
@@ -137,6 +139,11 @@ def test_slowdown_count_with_the_extra(h100_table: Path, capsys: pytest.CaptureF
     assert main(["--table", str(h100_table)]) == 0
     out = capsys.readouterr().out
     assert "kernels (kernels)" in out
+    assert "MoE routing of the kernel tables (kernel median |error| under each routing's own" in out
+    assert "the routing changes the kernel costs of 0 rows (targets: none); the other 3 are priced identically " \
+           "under each; no dense row changed" in out
+    assert len({line.split("ms/step")[1] for line in out.splitlines() if line.startswith("  power_law_1.")}) == 1
+    assert "held-out rows are not consulted: balanced;" in out  # a dense table: every routing ties, the first wins
     assert "published slowdowns at batch > 1: 1 expressed, 1 predicted as slowdowns (kernels; roofline: 1); " \
            "published speedups at batch > 1 predicted as slowdowns (false alarms): 0 of 1 (kernels; roofline: 0)" in out
     assert "engine overhead per round, each term fitted on the fit rows" in out
@@ -219,3 +226,28 @@ def test_engine_round_terms_are_recovered_and_one_can_be_fixed() -> None:
     assert dict(by_shape.per_round_ms) == pytest.approx({"sglang": 1.6, "sglang tree": 3.0})
     assert all(p.speedup("kernels", by_shape) == pytest.approx(p.row.speedup) for p in shapes)
     assert dict(fit_engine_overheads(shapes, "kernels").per_round_ms).keys() == {"sglang"}  # one term for both
+
+
+def _run(routing: str, fit_off: float, held_off: float) -> RoutingRun:
+    """Rows under one routing whose kernel prediction misses the published speedup by ``fit_off`` on the fit rows
+    and ``held_off`` on the held-out ones."""
+    kernels_side = SimpleNamespace(target_side=SimpleNamespace(source="kernels"))
+    rows = []
+    for i, (held, off) in enumerate([(False, fit_off)] * 3 + [(True, held_off)] * 3):
+        row = PublishedResult(id=f"r{i}", target="t", draft_kind="eagle3", engine="sglang", source="a test",
+                              cells="written by the test", batch=1 + 3 * (i % 2), gamma=3, speedup=2.0,
+                              speedup_metric="throughput")
+        p = Priced(row, 0.7, 3, row.batch or 1, 1024.0, {"kernels": kernels_side}, held)  # type: ignore[dict-item]
+        p.__dict__["parts"] = {"kernels": (2.0 * (1 + off), 4.0, 4.0)}  # tokens x base / round = 2 (1 + off)
+        rows.append(p)
+    return RoutingRun(routing, rows, [], {"kernels": 0.0, "roofline": 0.0})
+
+
+def test_the_routing_is_chosen_on_the_fit_rows_only() -> None:
+    """The held-out rows favour the other routing, as much as one likes: the fit rows' choice stands."""
+    runs = [_run("balanced", 0.10, 0.0), _run("power_law_1.2", 0.02, 0.50)]
+    assert choose_routing(runs).routing == "power_law_1.2"
+    assert runs[1].error(False) == pytest.approx(0.02) and runs[1].error(True) == pytest.approx(0.5)
+    assert runs[1].error(True, "1") == pytest.approx(0.5)
+    assert choose_routing([_run("balanced", 0.10, 0.9), _run("power_law_1.2", 0.02, 0.0)]).routing == "power_law_1.2"
+    assert choose_routing([_run("power_law_1.2", 0.05, 0.0), _run("balanced", 0.05, 0.3)]).routing == "balanced"

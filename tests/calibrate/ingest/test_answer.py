@@ -96,3 +96,22 @@ def test_a_preset_without_gpu_flags_keeps_its_roofline(tmp_path: Path) -> None:
     assert code == 0, err
     assert "cost source: roofline (presets/hardware.py datasheet numbers), target and draft" in out
     assert "costs: assumed: roofline of Llama-3.2-1B -> Llama-3.1-8B on h100-sxm" in out
+
+
+def test_a_bad_moe_routing_is_one_line(tmp_path: Path, model_dir: Path) -> None:
+    code, out, err = _ingest(tmp_path, "--target", str(model_dir), "--draft", "eagle3", "--moe-routing", "zipf")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "zipf" in err and "balanced, power_law_1.01, power_law_1.2" in err
+
+
+@pytest.mark.skipif(not HAS_KERNELS, reason="aiconfigurator-core (the costs extra) not installed")
+@pytest.mark.slow  # loads the h200 tables: seconds
+def test_the_moe_routing_reaches_the_kernel_tables_and_the_reproduce_line(tmp_path: Path) -> None:
+    from tests.support.model_configs import MOE_LIKE, write_model_dir
+
+    moe = write_model_dir(tmp_path / "moe", MOE_LIKE)
+    code, out, err = _ingest(tmp_path, "--target", str(moe), "--draft", "eagle3", "--hardware", "h200",
+                             "--moe-routing", "power_law_1.01", "--out", str(tmp_path / "o"))
+    assert code == 0, err
+    assert "h200_sxm vllm 0.24.0 tables, MoE routing power_law_1.01)" in out
+    assert "--moe-routing power_law_1.01" in out.split("reproduce: ")[1]
