@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from measure import records
 from measure.trees import run as tree_run
@@ -90,7 +91,9 @@ def test_a_tree_run_killed_resumes_measuring_only_the_missing_visits(target, uni
     from measure.__main__ import main
 
     out = tmp_path / "killed"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # the killed run's threads are this process's (an engine test before may have set torch's to 1 here), so the
+    # resume below is the same setup and its fingerprint matches, whatever ran before in this worker
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(torch.get_num_threads()))
     p = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, where, str(n), *_args(target, out)], env=env,
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == -signal.SIGKILL, p.stderr[-2000:]
