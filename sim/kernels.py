@@ -192,14 +192,9 @@ def _compile(model_path: str, system: str, engine: str, kwargs: dict[str, Any], 
     return mod.EngineHandle(bytes(aiconfigurator_core.engine_spec_bincode_from_json(spec)))
 
 
-def compile_handle(model_path: str, system: str, engine: str, tp: int, ep: int, dtype: str,
-                   moe_routing: str | None = None) -> Any:
-    """A compiled ``EngineHandle``, cached per (model, system, engine, tp, ep, dtype, MoE routing; ``None``: a dense
-    model, or the library's default); any failure is :class:`KernelsUnavailable` with the library's reason in one
-    line."""
-    key = (model_path, system, engine, tp, ep, dtype, moe_routing)
-    if key in _HANDLES:
-        return _HANDLES[key]
+def _compile_checked(model_path: str, system: str, engine: str, tp: int, ep: int, dtype: str,
+                     moe_routing: str | None) -> Any:
+    """One handle compiled and tried on a decode step; any failure is :class:`KernelsUnavailable`."""
     gemm, kv = QUANT_MODES[dtype]
     kwargs: dict[str, Any] = dict(tp_size=tp, gemm_quant_mode=gemm, moe_quant_mode=gemm, kvcache_quant_mode=kv,
                                   nextn=0)
@@ -215,8 +210,45 @@ def compile_handle(model_path: str, system: str, engine: str, tp: int, ep: int, 
     except Exception as exc:  # the library raises ValueError, RuntimeError, KeyError ... per missing table
         msg = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise KernelsUnavailable(f"{type(exc).__name__}: {msg}") from None
+    return handle
+
+
+#: Handles whose asked MoE routing has no tables on that system and engine (A100's older vllm/trtllm tables hold
+#: no ``balanced`` rows): the routing that priced them instead, by handle key.
+_ROUTING_USED: dict[tuple, str] = {}
+
+
+def compile_handle(model_path: str, system: str, engine: str, tp: int, ep: int, dtype: str,
+                   moe_routing: str | None = None) -> Any:
+    """A compiled ``EngineHandle``, cached per (model, system, engine, tp, ep, dtype, MoE routing; ``None``: a dense
+    model, or the library's default); any failure is :class:`KernelsUnavailable` with the library's reason in one
+    line. Where the tables hold no rows of the asked routing, the first of :data:`MOE_ROUTINGS` they hold prices
+    it instead (:func:`routing_used` names it)."""
+    key = (model_path, system, engine, tp, ep, dtype, moe_routing)
+    if key in _HANDLES:
+        return _HANDLES[key]
+    try:
+        handle = _compile_checked(model_path, system, engine, tp, ep, dtype, moe_routing)
+    except KernelsUnavailable as exc:
+        if moe_routing is None or "MoE data missing" not in str(exc):
+            raise
+        for other in (r for r in MOE_ROUTINGS if r != moe_routing):
+            try:
+                handle = _compile_checked(model_path, system, engine, tp, ep, dtype, other)
+            except KernelsUnavailable:
+                continue
+            _ROUTING_USED[key] = other
+            break
+        else:
+            raise
     _HANDLES[key] = handle
     return handle
+
+
+def routing_used(model_path: str, system: str, engine: str, tp: int, ep: int, dtype: str,
+                 moe_routing: str | None) -> str | None:
+    """The MoE routing whose tables priced a compiled handle: the asked one, or the one that stood in for it."""
+    return _ROUTING_USED.get((model_path, system, engine, tp, ep, dtype, moe_routing), moe_routing)
 
 
 def fallback_note() -> str | None:
@@ -273,6 +305,14 @@ class KernelForward:
     def handle(self) -> Any:
         return compile_handle(self.model_path, self.system, self.engine, self.tp, self.ep, self.dtype,
                               self.moe_routing)
+
+    def routing_text(self) -> str:
+        """The MoE routing that priced it, in words ("" for a dense model); call after :meth:`handle`."""
+        if self.moe_routing is None:
+            return ""
+        used = routing_used(self.model_path, self.system, self.engine, self.tp, self.ep, self.dtype,
+                            self.moe_routing)
+        return used if used == self.moe_routing else f"{used} (these tables hold no {self.moe_routing} rows)"
 
     def _attention_ms(self, lo: float, hi: float, q: int) -> float:
         if self.attention_rule == "lower":

@@ -421,7 +421,7 @@ def target_side(model: ModelRef, setup: GpuSetup, asked: str, rule: str = "kv-on
         try:
             fwd.forward_ms(1, 128, 1)
             version = kernels.engine_version(fwd.system, setup.engine)
-            routing = f", MoE routing {fwd.moe_routing}" if fwd.moe_routing else ""
+            routing = f", MoE routing {fwd.routing_text()}" if fwd.moe_routing else ""
             return fwd, Side("kernels", f"aiconfigurator-core 0.12.0, {fwd.system} {setup.engine} {version} tables"
                              f"{routing}", {"engine_version": version, "moe_routing": fwd.moe_routing})
         except kernels.KernelsUnavailable as exc:

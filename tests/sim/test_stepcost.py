@@ -231,3 +231,19 @@ def test_the_moe_routing_is_named_and_leaves_dense_models_alone(tmp_path: Path) 
     assert moe["balanced"].verify_ms(4, 1024, 4) > moe["power_law_1.2"].verify_ms(4, 1024, 4)
     assert "h100_sxm sglang 0.5.14 tables, MoE routing power_law_1.01)" in source_lines(
         moe["power_law_1.01"].describe())[1]
+
+
+@needs_kernels
+@pytest.mark.slow  # loads the a100 tables: seconds
+def test_a_routing_the_tables_lack_is_stood_in_for_and_said(tmp_path: Path) -> None:
+    """A100's vllm tables hold no balanced MoE rows: the next routing they hold prices the model, named, rather
+    than the whole side falling back to the roofline; sglang's hold them and price it as asked."""
+    (tmp_path / "moe").mkdir()
+    (tmp_path / "moe" / "config.json").write_text(json.dumps(MOE_LIKE))
+    lacking = build_step_cost(str(tmp_path / "moe"), "eagle3", GpuSetup(HARDWARE["a100-80gb"], "vllm",
+                                                                        moe_routing="balanced"), "kernels")
+    line = source_lines(lacking.describe())[1]
+    assert "kernels" in line and "MoE routing power_law_1.01 (these tables hold no balanced rows)" in line
+    holding = build_step_cost(str(tmp_path / "moe"), "eagle3", GpuSetup(HARDWARE["a100-80gb"], "sglang",
+                                                                        moe_routing="balanced"), "kernels")
+    assert "MoE routing balanced)" in source_lines(holding.describe())[1]
