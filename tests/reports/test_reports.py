@@ -21,6 +21,7 @@ from reports.published import claims_html, published_table
 from sim.analytic import speedup_leviathan
 from sim.claims import CLAIMS, check_claims
 from tests.support import damage
+from tests.support.cli_inprocess import run_module
 from tests.support.fixtures_runs import make_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -250,8 +251,7 @@ def test_cli_report_from_run_dir_needs_its_calibration(tmp_path):
     r = _cli(str(tmp_path / "run"), "--out", str(tmp_path / "rep"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert "python -m calibrate" in r.stderr and "Traceback" not in r.stderr
-    c = subprocess.run([sys.executable, "-m", "calibrate", str(tmp_path / "run"), "--holdout", "none"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    c = run_module("calibrate", [tmp_path / "run", "--holdout", "none"])  # its process: tests/calibrate
     assert c.returncode == 0, c.stderr
     r = _cli(str(tmp_path / "run"), "--out", str(tmp_path / "rep"))  # finds RUN_DIR/calibration
     assert r.returncode == 0, r.stderr
