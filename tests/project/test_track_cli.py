@@ -7,7 +7,8 @@ of the CLI (one prompt, 8 tokens; slow: a process each, and wandb's service)
 on a tiny random-weight Llama saved here, since what is tested is the logging,
 not the model; the calibrations are of the committed default job. A tracker
 that cannot work costs one warning line and leaves the command's results and
-exit status as they were.
+exit status as they were (checked through the CLIs' ``main`` in this process
+where a process of the same CLI is run by the tests above).
 """
 
 from __future__ import annotations
