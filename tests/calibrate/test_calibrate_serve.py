@@ -155,11 +155,13 @@ def test_cli_end_to_end_and_bad_input(run_dir, tmp_path):
     assert doc["step_cost"]["kind"] == "linear_step" and set(doc["acceptance"]) == {"2", "4", "8"}
     for name in ("serve_predictions.csv", "serve_curves.csv", "advice.json"):
         assert (out / name).is_file()
+    # bad input: the CLI's main in this process (the process above ran its ``python -m`` entry point)
+    from tests.support.cli_inprocess import run_module
+
     for argv, msg in (([str(tmp_path)], "not a run directory"),
                       ([str(run_dir), "--holdout-loads", "c99"], "not measured"),
                       ([str(run_dir), "--holdout-k", "2,4,8"], "every draft length is held out")):
-        p = subprocess.run([sys.executable, "-m", "calibrate", "serve", *argv, "--out", str(tmp_path / "x")],
-                           cwd=ROOT, capture_output=True, text=True, timeout=120)
+        p = run_module("calibrate", ["serve", *argv, "--out", str(tmp_path / "x")])
         assert p.returncode == 2 and msg in p.stderr and len(p.stderr.strip().splitlines()) == 1, p.stderr
 
 

@@ -10,8 +10,6 @@ charts as images and the calibration directory as an artifact.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -22,6 +20,7 @@ pytest.importorskip("mlflow")
 
 from calibrate.tracking import calibration_metrics, ingest_metrics, track_calibration, track_ingest  # noqa: E402
 from toolkit.track import TRACKERS, metric_name  # noqa: E402
+from tests.support.cli_inprocess import run_module  # noqa: E402
 from tests.support.trackers import (  # noqa: E402
     mlflow_artifacts,
     mlflow_runs,
@@ -40,9 +39,11 @@ VLLM = ROOT / "tests" / "fixtures" / "engines" / "vllm" / "metrics-after.prom"
 
 @pytest.fixture(scope="module")
 def cal_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``python -m calibrate RUN``'s directory, from its main in this process (the process itself is run with
+    ``--track`` in tests/project/test_track_cli.py)."""
     out = tmp_path_factory.mktemp("cal") / "calibration"
-    subprocess.run([sys.executable, "-m", "calibrate", str(RUN), "--out", str(out)], cwd=ROOT, check=True,
-                   capture_output=True)
+    p = run_module("calibrate", [RUN, "--out", out])
+    assert p.returncode == 0, p.stderr
     return out
 
 
@@ -111,9 +112,9 @@ def test_a_calibration_is_logged_and_read_back(kind: str, cal_dir: Path, tmp_pat
 
 def test_ingest_metrics_and_tracking(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     out = tmp_path / "ingest"
-    subprocess.run([sys.executable, "-m", "calibrate", "ingest", str(VLLM), "--preset", "llama3-1b-8b", "--mode",
-                    "serve", "--requests", "20", "--arrival-rates", "1,8", "--max-batch", "4", "--out", str(out)],
-                   cwd=ROOT, check=True, capture_output=True)
+    p = run_module("calibrate", ["ingest", VLLM, "--preset", "llama3-1b-8b", "--mode", "serve", "--requests", "20",
+                                 "--arrival-rates", "1,8", "--max-batch", "4", "--out", out])  # in this process
+    assert p.returncode == 0, p.stderr
     doc = json.loads((out / "ingest.json").read_text())
     m = ingest_metrics(doc)
     first = doc["acceptance"]["alpha_per_position"][0]

@@ -326,15 +326,16 @@ def test_tree_cli_small_run_writes_lossless_records(tiny, tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.parametrize("draft_spec", ["bf16", "ngram:3"])  # early:N: on the tiny models of every family
 def test_smollm2_trees_lossless(smollm2, draft_spec):
-    """The packaged SmolLM2-135M: every tree shape reproduces the baseline for a self-draft and prompt lookup."""
+    """The packaged SmolLM2-135M: every tree shape reproduces the baseline for a self-draft and prompt lookup
+    (20 tokens: several rounds of every shape; the bf16 self-draft's every drafted token is a model forward)."""
     from measure.prompts import encode_prompt, load_prompts
 
-    target = smollm2
+    target, n = smollm2, 20
     ids = encode_prompt(load_prompts("code", 1, seed=0)[0], target, 120)
-    base = autoregressive_generate(target.new_decoder(), ids, 0.0, 32, eos_token_ids=target.eos_token_ids)
+    base = autoregressive_generate(target.new_decoder(), ids, 0.0, n, eos_token_ids=target.eos_token_ids)
     draft = make_draft(draft_spec, target)
     for text in ("depth=3,topk=2,budget=6", "[[0],[1],[0,0],[0,0,0]]", "depth=4,topk=1"):
-        gen = tree_generate(target.new_decoder(), make_tree_drafter(draft, parse_tree_option(text)), ids, 0.0, 32,
+        gen = tree_generate(target.new_decoder(), make_tree_drafter(draft, parse_tree_option(text)), ids, 0.0, n,
                             target.eos_token_ids)
         assert gen.result.tokens == base.tokens, text
 

@@ -7,7 +7,8 @@ of the CLI (one prompt, 8 tokens; slow: a process each, and wandb's service)
 on a tiny random-weight Llama saved here, since what is tested is the logging,
 not the model; the calibrations are of the committed default job. A tracker
 that cannot work costs one warning line and leaves the command's results and
-exit status as they were.
+exit status as they were (checked through the CLIs' ``main`` in this process
+where a process of the same CLI is run by the tests above).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ pytest.importorskip("wandb")
 pytest.importorskip("mlflow")
 
 from toolkit.track import metric_name  # noqa: E402
+from tests.support.cli_inprocess import run_main, run_module  # noqa: E402
 from tests.support.trackers import mlflow_runs, offline_env, wandb_artifacts, wandb_inspect, wandb_run_dirs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,12 +97,15 @@ def test_a_real_measure_run_is_tracked(kind: str, entry: list[str], tiny_llama_d
 
 
 @pytest.mark.slow
-def test_a_tracker_that_fails_after_a_real_measurement_costs_one_line(tiny_llama_dir: str, tmp_path: Path) -> None:
-    # the server is found unreachable when the tracker opens, after the sweep: the run stands as without --track
+def test_a_tracker_that_fails_after_a_real_measurement_costs_one_line(tiny_llama_dir: str, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # the server is found unreachable when the tracker opens, after the sweep: the run stands as without --track.
+    # measure's main in this process (a real measurement all the same): the tests above run --track in a process
     port = _free_port()
-    env = _env(tmp_path, MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}")
+    for key, value in _env(tmp_path, MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}").items():
+        monkeypatch.setenv(key, value)
     out = tmp_path / "run"
-    proc = _run(["-m", "measure", "--target", tiny_llama_dir, *SMALL, "--out", str(out), "--track", "mlflow"], env)
+    proc = run_module("measure", ["--target", tiny_llama_dir, *SMALL, "--out", str(out), "--track", "mlflow"])
     assert proc.returncode == 0, proc.stderr
     last = json.loads(proc.stdout.strip().splitlines()[-1])
     assert last["run_dir"] == str(out) and last["status"] == "complete"
@@ -152,7 +157,8 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_a_failing_tracker_costs_one_line_and_never_the_result(tmp_path: Path) -> None:
+def test_a_failing_tracker_costs_one_line_and_never_the_result(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     args = ["calibrate", "ingest", str(VLLM), "--preset", "llama3-1b-8b"]
     ref = _run(["-m", *args], _env(tmp_path))
     port = _free_port()
@@ -161,11 +167,13 @@ def test_a_failing_tracker_costs_one_line_and_never_the_result(tmp_path: Path) -
     assert down.stderr.strip().splitlines() == [
         f"python -m calibrate ingest: warning: --track mlflow: cannot reach http://127.0.0.1:{port} (Connection "
         "refused); not tracked (the results on disk are complete)"]
-    # not installed: said once, before the work
-    code = ("import sys; sys.modules['wandb'] = None\n"
-            "from calibrate.ingest.cli import main\n"
-            f"sys.exit(main({[*args[2:], '--track', 'wandb']!r}))")
-    missing = _run(["-c", code], _env(tmp_path))
+    # not installed (import wandb: ImportError): said once, before the work; the ingest CLI's main in this process
+    for key, value in _env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    from calibrate.ingest.cli import main
+
+    missing = run_main(main, [*args[2:], "--track", "wandb"])
     assert missing.returncode == 0 and missing.stdout == ref.stdout
     assert missing.stderr.strip().splitlines() == [
         "python -m calibrate ingest: warning: --track wandb: wandb is not installed (pip install "

@@ -21,6 +21,7 @@ from reports.published import claims_html, published_table
 from sim.analytic import speedup_leviathan
 from sim.claims import CLAIMS, check_claims
 from tests.support import damage
+from tests.support.cli_inprocess import run_module
 from tests.support.fixtures_runs import make_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -228,7 +229,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_cli_report_from_calibration_dir(cal_dir, tmp_path):
-    r = _cli(str(cal_dir), "--out", str(tmp_path / "rep"), "--no-png")
+    r = run_module("reports", [cal_dir, "--out", tmp_path / "rep", "--no-png"])  # its process: the test below
     assert r.returncode == 0, r.stderr
     last = json.loads(r.stdout.strip().splitlines()[-1])
     page = Path(last["report"]).read_text()
@@ -250,8 +251,7 @@ def test_cli_report_from_run_dir_needs_its_calibration(tmp_path):
     r = _cli(str(tmp_path / "run"), "--out", str(tmp_path / "rep"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert "python -m calibrate" in r.stderr and "Traceback" not in r.stderr
-    c = subprocess.run([sys.executable, "-m", "calibrate", str(tmp_path / "run"), "--holdout", "none"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    c = run_module("calibrate", [tmp_path / "run", "--holdout", "none"])  # its process: tests/calibrate
     assert c.returncode == 0, c.stderr
     r = _cli(str(tmp_path / "run"), "--out", str(tmp_path / "rep"))  # finds RUN_DIR/calibration
     assert r.returncode == 0, r.stderr

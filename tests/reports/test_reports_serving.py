@@ -149,13 +149,13 @@ def test_a_serving_run_moved_with_its_calibration_still_reports(tmp_path):
 def test_reports_cli_takes_a_serving_calibration_or_its_run(tmp_path):
     d = _files(tmp_path / "cal")
     run = _serving_run(tmp_path, d)
-    p = subprocess.run([sys.executable, "-m", "reports", str(d), "--no-png"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    # reports' main in this process (its ``python -m reports`` process: tests/reports/test_reports.py); the
+    # ``python -m reports.serving`` entry point below in a process of its own
+    p = run_module("reports", [d, "--no-png"])
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout.strip().splitlines()[-1])["charts"] == ["serving"]
     assert (d / "report" / "report.html").is_file()
-    p = subprocess.run([sys.executable, "-m", "reports", str(run), "--no-png"], cwd=ROOT, capture_output=True,
-                       text=True, timeout=120)
+    p = run_module("reports", [run, "--no-png"])
     assert p.returncode == 2 and "serving run without a calibration" in p.stderr
     assert "python -m calibrate serve" in p.stderr and len(p.stderr.strip().splitlines()) == 1
     p = subprocess.run([sys.executable, "-m", "reports.serving", str(tmp_path), "--no-png"], cwd=ROOT,

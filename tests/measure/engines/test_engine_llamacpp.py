@@ -376,17 +376,23 @@ def test_batched_logits_close_to_sequential(smollm2, prompt):
     assert (batched.argmax(-1) == seq.argmax(-1)).float().mean() >= 0.75
 
 
+@pytest.fixture(scope="module")
+def greedy_baselines(engine, smollm2, prompt) -> list[tuple[torch.Tensor, list[int]]]:
+    """(prompt ids, 24 greedy tokens) for each of :data:`MESSAGES` (the first: ``prompt``): the oracle of every
+    lossless test here, decoded once (it depends on neither the draft nor the loop under test)."""
+    ids = [prompt] + [engine.encode(smollm2, msg, 200) for msg in MESSAGES[1:]]
+    return [(x, _greedy(smollm2.new_decoder(), x, 24)) for x in ids]
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("spec", ["ngram:3", "model:smollm2-135m", "quant:q8_0"])
-def test_greedy_speculative_loop_on_llama_cpp_is_lossless(engine, smollm2, spec, tmp_path_factory,
-                                                            monkeypatch):
+def test_greedy_speculative_loop_on_llama_cpp_is_lossless(engine, smollm2, greedy_baselines, spec,
+                                                            tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SPECSCOPE_CACHE", str(tmp_path_factory.getbasetemp() / "spec-cache"))
     draft = engine.make_draft(spec, smollm2, seed=0)
     assert draft.describe()["kind"] in ("ngram", "model", "quant")
     checks = []
-    for msg in MESSAGES:
-        ids = engine.encode(smollm2, msg, 200)
-        base = _greedy(smollm2.new_decoder(), ids, 24)
+    for ids, base in greedy_baselines:
         r = speculative_generate(smollm2.new_decoder(), draft, ids, FixedGamma(4), 0.0, 24, None, smollm2.eos_token_ids)
         spec_out, drafted, accepted = list(r.tokens), r.drafted, r.accepted
         assert accepted <= drafted
@@ -451,7 +457,7 @@ def test_draft_with_another_vocabulary_is_refused(engine, smollm2):
 
 
 @pytest.mark.slow
-def test_peer_is_llama_cpp_prompt_lookup_for_the_earliest_match_rule(engine, smollm2, prompt):
+def test_peer_is_llama_cpp_prompt_lookup_for_the_earliest_match_rule(engine, smollm2, prompt, greedy_baselines):
     from measure.drafts import NGramDraft
 
     recent = engine.make_draft("ngram:3", smollm2, seed=0)
@@ -459,7 +465,7 @@ def test_peer_is_llama_cpp_prompt_lookup_for_the_earliest_match_rule(engine, smo
     first = NGramDraft("ngram:3:first", 3)
     first.rule = "first"
     res = engine.peer_generate(smollm2, first, prompt, 4, 0.0, 24, 0)
-    base = _greedy(smollm2.new_decoder(), prompt, 24)
+    base = greedy_baselines[0][1]  # 24 greedy tokens after ``prompt``
     assert res is not None and len(res.tokens) == 24 and res.wall_s > 0 and res.rounds >= 1
     assert 0 <= res.accepted <= res.drafted
     c = check_greedy_lossless(base, list(res.tokens), baseline_logits_at(smollm2.new_decoder(), prompt, base))
@@ -480,12 +486,12 @@ def test_llama_cpp_computes_in_its_own_process_without_torch(engine, smollm2, pr
 
 
 @pytest.mark.slow
-def test_the_reference_is_a_fresh_llama_cpp_python_process_of_its_own(engine, smollm2, prompt):
+def test_the_reference_is_a_fresh_llama_cpp_python_process_of_its_own(engine, smollm2, prompt, greedy_baselines):
     lib = engine.library_generate(smollm2, prompt, 0.0, 12, 0)
     ref = engine.reference.hello
     assert ref["pid"] not in (os.getpid(), engine.worker.hello["pid"]) and ref["torch_loaded"] is False
     assert lib.wall_s > 0 and 0 < lib.ttft_ms < lib.wall_s * 1e3  # the prompt is inside the timed span
-    base = _greedy(smollm2.new_decoder(), prompt, 12)
+    base = greedy_baselines[0][1][:12]  # greedy decoding's first 12 tokens after ``prompt``
     c = check_greedy_lossless(base, list(lib.tokens), baseline_logits_at(smollm2.new_decoder(), prompt, base))
     assert c.ok, c  # the library's greedy tokens are ours (or diverge at a near tie)
     # the library's own defaults, not ours: batch 512, flash attention off, f16 cache; our context size and threads
@@ -509,12 +515,16 @@ def test_measure_calibrate_report_end_to_end_on_llama_cpp(tmp_path):
     """``python -m measure --engine llamacpp`` → calibrate → reports on the packaged SmolLM2, lossless on every cell.
 
     One llama.cpp thread: the suite runs a test per core, and llama.cpp's threads spin-wait for each other (its
-    default runtime, kept as its users run it), so two of them beside another busy worker would crawl.
+    default runtime, kept as its users run it), so two of them beside another busy worker would crawl. A short
+    prompt and 12 tokens: what is tested is that every stage runs and what it records, not a speed. ``measure``
+    runs as a process of its own (the llama.cpp user's command); ``calibrate`` and ``reports`` in this one (their
+    ``python -m`` entry points are tested in tests/calibrate and tests/reports).
     """
     run, cal = tmp_path / "run", tmp_path / "cal"
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
     cmd = [sys.executable, "-m", "measure", "--engine", "llamacpp", "--draft", "ngram:3:first", "--gamma", "2,4",
-           "--domains", "code", "--prompts", "1", "--max-new-tokens", "24", "--repeats", "1", "--threads", "1",
+           "--domains", "code", "--prompts", "1", "--max-new-tokens", "12", "--max-prompt-tokens", "64",
+           "--repeats", "1", "--threads", "1",
            "--cost-contexts", "32,64", "--cost-max-tokens", "5", "--quiet", "--out", str(run)]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
@@ -539,8 +549,9 @@ def test_measure_calibrate_report_end_to_end_on_llama_cpp(tmp_path):
     assert v["engine_llamacpp_process"].startswith("own process, torch not loaded")
     assert v["engine_llamacpp_reference"].startswith("a process of its own beside the worker, started fresh")
     assert meta["fingerprint"]["peer"] is True and meta["fingerprint"]["library"] is True
-    for args in (["calibrate", str(run), "--out", str(cal)], ["reports", str(cal), "--out", str(tmp_path / "rep"),
-                                                                 "--no-png"]):
-        q = subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, env=env, timeout=600)
+    from tests.support.cli_inprocess import run_module
+
+    for package, args in (("calibrate", [run, "--out", cal]), ("reports", [cal, "--out", tmp_path / "rep", "--no-png"])):
+        q = run_module(package, args)
         assert q.returncode == 0, q.stderr[-2000:]
     assert (tmp_path / "rep" / "report.html").exists()

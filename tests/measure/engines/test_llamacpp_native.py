@@ -204,9 +204,11 @@ def test_worker_errors_come_back_as_one_line_errors():
 @needs_build
 def test_a_sweep_whose_worker_crashes_is_interrupted_keeps_its_visits_and_resumes(tmp_path):
     out = tmp_path / "run"
+    # short prompts and outputs, no peer: what is tested is the crash, the kept visit and the resume, not a speed
     cmd = [sys.executable, "-m", "measure", "--engine", "llamacpp", "--draft", "ngram:2:first", "--gamma", "2",
-           "--domains", "code", "--prompts", "2", "--max-new-tokens", "12", "--repeats", "1", "--threads", "1",
-           "--no-cost", "--no-traces", "--no-system-check", "--quiet", "--no-progress", "--out", str(out)]
+           "--domains", "code", "--prompts", "2", "--max-new-tokens", "6", "--max-prompt-tokens", "48", "--no-peer",
+           "--repeats", "1", "--threads", "1", "--no-cost", "--no-traces", "--no-system-check", "--quiet",
+           "--no-progress", "--out", str(out)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     # llama-cpp-python's plain Llama.generate (the reference process's "plain") runs once in the warm-up and once
     # per visit: the 3rd dies in visit 2

@@ -189,9 +189,24 @@ def _plain_greedy(target, ids: torch.Tensor, n: int) -> list[int]:
     return out
 
 
+#: Tokens each generation of the greedy-tree test decodes: every tree shape runs several rounds in them.
+GREEDY_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def plain_greedy(engine, smollm2) -> list[tuple[torch.Tensor, list[int]]]:
+    """(prompt ids, plain greedy decoding of :data:`GREEDY_TOKENS`) for each of :data:`MESSAGES`: the oracle,
+    decoded once for every draft of the greedy-tree test (it does not depend on the draft)."""
+    out = []
+    for msg in MESSAGES:
+        ids = engine.encode(smollm2, msg, 120)
+        out.append((ids, _plain_greedy(smollm2, ids, GREEDY_TOKENS)))
+    return out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("draft_spec", ["ngram:3", "quant:q8_0"])
-def test_greedy_trees_on_llama_cpp_reproduce_plain_greedy_decoding(engine, smollm2, draft_spec,
+def test_greedy_trees_on_llama_cpp_reproduce_plain_greedy_decoding(engine, smollm2, plain_greedy, draft_spec,
                                                                    tmp_path_factory, monkeypatch):
     """Every tree's output is plain greedy decoding's, up to a flip at a near tie of the target's logits (the
     engine's lossless criterion: llama.cpp's batched logits move by up to ~1.5, its top-two margins by up to
@@ -204,22 +219,20 @@ def test_greedy_trees_on_llama_cpp_reproduce_plain_greedy_decoding(engine, smoll
     monkeypatch.setenv("SPECSCOPE_CACHE", str(tmp_path_factory.getbasetemp() / "spec-cache"))
     draft = engine.make_draft(draft_spec, smollm2, seed=0)
     assert isinstance(smollm2.new_decoder(), LlamaCppTreeDecoder)
-    accepted = 0
-    for msg in MESSAGES:
-        ids = engine.encode(smollm2, msg, 120)
-        base = _plain_greedy(smollm2, ids, 40)
+    accepted, n = 0, GREEDY_TOKENS
+    for ids, base in plain_greedy:
         for text in TREES:
             gen = tree_generate(smollm2.new_decoder(), make_tree_drafter(draft, parse_tree_option(text)), ids, 0.0,
-                                40, smollm2.eos_token_ids)
+                                n, smollm2.eos_token_ids)
             accepted += gen.result.accepted
             out = list(gen.result.tokens)
             if out != base:  # llama.cpp's batch noise may flip a near tie; never more (measure's lossless check)
                 check = check_greedy_lossless(base, out, baseline_logits_at(_chain_decoder(smollm2), ids, base))
                 assert check.status == "near_tie", (text, check)
-        chain = speculative_generate(smollm2.new_decoder(), draft, ids, FixedGamma(4), 0.0, 40, None,
+        chain = speculative_generate(smollm2.new_decoder(), draft, ids, FixedGamma(4), 0.0, n, None,
                                      smollm2.eos_token_ids)
         tree = tree_generate(smollm2.new_decoder(), make_tree_drafter(draft, parse_tree_option("depth=4,topk=1")),
-                             ids, 0.0, 40, smollm2.eos_token_ids).result
+                             ids, 0.0, n, smollm2.eos_token_ids).result
         assert tree.tokens == chain.tokens and tree.accepted == chain.accepted
     assert accepted > 0
 
