@@ -45,7 +45,7 @@ import torch
 
 from measure import racing, records, stats
 from measure.decoding import acceptance_trace, autoregressive_generate, proposal_runs, speculative_generate
-from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_greedy_lossless
+from measure.engines.lossless import judge_against_baseline
 from measure.ids import CellId
 from measure.prior import (CalibrationPrior, GroupRace, PriorPlan, load_prior, plan_group, prior_line,
                            prior_summary)
@@ -155,18 +155,6 @@ def _warm_modes(ctx: CellContext, draft: Draft, spec: GammaSpec, temp: float, na
     return modes
 
 
-def _lossless(ctx: CellContext, ids: torch.Tensor, baseline: Sequence[int], other: Sequence[int]) -> LosslessCheck:
-    """A greedy generation judged against the baseline, with the engine's near-tie tolerance.
-
-    Identical outputs cost nothing; at a divergence the target's logits along the
-    baseline's token-by-token path are recomputed once (a fresh decoder) for the margin.
-    """
-    if tuple(other) == tuple(baseline):
-        return LosslessCheck("identical", tolerance=ctx.engine.near_tie_tolerance)
-    logits_at = baseline_logits_at(ctx.target.new_decoder(), ids, baseline)
-    return check_greedy_lossless(baseline, other, logits_at, ctx.engine.near_tie_tolerance)
-
-
 @dataclass(frozen=True)
 class Generation:
     """One counted generation of a cell: one mode, one prompt, one repeat."""
@@ -258,7 +246,7 @@ def _generation_rows(ctx: CellContext, cid: str, prompt: Prompt, domain: str, id
     base_toks = res["baseline"].tokens
     for mode, r in res.items():
         same = None if temp != 0 or mode == "baseline" else tuple(r.tokens) == tuple(base_toks)
-        check = _lossless(ctx, ids, base_toks, r.tokens) if same is not None else None
+        check = judge_against_baseline(ctx.engine, ctx.target, ids, base_toks, r.tokens) if same is not None else None
         n = len(r.tokens)
         gen_rows.append(GenerationRow(
             cell_id=cid, prompt_id=prompt.prompt_id, domain=domain, mode=mode, prompt_tokens=int(ids.shape[1]),

@@ -49,7 +49,7 @@ from measure import engines, records
 from measure.decoding import autoregressive_generate, speculative_generate
 from measure.devices import resolve_device
 from measure.drafts import parse_draft_spec
-from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_greedy_lossless
+from measure.engines.lossless import LosslessCheck, judge_against_baseline
 from measure.engines.transformers.models import check_model_spec, context_tokens, vocab_tokens
 from measure.ids import TreeCellId
 from measure.prompts import Prompt
@@ -298,14 +298,6 @@ class RunContext:
                           self.timer)
         return g.result, g.tree_rounds
 
-    def lossless(self, ids: torch.Tensor, baseline: GenerationResult, other: GenerationResult) -> LosslessCheck:
-        """The speculative output judged against the baseline's (the engine's near-tie tolerance)."""
-        tol = self.session.engine.near_tie_tolerance
-        if other.tokens == baseline.tokens:
-            return LosslessCheck("identical", tolerance=tol)
-        logits_at = baseline_logits_at(self.session.target.new_decoder(), ids, baseline.tokens)
-        return check_greedy_lossless(baseline.tokens, other.tokens, logits_at, tol)
-
 
 def _generation_row(cell: TreeCell, prompt: Prompt, rep: int, order: int, mode: str, r: GenerationResult,
                     check: LosslessCheck) -> GenerationRow:
@@ -344,7 +336,7 @@ def visit(ctx: RunContext, cell: TreeCell, prompt: Prompt, rep: int, prompt_inde
         else:
             res[mode], rounds = ctx.speculative(cell, ids)
     spec = res["speculative"]
-    check = ctx.lossless(ids, res["baseline"], spec)
+    check = judge_against_baseline(ctx.session.engine, ctx.session.target, ids, res["baseline"].tokens, spec.tokens)
     nodes, ranks = _tree_rows(cell, prompt, rep, rounds)
     return TreeVisit(cell.cell_id, rep, prompt_index,
                      tuple(_generation_row(cell, prompt, rep, order + k, m, res[m], check) for k, m in enumerate(modes)),
