@@ -54,6 +54,7 @@ from measure.rows import CellRow, GenerationRow, RoundRow, TokenLatencyRow, Trac
 from measure.seam import Decoder, Draft, Engine, GenerationResult, PeerResult, RoundRecord, TargetModel
 from measure.sweep.config import SweepConfig
 from measure.sweep.session import Session
+from measure.sweep.visits import read_staged, stage_visit, write_unit
 from measure.timing import Timer
 from sim.policies import GammaSpec
 
@@ -450,12 +451,8 @@ def _finish(ctx: CellContext, plan: CellPlan, m: CellMeasurement, modes: tuple[s
     """Write a measured cell (its tables, then its ``cells.csv`` row last); returns the row."""
     row = _cell_row(ctx, plan.draft, plan.cell, m, modes, stab, attempt)
     trace_rows = _trace_rows(ctx, plan.draft, plan.cell, m.gen_rows) if ctx.config.traces else []
-    w = ctx.writer
-    w.append("generations", m.gen_rows)
-    w.append("token_latency", m.lat_rows)
-    w.append("rounds", m.round_rows)
-    w.append("traces", trace_rows)
-    w.finish_cell(row)
+    write_unit(ctx.writer, {"generations": m.gen_rows, "token_latency": m.lat_rows, "rounds": m.round_rows,
+                            "traces": trace_rows}, row)
     return row
 
 
@@ -569,21 +566,15 @@ def _staged_visits(ctx: CellContext, plans: Sequence[CellPlan], modes: dict[str,
     staged: dict[str, dict[tuple[int, int], Visit]] = {cid: {} for cid in wanted}
     attempts = {cid: 1 for cid in wanted}
     failed = peer_failures(ctx)
-    for rec in ctx.writer.staged():
-        try:
-            v = Visit.from_record(rec)
-        except ValueError as e:
-            ctx.writer.quarantine(rec, str(e))
-            continue
-        plan = wanted.get(v.cell_id)
-        if plan is None:
-            continue
-        if "peer" not in modes[v.cell_id] and plan.cell.draft in failed:
-            v = v.keeping(modes[v.cell_id])
-        why = v.problem(ctx.config.repeats, len(ctx.prompts[plan.cell.domain]), modes[v.cell_id])
-        if why is not None:
-            ctx.writer.quarantine(rec, why)
-            continue
+
+    def adjust(v: Visit) -> Visit:
+        return v.keeping(modes[v.cell_id]) if "peer" not in modes[v.cell_id] and wanted[v.cell_id].cell.draft in failed \
+            else v
+
+    def problem(v: Visit) -> str | None:
+        return v.problem(ctx.config.repeats, len(ctx.prompts[wanted[v.cell_id].cell.domain]), modes[v.cell_id])
+
+    for v in read_staged(ctx.writer, Visit.from_record, wanted, problem, adjust):
         if v.attempt < attempts[v.cell_id]:
             continue
         if v.attempt > attempts[v.cell_id]:  # a later attempt supersedes the visits of an earlier one
@@ -673,8 +664,7 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                                                     f"{plan.cell.gamma.to_str()} {plan.cell.domain}")
                         with _naming(f"measuring cell {cid} (repeat {rep + 1}, prompt {pi + 1})"):
                             v = _visit(ctx, plan, modes[cid], rep, pi, attempts[cid])
-                        ctx.writer.stage(v.to_record())
-                        staged[cid][(rep, pi)] = v
+                        stage_visit(ctx.writer, staged[cid], v)
                         if "peer" in modes[cid] and plan.cell.draft in peer_failures(ctx):
                             _drop_peer(ctx, plans, plan.cell.draft, modes, staged)
                         if ctx.bar is not None:

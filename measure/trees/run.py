@@ -61,6 +61,7 @@ from measure.sweep.config import MAX_GAMMA, SweepConfig, engine_options, select_
 from measure.sweep.cost import CostCurves, cost_curves_left, prompt_lengths, record_cost, screen_cost
 from measure.sweep.identity import environment, fingerprint
 from measure.sweep.session import Session, open_session
+from measure.sweep.visits import in_order, missing_visits, read_staged, stage_visit, write_unit
 from measure.timing import Timer
 from measure.trees.loop import (TreeOption, TreeRoundRecord, check_tree_option, make_tree_drafter, parse_tree_option,
                                 tree_generate, tree_sequences)
@@ -346,10 +347,9 @@ def visit(ctx: RunContext, cell: TreeCell, prompt: Prompt, rep: int, prompt_inde
 
 def finish(writer: records.RunWriter, cell: TreeCell, row: TreeCellRow) -> None:
     """Write a measured cell: its visits' rows table by table (repeat, then prompt), its ``tree_cells`` row last."""
-    visits = [cell.visits[k] for k in sorted(cell.visits)]
-    for i, table in enumerate(VISIT_TABLES):
-        writer.append(table, [r for v in visits for r in v.tables()[i]])
-    writer.finish_cell(row)
+    visits = in_order(cell.visits)
+    write_unit(writer, {table: [r for v in visits for r in v.tables()[i]] for i, table in enumerate(VISIT_TABLES)},
+               row)
 
 
 def staged_visits(writer: records.RunWriter, cells: list[TreeCell], repeats: int, n_prompts: int) -> int:
@@ -358,19 +358,8 @@ def staged_visits(writer: records.RunWriter, cells: list[TreeCell], repeats: int
     how many were taken."""
     by_id = {c.cell_id: c for c in cells}
     taken = 0
-    for rec in writer.staged():
-        try:
-            v = TreeVisit.from_record(rec)
-        except (ValueError, TypeError, KeyError) as e:
-            writer.quarantine(rec, str(e))
-            continue
-        cell = by_id.get(v.cell_id)
-        if cell is None:
-            continue
-        why = v.problem(repeats, n_prompts)
-        if why is not None:
-            writer.quarantine(rec, why)
-            continue
+    for v in read_staged(writer, TreeVisit.from_record, by_id, lambda v: v.problem(repeats, n_prompts)):
+        cell = by_id[v.cell_id]
         taken += (v.repeat, v.prompt_index) not in cell.visits
         cell.visits[(v.repeat, v.prompt_index)] = v
     return taken
@@ -478,7 +467,7 @@ def _measure(ctx: RunContext, options: list[TreeOption], hardware: dict,
     todo = [c for c in cells if c.cell_id not in done]
     n_visits = cfg.sweep.repeats * len(prompts)
     taken = staged_visits(w, todo, cfg.sweep.repeats, len(prompts))
-    missing = sum(n_visits - len(c.visits) for c in todo)
+    missing = sum(len(missing_visits(c.visits, cfg.sweep.repeats, len(prompts))) for c in todo)
     if w.resumed:
         say(f"resuming {w.path}: {len(done)} of {len(cells)} cells finished, {taken} visit(s) kept from before; "
             f"measuring the {missing} missing")
@@ -494,8 +483,7 @@ def _measure(ctx: RunContext, options: list[TreeOption], hardware: dict,
                     continue
                 order = 2 * ((rep * len(cells) + ci) * len(prompts) + pi)  # generations before it in a whole run
                 v = visit(ctx, cell, prompt, rep, pi, order)
-                w.stage(v.to_record())
-                cell.visits[(rep, pi)] = v
+                stage_visit(w, cell.visits, v)
                 if cost is not None and len(cost):
                     record_cost(w, cost.measure(per_visit))
     if cost is not None and len(cost):
