@@ -10,6 +10,8 @@ SIGKILL) loses at most the visit that was running:
   record that cannot belong is quarantined with the reason (:meth:`measure.records.RunWriter.quarantine`);
 * :func:`missing_visits` — which (repeat, prompt) visits of a unit are still to measure;
 * :func:`stage_visit` — one finished visit staged on disk and kept with its unit's visits;
+* :func:`visit_all` — the one visit loop: each (unit, repeat, prompt) of a kind's schedule not yet staged is
+  measured by the kind's "generate one visit" function and staged at once;
 * :func:`write_unit` — a unit whose visits are all in: its rows table by table, its summary row last (the row
   that marks it finished).
 """
@@ -38,6 +40,7 @@ class StagedVisit(Protocol):
 
 
 V = TypeVar("V", bound=StagedVisit)
+U = TypeVar("U")
 R = TypeVar("R", bound=Row)
 R_contra = TypeVar("R_contra", bound=Row, contravariant=True)
 
@@ -93,6 +96,29 @@ def stage_visit(writer: records.CellWriter, visits: MutableMapping[tuple[int, in
     ``visits``."""
     writer.stage(v.to_record())
     visits[(v.repeat, v.prompt_index)] = v
+
+
+def visit_all(writer: records.CellWriter, schedule: Iterable[tuple[U, int, int]],
+              visits_of: Callable[[U], MutableMapping[tuple[int, int], V]], measure: Callable[[U, int, int], V],
+              after: Callable[[U, V], None] | None = None) -> int:
+    """The one visit loop of every kind that measures in visits; returns how many visits it measured.
+
+    For each ``(unit, repeat, prompt index)`` of ``schedule`` (the kind's order: it may be a generator that
+    looks at the visits so far and stops early) whose visit is not yet among ``visits_of(unit)``: ``measure``
+    generates the visit (baseline and speculative back to back, judged lossless), it is staged on disk and kept
+    (:func:`stage_visit`), then ``after`` sees it (progress, cost points timed between the visits).
+    """
+    n = 0
+    for unit, rep, pi in schedule:
+        visits = visits_of(unit)
+        if (rep, pi) in visits:
+            continue
+        v = measure(unit, rep, pi)
+        stage_visit(writer, visits, v)
+        n += 1
+        if after is not None:
+            after(unit, v)
+    return n
 
 
 def write_unit(writer: UnitWriter[R], tables: Mapping[str, Iterable[Row]], row: R) -> None:

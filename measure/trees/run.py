@@ -13,8 +13,9 @@ baseline's (:mod:`measure.engines.lossless`: identical, a near tie within the
 engine's tolerance, or a failure, which fails the run).
 
 Each finished visit is staged on disk at once (:class:`TreeVisit`,
-``visits.partial.jsonl``, as a sweep stages its visits); a cell's rows go to
-its tables when every visit is measured, its ``tree_cells`` row last. So a run
+``visits.partial.jsonl``, by the one visit loop a sweep's cells share,
+:func:`measure.sweep.visits.visit_all`); a cell's rows go to its tables when
+every visit is measured, its ``tree_cells`` row last. So a run
 killed at any point (Ctrl-C, SIGTERM, SIGKILL) loses at most the visit that
 was running: re-running it into the same directory resumes it through the
 run directory's one opener (:func:`measure.runkinds.open_run_dir`: lock, fingerprint check,
@@ -37,7 +38,7 @@ cell, written last: it marks the cell finished). The command line: :mod:`measure
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterator
 from typing import Any
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -61,7 +62,7 @@ from measure.sweep.config import MAX_GAMMA, SweepConfig, engine_options, select_
 from measure.sweep.cost import CostCurves, cost_curves_left, prompt_lengths, record_cost, screen_cost
 from measure.sweep.identity import environment, fingerprint
 from measure.sweep.session import Session, open_session
-from measure.sweep.visits import in_order, missing_visits, read_staged, stage_visit, write_unit
+from measure.sweep.visits import in_order, missing_visits, read_staged, visit_all, write_unit
 from measure.timing import Timer
 from measure.trees.loop import (TreeOption, TreeRoundRecord, check_tree_option, make_tree_drafter, parse_tree_option,
                                 tree_generate, tree_sequences)
@@ -455,6 +456,19 @@ def _warm_up(ctx: RunContext, cells: list[TreeCell], first: Prompt, n_visits: in
             ctx.speculative(cell, ids)
 
 
+def _passes(cells: list[TreeCell], done: Container[str], n_prompts: int, repeats: int,
+            say: Callable[[str], None]) -> Iterator[tuple[TreeCell, int, int]]:
+    """A tree run's schedule: the visits of the unfinished cells, in passes (repeat, then cell, then prompt)."""
+    for rep in range(repeats):
+        if any((rep, pi) not in c.visits for c in cells if c.cell_id not in done for pi in range(n_prompts)):
+            say(f"pass {rep + 1} of {repeats} over {len(cells)} cells x {n_prompts} prompts")
+        for cell in cells:
+            if cell.cell_id in done:
+                continue
+            for pi in range(n_prompts):
+                yield cell, rep, pi
+
+
 def _measure(ctx: RunContext, options: list[TreeOption], hardware: dict,
              say: Callable[[str], None]) -> list[TreeCellRow]:
     """Measure the cells' missing visits (each staged on disk at once), then write every unfinished cell."""
@@ -474,18 +488,17 @@ def _measure(ctx: RunContext, options: list[TreeOption], hardware: dict,
     _warm_up(ctx, todo, prompts[0], n_visits, say)
     cost = _cost_curves(ctx, options, on_disk, say) if cfg.sweep.cost_curves else None
     per_visit = math.ceil(len(cost) / max(missing, 1)) if cost is not None else 0
-    for rep in range(cfg.sweep.repeats):
-        if any((rep, pi) not in c.visits for c in todo for pi in range(len(prompts))):
-            say(f"pass {rep + 1} of {cfg.sweep.repeats} over {len(cells)} cells x {len(prompts)} prompts")
-        for ci, cell in enumerate(cells):
-            for pi, prompt in enumerate(prompts):
-                if cell.cell_id in done or (rep, pi) in cell.visits:
-                    continue
-                order = 2 * ((rep * len(cells) + ci) * len(prompts) + pi)  # generations before it in a whole run
-                v = visit(ctx, cell, prompt, rep, pi, order)
-                stage_visit(w, cell.visits, v)
-                if cost is not None and len(cost):
-                    record_cost(w, cost.measure(per_visit))
+    index = {c.cell_id: ci for ci, c in enumerate(cells)}
+
+    def measure(cell: TreeCell, rep: int, pi: int) -> TreeVisit:
+        order = 2 * ((rep * len(cells) + index[cell.cell_id]) * len(prompts) + pi)  # generations before it
+        return visit(ctx, cell, prompts[pi], rep, pi, order)
+
+    def after(_cell: TreeCell, _v: TreeVisit) -> None:
+        if cost is not None and len(cost):
+            record_cost(w, cost.measure(per_visit))
+
+    visit_all(w, _passes(cells, done, len(prompts), cfg.sweep.repeats, say), lambda c: c.visits, measure, after)
     if cost is not None and len(cost):
         record_cost(w, cost.measure())
     if cfg.sweep.cost_curves and (cost is not None or "cost_screening" not in w.meta):
