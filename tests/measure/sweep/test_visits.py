@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from measure.sweep.visits import in_order, missing_visits, read_staged, stage_visit, write_unit
+from measure.sweep.visits import in_order, missing_visits, read_staged, stage_visit, visit_all, write_unit
 
 
 @dataclass(frozen=True)
@@ -75,3 +75,17 @@ def test_missing_visits_in_measuring_order_and_a_unit_written_row_last():
     w = _Writer()
     write_unit(w, {"generations": [1, 2], "rounds": []}, "row")
     assert w.written == [("generations", [1, 2]), ("rounds", []), ("cells", ["row"])]
+
+
+def test_the_visit_loop_measures_only_what_is_not_staged_and_stages_each_before_after_sees_it():
+    w = _Writer()
+    units: dict[str, dict[tuple[int, int], _Visit]] = {"a": {(0, 0): _Visit("a", 0, 0)}, "b": {}}
+    seen: list[tuple[str, int, int, int]] = []
+
+    def after(unit: str, v: _Visit) -> None:
+        seen.append((unit, v.repeat, v.prompt_index, len(w.records)))
+
+    schedule = [(u, rep, pi) for rep in range(2) for u in ("a", "b") for pi in range(1)]
+    n = visit_all(w, schedule, units.__getitem__, lambda u, rep, pi: _Visit(u, rep, pi), after)
+    assert n == 3 and seen == [("b", 0, 0, 1), ("a", 1, 0, 2), ("b", 1, 0, 3)]
+    assert sorted(units["a"]) == [(0, 0), (1, 0)] and sorted(units["b"]) == [(0, 0), (1, 0)]
