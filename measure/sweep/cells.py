@@ -21,7 +21,8 @@ One pipeline for every cell, whatever the draft or engine (:func:`measure_cells`
   :func:`measure.stats.normalise_by_pace`) varies or drifts beyond the
   thresholds is flagged ``unstable`` with the reason in words; ``until_stable`` re-measures such a cell up to N times.
 * **Records.** Each finished visit is staged on disk at once
-  (``visits.partial.jsonl``, by the visit loop a tree run shares: :mod:`measure.sweep.visits`); a cell's rows go to its tables when its last
+  (``visits.partial.jsonl``, by the visit loop a tree run shares:
+  :mod:`measure.sweep.visits`); a cell's rows go to its tables when its last
   visit is done (its ``cells.csv`` row last), so an interruption loses at
   most the visit that was running, and a resume measures only the missing
   visits. Every generation's token ids are saved (``generations.csv``
