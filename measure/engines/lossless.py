@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from measure.seam import Decoder
+from measure.seam import Decoder, Engine, TargetModel
 
 #: Logit margin below which a greedy divergence counts as a near tie. Measured with llama.cpp on the packaged
 #: SmolLM2-135M Q4_1 (3 prompts x 48 greedy tokens, batches of 2..9 tokens against the same positions decoded
@@ -118,6 +118,21 @@ def baseline_logits_at(decoder: Decoder, prompt_ids: torch.Tensor, baseline: Seq
         return out
 
     return logits_at
+
+
+def judge_against_baseline(engine: Engine, target: TargetModel, prompt_ids: torch.Tensor, baseline: Sequence[int],
+                           other: Sequence[int]) -> LosslessCheck:
+    """A greedy generation ``other`` judged against the ``baseline`` of the same prompt with ``engine``'s near-tie
+    tolerance: the one check every run kind (chains, trees) applies to each visit.
+
+    Identical outputs cost nothing; at a divergence the target's logits along the baseline's token-by-token path
+    are recomputed once, on a fresh decoder of ``target`` (:func:`baseline_logits_at`), for the margin.
+    """
+    tol = engine.near_tie_tolerance
+    if tuple(other) == tuple(baseline):
+        return LosslessCheck("identical", tolerance=tol)
+    logits_at = baseline_logits_at(target.new_decoder(), prompt_ids, baseline)
+    return check_greedy_lossless(baseline, other, logits_at, tol)
 
 
 def count_statuses(checks: Sequence[LosslessCheck]) -> dict[str, int]:

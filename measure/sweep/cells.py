@@ -21,7 +21,8 @@ One pipeline for every cell, whatever the draft or engine (:func:`measure_cells`
   :func:`measure.stats.normalise_by_pace`) varies or drifts beyond the
   thresholds is flagged ``unstable`` with the reason in words; ``until_stable`` re-measures such a cell up to N times.
 * **Records.** Each finished visit is staged on disk at once
-  (``visits.partial.jsonl``); a cell's rows go to its tables when its last
+  (``visits.partial.jsonl``, by the visit loop a tree run shares:
+  :mod:`measure.sweep.visits`); a cell's rows go to its tables when its last
   visit is done (its ``cells.csv`` row last), so an interruption loses at
   most the visit that was running, and a resume measures only the missing
   visits. Every generation's token ids are saved (``generations.csv``
@@ -45,7 +46,7 @@ import torch
 
 from measure import racing, records, stats
 from measure.decoding import acceptance_trace, autoregressive_generate, proposal_runs, speculative_generate
-from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_greedy_lossless
+from measure.engines.lossless import judge_against_baseline
 from measure.ids import CellId
 from measure.prior import (CalibrationPrior, GroupRace, PriorPlan, load_prior, plan_group, prior_line,
                            prior_summary)
@@ -54,6 +55,7 @@ from measure.rows import CellRow, GenerationRow, RoundRow, TokenLatencyRow, Trac
 from measure.seam import Decoder, Draft, Engine, GenerationResult, PeerResult, RoundRecord, TargetModel
 from measure.sweep.config import SweepConfig
 from measure.sweep.session import Session
+from measure.sweep.visits import read_staged, visit_all, write_unit
 from measure.timing import Timer
 from sim.policies import GammaSpec
 
@@ -155,18 +157,6 @@ def _warm_modes(ctx: CellContext, draft: Draft, spec: GammaSpec, temp: float, na
     return modes
 
 
-def _lossless(ctx: CellContext, ids: torch.Tensor, baseline: Sequence[int], other: Sequence[int]) -> LosslessCheck:
-    """A greedy generation judged against the baseline, with the engine's near-tie tolerance.
-
-    Identical outputs cost nothing; at a divergence the target's logits along the
-    baseline's token-by-token path are recomputed once (a fresh decoder) for the margin.
-    """
-    if tuple(other) == tuple(baseline):
-        return LosslessCheck("identical", tolerance=ctx.engine.near_tie_tolerance)
-    logits_at = baseline_logits_at(ctx.target.new_decoder(), ids, baseline)
-    return check_greedy_lossless(baseline, other, logits_at, ctx.engine.near_tie_tolerance)
-
-
 @dataclass(frozen=True)
 class Generation:
     """One counted generation of a cell: one mode, one prompt, one repeat."""
@@ -258,7 +248,7 @@ def _generation_rows(ctx: CellContext, cid: str, prompt: Prompt, domain: str, id
     base_toks = res["baseline"].tokens
     for mode, r in res.items():
         same = None if temp != 0 or mode == "baseline" else tuple(r.tokens) == tuple(base_toks)
-        check = _lossless(ctx, ids, base_toks, r.tokens) if same is not None else None
+        check = judge_against_baseline(ctx.engine, ctx.target, ids, base_toks, r.tokens) if same is not None else None
         n = len(r.tokens)
         gen_rows.append(GenerationRow(
             cell_id=cid, prompt_id=prompt.prompt_id, domain=domain, mode=mode, prompt_tokens=int(ids.shape[1]),
@@ -462,12 +452,8 @@ def _finish(ctx: CellContext, plan: CellPlan, m: CellMeasurement, modes: tuple[s
     """Write a measured cell (its tables, then its ``cells.csv`` row last); returns the row."""
     row = _cell_row(ctx, plan.draft, plan.cell, m, modes, stab, attempt)
     trace_rows = _trace_rows(ctx, plan.draft, plan.cell, m.gen_rows) if ctx.config.traces else []
-    w = ctx.writer
-    w.append("generations", m.gen_rows)
-    w.append("token_latency", m.lat_rows)
-    w.append("rounds", m.round_rows)
-    w.append("traces", trace_rows)
-    w.finish_cell(row)
+    write_unit(ctx.writer, {"generations": m.gen_rows, "token_latency": m.lat_rows, "rounds": m.round_rows,
+                            "traces": trace_rows}, row)
     return row
 
 
@@ -581,21 +567,15 @@ def _staged_visits(ctx: CellContext, plans: Sequence[CellPlan], modes: dict[str,
     staged: dict[str, dict[tuple[int, int], Visit]] = {cid: {} for cid in wanted}
     attempts = {cid: 1 for cid in wanted}
     failed = peer_failures(ctx)
-    for rec in ctx.writer.staged():
-        try:
-            v = Visit.from_record(rec)
-        except ValueError as e:
-            ctx.writer.quarantine(rec, str(e))
-            continue
-        plan = wanted.get(v.cell_id)
-        if plan is None:
-            continue
-        if "peer" not in modes[v.cell_id] and plan.cell.draft in failed:
-            v = v.keeping(modes[v.cell_id])
-        why = v.problem(ctx.config.repeats, len(ctx.prompts[plan.cell.domain]), modes[v.cell_id])
-        if why is not None:
-            ctx.writer.quarantine(rec, why)
-            continue
+
+    def adjust(v: Visit) -> Visit:
+        return v.keeping(modes[v.cell_id]) if "peer" not in modes[v.cell_id] and wanted[v.cell_id].cell.draft in failed \
+            else v
+
+    def problem(v: Visit) -> str | None:
+        return v.problem(ctx.config.repeats, len(ctx.prompts[wanted[v.cell_id].cell.domain]), modes[v.cell_id])
+
+    for v in read_staged(ctx.writer, Visit.from_record, wanted, problem, adjust):
         if v.attempt < attempts[v.cell_id]:
             continue
         if v.attempt > attempts[v.cell_id]:  # a later attempt supersedes the visits of an earlier one
@@ -619,8 +599,49 @@ def _over_budget(budget_s: float | None, started: float) -> bool:
     return budget_s is not None and time.monotonic() - started > budget_s
 
 
-# long: the interleaving schedule (passes over repeat, prompt, cell), resume of staged visits and the
-#   until-stable re-measurement are one loop; each visit and each finished cell is a call
+@dataclass
+class _Stop:
+    """Where the passes of :func:`measure_cells` stand: when they started, why they stopped, and the pass the time
+    budget cut short in its middle (None: none)."""
+
+    started: float
+    by: str = "every pass measured"
+    cut_pass: int | None = None
+
+
+def _passes(ctx: CellContext, group: Sequence[CellPlan], staged: Mapping[str, Mapping[tuple[int, int], Visit]],
+            race: _Race | None, stop: _Stop, say: Callable[[str], None]) -> Iterator[tuple[CellPlan, int, int]]:
+    """The visits of ``group`` still to measure, in passes (repeat, then prompt, then cell): the schedule of
+    :func:`measure_cells`. With a race it is looked at before each pass after the first, and the passes stop
+    (``stop``) when it is decided or the time budget has run out (checked before each visit of a later pass)."""
+    cfg = ctx.config
+    n_prompts = max(len(ctx.prompts[p.cell.domain]) for p in group)
+    for rep in range(cfg.repeats):
+        if race is not None and rep > 0:
+            for note in race.look(rep - 1, staged):
+                say(note)
+            if race.all_stopped():
+                stop.by = "decided"
+                return
+            if _over_budget(cfg.time_budget_s, stop.started):
+                stop.by = "time budget"
+                return
+        for pi in range(n_prompts):
+            for plan in group:
+                cid = plan.cell_id
+                if pi >= len(ctx.prompts[plan.cell.domain]) or (rep, pi) in staged[cid]:
+                    continue
+                if race is not None and cid in race.stopped:
+                    continue
+                if race is not None and rep > 0 and _over_budget(cfg.time_budget_s, stop.started):
+                    # (the first pass always completes: every prompt's trace needs its visit)
+                    stop.by, stop.cut_pass = "time budget", rep  # overshoots by one visit at most
+                    return
+                yield plan, rep, pi
+
+
+# long: resume of staged visits, the passes (:func:`_passes`), the race's last look and the until-stable
+#   re-measurement are one loop; each visit and each finished cell is a call
 def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Callable[[str], None] | None = None,
                   on_row: Callable[[CellRow], None] | None = None,
                   between: Callable[[], None] | None = None) -> list[CellRow]:
@@ -652,60 +673,37 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
     active = list(plans)
     race = _Race(cfg.race_rule(), plans, load_prior(cfg.prior, cfg.target, cfg.engine) if cfg.prior else None,
                  {d: len(ps) for d, ps in ctx.prompts.items()}) if cfg.until_decided else None
-    started, stopped_by = time.monotonic(), "every pass measured"
-    cut_pass: int | None = None  # the pass the time budget stopped in the middle of
+    stop = _Stop(time.monotonic())
+    say = on_attempt or (lambda _m: None)
+
+    def measure(plan: CellPlan, rep: int, pi: int) -> Visit:
+        if ctx.bar is not None:
+            ctx.bar.set_description(f"repeat {rep + 1}/{cfg.repeats} {plan.cell.draft} "
+                                    f"{plan.cell.gamma.to_str()} {plan.cell.domain}")
+        with _naming(f"measuring cell {plan.cell_id} (repeat {rep + 1}, prompt {pi + 1})"):
+            return _visit(ctx, plan, modes[plan.cell_id], rep, pi, attempts[plan.cell_id])
+
+    def after(plan: CellPlan, _v: Visit) -> None:
+        if "peer" in modes[plan.cell_id] and plan.cell.draft in peer_failures(ctx):
+            _drop_peer(ctx, plans, plan.cell.draft, modes, staged)
+        if ctx.bar is not None:
+            ctx.bar.update(1)
+        if between is not None:
+            with _naming("timing cost-curve points between the visits"):
+                between()
+
     while active:
-        n_prompts = max(len(ctx.prompts[p.cell.domain]) for p in active)
         groups = ([active] if cfg.interleave == "sweep" else [[p] for p in active])
         for group in groups:
-            for rep in range(cfg.repeats):
-                if race is not None and rep > 0:
-                    for note in race.look(rep - 1, staged):
-                        if on_attempt:
-                            on_attempt(note)
-                    if race.all_stopped():
-                        stopped_by = "decided"
-                        break
-                    if _over_budget(cfg.time_budget_s, started):
-                        stopped_by = "time budget"
-                        break
-                for pi in range(n_prompts):
-                    for plan in group:
-                        cid = plan.cell_id
-                        if pi >= len(ctx.prompts[plan.cell.domain]) or (rep, pi) in staged[cid]:
-                            continue
-                        if race is not None and cid in race.stopped:
-                            continue
-                        if race is not None and rep > 0 and _over_budget(cfg.time_budget_s, started):
-                            # (the first pass always completes: every prompt's trace needs its visit)
-                            stopped_by, cut_pass = "time budget", rep  # overshoots by one visit at most
-                            break
-                        if ctx.bar is not None:
-                            ctx.bar.set_description(f"repeat {rep + 1}/{cfg.repeats} {plan.cell.draft} "
-                                                    f"{plan.cell.gamma.to_str()} {plan.cell.domain}")
-                        with _naming(f"measuring cell {cid} (repeat {rep + 1}, prompt {pi + 1})"):
-                            v = _visit(ctx, plan, modes[cid], rep, pi, attempts[cid])
-                        ctx.writer.stage(v.to_record())
-                        staged[cid][(rep, pi)] = v
-                        if "peer" in modes[cid] and plan.cell.draft in peer_failures(ctx):
-                            _drop_peer(ctx, plans, plan.cell.draft, modes, staged)
-                        if ctx.bar is not None:
-                            ctx.bar.update(1)
-                        if between is not None:
-                            with _naming("timing cost-curve points between the visits"):
-                                between()
-                    if cut_pass is not None:
-                        break
-                if cut_pass is not None:
-                    break
-            if race is not None and (stopped_by == "every pass measured" or cut_pass is not None):
+            visit_all(ctx.writer, _passes(ctx, group, staged, race, stop, say), lambda p: staged[p.cell_id], measure,
+                      after)
+            if race is not None and (stop.by == "every pass measured" or stop.cut_pass is not None):
                 # the look after the last pass, or over the visits of the pass the budget cut short
-                for note in race.look(cfg.repeats - 1 if cut_pass is None else cut_pass, staged):
-                    if on_attempt:
-                        on_attempt(note)
-                if cut_pass is None:
-                    stopped_by = "decided" if race.all_stopped() else "out of passes"
-            if cut_pass is not None:
+                for note in race.look(cfg.repeats - 1 if stop.cut_pass is None else stop.cut_pass, staged):
+                    say(note)
+                if stop.cut_pass is None:
+                    stop.by = "decided" if race.all_stopped() else "out of passes"
+            if stop.cut_pass is not None:
                 break
         ms = {p.cell_id: measurement_of(list(staged[p.cell_id].values())) for p in active if staged[p.cell_id]}
         if cfg.interleave == "sweep" and len(active) > 1:  # each cell spans the run: against the pass's pace
@@ -721,7 +719,7 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
             if cid not in ms:  # deferred by a prior, the race stopped before its check: left for a resume
                 if on_attempt:
                     on_attempt(f"cell {cid} not measured: the prior deferred it and the race stopped first "
-                               f"({stopped_by}); re-run with the same --out to measure it")
+                               f"({stop.by}); re-run with the same --out to measure it")
                 continue
             m = ms[cid]
             stab = stats.stability(normed[cid], cfg.cv_threshold, cfg.drift_threshold, what)
@@ -741,7 +739,7 @@ def measure_cells(ctx: CellContext, plans: Sequence[CellPlan], on_attempt: Calla
                 on_row(rows[cid])
         active = again
     if race is not None:
-        ctx.writer.update(race=race.summary(stopped_by))
+        ctx.writer.update(race=race.summary(stop.by))
         if race.prior is not None and on_attempt:
             on_attempt(prior_line(ctx.writer.meta["race"]["prior"]))
     return [rows[p.cell_id] for p in plans if p.cell_id in rows]

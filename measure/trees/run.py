@@ -13,8 +13,9 @@ baseline's (:mod:`measure.engines.lossless`: identical, a near tie within the
 engine's tolerance, or a failure, which fails the run).
 
 Each finished visit is staged on disk at once (:class:`TreeVisit`,
-``visits.partial.jsonl``, as a sweep stages its visits); a cell's rows go to
-its tables when every visit is measured, its ``tree_cells`` row last. So a run
+``visits.partial.jsonl``, by the one visit loop a sweep's cells share,
+:func:`measure.sweep.visits.visit_all`); a cell's rows go to its tables when
+every visit is measured, its ``tree_cells`` row last. So a run
 killed at any point (Ctrl-C, SIGTERM, SIGKILL) loses at most the visit that
 was running: re-running it into the same directory resumes it through the
 run directory's one opener (:func:`measure.runkinds.open_run_dir`: lock, fingerprint check,
@@ -37,7 +38,7 @@ cell, written last: it marks the cell finished). The command line: :mod:`measure
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Container, Iterator
 from typing import Any
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -49,7 +50,7 @@ from measure import engines, records
 from measure.decoding import autoregressive_generate, speculative_generate
 from measure.devices import resolve_device
 from measure.drafts import parse_draft_spec
-from measure.engines.lossless import LosslessCheck, baseline_logits_at, check_greedy_lossless
+from measure.engines.lossless import LosslessCheck, judge_against_baseline
 from measure.engines.transformers.models import check_model_spec, context_tokens, vocab_tokens
 from measure.ids import TreeCellId
 from measure.prompts import Prompt
@@ -61,6 +62,7 @@ from measure.sweep.config import MAX_GAMMA, SweepConfig, engine_options, select_
 from measure.sweep.cost import CostCurves, cost_curves_left, prompt_lengths, record_cost, screen_cost
 from measure.sweep.identity import environment, fingerprint
 from measure.sweep.session import Session, open_session
+from measure.sweep.visits import in_order, missing_visits, read_staged, visit_all, write_unit
 from measure.timing import Timer
 from measure.trees.loop import (TreeOption, TreeRoundRecord, check_tree_option, make_tree_drafter, parse_tree_option,
                                 tree_generate, tree_sequences)
@@ -298,14 +300,6 @@ class RunContext:
                           self.timer)
         return g.result, g.tree_rounds
 
-    def lossless(self, ids: torch.Tensor, baseline: GenerationResult, other: GenerationResult) -> LosslessCheck:
-        """The speculative output judged against the baseline's (the engine's near-tie tolerance)."""
-        tol = self.session.engine.near_tie_tolerance
-        if other.tokens == baseline.tokens:
-            return LosslessCheck("identical", tolerance=tol)
-        logits_at = baseline_logits_at(self.session.target.new_decoder(), ids, baseline.tokens)
-        return check_greedy_lossless(baseline.tokens, other.tokens, logits_at, tol)
-
 
 def _generation_row(cell: TreeCell, prompt: Prompt, rep: int, order: int, mode: str, r: GenerationResult,
                     check: LosslessCheck) -> GenerationRow:
@@ -344,7 +338,7 @@ def visit(ctx: RunContext, cell: TreeCell, prompt: Prompt, rep: int, prompt_inde
         else:
             res[mode], rounds = ctx.speculative(cell, ids)
     spec = res["speculative"]
-    check = ctx.lossless(ids, res["baseline"], spec)
+    check = judge_against_baseline(ctx.session.engine, ctx.session.target, ids, res["baseline"].tokens, spec.tokens)
     nodes, ranks = _tree_rows(cell, prompt, rep, rounds)
     return TreeVisit(cell.cell_id, rep, prompt_index,
                      tuple(_generation_row(cell, prompt, rep, order + k, m, res[m], check) for k, m in enumerate(modes)),
@@ -354,10 +348,9 @@ def visit(ctx: RunContext, cell: TreeCell, prompt: Prompt, rep: int, prompt_inde
 
 def finish(writer: records.RunWriter, cell: TreeCell, row: TreeCellRow) -> None:
     """Write a measured cell: its visits' rows table by table (repeat, then prompt), its ``tree_cells`` row last."""
-    visits = [cell.visits[k] for k in sorted(cell.visits)]
-    for i, table in enumerate(VISIT_TABLES):
-        writer.append(table, [r for v in visits for r in v.tables()[i]])
-    writer.finish_cell(row)
+    visits = in_order(cell.visits)
+    write_unit(writer, {table: [r for v in visits for r in v.tables()[i]] for i, table in enumerate(VISIT_TABLES)},
+               row)
 
 
 def staged_visits(writer: records.RunWriter, cells: list[TreeCell], repeats: int, n_prompts: int) -> int:
@@ -366,19 +359,8 @@ def staged_visits(writer: records.RunWriter, cells: list[TreeCell], repeats: int
     how many were taken."""
     by_id = {c.cell_id: c for c in cells}
     taken = 0
-    for rec in writer.staged():
-        try:
-            v = TreeVisit.from_record(rec)
-        except (ValueError, TypeError, KeyError) as e:
-            writer.quarantine(rec, str(e))
-            continue
-        cell = by_id.get(v.cell_id)
-        if cell is None:
-            continue
-        why = v.problem(repeats, n_prompts)
-        if why is not None:
-            writer.quarantine(rec, why)
-            continue
+    for v in read_staged(writer, TreeVisit.from_record, by_id, lambda v: v.problem(repeats, n_prompts)):
+        cell = by_id[v.cell_id]
         taken += (v.repeat, v.prompt_index) not in cell.visits
         cell.visits[(v.repeat, v.prompt_index)] = v
     return taken
@@ -474,6 +456,19 @@ def _warm_up(ctx: RunContext, cells: list[TreeCell], first: Prompt, n_visits: in
             ctx.speculative(cell, ids)
 
 
+def _passes(cells: list[TreeCell], done: Container[str], n_prompts: int, repeats: int,
+            say: Callable[[str], None]) -> Iterator[tuple[TreeCell, int, int]]:
+    """A tree run's schedule: the visits of the unfinished cells, in passes (repeat, then cell, then prompt)."""
+    for rep in range(repeats):
+        if any((rep, pi) not in c.visits for c in cells if c.cell_id not in done for pi in range(n_prompts)):
+            say(f"pass {rep + 1} of {repeats} over {len(cells)} cells x {n_prompts} prompts")
+        for cell in cells:
+            if cell.cell_id in done:
+                continue
+            for pi in range(n_prompts):
+                yield cell, rep, pi
+
+
 def _measure(ctx: RunContext, options: list[TreeOption], hardware: dict,
              say: Callable[[str], None]) -> list[TreeCellRow]:
     """Measure the cells' missing visits (each staged on disk at once), then write every unfinished cell."""
@@ -486,26 +481,24 @@ def _measure(ctx: RunContext, options: list[TreeOption], hardware: dict,
     todo = [c for c in cells if c.cell_id not in done]
     n_visits = cfg.sweep.repeats * len(prompts)
     taken = staged_visits(w, todo, cfg.sweep.repeats, len(prompts))
-    missing = sum(n_visits - len(c.visits) for c in todo)
+    missing = sum(len(missing_visits(c.visits, cfg.sweep.repeats, len(prompts))) for c in todo)
     if w.resumed:
         say(f"resuming {w.path}: {len(done)} of {len(cells)} cells finished, {taken} visit(s) kept from before; "
             f"measuring the {missing} missing")
     _warm_up(ctx, todo, prompts[0], n_visits, say)
     cost = _cost_curves(ctx, options, on_disk, say) if cfg.sweep.cost_curves else None
     per_visit = math.ceil(len(cost) / max(missing, 1)) if cost is not None else 0
-    for rep in range(cfg.sweep.repeats):
-        if any((rep, pi) not in c.visits for c in todo for pi in range(len(prompts))):
-            say(f"pass {rep + 1} of {cfg.sweep.repeats} over {len(cells)} cells x {len(prompts)} prompts")
-        for ci, cell in enumerate(cells):
-            for pi, prompt in enumerate(prompts):
-                if cell.cell_id in done or (rep, pi) in cell.visits:
-                    continue
-                order = 2 * ((rep * len(cells) + ci) * len(prompts) + pi)  # generations before it in a whole run
-                v = visit(ctx, cell, prompt, rep, pi, order)
-                w.stage(v.to_record())
-                cell.visits[(rep, pi)] = v
-                if cost is not None and len(cost):
-                    record_cost(w, cost.measure(per_visit))
+    index = {c.cell_id: ci for ci, c in enumerate(cells)}
+
+    def measure(cell: TreeCell, rep: int, pi: int) -> TreeVisit:
+        order = 2 * ((rep * len(cells) + index[cell.cell_id]) * len(prompts) + pi)  # generations before it
+        return visit(ctx, cell, prompts[pi], rep, pi, order)
+
+    def after(_cell: TreeCell, _v: TreeVisit) -> None:
+        if cost is not None and len(cost):
+            record_cost(w, cost.measure(per_visit))
+
+    visit_all(w, _passes(cells, done, len(prompts), cfg.sweep.repeats, say), lambda c: c.visits, measure, after)
     if cost is not None and len(cost):
         record_cost(w, cost.measure())
     if cfg.sweep.cost_curves and (cost is not None or "cost_screening" not in w.meta):
