@@ -30,12 +30,13 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
-
-import torch
+from typing import TYPE_CHECKING, Any, Iterator
 
 from toolkit.files import read_text
 from toolkit.jsonio import loads
+
+if TYPE_CHECKING:
+    import torch
 
 DOMAINS = ("code", "conversation", "docs")
 MAX_PROMPT_CHARS = 800
@@ -351,4 +352,6 @@ def encode_prompt(prompt: Prompt, model: Any, max_prompt_tokens: int = 256,
     else:
         ids = [b % model.vocab_size for b in prompt.message.encode("utf-8")]
     ids = ids[-max_prompt_tokens:]
+    import torch  # here, not at import: reading prompts (and the CLI's limits) needs no torch
+
     return torch.tensor([ids], dtype=torch.long, device=device)

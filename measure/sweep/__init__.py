@@ -18,15 +18,43 @@ The names below are this package's public API (``from measure.sweep import run_s
 
 from __future__ import annotations
 
-from measure.sweep.cells import CellContext, CellPlan, Visit, measure_cells, rotation, run_cell
-from measure.sweep.config import (INTERLEAVE, LIBRARY_RATIO_TARGET, MAX_GAMMA, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
-                                  MAX_REPEATS, MODES, SweepConfig, engine_options, select_prompts)
-from measure.sweep.cost import (CostCurves, CostPoint, cost_curves_for, cost_points_done, prompt_lengths, record_cost,
-                                screen_cost)
-from measure.sweep.driver import OpenedRun, PendingCell, open_run, pending_cells, run_sweep
-from measure.sweep.identity import environment, fingerprint, source_state, target_fingerprint
-from measure.sweep.session import Session, open_session, prompts_meta, silenced
-from measure.sweep.summary import cell_estimate, summarize, summary_lines, unstable_message
+import importlib
+from typing import TYPE_CHECKING, Any
+
+#: Each public name and the module that defines it: imported when first used (PEP 562), so that reading a constant
+#: (``python -m measure``'s parser: its limits and choices) does not load torch with the cells.
+_EXPORTS = {name: module for module, names in {
+    "cells": ("CellContext", "CellPlan", "Visit", "measure_cells", "rotation", "run_cell"),
+    "config": ("INTERLEAVE", "LIBRARY_RATIO_TARGET", "MAX_GAMMA", "MAX_NEW_TOKENS", "MAX_PROMPT_TOKENS", "MAX_REPEATS",
+               "MODES", "SweepConfig", "engine_options", "select_prompts"),
+    "cost": ("CostCurves", "CostPoint", "cost_curves_for", "cost_points_done", "prompt_lengths", "record_cost",
+             "screen_cost"),
+    "driver": ("OpenedRun", "PendingCell", "open_run", "pending_cells", "run_sweep"),
+    "identity": ("environment", "fingerprint", "source_state", "target_fingerprint"),
+    "session": ("Session", "open_session", "prompts_meta", "silenced"),
+    "summary": ("cell_estimate", "summarize", "summary_lines", "unstable_message"),
+}.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'measure.sweep' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"measure.sweep.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from measure.sweep.cells import CellContext, CellPlan, Visit, measure_cells, rotation, run_cell
+    from measure.sweep.config import (INTERLEAVE, LIBRARY_RATIO_TARGET, MAX_GAMMA, MAX_NEW_TOKENS, MAX_PROMPT_TOKENS,
+                                      MAX_REPEATS, MODES, SweepConfig, engine_options, select_prompts)
+    from measure.sweep.cost import (CostCurves, CostPoint, cost_curves_for, cost_points_done, prompt_lengths,
+                                    record_cost, screen_cost)
+    from measure.sweep.driver import OpenedRun, PendingCell, open_run, pending_cells, run_sweep
+    from measure.sweep.identity import environment, fingerprint, source_state, target_fingerprint
+    from measure.sweep.session import Session, open_session, prompts_meta, silenced
+    from measure.sweep.summary import cell_estimate, summarize, summary_lines, unstable_message
 
 __all__ = [
     "INTERLEAVE", "LIBRARY_RATIO_TARGET", "MAX_GAMMA", "MAX_NEW_TOKENS", "MAX_PROMPT_TOKENS", "MAX_REPEATS", "MODES",

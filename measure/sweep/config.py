@@ -8,7 +8,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from measure import costpoints, stats
-from measure.devices import resolve_dtype
 from measure.engines import check_specs
 from measure.racing import DEFAULT_CONFIDENCE, DEFAULT_REGRET, RaceRule
 from measure.prompts import DOMAINS, Prompt, file_sha256, load_prompts, load_prompts_file
@@ -29,6 +28,14 @@ INTERLEAVE = ("sweep", "cell")
 #: Our baseline's tokens/s over the engine's own plain decoding's, same prompts in the same visits: the range in
 #: which our loop measures the engine as its users run it (outside it, the harness disturbs the engine).
 LIBRARY_RATIO_TARGET = (0.95, 1.05)
+
+
+def _check_dtype(dtype: str) -> None:
+    """``--dtype`` checked (one-line ``ValueError``); torch is imported here, not with this module, whose limits the
+    command line reads before any model."""
+    from measure.devices import resolve_dtype
+
+    resolve_dtype(dtype)
 
 
 @dataclass(frozen=True)
@@ -141,7 +148,7 @@ class SweepConfig:
             raise ValueError("--prior needs --until-decided (the prior orders a race's measuring)")
         if self.time_budget_s is not None and not (math.isfinite(self.time_budget_s) and self.time_budget_s > 0):
             raise ValueError(f"--time-budget {self.time_budget_s}: must be a number of seconds > 0")
-        resolve_dtype(self.dtype)
+        _check_dtype(self.dtype)
 
     def race_rule(self) -> RaceRule:
         """The race of ``--until-decided``: one look after each pass, ``repeats`` looks at most."""

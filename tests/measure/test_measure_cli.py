@@ -395,3 +395,12 @@ def test_the_table_says_why_a_cell_has_no_interval():
     lines = buf.getvalue().splitlines()
     assert "17.59 (n=1, no CI)" in lines[1] and "1.143 (n=1, no CI)" in lines[1]
     assert "1.143 (noisy, no CI)" in lines[3]
+
+
+def test_the_parser_loads_no_torch_nor_scipy():
+    """``python -m measure --help`` and a flag's one-line error need the parser only: neither torch nor scipy is
+    imported for it (they took ~2 s of every such call)."""
+    code = ("import sys; from measure.cli import build_parser; build_parser(); "
+            "print(sorted(m for m in ('torch', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
