@@ -163,6 +163,17 @@ class PublishedResult:
             return self.baseline_ms_per_token / self.spec_ms_per_token
         return None
 
+    @property
+    def baseline_step_ms(self) -> float | None:
+        """The plain decoding's time per step that the published figures imply if every one of ``batch``
+        sequences emitted a token each step (lockstep): 1000 · batch / tokens/s for a server's throughput,
+        1000 / tokens/s for one request's speed, else the ms per token; ``None`` without a figure or a batch."""
+        if self.baseline_tok_s is not None and self.batch is not None:
+            return 1000.0 * (self.batch if self.tok_s_kind == "total" else 1) / self.baseline_tok_s
+        if self.baseline_ms_per_token is not None and self.batch is not None:
+            return self.baseline_ms_per_token
+        return None
+
 
 def _fail(row_id: str, name: str, message: str) -> ValueError:
     return ValueError(f"published result {row_id!r}: field {name!r} {message}")

@@ -17,27 +17,31 @@ rows whose acceptance was borrowed from a batch-1 row of the same source
 batch > 1 with its prediction per source (or why it is not expressed) and the
 count of those predicted below 1; the rows it cannot express, with the reason.
 
-One parameter is fitted, per source: a fixed overhead per draft step (the
-engines' draft loop: sampling, top-k, bookkeeping, launches that the kernel
-tables do not time). The rows are split into fit and held-out halves first
-(by a hash of the row id, so the split does not depend on any result), the
-overhead is fitted on the fit half (the value minimising the median |error|
-on a 0.01 ms grid), and the held-out half's error is reported apart.
+The rows are split into fit and held-out halves first (by a hash of the row
+id, so the split does not depend on any result); nothing is fitted or chosen
+on the held-out half, whose error is reported apart. What the engines spend
+beyond the kernels is an overhead model (:data:`OVERHEAD_MODELS`, simplest
+first: a fixed overhead per draft step; + one per round; + one per sequence
+beyond the first; a per-step one and a per-round one per engine; the same
+with an engine's trees apart from its chains; SGLang's per-round term held at
+the value its own measurement gives), each fitted on the fit half by a grid
+search minimising the median |error|. The model adopted per source is the one
+with the least leave-one-out median |error| on the fit half (every fit row
+predicted by the model fitted on the others; :data:`MODEL_RULE`), so a model
+with more terms is adopted only where it predicts rows it was not fitted on
+better. Printed per model: its fitted values, the leave-one-out error, the
+held-out errors (all, batch-1, batch > 1) and the published slowdowns at
+batch > 1 it predicts with its false alarms; everything after is priced with
+the adopted model.
 
-Two more terms of :class:`sim.stepcost.EngineRoundOverhead` are then tried,
-nested, each model fitted jointly on the fit half only (the median |error| on
-grids): per draft step + a fixed overhead per round, then + one per sequence
-beyond the first (zero at batch 1). Each is printed with its held-out error
-beside the smaller model's (all held-out rows for the per-round term, those at
-batch > 1 for the per-sequence one) and whether it improves it; the slowdown
-count is printed for the per-step model and for the full one, with the
-published speedups at batch > 1 that are predicted as slowdowns (false alarms).
-Then a per-round term per engine (:class:`sim.stepcost.EngineOverheads`: SGLang
-ran speculative rounds without its overlap scheduler before "spec v2"),
-fitted jointly with the per-step one on the fit half; and SGLang's held at
-the value its own measurement gives (:data:`sim.stepcost.SGLANG_OVERLAP_ROUND_MS`),
-the per-step one refitted; each with its fit and held-out errors and its
-slowdown count.
+A row whose own published baseline is not lockstep decoding is not
+expressed: the plain decoding's step its figures imply
+(:attr:`sim.published.PublishedResult.baseline_step_ms`) more than
+:data:`BASELINE_LIMIT` times either way from the step the kernels column
+prices for its batch in lockstep (the published benchmark was bound by
+something no step cost reproduces: its harness, its host, a tail of fewer
+sequences). The spread of that ratio over the expressed rows is printed, and
+a published slowdown so excluded says what lockstep pricing would predict.
 
 Every row is priced under each MoE routing of the kernel tables
 (:data:`sim.kernels.MOE_ROUTINGS`), each with its own per-step overhead fitted
@@ -64,9 +68,9 @@ from __future__ import annotations
 import hashlib
 import statistics
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -96,6 +100,11 @@ ROUND_GRID_MS = [i / 20 for i in range(0, 61)]  # per round: 0 to 3 ms by 0.05
 SEQUENCE_GRID_MS = [i / 100 for i in range(0, 51)]  # per sequence beyond the first: 0 to 0.5 ms by 0.01
 ENGINE_ROUND_GRID_MS = [i / 5 for i in range(0, 31)]  # per round of one engine (chain or tree): 0 to 6 ms by 0.2
 Overhead = float | EngineRoundOverhead | EngineOverheads  # a float is a per-draft-step overhead alone
+BASELINE_LIMIT = 2.0
+"""How far, as a factor either way, a row's published plain-decoding step may lie from the step the kernels
+column prices for its batch in lockstep before the row is not expressed: beyond it the published baseline was
+not B sequences decoding together on the GPU (a benchmark bound by its harness, its host or a tail of fewer
+sequences), which no step cost reproduces."""
 
 
 @dataclass(frozen=True)
@@ -251,14 +260,98 @@ def _err(pred: float, pub: float) -> float:
     return pred / pub - 1.0
 
 
+Grid = Iterator[tuple[np.ndarray, np.ndarray, Callable[[int], Overhead]]]
+"""A model's parameter grid, in chunks: the |error| of every row under each grid point (points × rows), each
+point's parameter sum (the tie-break: the smaller overhead) and how to build the overhead of point ``i``."""
+
+
+def _arrays(rows: list[Priced], source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: the round time without overhead, the gain (the predicted speedup over the published one is
+    gain / round time), γ and the sequences beyond the first."""
+    parts = np.array([p.parts[source] for p in rows])  # tokens, round ms, baseline ms per row
+    pub = np.array([float(p.row.published_speedup or 1) for p in rows])
+    gamma = np.array([p.gamma for p in rows], dtype=float)
+    extra = np.array([max(p.batch - 1, 0) for p in rows], dtype=float)
+    return parts[:, 1], parts[:, 0] * parts[:, 2] / pub, gamma, extra
+
+
+def _per_step_grid(rows: list[Priced], source: str) -> Grid:
+    round_ms, gain, gamma, _ = _arrays(rows, source)
+    step = np.array(OVERHEAD_GRID_MS)
+    yield np.abs(gain / (round_ms + step[:, None] * gamma) - 1.0), step, lambda i: float(step[i])
+
+
+def _round_grid(rows: list[Priced], source: str, per_sequence: bool) -> Grid:
+    round_ms, gain, gamma, extra = _arrays(rows, source)
+    seq = np.array(SEQUENCE_GRID_MS if per_sequence else [0.0])
+    grid = np.stack(np.meshgrid(JOINT_STEP_GRID_MS, ROUND_GRID_MS, seq, indexing="ij"), axis=-1).reshape(-1, 3)
+    added = grid[:, :1] * gamma + grid[:, 1:2] + grid[:, 2:3] * extra  # (grid points, rows)
+    yield (np.abs(gain / (round_ms + added) - 1.0), grid.sum(axis=1),
+           lambda i: EngineRoundOverhead(*(float(v) for v in grid[i])))
+
+
+def _engine_grid(rows: list[Priced], source: str, fixed: dict[str, float] | None = None,
+                 by_shape: bool = False) -> Grid:
+    fixed = fixed or {}
+    kinds = [round_kind(p.row.engine, by_shape and p.tree is not None) for p in rows]
+    engines = sorted(set(kinds) | set(fixed))
+    round_ms, gain, gamma, _ = _arrays(rows, source)
+    which = np.array([engines.index(k) for k in kinds], dtype=int)
+    grids = [np.array([fixed[e]] if e in fixed else ENGINE_ROUND_GRID_MS) for e in engines]
+    rounds = np.stack(np.meshgrid(*grids, indexing="ij"), axis=-1).reshape(-1, len(engines))
+    base_ms = round_ms + rounds[:, which]  # round time of each row under each round combination
+    sums = rounds.sum(axis=1)
+
+    def maker(step: float) -> Callable[[int], Overhead]:
+        return lambda i: EngineOverheads(step, tuple((e, float(r)) for e, r in zip(engines, rounds[i])))
+    for step in JOINT_STEP_GRID_MS:
+        yield np.abs(gain / (base_ms + step * gamma) - 1.0), step + sums, maker(step)
+
+
+def _leave_one_out_medians(a: np.ndarray) -> np.ndarray:
+    """Column ``j`` of the result: the median of each row of ``a`` without its element ``j`` (one sort per row:
+    the element at place ``k`` of what is left is the sorted row's ``k``, or ``k + 1`` past ``j``'s rank)."""
+    n = a.shape[1]
+    order = np.argsort(a, axis=1, kind="stable")
+    ranked = np.take_along_axis(a, order, axis=1)
+    rank = np.empty_like(order)
+    np.put_along_axis(rank, order, np.broadcast_to(np.arange(n), a.shape), axis=1)
+    lo, hi = (n - 2) // 2, (n - 1) // 2  # the middle places of n - 1 values
+    return (np.where(lo < rank, ranked[:, lo:lo + 1], ranked[:, lo + 1:lo + 2])
+            + np.where(hi < rank, ranked[:, hi:hi + 1], ranked[:, hi + 1:hi + 2])) / 2
+
+
+def _search(grid: Grid, leave_one_out: bool = False) -> list[Overhead]:
+    """The grid point with the least median |error| (ties within 1e-12: the smallest parameter sum, then the first
+    point): one, or with ``leave_one_out`` one per row, fitted without that row."""
+    best: list[tuple[float, float, Overhead] | None] = []
+    for errors, sums, make in grid:
+        medians = _leave_one_out_medians(errors) if leave_one_out else _row_medians(errors)[:, None]
+        if not best:
+            best = [None] * medians.shape[1]
+        least = medians.min(axis=0)
+        tied = np.where(medians <= least + 1e-12, sums[:, None], np.inf)
+        points = tied.argmin(axis=0)
+        for j, (err, i) in enumerate(zip(least, points)):
+            b = best[j]
+            if b is None or err < b[0] - 1e-12 or (err <= b[0] + 1e-12 and sums[i] < b[1]):
+                best[j] = (float(err), float(sums[i]), make(int(i)))
+    return [b[2] for b in best if b is not None]
+
+
 def fit_overhead(rows: list[Priced], source: str) -> float:
     """The per-draft-step overhead (ms, 0..3 on a 0.01 grid) minimising the median |error| on ``rows``."""
-    if not rows:
-        return 0.0
+    return float(_search(_per_step_grid(rows, source))[0]) if rows else 0.0  # type: ignore[arg-type]
 
-    def score(o: float) -> float:
-        return statistics.median(abs(_err(p.speedup(source, o), float(p.row.published_speedup or 1))) for p in rows)
-    return min(OVERHEAD_GRID_MS, key=lambda o: (score(o), o))
+
+def fit_round_overhead(rows: list[Priced], source: str, per_sequence: bool = True) -> EngineRoundOverhead:
+    """The per-step, per-round and (with ``per_sequence``) per-extra-sequence overheads minimising, jointly on
+    their grids, the median |error| on ``rows``; ties go to the smallest sum, then the first on the grids."""
+    if not rows:
+        return EngineRoundOverhead()
+    fitted = _search(_round_grid(rows, source, per_sequence))[0]
+    assert isinstance(fitted, EngineRoundOverhead)
+    return fitted
 
 
 def median_error(rows: list[Priced], source: str, overhead: Overhead) -> float | None:
@@ -267,25 +360,6 @@ def median_error(rows: list[Priced], source: str, overhead: Overhead) -> float |
         return None
     return statistics.median(abs(_err(p.speedup(source, overhead), float(p.row.published_speedup or 1)))
                              for p in rows)
-
-
-def fit_round_overhead(rows: list[Priced], source: str, per_sequence: bool = True) -> EngineRoundOverhead:
-    """The per-step, per-round and (with ``per_sequence``) per-extra-sequence overheads minimising, jointly on
-    their grids, the median |error| on ``rows``; ties go to the smallest sum, then the first on the grids."""
-    if not rows:
-        return EngineRoundOverhead()
-    parts = np.array([p.parts[source] for p in rows])  # tokens, round ms, baseline ms per row
-    gamma = np.array([p.gamma for p in rows], dtype=float)
-    extra = np.array([max(p.batch - 1, 0) for p in rows], dtype=float)
-    pub = np.array([float(p.row.published_speedup or 1) for p in rows])
-    step, rnd = np.array(JOINT_STEP_GRID_MS), np.array(ROUND_GRID_MS)
-    seq = np.array(SEQUENCE_GRID_MS if per_sequence else [0.0])
-    grid = np.stack(np.meshgrid(step, rnd, seq, indexing="ij"), axis=-1).reshape(-1, 3)
-    added = grid[:, :1] * gamma + grid[:, 1:2] + grid[:, 2:3] * extra  # (grid points, rows)
-    errors = np.median(np.abs(parts[:, 0] * parts[:, 2] / (parts[:, 1] + added) / pub - 1.0), axis=1)
-    best = np.flatnonzero(errors <= errors.min() + 1e-12)
-    s, r, q = grid[best[np.argmin(grid[best].sum(axis=1))]]
-    return EngineRoundOverhead(float(s), float(r), float(q))
 
 
 def _row_medians(a: np.ndarray) -> np.ndarray:
@@ -300,36 +374,91 @@ def fit_engine_overheads(rows: list[Priced], source: str, fixed: dict[str, float
     """One per-step overhead and a per-round overhead per engine of ``rows`` (with ``by_shape``, per round kind:
     an engine's chains and its trees apart, :func:`sim.stepcost.round_kind`; those in ``fixed`` held at their
     given value) minimising, jointly on their grids, the median |error| on ``rows``; ties go to the smallest sum."""
-    fixed = fixed or {}
-    kinds = [round_kind(p.row.engine, by_shape and p.tree is not None) for p in rows]
-    engines = sorted(set(kinds) | set(fixed))
     if not rows:
-        return EngineOverheads(0.0, tuple((e, fixed.get(e, 0.0)) for e in engines))
-    parts = np.array([p.parts[source] for p in rows])
-    gamma = np.array([p.gamma for p in rows], dtype=float)
-    pub = np.array([float(p.row.published_speedup or 1) for p in rows])
-    which = np.array([engines.index(k) for k in kinds])
-    gain = parts[:, 0] * parts[:, 2] / pub  # the speedup over the published one is gain / round time
-    grids = [np.array([fixed[e]] if e in fixed else ENGINE_ROUND_GRID_MS) for e in engines]
-    rounds = np.stack(np.meshgrid(*grids, indexing="ij"), axis=-1).reshape(-1, len(engines))
-    base_ms = parts[:, 1] + rounds[:, which]  # round time of each row under each round combination
-    sums = rounds.sum(axis=1)
-    best: tuple[float, float, float, np.ndarray] | None = None
-    for step in JOINT_STEP_GRID_MS:
-        errors = _row_medians(np.abs(gain / (base_ms + step * gamma) - 1.0))
-        i = int(np.lexsort((sums, errors))[0])  # the least error, then the smallest sum
-        key = (float(errors[i]), step + float(sums[i]))
-        if best is None or key < (best[0], best[1]):
-            best = (key[0], key[1], step, rounds[i])
-    assert best is not None
-    return EngineOverheads(best[2], tuple((e, float(r)) for e, r in zip(engines, best[3])))
+        fixed = fixed or {}
+        return EngineOverheads(0.0, tuple((e, fixed[e]) for e in sorted(fixed)))
+    fitted = _search(_engine_grid(rows, source, fixed, by_shape))[0]
+    assert isinstance(fitted, EngineOverheads)
+    return fitted
+
+
+@dataclass(frozen=True)
+class OverheadModel:
+    """One model of what the engines spend beyond the kernels, fitted by a grid search (:data:`Grid`)."""
+
+    name: str
+    grid: Callable[[list[Priced], str], Grid]
+
+    def fit(self, rows: list[Priced], source: str) -> Overhead:
+        """Fitted on ``rows`` (no rows: no overhead)."""
+        return _search(self.grid(rows, source))[0] if rows else 0.0
+
+    def leave_one_out(self, rows: list[Priced], source: str) -> list[Overhead]:
+        """Per row of ``rows``: the model fitted on the others."""
+        return _search(self.grid(rows, source), leave_one_out=True) if len(rows) > 1 else [0.0] * len(rows)
+
+    def describe(self, o: Overhead) -> str:
+        """The fitted values, in ms."""
+        if isinstance(o, EngineOverheads):
+            return f"{o.per_draft_step_ms:.2f} ms/step; " + ", ".join(f"{e} {r:.2f}" for e, r in o.per_round_ms) \
+                + " ms/round"
+        if isinstance(o, EngineRoundOverhead):
+            return (f"{o.per_draft_step_ms:.2f} ms/step + {o.per_round_ms:.2f} ms/round"
+                    + (f" + {o.per_extra_sequence_ms:.2f} ms/extra sequence" if "sequence" in self.name else ""))
+        return f"{o:.2f} ms/step"
+
+
+OVERHEAD_MODELS = (
+    OverheadModel("per draft step", _per_step_grid),
+    OverheadModel("+ per round", lambda rows, s: _round_grid(rows, s, per_sequence=False)),
+    OverheadModel("+ per extra sequence", lambda rows, s: _round_grid(rows, s, per_sequence=True)),
+    OverheadModel("per engine", _engine_grid),
+    OverheadModel("per engine, trees apart", lambda rows, s: _engine_grid(rows, s, by_shape=True)),
+    OverheadModel("SGLang's from its source", lambda rows, s: _engine_grid(rows, s, {"sglang": SGLANG_OVERLAP_ROUND_MS})),
+)
+"""The overhead models tried, simplest first: a fixed overhead per draft step (the engines' draft loop:
+sampling, top-k, bookkeeping, launches the kernel tables do not time); + one per round; + one per sequence
+beyond the first; a per-step one and a per-round one per engine (SGLang ran speculative rounds without its
+overlap scheduler before "spec v2"); the same with an engine's trees apart from its chains; SGLang's per-round
+term held at the value its own measurement gives (:data:`sim.stepcost.SGLANG_OVERLAP_ROUND_MS`)."""
+MODEL_RULE = ("adopted per source: the model with the least leave-one-out median |error| over the fit rows the "
+              "kernel tables priced (each fit row predicted by the model fitted on the other fit rows), ties to the "
+              "simpler; held-out rows are not consulted")
+
+
+@dataclass(frozen=True)
+class ModelScore:
+    """One overhead model for one source: fitted on the fit rows, with its leave-one-out median |error| there."""
+
+    model: OverheadModel
+    source: str
+    fitted: Overhead
+    leave_one_out: float | None
+
+
+def score_models(priced: list[Priced], source: str) -> list[ModelScore]:
+    """Every model of :data:`OVERHEAD_MODELS` fitted on the fit rows of ``priced`` and scored by leave-one-out."""
+    fit = [p for p in priced if not p.held_out]
+    covered = [i for i, p in enumerate(fit) if p.costs["kernels"].target_side.source == "kernels"]
+    out = []
+    for model in OVERHEAD_MODELS:
+        loo = model.leave_one_out(fit, source)
+        errs = [abs(_err(fit[i].speedup(source, loo[i]), float(fit[i].row.published_speedup or 1))) for i in covered]
+        out.append(ModelScore(model, source, model.fit(fit, source), statistics.median(errs) if errs else None))
+    return out
+
+
+def choose_model(scores: Sequence[ModelScore]) -> ModelScore:
+    """The score :data:`MODEL_RULE` adopts: the least leave-one-out error, ties to the earlier (simpler) model."""
+    return min(scores, key=lambda sc: (float("inf") if sc.leave_one_out is None else round(sc.leave_one_out, 12),
+                                       OVERHEAD_MODELS.index(sc.model)))
 
 
 def _median(values: list[float]) -> str:
     return f"{100 * statistics.median(values):.1f}%" if values else "-"
 
 
-def rule_evidence(priced: list[Priced], per_step_ms: float, routing: str = DEFAULT_MOE_ROUTING) -> list[str]:
+def rule_evidence(priced: list[Priced], overhead: Overhead, routing: str = DEFAULT_MOE_ROUTING) -> list[str]:
     """The attention rule's evidence: the kernel error at batch > 1 (where the bracket is wide) under each rule."""
     wide = [p for p in priced if p.batch > 1 and p.costs["kernels"].target_side.source == "kernels"]
     out = []
@@ -338,9 +467,9 @@ def rule_evidence(priced: list[Priced], per_step_ms: float, routing: str = DEFAU
         for p in wide:
             q = price_row(p.row, rule, routing)
             if isinstance(q, Priced):
-                errs.append(abs(_err(q.speedup("kernels", per_step_ms), float(p.row.published_speedup or 1))))
+                errs.append(abs(_err(q.speedup("kernels", overhead), float(p.row.published_speedup or 1))))
         out.append(f"{rule} {_median(errs)}")
-    return [f"attention rule, kernel median |error| on the {len(wide)} batch > 1 rows (fitted overhead): "
+    return [f"attention rule, kernel median |error| on the {len(wide)} batch > 1 rows (adopted overhead): "
             + ", ".join(out)]
 
 
@@ -362,104 +491,113 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def round_term_lines(priced: list[Priced], base: dict[str, float], extended: dict[str, EngineRoundOverhead]) -> list[str]:
-    """Each term of :class:`EngineRoundOverhead` beside the per-step model: its fitted value, the fit and held-out
-    median |error| (the rows the kernel tables priced) and whether it improves the held-out rows it acts on."""
+def slowdown_counts(priced: list[Priced], source: str, overhead: Overhead) -> tuple[int, int, int, int]:
+    """Predictions at batch > 1: published slowdowns predicted below 1, those expressed, published speedups
+    predicted below 1 (false alarms), those expressed."""
+    wide = [p for p in priced if p.batch > 1]
+    slow = [p for p in wide if is_published_slowdown(p.row)]
+    fast = [p for p in wide if not is_published_slowdown(p.row)]
+    return (sum(p.speedup(source, overhead) < 1 for p in slow), len(slow),
+            sum(p.speedup(source, overhead) < 1 for p in fast), len(fast))
+
+
+def model_lines(priced: list[Priced], scores: Mapping[str, Sequence[ModelScore]],
+                chosen: Mapping[str, ModelScore]) -> list[str]:
+    """Per source and overhead model: its values fitted on the fit rows, its leave-one-out error there, its
+    held-out errors (all, batch-1, batch > 1) and the slowdowns at batch > 1 it predicts; then the choice."""
     covered = [p for p in priced if p.costs["kernels"].target_side.source == "kernels"]
-    fit = [p for p in covered if not p.held_out]
     held = [p for p in covered if p.held_out]
-    held_wide = [p for p in held if p.batch > 1]
-    lines = ["engine overhead per round, each term fitted on the fit rows (medians over the rows the kernel tables "
-             f"priced; held out: {len(held)} rows, {len(held_wide)} at batch > 1):"]
+    sets = (held, [p for p in held if p.batch == 1], [p for p in held if p.batch > 1])
+    lines = ["engine overhead models, each fitted on the fit rows (medians over the rows the kernel tables priced; "
+             f"held out: {len(held)} rows, {len(sets[1])} at batch 1, {len(sets[2])} at batch > 1):"]
     for s in SOURCES:
-        e, step_round = extended[s], fit_round_overhead([p for p in priced if not p.held_out], s, per_sequence=False)
-        models: list[tuple[str, Overhead, str]] = [
-            ("per draft step", base[s], f"{base[s]:.2f} ms/step"),
-            ("+ per round", step_round, f"{step_round.per_draft_step_ms:.2f} ms/step + {step_round.per_round_ms:.2f} "
-                                        "ms/round"),
-            ("+ per extra sequence", e, f"{e.per_draft_step_ms:.2f} + {e.per_round_ms:.2f} + "
-                                        f"{e.per_extra_sequence_ms:.2f} ms/extra sequence")]
-        for name, o, value in models:
-            lines.append(f"  {s:8s} {name:21s} {value:42s} fit {_pct(median_error(fit, s, o)):>6s}, held out "
-                         f"{_pct(median_error(held, s, o)):>6s}, held out at batch > 1 "
-                         f"{_pct(median_error(held_wide, s, o)):>6s}")
-        gains = [("per-round term", median_error(held, s, step_round), median_error(held, s, base[s]), "held-out"),
-                 ("per-sequence term", median_error(held_wide, s, e), median_error(held_wide, s, step_round),
-                  "held-out batch > 1")]
-        lines.append(f"  {s:8s} " + "; ".join(
-            f"{name} {'improves' if new is not None and old is not None and new < old else 'does not improve'} "
-            f"the {what} rows" for name, new, old, what in gains))
-    return lines
-
-
-def engine_term_lines(priced: list[Priced], base: dict[str, float],
-                      models: list[tuple[str, dict[str, EngineOverheads]]]) -> list[str]:
-    """Per-round terms beside the per-step model (``models``: a name and the overheads per source: per engine,
-    per engine and draft shape, SGLang's taken from its source); the fit and held-out median |error| (the rows
-    the kernel tables priced), held-out batch-1 and batch > 1 apart."""
-    covered = [p for p in priced if p.costs["kernels"].target_side.source == "kernels"]
-    fit = [p for p in covered if not p.held_out]
-    held = [p for p in covered if p.held_out]
-    lines = ["engine round terms: a per-round overhead per engine beside the per-step one, fitted on the fit rows; "
-             "then an engine's tree rounds apart from its chains; then SGLang's taken from its source "
-             f"({SGLANG_OVERLAP_ROUND_MS:.2f} ms/round hidden by its overlap scheduler, sgl-project/sglang PR #12128), "
-             "the per-step term refitted (medians over the rows the kernel tables priced):"]
-
-    def value(o: EngineOverheads) -> str:
-        return f"{o.per_draft_step_ms:.2f} ms/step; " + ", ".join(f"{e} {r:.2f}" for e, r in o.per_round_ms)
-    for s in SOURCES:
-        rows: list[tuple[str, Overhead, str]] = [("per draft step", base[s], f"{base[s]:.2f} ms/step")] + [
-            (name, o[s], value(o[s]) + " ms/round") for name, o in models]
-        for name, o, text in rows:
-            errs = [_pct(median_error(ps, s, o)) for ps in (
-                fit, held, [p for p in held if p.batch == 1], [p for p in held if p.batch > 1])]
-            lines.append(f"  {s:8s} {name:23s} {text:64s} fit {errs[0]:>6s}, held out {errs[1]:>6s}, held-out "
-                         f"batch-1 {errs[2]:>6s}, held out at batch > 1 {errs[3]:>6s}")
-    return lines
+        for sc in scores[s]:
+            errs = [_pct(median_error(rows, s, sc.fitted)) for rows in sets]
+            hit, slow, alarm, fast = slowdown_counts(priced, s, sc.fitted)
+            lines.append(f"  {s:8s} {sc.model.name:24s} {sc.model.describe(sc.fitted):66s} leave-one-out "
+                         f"{_pct(sc.leave_one_out):>6s}; held out {errs[0]:>6s} (batch-1 {errs[1]:>6s}, batch > 1 "
+                         f"{errs[2]:>6s}); slowdowns at batch > 1 {hit} of {slow}, false alarms {alarm} of {fast}")
+    return lines + [f"{MODEL_RULE}: " + "; ".join(f"{s} {chosen[s].model.name}" for s in SOURCES)
+                    + "; the rows below are priced with it"]
 
 
 def slowdown_lines(rows: list[PublishedResult], priced: list[Priced], skipped: dict[str, str],
-                   models: list[tuple[str, Mapping[str, Overhead]]]) -> list[str]:
+                   overhead: Mapping[str, Overhead], gated: Sequence[Priced] = ()) -> list[str]:
     """Every published slowdown at batch > 1: its prediction per source (and whether it is below 1), or why
-    it is not expressed; then the count the issue asks for (a slowdown "predicted" by the kernel column) and the
-    false alarms (published speedups at batch > 1 predicted below 1), under each overhead model of ``models``
-    (a label and the overhead per source; the first, unlabelled, is the per-step overhead)."""
+    it is not expressed (for a row whose published baseline is not lockstep decoding, :data:`BASELINE_LIMIT`,
+    also what it would be priced as lockstep); then the count the issue asks for (a slowdown "predicted" by the
+    kernel column) and the false alarms (published speedups at batch > 1 predicted below 1)."""
     by_id = {p.row.id: p for p in priced}
+    as_lockstep = {p.row.id: p for p in gated}
+
+    def predictions(p: Priced) -> str:
+        preds = {s: p.speedup(s, overhead[s]) for s in SOURCES}
+        return ", ".join(f"{s} {preds[s]:.2f}x ({'a slowdown' if preds[s] < 1 else 'not a slowdown'})"
+                         for s in SOURCES)
     slow = [r for r in rows if is_published_slowdown(r)]
     lines = [f"published slowdowns at batch > 1 (request-rate rows included): {len(slow)}"]
     for r in slow:
         p = by_id.get(r.id)
         head = f"  {r.id}: published {float(r.published_speedup or 1):.2f}x"
-        if p is None:
-            lines.append(f"{head}, not expressed: {skipped.get(r.id, '?')}")
+        if p is not None:
+            lines.append(f"{head}, predicted {predictions(p)}")
             continue
-        parts = []
-        for label, o in models:
-            preds = {s: p.speedup(s, o[s]) for s in SOURCES}
-            parts.append((f"{label}: " if label else "predicted ") + ", ".join(
-                f"{s} {preds[s]:.2f}x ({'a slowdown' if preds[s] < 1 else 'not a slowdown'})" for s in SOURCES))
-        lines.append(f"{head}, " + "; ".join(parts))
-    expressed = [by_id[r.id] for r in slow if r.id in by_id]
-    fast = [p for p in priced if p.batch > 1 and not is_published_slowdown(p.row)]
-    for label, o in models:
-        hits = {s: sum(p.speedup(s, o[s]) < 1 for p in expressed) for s in SOURCES}
-        alarms = {s: sum(p.speedup(s, o[s]) < 1 for p in fast) for s in SOURCES}
-        head = "published slowdowns at batch > 1" + (f" ({label})" if label else "")
-        lines.append(f"{head}: {len(expressed)} expressed, {hits['kernels']} predicted as slowdowns (kernels; "
-                     f"roofline: {hits['roofline']}); published speedups at batch > 1 predicted as slowdowns (false "
-                     f"alarms): {alarms['kernels']} of {len(fast)} (kernels; roofline: {alarms['roofline']})")
-    return lines
+        g = as_lockstep.get(r.id)
+        lines.append(f"{head}, not expressed: {skipped.get(r.id, '?')}"
+                     + (f"; priced as lockstep decoding it would be {predictions(g)}" if g is not None else ""))
+    hits = {s: slowdown_counts(priced, s, overhead[s]) for s in SOURCES}
+    k, f = hits["kernels"], hits["roofline"]
+    return lines + [f"published slowdowns at batch > 1: {k[1]} expressed, {k[0]} predicted as slowdowns (kernels; "
+                    f"roofline: {f[0]}); published speedups at batch > 1 predicted as slowdowns (false alarms): "
+                    f"{k[2]} of {k[3]} (kernels; roofline: {f[2]})"]
+
+
+def baseline_ratio(p: Priced) -> float | None:
+    """The row's published plain-decoding step over the lockstep step the kernels column prices (``None``
+    without a published baseline)."""
+    published = p.row.baseline_step_ms
+    return None if published is None else published / p.costs["kernels"].target_step_ms(p.context_tokens, p.batch)
+
+
+def baseline_lines(run: RoutingRun) -> list[str]:
+    """How the published baselines compare with the lockstep step priced: the spread over the expressed rows and
+    the rows beyond :data:`BASELINE_LIMIT`."""
+    kept = [r for p in run.priced if (r := baseline_ratio(p)) is not None]
+    far = [(p.row.id, baseline_ratio(p)) for p in run.gated]
+    spread = (f"ratio median {statistics.median(kept):.2f}, {min(kept):.2f} to {max(kept):.2f}" if kept else "none")
+    return [f"published baseline step / lockstep step priced (kernels column): {len(kept) + len(far)} rows publish a "
+            f"baseline; the {len(kept)} expressed: {spread}; beyond {BASELINE_LIMIT:g}x either way, not expressed: "
+            + (", ".join(f"{rid} {r:.2f}x" for rid, r in far) if far else "none")]
+
+
+def baseline_mismatch(p: Priced) -> str | None:
+    """Why a row's own published baseline rules out pricing it as lockstep decoding, or ``None``: the plain
+    decoding's step its figures imply (:attr:`PublishedResult.baseline_step_ms`) lies more than
+    :data:`BASELINE_LIMIT` times either way from the target step the kernels column prices for ``batch``
+    sequences in lockstep."""
+    ratio = baseline_ratio(p)
+    if ratio is None or 1 / BASELINE_LIMIT <= ratio <= BASELINE_LIMIT:
+        return None
+    published, cost = float(p.row.baseline_step_ms or 0), p.costs["kernels"]
+    model = published / ratio
+    many = f"{p.batch} sequences" if p.batch > 1 else "one sequence"
+    return (f"its published baseline implies {published:.1f} ms per decode step at batch {p.batch}, {ratio:.2f}x "
+            f"the step priced ({cost.target_side.source}) for {many} in lockstep, {model:.1f} ms (beyond "
+            f"{BASELINE_LIMIT:g}x either way): not {many} decoding in lockstep, or bound by what step costs do not "
+            "time")
 
 
 @dataclass(frozen=True)
 class RoutingRun:
-    """Every row priced with the MoE tables under one routing: the expressed rows, the reasons for the rest and the
-    per-step overhead per source fitted on the fit rows."""
+    """Every row priced with the MoE tables under one routing: the expressed rows, the reasons for the rest, the
+    per-step overhead per source fitted on the fit rows, and the rows priced but not expressed because their
+    published baseline is not lockstep decoding (``gated``)."""
 
     routing: str
     priced: list[Priced]
     skipped: list[tuple[str, str]]
     overhead: dict[str, float]
+    gated: list[Priced] = field(default_factory=list)
 
     def covered(self, held_out: bool) -> list[Priced]:
         """The fit (or held-out) rows the kernel tables priced: the rows every median is over."""
@@ -471,24 +609,25 @@ class RoutingRun:
         return median_error(rows, "kernels", self.overhead["kernels"])
 
     def slowdowns(self) -> tuple[int, int, int, int]:
-        """Kernel predictions at batch > 1 under the fitted per-step overhead: published slowdowns predicted,
-        expressed, published speedups predicted as slowdowns (false alarms), expressed."""
-        wide = [p for p in self.priced if p.batch > 1]
-        slow = [p for p in wide if is_published_slowdown(p.row)]
-        fast = [p for p in wide if not is_published_slowdown(p.row)]
-        hit = sum(p.speedup("kernels", self.overhead["kernels"]) < 1 for p in slow)
-        alarm = sum(p.speedup("kernels", self.overhead["kernels"]) < 1 for p in fast)
-        return hit, len(slow), alarm, len(fast)
+        """Kernel predictions at batch > 1 under the fitted per-step overhead (:func:`slowdown_counts`)."""
+        return slowdown_counts(self.priced, "kernels", self.overhead["kernels"])
 
 
 def price_all(rows: list[PublishedResult], routing: str) -> RoutingRun:
-    """Every row priced under ``routing``, the per-step overhead fitted per source on the fit rows."""
-    priced, skipped = [], []
+    """Every row priced under ``routing``, the per-step overhead fitted per source on the fit rows; a row whose
+    published baseline is not lockstep decoding (:func:`baseline_mismatch`) is not expressed, and kept apart."""
+    priced, skipped, gated = [], [], []
     for r in rows:
         p = price_row(r, routing=routing)
-        (skipped.append((r.id, p)) if isinstance(p, str) else priced.append(p))
+        if isinstance(p, str):
+            skipped.append((r.id, p))
+        elif (why := baseline_mismatch(p)) is not None:
+            skipped.append((r.id, why))
+            gated.append(p)
+        else:
+            priced.append(p)
     fit = [p for p in priced if not p.held_out]
-    return RoutingRun(routing, priced, skipped, {s: fit_overhead(fit, s) for s in SOURCES})
+    return RoutingRun(routing, priced, skipped, {s: fit_overhead(fit, s) for s in SOURCES}, gated)
 
 
 ROUTING_RULE = ("adopted: the routing with the least kernel median |error| on the fit rows the kernel tables priced "
@@ -539,7 +678,7 @@ def routing_changes(runs: Sequence[RoutingRun]) -> str:
                                                       else "no dense row changed"))
 
 
-def _row_lines(priced: list[Priced], overhead: dict[str, float]) -> tuple[list[str], dict]:
+def _row_lines(priced: list[Priced], overhead: Mapping[str, Overhead]) -> tuple[list[str], dict]:
     """One line per expressed row, and the |errors| the medians are taken over."""
     lines = [f"{'row':52s} {'set':4s} {'b':>3s} {'g':>2s} {'pub':>5s} {'kern':>6s} {'err':>7s} {'roof':>6s} "
              f"{'err':>7s}  target source (draft source)"]
@@ -566,32 +705,26 @@ def report(rows: list[PublishedResult]) -> str:
     """The whole validation as text."""
     runs = [price_all(rows, routing) for routing in MOE_ROUTINGS]
     chosen = choose_routing(runs)
-    priced, skipped, overhead = chosen.priced, chosen.skipped, chosen.overhead
+    priced, skipped = chosen.priced, chosen.skipped
     fit = [p for p in priced if not p.held_out]
-    extended = {s: fit_round_overhead(fit, s) for s in SOURCES}
+    scores = {s: score_models(priced, s) for s in SOURCES}
+    adopted = {s: choose_model(scores[s]) for s in SOURCES}
+    overhead = {s: adopted[s].fitted for s in SOURCES}
     lines = [f"{len(rows)} published rows: {len(priced)} expressed, {len(skipped)} not; split by id hash: "
              f"{len(fit)} fit, {len(priced) - len(fit)} held out", *routing_lines(runs, chosen),
-             "fitted overhead per draft step (fit rows only): " + ", ".join(
-                 f"{s} {overhead[s]:.2f} ms" for s in SOURCES), ""]
+             *model_lines(priced, scores, adopted), ""]
     row_lines, errs = _row_lines(priced, overhead)
     lines += [*row_lines, ""]
     lines.append(f"medians over the {sum(p.costs['kernels'].target_side.source == 'kernels' for p in priced)} rows "
                  "the kernel tables priced (both sources on the same rows):")
     for held, name in ((False, "fit rows"), (True, "held-out rows")):
-        for kind, what in (("raw", "no overhead"), ("fitted", "fitted overhead"), ("b1", "batch-1, fitted")):
+        for kind, what in (("raw", "no overhead"), ("fitted", "adopted overhead"), ("b1", "batch-1, adopted")):
             lines.append(f"median |error|, {name}, {what}: " + ", ".join(
                 f"{s} {_median(errs.get((s, kind, held), []))}" for s in SOURCES))
     lines.extend(rule_evidence(priced, overhead["kernels"], chosen.routing))
     lines.extend(borrowed_lines(rows))
-    engine_fit = {s: fit_engine_overheads(fit, s) for s in SOURCES}
-    shape_fit = {s: fit_engine_overheads(fit, s, by_shape=True) for s in SOURCES}
-    engine_source = {s: fit_engine_overheads(fit, s, {"sglang": SGLANG_OVERLAP_ROUND_MS}) for s in SOURCES}
-    lines.extend(round_term_lines(priced, overhead, extended))
-    lines.extend(engine_term_lines(priced, overhead, [
-        ("+ per round per engine", engine_fit), ("+ trees apart", shape_fit), ("+ SGLang's from source", engine_source)]))
-    lines.extend(slowdown_lines(rows, priced, dict(skipped), [
-        ("", overhead), ("with the round terms", extended), ("with the engine round terms", engine_fit),
-        ("with the engine and tree round terms", shape_fit), ("with SGLang's round term from its source", engine_source)]))
+    lines.extend(baseline_lines(chosen))
+    lines.extend(slowdown_lines(rows, priced, dict(skipped), overhead, chosen.gated))
     lines += ["", "not expressed:"] + [f"  {rid}: {why}" for rid, why in skipped]
     return "\n".join(lines)
 

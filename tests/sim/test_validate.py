@@ -7,13 +7,15 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from sim import kernels
 from sim.published import PublishedResult
 from sim.stepcost import EngineOverheads, EngineRoundOverhead
-from sim.validate import (Priced, RoutingRun, TreeFlags, choose_routing, fit_engine_overheads, fit_round_overhead,
-                          is_held_out, main)
+from sim.validate import (BASELINE_LIMIT, OVERHEAD_MODELS, ModelScore, Priced, RoutingRun, TreeFlags,
+                          _leave_one_out_medians, choose_model, choose_routing, fit_engine_overheads,
+                          fit_round_overhead, is_held_out, main, baseline_mismatch, slowdown_lines)
 
 HAS_KERNELS = kernels.kernels_unavailable() is None
 needs_kernels = pytest.mark.skipif(not HAS_KERNELS, reason="aiconfigurator-core (the costs extra) not installed")
@@ -29,9 +31,8 @@ batch = 1
 gamma = 3
 acceptance = 2.9
 acceptance_kind = "tau_incl_bonus"
-baseline_tok_s = 190.0
-spec_tok_s = 404.0
-tok_s_kind = "total"
+speedup = 2.126
+speedup_metric = "throughput"
 source = "a test"
 cells = "written by the test"
 '''
@@ -54,7 +55,7 @@ def test_validate_prints_rows_medians_and_skips(table: Path, capsys: pytest.Capt
     assert main(["--table", str(table)]) == 0
     out = capsys.readouterr().out
     assert "7 published rows: 5 expressed, 2 not" in out
-    assert "median |error|, held-out rows, fitted overhead: kernels" in out
+    assert "median |error|, held-out rows, adopted overhead: kernels" in out
     assert "tree topk 4, 8 tokens" in out  # an SGLang EAGLE tree is priced as SGLang's round
     assert "vllm-tree-row: a eagle3 tree in vllm (the seam prices SGLang's EAGLE trees" in out
     assert "lookahead-row: draft kind lookahead" in out
@@ -86,12 +87,12 @@ def test_slowdowns_at_batch_above_1_are_reported_with_borrowed_acceptance(
     lender = ROW.format(id="b1", target="Llama-3.2-1B", draft="eagle3", hw="l4").replace("acceptance = 2.9",
                                                                                          "acceptance = 1.1")
     borrower = (ROW.format(id="b64", target="Llama-3.2-1B", draft="eagle3", hw="l4")
-                .replace("batch = 1", "batch = 64").replace("spec_tok_s = 404.0", "spec_tok_s = 150.0")
+                .replace("batch = 1", "batch = 64").replace("speedup = 2.126", "speedup = 0.789")
                 .replace('acceptance = 2.9\nacceptance_kind = "tau_incl_bonus"\n', 'acceptance_from = "b1"\n'))
     by_rate = (ROW.format(id="qps8", target="Llama-3.2-1B", draft="eagle3", hw="l4")
                .replace("batch = 1", 'batch_kind = "request_rate"\nrequest_rate_qps = 8.0')
                .replace('acceptance = 2.9\nacceptance_kind = "tau_incl_bonus"\n', "")
-               .replace("spec_tok_s = 404.0", "spec_tok_s = 100.0"))
+               .replace("speedup = 2.126", "speedup = 0.526"))
     path = tmp_path / "published.toml"
     path.write_text(lender + borrower + by_rate)
     assert main(["--table", str(path)]) == 0
@@ -102,10 +103,9 @@ def test_slowdowns_at_batch_above_1_are_reported_with_borrowed_acceptance(
     assert "  qps8: published 0.53x, not expressed: no published acceptance" in out
     assert "published slowdowns at batch > 1: 1 expressed, 1 predicted as slowdowns (kernels; roofline: 1)" in out
     assert "(false alarms): 0 of 0 (kernels; roofline: 0)" in out
-    assert "published slowdowns at batch > 1 (with the round terms): 1 expressed" in out
-    assert "published slowdowns at batch > 1 (with the engine round terms): 1 expressed" in out
-    assert "published slowdowns at batch > 1 (with SGLang's round term from its source): 1 expressed" in out
-    assert "  kernels  + SGLang's from source  " in out and "sglang 1.96 ms/round" in out
+    assert any(line.startswith("  kernels  SGLang's from its source ") and "; sglang 1.96 ms/round" in line
+               for line in out.splitlines())
+    assert "held-out rows are not consulted: kernels per draft step; roofline per draft step;" in out
 
 
 LLAMA_LIKE = {"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 16, "hidden_size": 2048,
@@ -124,10 +124,10 @@ def h100_table(tmp_path: Path) -> Path:
     row = ROW.replace('engine = "sglang"', 'engine = "sglang"\ntp = 1')
     lender = row.format(id="b1", target=model, draft="eagle3", hw="h100").replace("acceptance = 2.9", "acceptance = 1.1")
     slow = (row.format(id="b64", target=model, draft="eagle3", hw="h100").replace("batch = 1", "batch = 64")
-            .replace("spec_tok_s = 404.0", "spec_tok_s = 150.0")
+            .replace("speedup = 2.126", "speedup = 0.789")
             .replace('acceptance = 2.9\nacceptance_kind = "tau_incl_bonus"\n', 'acceptance_from = "b1"\n'))
     fast = (row.format(id="b8", target=model, draft="eagle3", hw="h100").replace("batch = 1", "batch = 8")
-            .replace("spec_tok_s = 404.0", "spec_tok_s = 300.0").replace('"a test"', '"another test"'))
+            .replace("speedup = 2.126", "speedup = 1.579").replace('"a test"', '"another test"'))
     path = tmp_path / "published.toml"
     path.write_text(lender + slow + fast)
     return path
@@ -146,7 +146,7 @@ def test_slowdown_count_with_the_extra(h100_table: Path, capsys: pytest.CaptureF
     assert "held-out rows are not consulted: balanced;" in out  # a dense table: every routing ties, the first wins
     assert "published slowdowns at batch > 1: 1 expressed, 1 predicted as slowdowns (kernels; roofline: 1); " \
            "published speedups at batch > 1 predicted as slowdowns (false alarms): 0 of 1 (kernels; roofline: 0)" in out
-    assert "engine overhead per round, each term fitted on the fit rows" in out
+    assert "engine overhead models, each fitted on the fit rows" in out
 
 
 def test_slowdown_count_without_the_extra(h100_table: Path, monkeypatch: pytest.MonkeyPatch,
@@ -251,3 +251,63 @@ def test_the_routing_is_chosen_on_the_fit_rows_only() -> None:
     assert runs[1].error(True, "1") == pytest.approx(0.5)
     assert choose_routing([_run("balanced", 0.10, 0.9), _run("power_law_1.2", 0.02, 0.0)]).routing == "power_law_1.2"
     assert choose_routing([_run("power_law_1.2", 0.05, 0.0), _run("balanced", 0.05, 0.3)]).routing == "balanced"
+
+
+def test_leave_one_out_medians_match_recomputing() -> None:
+    """Each column is the median of its row without that element, ties and even or odd lengths alike."""
+    rng = np.random.default_rng(7)
+    for n in (2, 3, 4, 9, 10):
+        a = rng.random((20, n))
+        a[:, 1] = a[:, 0]
+        want = np.array([[np.median(np.delete(row, j)) for j in range(n)] for row in a])
+        assert np.allclose(_leave_one_out_medians(a), want)
+
+
+def test_leave_one_out_fits_are_refits_without_the_row() -> None:
+    """A model's leave-one-out fits (one sort per grid point) equal fitting it again without each row."""
+    truth = EngineOverheads(0.2, (("sglang", 1.6), ("sglang tree", 3.0), ("trtllm", 0.4)))
+    rows = _rows_of(truth, (("sglang", False), ("trtllm", False)))
+    for i, p in enumerate(rows):  # noise, so that leaving a row out moves the fit
+        p.__dict__["parts"] = {"kernels": (p.parts["kernels"][0] * (1 + 0.03 * ((i * 7) % 5 - 2)),
+                                           *p.parts["kernels"][1:])}
+    for model in OVERHEAD_MODELS:
+        loo = model.leave_one_out(rows, "kernels")
+        assert [repr(o) for o in loo] == [repr(model.fit(rows[:i] + rows[i + 1:], "kernels")) for i in range(len(rows))]
+    assert len({repr(o) for o in OVERHEAD_MODELS[3].leave_one_out(rows, "kernels")}) > 1
+
+
+def test_the_model_is_chosen_by_leave_one_out_ties_to_the_simpler() -> None:
+    scores = [ModelScore(m, "kernels", 0.0, e) for m, e in zip(OVERHEAD_MODELS, (0.08, 0.05, 0.05, None, 0.09, 0.2))]
+    assert choose_model(scores).model is OVERHEAD_MODELS[1]
+    assert choose_model(scores[3:]).model is OVERHEAD_MODELS[4]
+
+
+def _with_baseline(tok_s: float, batch: int = 8) -> Priced:
+    """A batch-``batch`` slowdown whose plain decoding published ``tok_s`` tokens/s in all, priced at a 10.5 ms
+    lockstep step (known costs)."""
+    row = PublishedResult(id=f"b{batch}-{tok_s:g}", target="t", draft_kind="eagle3", engine="sglang",
+                          source="a test", cells="written by the test", batch=batch, gamma=3, baseline_tok_s=tok_s,
+                          spec_tok_s=0.9 * tok_s, tok_s_kind="total")
+    cost = SimpleNamespace(target_step_ms=lambda context, batch: 10.5, target_side=SimpleNamespace(source="kernels"))
+    p = Priced(row, 0.7, 3, batch, 1024.0, {"kernels": cost, "roofline": cost}, False)  # type: ignore[dict-item]
+    p.__dict__["parts"] = {s: (2.0, 12.0, 10.5) for s in ("kernels", "roofline")}  # a 1.75x speedup as lockstep
+    return p
+
+
+def test_a_row_whose_baseline_is_not_lockstep_is_not_expressed() -> None:
+    """8 sequences at a published 8000 / (3 x 10.5) tokens/s imply a 31.5 ms step, 3x the 10.5 ms priced: beyond
+    :data:`BASELINE_LIMIT`, named with the ratio; at 1.5x (and at 1/1.5x) the row stays; in the slowdown list the
+    gated row says what lockstep pricing would predict, and is not counted."""
+    assert BASELINE_LIMIT == 2.0
+    far = _with_baseline(8000 / 31.5)
+    assert far.row.baseline_step_ms == pytest.approx(31.5)
+    why = baseline_mismatch(far)
+    assert why is not None and "31.5 ms per decode step at batch 8, 3.00x the step priced (kernels) for 8 " \
+        "sequences in lockstep, 10.5 ms (beyond 2x either way)" in why
+    assert baseline_mismatch(_with_baseline(8000 / (1.5 * 10.5))) is None
+    assert baseline_mismatch(_with_baseline(8000 * 1.5 / 10.5)) is None
+    lines = slowdown_lines([far.row], [], {far.row.id: why}, {"kernels": 0.0, "roofline": 0.0}, [far])
+    assert f"  {far.row.id}: published 0.90x, not expressed: its published baseline implies" in lines[1]
+    assert lines[1].endswith("; priced as lockstep decoding it would be kernels 1.75x (not a slowdown), roofline "
+                             "1.75x (not a slowdown)")
+    assert lines[-1].startswith("published slowdowns at batch > 1: 0 expressed, 0 predicted as slowdowns")
