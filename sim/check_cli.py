@@ -169,7 +169,7 @@ def _seam_claim(args: argparse.Namespace) -> tuple[Verdict, RooflineCheck | None
     known = args.preset is not None or (args.target in MODELS and args.draft in [*MODELS, *HEAD_KINDS])
     pair = (get_pair(args.preset) if args.preset else make_pair(args.draft, args.target)) if known else None
     gammas = [args.gamma] if args.gamma is not None else [args.gamma_max]
-    cost = seam_cost(args, pair, gammas)
+    cost = seam_cost(args, pair, gammas, args.engine_overhead == "fitted")
     verdict = check_speedup(cost, args.speedup, args.gamma, alpha=args.alpha, tau=args.tau,
                             gamma_max=args.gamma_max, context_tokens=args.context_tokens,
                             parameter_ratio=None, typical=typical_alpha(pair))

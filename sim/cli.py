@@ -57,6 +57,7 @@ from sim.acceptance import (
 )
 from sim.cost import CostModel, LeviathanCost, load_cost_model, pair_roofline_cost
 from sim.kernels import DEFAULT_MOE_ROUTING, ENGINES, MOE_ROUTINGS
+from sim.engine_overheads import with_fitted_overhead
 from sim.stepcost import COST_SOURCES, DRAFT_KINDS, DTYPES, GpuSetup, build_step_cost, check_fits, source_lines
 from sim.limits import (
     ARRIVAL_RATE_ARG,
@@ -111,9 +112,9 @@ def _model_arg(what: str, presets: list[str]) -> Any:
     return convert
 
 
-def _add_gpu_flags(p: argparse.ArgumentParser, batch: bool = True) -> None:
+def _add_gpu_flags(p: argparse.ArgumentParser, batch: bool = True, overhead: bool = True) -> None:
     """The GPU step-cost flags (sim/stepcost.py): engine, parallelism, dtype, cost source, lockstep batch (``sim
-    tree`` has its own ``--batch``)."""
+    tree`` has its own ``--batch``), the engine's fitted overhead per chain round (not for trees: ``overhead``)."""
     p.add_argument("--engine", type=choice_arg("engine", ENGINES),
                    help=f"serving engine whose kernel tables price the steps: {', '.join(ENGINES)} (default vllm)")
     p.add_argument("--tp", type=int_arg(1, 64), help="tensor-parallel GPUs (default 1)")
@@ -130,6 +131,10 @@ def _add_gpu_flags(p: argparse.ArgumentParser, batch: bool = True) -> None:
     if batch:
         p.add_argument("--batch", type=int_arg(1, MAX_BATCH_LIMIT), help="analytic mode: B sequences decoding in "
                        "lockstep (default 1)")
+    if overhead:
+        p.add_argument("--engine-overhead", type=choice_arg("engine overhead", ENGINE_OVERHEADS), default="fitted",
+                       help="fitted (default: add what the engine spends per round beyond the kernels, as python -m "
+                       "sim validate fitted it on published results; sim/data/engine_overheads.toml) or none")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -266,6 +271,7 @@ def _check_mode_flags(args: argparse.Namespace) -> None:
         raise CliError(f"--out and --chart name the same file {args.out!r}")
 
 
+ENGINE_OVERHEADS = ("fitted", "none")
 GPU_FLAGS = ("engine", "tp", "ep", "dtype", "cost_source", "moe_routing")
 
 
@@ -319,15 +325,20 @@ def _resolve_pair(args: argparse.Namespace) -> Pair | None:
     return None
 
 
-def seam_cost(args: argparse.Namespace, pair: Pair | None, gammas: list[int]) -> CostModel:
-    """The seam's cost for --target/--draft (or a preset's two models) on --hardware with the GPU flags."""
+def seam_cost(args: argparse.Namespace, pair: Pair | None, gammas: list[int], overhead: bool = False) -> CostModel:
+    """The seam's cost for --target/--draft (or a preset's two models) on --hardware with the GPU flags; with
+    ``overhead`` (a chain's), on a GPU, plus the engine's fitted overhead per round
+    (:func:`sim.engine_overheads.with_fitted_overhead`)."""
     target, draft = args.target, args.draft
     if pair is not None:
         target = pair.target.name
         draft = pair.head.kind if pair.head is not None else pair.draft.name
     setup = gpu_setup(args, args.hardware or (pair.default_hardware if pair else "h100-sxm"))
-    return build_step_cost(target, draft, setup, args.cost_source or "auto", getattr(args, "batch", None) or 1,
-                           args.context_tokens, max(gammas))
+    batch = getattr(args, "batch", None) or 1
+    cost = build_step_cost(target, draft, setup, args.cost_source or "auto", batch, args.context_tokens, max(gammas))
+    if not overhead or setup.hardware.name == "cpu":
+        return cost
+    return with_fitted_overhead(cost, setup.engine, batch)
 
 
 def _head_only_pair(args: argparse.Namespace) -> Pair | None:
@@ -445,7 +456,8 @@ def resolve(args: argparse.Namespace) -> Setup:
         pair.default_hardware if pair else "h100-sxm"))
     if not seam:
         check_preset_fits(pair, hardware, args.context_tokens, max(gammas))
-    cost = seam_cost(args, pair, gammas) if seam else None  # checks the models and the GPU setup first
+    cost = seam_cost(args, pair, gammas, args.engine_overhead == "fitted") if seam else None  # checks the models
+    # and the GPU setup first
     acceptance = _resolve_acceptance(args, pair or _head_only_pair(args), gammas)
     cost = cost or _resolve_cost(args, pair, hardware)
     cost_ratio = cost.draft_step_ms(args.context_tokens) / cost.target_step_ms(args.context_tokens)

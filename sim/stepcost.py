@@ -523,7 +523,8 @@ def source_lines(cost_description: dict) -> list[str]:
         lines = [f"model: {s['target']} ({s['target_kind']}, {s['target_params_b']:g}B params; {s['target_origin']})"
                  f" on {s['tp']} x {s['hardware']} at {s['dtype']}{engine}; draft: {s['draft']}",
                  f"cost source: target {t['source']} ({t['why']}); draft {d['source']} ({d['why']})"]
-        return lines + [f"note: {n}" for n in cost_description.get("notes", [])]
+        extra = [cost_description["engine_overhead"]] if cost_description.get("engine_overhead") else []
+        return lines + extra + [f"note: {n}" for n in cost_description.get("notes", [])]
     what = {"roofline": "roofline (presets/hardware.py datasheet numbers), target and draft",
             "tabulated": "measured (a fitted cost-model file), target and draft",
             "leviathan": "cost ratio (Leviathan et al.'s model: draft step = c x target step)"}

@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", type=choice_arg("model", list(MODELS)), help="target model name (with --draft)")
     p.add_argument("--hardware", type=choice_arg("hardware", list(HARDWARE)), help="hardware profile "
                    "(default: the pair's)")
-    _add_gpu_flags(p, batch=False)
+    _add_gpu_flags(p, batch=False, overhead=False)
     c = p.add_mutually_exclusive_group()
     c.add_argument("--cost-ratio", type=COST_RATIO_ARG, metavar="C",
                    help="pure Leviathan cost model: every draft forward = C x target step, verify = target step")

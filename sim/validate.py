@@ -68,6 +68,7 @@ from __future__ import annotations
 import hashlib
 import statistics
 import sys
+from pathlib import Path
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Callable, Iterator, Mapping, Sequence
@@ -77,8 +78,8 @@ import numpy as np
 from presets.hardware import HARDWARE
 from sim.acceptance import IIDAcceptance, implied_alpha_from_tau
 from sim.analytic import predict_row
-from sim.cost import CostModel
-from sim.published import PublishedResult, load_published
+from sim.engine_overheads import OVERHEADS_FILE, FittedOverhead, table_sha256, write_overheads
+from sim.published import PUBLISHED_FILE, PublishedResult, load_published
 from sim.kernels import ATTENTION_RULES, DEFAULT_MOE_ROUTING, MOE_ROUTINGS
 from sim.modelref import resolve_model
 from sim.stepcost import (SGLANG_OVERLAP_ROUND_MS, TP_SIZES, EngineOverheads, EngineRoundOverhead, GpuSetup, StepCost,
@@ -108,29 +109,6 @@ sequences), which no step cost reproduces."""
 
 
 @dataclass(frozen=True)
-class StepOverhead:
-    """A cost model plus a fixed overhead per draft step (the fitted parameter)."""
-
-    cost: CostModel
-    per_step_ms: float
-
-    def target_step_ms(self, context_tokens: float, batch: int = 1) -> float:
-        return self.cost.target_step_ms(context_tokens, batch)
-
-    def draft_step_ms(self, context_tokens: float, batch: int = 1) -> float:
-        return self.cost.draft_step_ms(context_tokens, batch) + self.per_step_ms
-
-    def verify_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
-        return self.cost.verify_ms(n_tokens, context_tokens, batch)
-
-    def round_overhead_ms(self, gamma: int) -> float:
-        return self.cost.round_overhead_ms(gamma)
-
-    def describe(self) -> dict:
-        return {"kind": "step+overhead", "per_step_ms": self.per_step_ms, "cost": self.cost.describe()}
-
-
-@dataclass(frozen=True)
 class TreeFlags:
     """A published SGLang EAGLE tree: ``topk`` and ``num_draft_tokens`` (the root included; the steps are the
     row's ``gamma``) and the published accept length, which a tree's τ is taken as directly."""
@@ -157,7 +135,7 @@ class Priced:
     def speedup(self, source: str, overhead: Overhead) -> float:
         """The predicted speedup with an engine overhead per round: a float is added to every draft step (a
         chain drafts γ tokens every round, so the round grows by γ · overhead, the same as
-        :class:`StepOverhead` through ``predict_row``); an :class:`EngineRoundOverhead` adds its round time."""
+        a per-step cost through ``predict_row``); an :class:`EngineRoundOverhead` adds its round time."""
         tokens, round_ms, base_ms = self.parts[source]
         if isinstance(overhead, EngineOverheads):
             overhead = overhead.for_engine(self.row.engine, self.tree is not None)
@@ -701,8 +679,22 @@ def _row_lines(priced: list[Priced], overhead: Mapping[str, Overhead]) -> tuple[
     return lines, errs
 
 
+@dataclass(frozen=True)
+class Validation:
+    """The whole validation: its text, and per source the adopted overhead with where it came from."""
+
+    text: str
+    adopted: dict[str, FittedOverhead]
+
+
 def report(rows: list[PublishedResult]) -> str:
     """The whole validation as text."""
+    return validate(rows).text
+
+
+def validate(rows: list[PublishedResult], table: Path = PUBLISHED_FILE) -> Validation:
+    """Every row priced, the routing and the overhead model chosen on the fit rows, everything printed; the
+    adopted overheads recorded with the table's SHA-256 (``table``: the file ``rows`` were read from)."""
     runs = [price_all(rows, routing) for routing in MOE_ROUTINGS]
     chosen = choose_routing(runs)
     priced, skipped = chosen.priced, chosen.skipped
@@ -726,18 +718,32 @@ def report(rows: list[PublishedResult]) -> str:
     lines.extend(baseline_lines(chosen))
     lines.extend(slowdown_lines(rows, priced, dict(skipped), overhead, chosen.gated))
     lines += ["", "not expressed:"] + [f"  {rid}: {why}" for rid, why in skipped]
-    return "\n".join(lines)
+    held_rows = [p for p in priced if p.held_out and p.costs["kernels"].target_side.source == "kernels"]
+    sha = table_sha256(table)
+    fitted = {s: FittedOverhead.of(s, adopted[s].model.name, overhead[s], fit_rows=len(fit),
+                                   leave_one_out_error=adopted[s].leave_one_out,
+                                   held_out_error=median_error(held_rows, s, overhead[s]), table_sha256=sha)
+              for s in SOURCES}
+    return Validation("\n".join(lines), fitted)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m sim validate [--table FILE]``: 0, or 2 with one line on a bad table."""
+    """``python -m sim validate [--table FILE] [--write-overheads [FILE]]``: 0, or 2 with one line on a bad table."""
     p = OneLineParser(prog=PROG, description="Predict every published result from its acceptance; print errors.")
     p.add_argument("--table", type=nonempty_arg("file name"), help="published-results TOML (default: the shipped)")
+    p.add_argument("--write-overheads", nargs="?", const=str(OVERHEADS_FILE), type=nonempty_arg("file name"),
+                   metavar="FILE", help="write the adopted engine overheads (default: the shipped "
+                   "sim/data/engine_overheads.toml, which python -m sim adds to a GPU chain's round)")
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    table = Path(args.table) if args.table else PUBLISHED_FILE
     try:
-        text = report(load_published(args.table))
+        result = validate(load_published(args.table), table)
+        if args.write_overheads:
+            write_overheads(Path(args.write_overheads), result.adopted)
     except (ValueError, OSError) as exc:
         print(f"{PROG}: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return 2
-    print(text)
+    print(result.text)
+    if args.write_overheads:
+        print(f"engine overheads written to {args.write_overheads}")
     return 0

@@ -1,0 +1,168 @@
+"""The engine overheads fitted on published results, shipped as data, and a cost model that pays them.
+
+What a serving engine spends per speculative round beyond the kernels (the
+draft loop's sampling and launches, the accept/reject bookkeeping SGLang ran
+without its overlap scheduler) is fitted by ``python -m sim validate`` on the
+fit half of the published table (:mod:`sim.validate`: the overhead model with
+the least leave-one-out error, per cost source) and written with
+``--write-overheads`` to ``sim/data/engine_overheads.toml``. The file names
+the model, its values, the rows it was fitted on, its leave-one-out and
+held-out median |error| and the SHA-256 of the table it came from (a test
+holds it to the shipped table, so an edited table without a refit fails).
+
+``python -m sim`` (and ``sim check``) price a GPU chain through the step-cost
+seam and then add the fitted overhead of the source that priced the target
+(:class:`WithEngineOverhead`), saying so in one line; ``--engine-overhead
+none`` leaves it out. An engine with no per-round term of its own (one no
+fitted row ran on) pays the per-draft-step term only, and the line says that.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.stepcost import EngineOverheads, EngineRoundOverhead, StepCost, round_kind
+
+OVERHEADS_FILE = Path(__file__).with_name("data") / "engine_overheads.toml"
+SOURCES = ("kernels", "roofline")
+
+
+@dataclass(frozen=True)
+class FittedOverhead:
+    """One cost source's adopted overhead model and where it came from (ms). ``per_round_ms`` holds a per-round
+    term per round kind (an engine, or ``"<engine> tree"``); ``any_round_ms`` is what a kind not named pays (a
+    model with one per-round term for every engine puts it there)."""
+
+    source: str
+    model: str
+    per_draft_step_ms: float = 0.0
+    per_round_ms: tuple[tuple[str, float], ...] = ()
+    any_round_ms: float = 0.0
+    per_extra_sequence_ms: float = 0.0
+    fit_rows: int = 0
+    leave_one_out_error: float | None = None
+    held_out_error: float | None = None
+    table_sha256: str = ""
+
+    @classmethod
+    def of(cls, source: str, model: str, o: float | EngineRoundOverhead | EngineOverheads, **where: object) -> FittedOverhead:
+        """The record of a fitted overhead of any model shape (:data:`sim.validate.Overhead`)."""
+        if isinstance(o, EngineOverheads):
+            return cls(source, model, o.per_draft_step_ms, o.per_round_ms, **where)  # type: ignore[arg-type]
+        if isinstance(o, EngineRoundOverhead):
+            return cls(source, model, o.per_draft_step_ms, (), o.per_round_ms, o.per_extra_sequence_ms,
+                       **where)  # type: ignore[arg-type]
+        return cls(source, model, float(o), **where)  # type: ignore[arg-type]
+
+    def for_engine(self, engine: str, tree: bool = False) -> EngineRoundOverhead:
+        """What a round of ``engine`` (a tree round where ``tree``) pays."""
+        rounds = dict(self.per_round_ms)
+        per_round = rounds.get(round_kind(engine, tree), rounds.get(engine, self.any_round_ms))
+        return EngineRoundOverhead(self.per_draft_step_ms, per_round, self.per_extra_sequence_ms)
+
+    def names_engine(self, engine: str) -> bool:
+        """Whether a per-round term was fitted for ``engine`` (or one holds for every engine)."""
+        return engine in dict(self.per_round_ms) or self.any_round_ms > 0 or not self.per_round_ms
+
+
+def table_sha256(path: Path) -> str:
+    """The SHA-256 of a published table's bytes: which table a fitted overhead came from."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _toml_key(key: str) -> str:
+    return key if key.replace("_", "").isalnum() else f'"{key}"'
+
+
+def write_overheads(path: Path, fitted: dict[str, FittedOverhead]) -> None:
+    """Write one table per source (TOML, by hand: the values are numbers and short strings)."""
+    lines = ["# The engine overheads python -m sim validate --write-overheads fitted on the published table's fit rows",
+             "# (sim/engine_overheads.py); written by the command, not by hand.", ""]
+    for source in SOURCES:
+        f = fitted[source]
+        rounds = ", ".join(f"{_toml_key(k)} = {v:.4f}" for k, v in f.per_round_ms)
+        lines += [f"[{source}]", f'model = "{f.model}"', f"per_draft_step_ms = {f.per_draft_step_ms:.4f}",
+                  f"per_round_ms = {{ {rounds} }}" if rounds else "per_round_ms = {}",
+                  f"any_round_ms = {f.any_round_ms:.4f}", f"per_extra_sequence_ms = {f.per_extra_sequence_ms:.4f}",
+                  f"fit_rows = {f.fit_rows}"]
+        lines += [f"{name} = {value:.6f}" for name, value in (("leave_one_out_error", f.leave_one_out_error),
+                                                               ("held_out_error", f.held_out_error))
+                  if value is not None]
+        lines += [f'table_sha256 = "{f.table_sha256}"', ""]
+    path.write_text("\n".join(lines))
+
+
+def load_overheads(path: Path = OVERHEADS_FILE) -> dict[str, FittedOverhead]:
+    """The fitted overheads per source; a missing or malformed file is one ``ValueError`` line naming it."""
+    try:
+        doc = tomllib.loads(path.read_text())
+        out = {}
+        for source in SOURCES:
+            t = doc[source]
+            out[source] = FittedOverhead(
+                source, str(t["model"]), float(t["per_draft_step_ms"]),
+                tuple((str(k), float(v)) for k, v in dict(t["per_round_ms"]).items()), float(t["any_round_ms"]),
+                float(t["per_extra_sequence_ms"]), int(t["fit_rows"]),
+                None if "leave_one_out_error" not in t else float(t["leave_one_out_error"]),
+                None if "held_out_error" not in t else float(t["held_out_error"]), str(t["table_sha256"]))
+        return out
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"engine overheads {path}: {exc}; rewrite it with python -m sim validate "
+                         "--write-overheads") from None
+
+
+@dataclass(frozen=True)
+class WithEngineOverhead:
+    """A seam cost plus an engine's fitted overhead per round (γ draft steps over ``batch`` sequences)."""
+
+    cost: StepCost
+    overhead: EngineRoundOverhead
+    fitted: FittedOverhead
+    engine: str
+    batch: int = 1
+
+    def target_step_ms(self, context_tokens: float, batch: int = 1) -> float:
+        return self.cost.target_step_ms(context_tokens, batch)
+
+    def draft_step_ms(self, context_tokens: float, batch: int = 1) -> float:
+        return self.cost.draft_step_ms(context_tokens, batch)
+
+    def verify_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
+        return self.cost.verify_ms(n_tokens, context_tokens, batch)
+
+    def draft_forward_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
+        return self.cost.draft_forward_ms(n_tokens, context_tokens, batch)
+
+    def prefill_ms(self, prompt_tokens: int, batch: int = 1) -> float:
+        return self.cost.prefill_ms(prompt_tokens, batch)
+
+    def round_overhead_ms(self, gamma: int) -> float:
+        return self.cost.round_overhead_ms(gamma) + self.overhead.round_ms(gamma, self.batch)
+
+    def line(self) -> str:
+        """The one line saying what is added, from where, and how to leave it out."""
+        o, f = self.overhead, self.fitted
+        parts = [f"{o.per_draft_step_ms:.2f} ms per draft step"]
+        if o.per_round_ms:
+            parts.append(f"{o.per_round_ms:.2f} ms per round")
+        if o.per_extra_sequence_ms:
+            parts.append(f"{o.per_extra_sequence_ms:.2f} ms per sequence beyond the first")
+        own = "" if f.names_engine(self.engine) else (f"; no fitted row ran on {self.engine}, so no per-round "
+                                                      "term of its own")
+        err = "" if f.held_out_error is None else f", held-out median |error| {100 * f.held_out_error:.1f}%"
+        return (f"engine overhead: {' + '.join(parts)} ({self.engine}, {f.source} source; the '{f.model}' model "
+                f"python -m sim validate fitted on {f.fit_rows} published rows{err}{own}; --engine-overhead none "
+                "leaves it out)")
+
+    def describe(self) -> dict:
+        return {**self.cost.describe(), "engine_overhead": self.line()}
+
+
+def with_fitted_overhead(cost: StepCost, engine: str, batch: int = 1,
+                         path: Path = OVERHEADS_FILE) -> WithEngineOverhead:
+    """``cost`` plus the overhead fitted for the source that priced its target (a chain round of ``engine``)."""
+    fitted = load_overheads(path)[cost.target_side.source if cost.target_side.source in SOURCES else "roofline"]
+    return WithEngineOverhead(cost, fitted.for_engine(engine), fitted, engine, batch)
