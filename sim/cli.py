@@ -456,8 +456,8 @@ def resolve(args: argparse.Namespace) -> Setup:
         pair.default_hardware if pair else "h100-sxm"))
     if not seam:
         check_preset_fits(pair, hardware, args.context_tokens, max(gammas))
-    cost = seam_cost(args, pair, gammas, args.engine_overhead == "fitted") if seam else None  # checks the models
-    # and the GPU setup first
+    # the seam checks the models and the GPU setup first
+    cost = seam_cost(args, pair, gammas, args.engine_overhead == "fitted") if seam else None
     acceptance = _resolve_acceptance(args, pair or _head_only_pair(args), gammas)
     cost = cost or _resolve_cost(args, pair, hardware)
     cost_ratio = cost.draft_step_ms(args.context_tokens) / cost.target_step_ms(args.context_tokens)
