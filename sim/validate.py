@@ -32,7 +32,9 @@ with more terms is adopted only where it predicts rows it was not fitted on
 better. Printed per model: its fitted values, the leave-one-out error, the
 held-out errors (all, batch-1, batch > 1) and the published slowdowns at
 batch > 1 it predicts with its false alarms; everything after is priced with
-the adopted model.
+the adopted model. ``--write-overheads`` writes the adopted models with where
+they came from (:mod:`sim.engine_overheads`), which ``python -m sim`` adds to
+a GPU chain's round.
 
 A row whose own published baseline is not lockstep decoding is not
 expressed: the plain decoding's step its figures imply
