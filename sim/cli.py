@@ -112,9 +112,9 @@ def _model_arg(what: str, presets: list[str]) -> Any:
     return convert
 
 
-def _add_gpu_flags(p: argparse.ArgumentParser, batch: bool = True, overhead: bool = True) -> None:
+def _add_gpu_flags(p: argparse.ArgumentParser, batch: bool = True) -> None:
     """The GPU step-cost flags (sim/stepcost.py): engine, parallelism, dtype, cost source, lockstep batch (``sim
-    tree`` has its own ``--batch``), the engine's fitted overhead per chain round (not for trees: ``overhead``)."""
+    tree`` has its own ``--batch``), the engine's fitted overhead (``sim validate`` fits it)."""
     p.add_argument("--engine", type=choice_arg("engine", ENGINES),
                    help=f"serving engine whose kernel tables price the steps: {', '.join(ENGINES)} (default vllm)")
     p.add_argument("--tp", type=int_arg(1, 64), help="tensor-parallel GPUs (default 1)")
@@ -131,10 +131,9 @@ def _add_gpu_flags(p: argparse.ArgumentParser, batch: bool = True, overhead: boo
     if batch:
         p.add_argument("--batch", type=int_arg(1, MAX_BATCH_LIMIT), help="analytic mode: B sequences decoding in "
                        "lockstep (default 1)")
-    if overhead:
-        p.add_argument("--engine-overhead", type=choice_arg("engine overhead", ENGINE_OVERHEADS), default="fitted",
-                       help="fitted (default: add what the engine spends per round beyond the kernels, as python -m "
-                       "sim validate fitted it on published results; sim/data/engine_overheads.toml) or none")
+    p.add_argument("--engine-overhead", type=choice_arg("engine overhead", ENGINE_OVERHEADS), default="fitted",
+                   help="fitted (default: add what the engine spends per round beyond the kernels, as python -m "
+                   "sim validate fitted it on published results; sim/data/engine_overheads.toml) or none")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -327,8 +326,8 @@ def _resolve_pair(args: argparse.Namespace) -> Pair | None:
 
 def seam_cost(args: argparse.Namespace, pair: Pair | None, gammas: list[int], overhead: bool = False) -> CostModel:
     """The seam's cost for --target/--draft (or a preset's two models) on --hardware with the GPU flags; with
-    ``overhead`` (a chain's), on a GPU, plus the engine's fitted overhead per round
-    (:func:`sim.engine_overheads.with_fitted_overhead`)."""
+    ``overhead``, on a GPU, plus the engine's fitted overhead (:func:`sim.engine_overheads.with_fitted_overhead`; a
+    chain's round kind until :func:`sim.engine_overheads.for_shape` says a tree's)."""
     target, draft = args.target, args.draft
     if pair is not None:
         target = pair.target.name

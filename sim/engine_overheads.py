@@ -10,20 +10,23 @@ the model, its values, the rows it was fitted on, its leave-one-out and
 held-out median |error| and the SHA-256 of the table it came from (a test
 holds it to the shipped table, so an edited table without a refit fails).
 
-``python -m sim`` (and ``sim check``) price a GPU chain through the step-cost
-seam and then add the fitted overhead of the source that priced the target
-(:class:`WithEngineOverhead`), saying so in one line; ``--engine-overhead
-none`` leaves it out. An engine with no per-round term of its own (one no
-fitted row ran on) pays the per-draft-step term only, and the line says that.
+``python -m sim``, ``sim check`` and ``sim tree`` price a GPU round through
+the step-cost seam and then add the fitted overhead of the source that priced
+the target (:class:`WithEngineOverhead`: the per-step term on every draft
+forward, the per-round term of a chain's or a tree's round, :func:`for_shape`),
+saying so in one line; ``--engine-overhead none`` leaves it out. An engine
+with no per-round term of its own (one no fitted row ran on) pays the
+per-draft-step term only, and the line says that.
 """
 
 from __future__ import annotations
 
 import hashlib
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from sim.cost import CostModel
 from sim.stepcost import EngineOverheads, EngineRoundOverhead, StepCost, round_kind
 
 OVERHEADS_FILE = Path(__file__).with_name("data") / "engine_overheads.toml"
@@ -116,40 +119,59 @@ def load_overheads(path: Path = OVERHEADS_FILE) -> dict[str, FittedOverhead]:
 
 @dataclass(frozen=True)
 class WithEngineOverhead:
-    """A seam cost plus an engine's fitted overhead per round (γ draft steps over ``batch`` sequences)."""
+    """A seam cost plus an engine's fitted overhead: the per-draft-step term on every draft forward (a chain's γ
+    steps, a tree's levels: what ``sim validate`` charges), the per-round term of the round's kind (a chain's,
+    or the engine's tree term where ``tree``) and the per-sequence term once per round."""
 
     cost: StepCost
-    overhead: EngineRoundOverhead
     fitted: FittedOverhead
     engine: str
     batch: int = 1
+    tree: bool = False
+
+    @property
+    def overhead(self) -> EngineRoundOverhead:
+        """What a round of this engine and kind pays."""
+        return self.fitted.for_engine(self.engine, self.tree)
+
+    def shaped(self, tree: bool) -> WithEngineOverhead:
+        """The same cost for a round of the other kind (a token tree, or a chain)."""
+        return replace(self, tree=tree)
 
     def target_step_ms(self, context_tokens: float, batch: int = 1) -> float:
         return self.cost.target_step_ms(context_tokens, batch)
 
     def draft_step_ms(self, context_tokens: float, batch: int = 1) -> float:
-        return self.cost.draft_step_ms(context_tokens, batch)
+        return self.cost.draft_step_ms(context_tokens, batch) + self.overhead.per_draft_step_ms
 
     def verify_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
         return self.cost.verify_ms(n_tokens, context_tokens, batch)
 
+    def verify_extend_ms(self, n_tokens: int, extend_tokens: int, context_tokens: float, batch: int = 1) -> float:
+        return self.cost.verify_extend_ms(n_tokens, extend_tokens, context_tokens, batch)
+
     def draft_forward_ms(self, n_tokens: int, context_tokens: float, batch: int = 1) -> float:
-        return self.cost.draft_forward_ms(n_tokens, context_tokens, batch)
+        return self.cost.draft_forward_ms(n_tokens, context_tokens, batch) + self.overhead.per_draft_step_ms
 
     def prefill_ms(self, prompt_tokens: int, batch: int = 1) -> float:
         return self.cost.prefill_ms(prompt_tokens, batch)
 
     def round_overhead_ms(self, gamma: int) -> float:
-        return self.cost.round_overhead_ms(gamma) + self.overhead.round_ms(gamma, self.batch)
+        """The seam's own round overhead, the kind's per-round term and the per-sequence one (the per-step term
+        is on the draft forwards)."""
+        o = self.overhead
+        return self.cost.round_overhead_ms(gamma) + o.per_round_ms + max(self.batch - 1, 0) * o.per_extra_sequence_ms
 
     def line(self) -> str:
         """The one line saying what is added, from where, and how to leave it out."""
-        o, f = self.overhead, self.fitted
-        parts = [f"{o.per_draft_step_ms:.2f} ms per draft step"]
-        if o.per_round_ms:
-            parts.append(f"{o.per_round_ms:.2f} ms per round")
-        if o.per_extra_sequence_ms:
-            parts.append(f"{o.per_extra_sequence_ms:.2f} ms per sequence beyond the first")
+        f = self.fitted
+        chain, tree = f.for_engine(self.engine), f.for_engine(self.engine, True)
+        parts = [f"{chain.per_draft_step_ms:.2f} ms per draft step"]
+        if chain.per_round_ms or tree.per_round_ms:
+            parts.append(f"{chain.per_round_ms:.2f} ms per round" if tree.per_round_ms == chain.per_round_ms
+                         else f"{chain.per_round_ms:.2f} ms per chain round ({tree.per_round_ms:.2f} per tree round)")
+        if chain.per_extra_sequence_ms:
+            parts.append(f"{chain.per_extra_sequence_ms:.2f} ms per sequence beyond the first")
         own = "" if f.names_engine(self.engine) else (f"; no fitted row ran on {self.engine}, so no per-round "
                                                       "term of its own")
         err = "" if f.held_out_error is None else f", held-out median |error| {100 * f.held_out_error:.1f}%"
@@ -161,8 +183,15 @@ class WithEngineOverhead:
         return {**self.cost.describe(), "engine_overhead": self.line()}
 
 
-def with_fitted_overhead(cost: StepCost, engine: str, batch: int = 1,
+def with_fitted_overhead(cost: StepCost, engine: str, batch: int = 1, tree: bool = False,
                          path: Path = OVERHEADS_FILE) -> WithEngineOverhead:
-    """``cost`` plus the overhead fitted for the source that priced its target (a chain round of ``engine``)."""
+    """``cost`` plus the overhead fitted for the source that priced its target (a round of ``engine``; a token
+    tree's where ``tree``)."""
     fitted = load_overheads(path)[cost.target_side.source if cost.target_side.source in SOURCES else "roofline"]
-    return WithEngineOverhead(cost, fitted.for_engine(engine), fitted, engine, batch)
+    return WithEngineOverhead(cost, fitted, engine, batch, tree)
+
+
+def for_shape(cost: CostModel, tree: bool) -> CostModel:
+    """``cost`` for a round of a chain or of a token tree: a cost with an engine overhead takes its kind's
+    per-round term; any other cost model is returned as it is."""
+    return cost.shaped(tree) if isinstance(cost, WithEngineOverhead) else cost

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.cost import CostModel, draft_forward_ms
+from sim.engine_overheads import for_shape
 from sim.tree_search import optimal_trees, sglang_level_scores, sglang_tree
-from sim.trees import (PositionalAcceptance, TokenTree, TreePrediction, predict_tree, sglang_draft_widths,
-                       verify_extend_ms)
+from sim.trees import (PositionalAcceptance, TokenTree, TreePrediction, predict_tree, sglang_branches,
+                       sglang_draft_widths, verify_extend_ms)
 
 PAYS_MARGIN = 0.03
 """A tree pays when it beats the best chain by ≥ 3%: below that the gain is inside the closed form's measured
@@ -142,8 +143,9 @@ def sglang_advice(acceptance: PositionalAcceptance, cost: CostModel, max_budget:
     """The best SGLang flags with ``num_steps`` ≤ ``max_depth`` and ``num_draft_tokens − 1`` ≤ ``max_budget``."""
     base = cost.target_step_ms(context_tokens, batch)
     verify = {steps: np.array([verify_extend_ms(cost, n + 1, steps + 1, context_tokens, batch)
-                               + cost.round_overhead_ms(n) for n in range(1, max_budget + 1)])
-              for steps in range(1, max_depth + 1)}
+                               for n in range(1, max_budget + 1)]) for steps in range(1, max_depth + 1)}
+    overhead = {tree: np.array([for_shape(cost, tree).round_overhead_ms(n) for n in range(1, max_budget + 1)])
+                for tree in (False, True)}  # a chain's round and a tree's pay their own (sglang_branches)
     best: tuple[tuple, int, int, int] | None = None
     for topk in range(1, max(len(r) for r in acceptance.p) + 1):
         levels = sglang_level_scores(acceptance, max_depth, topk)
@@ -158,7 +160,9 @@ def sglang_advice(acceptance: PositionalAcceptance, cost: CostModel, max_budget:
                 scores = np.sort(np.concatenate(levels[:steps]))[::-1][:max_budget]
                 ns = np.arange(1, scores.size + 1)
                 tau = 1.0 + np.cumsum(scores)
-            speedup = tau * base / (draft + verify[steps][ns - 1])
+            branches = np.array([sglang_branches(steps, topk, int(n) + 1) for n in ns])
+            extra = np.where(branches, overhead[True][ns - 1], overhead[False][ns - 1])
+            speedup = tau * base / (draft + verify[steps][ns - 1] + extra)
             i = int(np.argmax(speedup))
             key = (float(speedup[i]), -(int(ns[i]) + 1), -steps, -topk)
             if best is None or key > best[0]:
@@ -181,13 +185,13 @@ def vllm_advice(acceptance: PositionalAcceptance, cost: CostModel, max_budget: i
     """
     base = cost.target_step_ms(context_tokens, batch)
     forward = {w: draft_forward_ms(cost, w, context_tokens, batch) for w in range(1, max_budget + 1)}
-    verify = [0.0] + [cost.verify_ms(n + 1, context_tokens, batch) + cost.round_overhead_ms(n)
-                      for n in range(1, max_budget + 1)]
+    verify = {tree: [0.0] + [cost.verify_ms(n + 1, context_tokens, batch) + for_shape(cost, tree).round_overhead_ms(n)
+                             for n in range(1, max_budget + 1)] for tree in (False, True)}
     best: list = [None]
 
     def grow(branching: tuple[int, ...], width: int, nodes: int, mass: float, tau: float, draft: float) -> None:
         if nodes:
-            key = (tau * base / (draft + verify[nodes]), -nodes, -len(branching))
+            key = (tau * base / (draft + verify[nodes > len(branching)][nodes]), -nodes, -len(branching))
             if best[0] is None or key > best[0][0]:
                 best[0] = (key, branching)
         if len(branching) == max_depth:

@@ -50,6 +50,7 @@ from sim.limits import (
     NEW_TOKENS_LIMIT,
     SEED_LIMIT,
 )
+from sim.engine_overheads import for_shape
 from sim.stepcost import source_lines
 from sim.rank_law import DEFAULT_RANK_LAW, DEFAULT_RANKS, RANK_LAWS, RankLaw
 from sim.trees import PositionalAcceptance, TokenTree, TreePrediction, load_positional
@@ -106,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", type=choice_arg("model", list(MODELS)), help="target model name (with --draft)")
     p.add_argument("--hardware", type=choice_arg("hardware", list(HARDWARE)), help="hardware profile "
                    "(default: the pair's)")
-    _add_gpu_flags(p, batch=False, overhead=False)
+    _add_gpu_flags(p, batch=False)
     c = p.add_mutually_exclusive_group()
     c.add_argument("--cost-ratio", type=COST_RATIO_ARG, metavar="C",
                    help="pure Leviathan cost model: every draft forward = C x target step, verify = target step")
@@ -257,7 +258,9 @@ def resolve(args: argparse.Namespace) -> TreeSetup:
             raise CliError("--engine, --tp, --ep, --dtype, --cost-source and --moe-routing price a pair: give --preset or "
                            "--draft/--target")
         hardware = args.hardware or pair.default_hardware
-        cost = seam_cost(args, pair, [depth])
+        cost = seam_cost(args, pair, [depth], args.engine_overhead == "fitted")
+        if tree is not None:  # a round of this tree pays a tree's per-round term, or a chain's
+            cost = for_shape(cost, not tree.is_chain)
     else:
         check_preset_fits(pair, hardware, args.context_tokens, depth, args.batch)
         cost = _resolve_cost(args, pair, hardware)

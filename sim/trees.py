@@ -60,6 +60,7 @@ import numpy as np
 from sim.acceptance import AcceptanceModel, IIDAcceptance, PerPositionAcceptance, acceptance_from_dict
 from sim.analytic import PredictionRow, timing_fields
 from sim.cost import CostModel, draft_forward_ms
+from sim.engine_overheads import for_shape
 from sim.files import check_schema_version
 from toolkit.jsonio import JSONTooDeep, loads, read_json
 
@@ -430,6 +431,7 @@ def tree_round_cost(tree: TokenTree, cost: CostModel, context_tokens: float = 0.
     pads it to ``num_steps + 1``), where the cost model prices that pass.
     """
     widths = tree.frontier_widths if draft_widths is None else tuple(draft_widths)
+    cost = for_shape(cost, not tree.is_chain or max(widths, default=1) > 1)  # a tree's round, or a chain's
     draft = math.fsum(draft_forward_ms(cost, w, context_tokens, batch) for w in widths)
     extend = tree.depth + 1 if extend_tokens is None else int(extend_tokens)
     return TreeRoundCost(draft, verify_extend_ms(cost, tree.n_nodes + 1, extend, context_tokens, batch),
@@ -447,6 +449,13 @@ def sglang_draft_widths(num_steps: int, topk: int) -> tuple[int, ...]:
     return (1, *[int(topk)] * (int(num_steps) - 1))
 
 
+def sglang_branches(num_steps: int, topk: int, num_draft_tokens: int) -> bool:
+    """Whether SGLang's EAGLE round with these flags drafts or keeps a tree (more than one token at some level):
+    its round pays a tree round's engine overhead (:func:`sim.engine_overheads.for_shape`), as
+    :func:`tree_round_cost` decides for the same round."""
+    return topk > 1 and (num_steps > 1 or num_draft_tokens > 2)
+
+
 def sglang_round_cost(cost: CostModel, num_steps: int, topk: int, num_draft_tokens: int,
                       context_tokens: float = 0.0, batch: int = 1) -> TreeRoundCost:
     """One round of SGLang's EAGLE worker with its three flags, whatever tree it keeps: the draft forwards of
@@ -457,6 +466,7 @@ def sglang_round_cost(cost: CostModel, num_steps: int, topk: int, num_draft_toke
     if min(num_steps, topk) < 1 or num_draft_tokens < 2:
         raise ValueError(f"SGLang's tree flags need num_steps >= 1, topk >= 1, num_draft_tokens >= 2; got "
                          f"{num_steps}, {topk}, {num_draft_tokens}")
+    cost = for_shape(cost, sglang_branches(num_steps, topk, num_draft_tokens))
     draft = math.fsum(draft_forward_ms(cost, w, context_tokens, batch) for w in sglang_draft_widths(num_steps, topk))
     verify = verify_extend_ms(cost, num_draft_tokens, num_steps + 1, context_tokens, batch)
     return TreeRoundCost(draft, verify, cost.round_overhead_ms(num_draft_tokens - 1))
@@ -509,6 +519,7 @@ def predict_tree(tree: TokenTree, acceptance: PositionalAcceptance, cost: CostMo
 __all__ = [
     "PositionalAcceptance", "TokenTree", "TreePrediction", "TreeRoundCost", "TreeSampler",
     "accepted_length_distribution", "expected_accepted_length", "load_positional", "node_acceptance",
-    "positional_from_dict", "predict_tree", "sglang_draft_widths", "sglang_round_cost", "tree_round_cost",
+    "positional_from_dict", "predict_tree", "sglang_branches", "sglang_draft_widths", "sglang_round_cost",
+    "tree_round_cost",
     "verify_extend_ms",
 ]

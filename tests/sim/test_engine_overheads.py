@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,13 @@ import pytest
 from presets.hardware import HARDWARE
 from sim import kernels
 from sim.cli import main as sim_main
-from sim.engine_overheads import (OVERHEADS_FILE, FittedOverhead, WithEngineOverhead, load_overheads, table_sha256,
-                                  with_fitted_overhead, write_overheads)
+from sim.engine_overheads import (OVERHEADS_FILE, FittedOverhead, WithEngineOverhead, for_shape, load_overheads,
+                                  table_sha256, with_fitted_overhead, write_overheads)
+from sim.rank_law import RankLaw
+from sim.tree_advice import sglang_advice
+from sim.tree_search import sglang_candidates, sglang_tree
+from sim.trees import (PositionalAcceptance, TokenTree, predict_tree, sglang_branches, sglang_draft_widths,
+                       sglang_round_cost, tree_round_cost)
 from sim.published import PUBLISHED_FILE
 from sim.stepcost import EngineOverheads, EngineRoundOverhead, GpuSetup, build_step_cost
 from sim.tree_cli import main as tree_main
@@ -55,20 +61,72 @@ def test_a_bad_file_is_one_line(tmp_path: Path) -> None:
         load_overheads(bad)
 
 
-def test_the_overhead_is_added_to_the_round_only(model_dir: Path, tmp_path: Path) -> None:
+def _paid(model_dir: Path, tmp_path: Path, chain_round: float, tree_round: float, engine: str = "sglang"):
+    """A roofline seam cost on one H100 plus a written overhead: 0.1 ms per draft step, SGLang's chain and tree
+    rounds at the given terms."""
     path = tmp_path / "o.toml"
-    write_overheads(path, {s: FittedOverhead.of(s, "per engine", EngineOverheads(0.1, (("sglang", 0.6),)),
-                                                fit_rows=9, held_out_error=0.03) for s in ("kernels", "roofline")})
-    cost = build_step_cost(str(model_dir), "eagle3", GpuSetup(HARDWARE["l4"], "sglang"), "roofline")
-    paid = with_fitted_overhead(cost, "sglang", path=path)
+    o = EngineOverheads(0.1, (("sglang", chain_round), ("sglang tree", tree_round)))
+    write_overheads(path, {s: FittedOverhead.of(s, "per engine, trees apart", o, fit_rows=9, held_out_error=0.03)
+                           for s in ("kernels", "roofline")})
+    cost = build_step_cost(str(model_dir), "eagle3", GpuSetup(HARDWARE["h100-sxm"], "sglang"), "roofline")
+    return cost, with_fitted_overhead(cost, engine, path=path)
+
+
+def test_the_overhead_is_on_the_draft_steps_and_the_round(model_dir: Path, tmp_path: Path) -> None:
+    """Per draft forward 0.1 ms, per chain round 0.6 ms; the target's and the verification's prices untouched."""
+    cost, paid = _paid(model_dir, tmp_path, 0.6, 1.6)
     assert isinstance(paid, WithEngineOverhead)
-    assert paid.round_overhead_ms(3) == pytest.approx(cost.round_overhead_ms(3) + 3 * 0.1 + 0.6)
-    assert (paid.target_step_ms(512), paid.draft_step_ms(512), paid.verify_ms(4, 512)) == (
-        cost.target_step_ms(512), cost.draft_step_ms(512), cost.verify_ms(4, 512))
-    assert "0.10 ms per draft step + 0.60 ms per round (sglang, roofline source" in paid.describe()["engine_overhead"]
-    other = with_fitted_overhead(cost, "vllm", path=path)
-    assert other.round_overhead_ms(3) == pytest.approx(0.3)
+    assert paid.draft_step_ms(512) == pytest.approx(cost.draft_step_ms(512) + 0.1)
+    assert paid.draft_forward_ms(4, 512) == pytest.approx(cost.draft_forward_ms(4, 512) + 0.1)
+    assert paid.round_overhead_ms(3) == pytest.approx(cost.round_overhead_ms(3) + 0.6)
+    assert paid.shaped(True).round_overhead_ms(3) == pytest.approx(cost.round_overhead_ms(3) + 1.6)
+    assert (paid.target_step_ms(512), paid.verify_ms(4, 512), paid.verify_extend_ms(8, 4, 512)) == (
+        cost.target_step_ms(512), cost.verify_ms(4, 512), cost.verify_extend_ms(8, 4, 512))
+    assert "0.10 ms per draft step + 0.60 ms per chain round (1.60 per tree round) (sglang, roofline source" \
+        in paid.describe()["engine_overhead"]
+    assert for_shape(cost, True) is cost  # a cost without an engine overhead is left as it is
+    _, other = _paid(model_dir, tmp_path, 0.6, 1.6, engine="vllm")
+    assert other.round_overhead_ms(3) == pytest.approx(cost.round_overhead_ms(3))
     assert "no fitted row ran on vllm, so no per-round term of its own" in other.line()
+
+
+def test_a_tree_round_pays_what_validate_fitted(model_dir: Path, tmp_path: Path) -> None:
+    """The round ``sim tree`` charges an SGLang tree (and a chain) with the shipped-style overhead is the one
+    ``sim validate`` fitted it on: its per-step term once per step, its tree (or chain) term once per round."""
+    cost, paid = _paid(model_dir, tmp_path, 0.6, 1.6)
+    fitted = EngineOverheads(0.1, (("sglang", 0.6), ("sglang tree", 1.6)))
+    for steps, topk, tokens, tree in ((4, 4, 16, True), (3, 1, 4, False), (1, 3, 3, True), (1, 3, 2, False)):
+        assert sglang_branches(steps, topk, tokens) is tree
+        bare, with_ = (sglang_round_cost(c, steps, topk, tokens, 1024.0) for c in (cost, paid))
+        total = lambda rc: rc.draft_ms + rc.verify_ms + rc.overhead_ms  # noqa: E731
+        assert total(with_) == pytest.approx(total(bare) + fitted.for_engine("sglang", tree).round_ms(steps))
+    chain, branching = TokenTree.chain(3), TokenTree(((0,), (1,), (0, 0)))
+    for t, term in ((chain, 0.6), (branching, 1.6)):
+        rc0, rc1 = tree_round_cost(t, cost, 512.0), tree_round_cost(t, paid, 512.0)
+        assert rc1.overhead_ms - rc0.overhead_ms == pytest.approx(term)
+        assert rc1.draft_ms - rc0.draft_ms == pytest.approx(0.1 * len(t.frontier_widths))
+
+
+@pytest.mark.parametrize("chain_round,tree_round,topk_one", [(0.0, 30.0, True), (30.0, 0.0, False)],
+                         ids=["dear-trees", "dear-chains"])
+def test_sglang_advice_charges_each_kind_its_own(model_dir: Path, tmp_path: Path, chain_round: float,
+                                                 tree_round: float, topk_one: bool) -> None:
+    """The advice is still the best of its flag grid by brute force (predict_tree prices each candidate's kind),
+    and a dear tree round steers it to a chain, a dear chain round to a tree."""
+    _, paid = _paid(model_dir, tmp_path, chain_round, tree_round)
+    acc = RankLaw().extend(PositionalAcceptance.from_chain([0.75]))
+    adv = sglang_advice(acc, paid, 8, 4, 512.0)
+    best = 0.0
+    for steps in range(1, 5):
+        for topk in range(1, 11):
+            n_cands = len(sglang_candidates(acc, steps, topk))
+            for tokens in ([steps + 1] if topk == 1 else range(2, min(n_cands, 8) + 2)):
+                if tokens - 1 <= 8:
+                    tree = sglang_tree(acc, steps, topk, tokens)
+                    best = max(best, predict_tree(tree, acc, paid, 512.0, 1, sglang_draft_widths(steps, topk),
+                                                  steps + 1).speedup)
+    assert math.isclose(adv.prediction.speedup, best, rel_tol=1e-12)
+    assert (adv.flags["speculative_eagle_topk"] == 1) is topk_one
 
 
 def _round_ms(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[float, dict]:
@@ -100,12 +158,14 @@ def test_the_cli_adds_the_shipped_overhead_and_says_so(model_dir: Path, with_ker
     assert not any(line.startswith("engine overhead") for line in bare_doc["cost_source"])
 
 
-def test_trees_take_no_engine_overhead_flag(capsys: pytest.CaptureFixture[str]) -> None:
-    """``sim tree`` prices a round's steps apart; the chain's fitted overhead is not offered there."""
-    with pytest.raises(SystemExit) as exit_:
-        tree_main(["--preset", "llama3-1b-3b", "--engine-overhead", "none"])
-    assert exit_.value.code == 2
-    assert "--engine-overhead" in capsys.readouterr().err
+def test_sim_tree_names_the_overhead_and_leaves_it_out_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--preset", "eagle3-llama3.1-8b", "--hardware", "h100-sxm", "--engine", "sglang", "--cost-source",
+            "roofline", "--budget", "4", "--format", "json"]
+    docs = []
+    for extra in ([], ["--engine-overhead", "none"]):
+        assert tree_main([*args, *extra]) == 0
+        docs.append(capsys.readouterr().out)
+    assert "engine overhead: 0.04 ms per draft step" in docs[0] and "engine overhead" not in docs[1]
 
 
 def test_validate_writes_what_it_adopted(tmp_path: Path, model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
