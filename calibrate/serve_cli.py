@@ -85,7 +85,7 @@ def build_parser() -> OneLineParser:
     p.add_argument("--target", type=_model_arg("model", list(MODELS)), help="with --hardware: the served model, a "
                    "preset name, a Hugging Face id of a shipped config, or a local directory holding config.json "
                    "(default: the model the benchmark files name)")
-    _add_gpu_flags(p, batch=False)
+    _add_gpu_flags(p, batch=False, overhead=False)  # calibrate serve fits its own per-step overhead
     return p
 
 

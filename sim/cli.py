@@ -57,7 +57,7 @@ from sim.acceptance import (
 )
 from sim.cost import CostModel, LeviathanCost, load_cost_model, pair_roofline_cost
 from sim.kernels import DEFAULT_MOE_ROUTING, ENGINES, MOE_ROUTINGS
-from sim.engine_overheads import with_fitted_overhead
+from sim.engine_overheads import ENGINE_OVERHEAD_HELP, ENGINE_OVERHEADS, with_fitted_overhead
 from sim.stepcost import COST_SOURCES, DRAFT_KINDS, DTYPES, GpuSetup, build_step_cost, check_fits, source_lines
 from sim.limits import (
     ARRIVAL_RATE_ARG,
@@ -112,9 +112,10 @@ def _model_arg(what: str, presets: list[str]) -> Any:
     return convert
 
 
-def _add_gpu_flags(p: argparse.ArgumentParser, batch: bool = True) -> None:
+def _add_gpu_flags(p: argparse.ArgumentParser, batch: bool = True, overhead: bool = True) -> None:
     """The GPU step-cost flags (sim/stepcost.py): engine, parallelism, dtype, cost source, lockstep batch (``sim
-    tree`` has its own ``--batch``), the engine's fitted overhead (``sim validate`` fits it)."""
+    tree`` has its own ``--batch``), the engine's fitted overhead (``sim validate`` fits it; not where a tool fits
+    its own, ``overhead``)."""
     p.add_argument("--engine", type=choice_arg("engine", ENGINES),
                    help=f"serving engine whose kernel tables price the steps: {', '.join(ENGINES)} (default vllm)")
     p.add_argument("--tp", type=int_arg(1, 64), help="tensor-parallel GPUs (default 1)")
@@ -131,9 +132,9 @@ def _add_gpu_flags(p: argparse.ArgumentParser, batch: bool = True) -> None:
     if batch:
         p.add_argument("--batch", type=int_arg(1, MAX_BATCH_LIMIT), help="analytic mode: B sequences decoding in "
                        "lockstep (default 1)")
-    p.add_argument("--engine-overhead", type=choice_arg("engine overhead", ENGINE_OVERHEADS), default="fitted",
-                   help="fitted (default: add what the engine spends per round beyond the kernels, as python -m "
-                   "sim validate fitted it on published results; sim/data/engine_overheads.toml) or none")
+    if overhead:
+        p.add_argument("--engine-overhead", type=choice_arg("engine overhead", ENGINE_OVERHEADS), default="fitted",
+                       help=ENGINE_OVERHEAD_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -270,7 +271,6 @@ def _check_mode_flags(args: argparse.Namespace) -> None:
         raise CliError(f"--out and --chart name the same file {args.out!r}")
 
 
-ENGINE_OVERHEADS = ("fitted", "none")
 GPU_FLAGS = ("engine", "tp", "ep", "dtype", "cost_source", "moe_routing")
 
 

@@ -31,6 +31,10 @@ from sim.stepcost import EngineOverheads, EngineRoundOverhead, StepCost, round_k
 
 OVERHEADS_FILE = Path(__file__).with_name("data") / "engine_overheads.toml"
 SOURCES = ("kernels", "roofline")
+ENGINE_OVERHEADS = ("fitted", "none")
+"""The ``--engine-overhead`` choices of every command that prices GPU rounds through the seam."""
+ENGINE_OVERHEAD_HELP = ("fitted (default: add what the engine spends per round beyond the kernels, as python -m sim "
+                        "validate fitted it on published results; sim/data/engine_overheads.toml) or none")
 
 
 @dataclass(frozen=True)

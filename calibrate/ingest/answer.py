@@ -35,6 +35,7 @@ from presets import get_hardware, get_pair
 from sim.acceptance import AcceptanceModel, IIDAcceptance, PerPositionAcceptance
 from sim.analytic import break_even_alpha, optimal_gamma, predict
 from sim.cost import CostModel, TabulatedCost, cost_provenance, load_cost_model, pair_roofline_cost
+from sim.engine_overheads import with_fitted_overhead
 from sim.events import simulate_serving
 from sim.kernels import DEFAULT_MOE_ROUTING
 from sim.kernels import ENGINES as KERNEL_ENGINES
@@ -78,6 +79,7 @@ class GpuFlags:
     dtype: str | None = None
     cost_source: str | None = None
     moe_routing: str | None = None
+    engine_overhead: str = "fitted"  # not a GPU flag: it does not choose the seam, it is passed on when "none"
 
     FLAGS = ("tp", "ep", "dtype", "cost_source", "moe_routing")
 
@@ -87,7 +89,8 @@ class GpuFlags:
 
     def sim_args(self) -> tuple[str, ...]:
         return tuple(a for k in self.FLAGS if getattr(self, k) is not None
-                     for a in (f"--{k.replace('_', '-')}", str(getattr(self, k))))
+                     for a in (f"--{k.replace('_', '-')}", str(getattr(self, k)))) + (
+            ("--engine-overhead", "none") if self.engine_overhead == "none" else ())
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,8 @@ def _gpu_cost(ing: Ingested, preset: str | None, hardware: str | None, gpu: GpuF
         if pair is None or gpu.given() or hw.name not in ROOFLINE_ONLY_HARDWARE:
             cost: CostModel = build_step_cost(target, draft, setup, gpu.cost_source or "auto", 1, context_tokens,
                                               gamma_max)
+            if gpu.engine_overhead == "fitted" and hw.name != "cpu":  # what python -m sim adds: one answer
+                cost = with_fitted_overhead(cost, setup.engine)
             args = ("--preset", str(preset)) if pair is not None else ("--target", target, "--draft", draft)
             engine_args = ("--engine", engine) if engine and gpu.cost_source != "roofline" else ()
             what = f"GPU step costs of {pair.name if pair else f'{draft} -> {target}'} on {tp} x {hw.name} " \

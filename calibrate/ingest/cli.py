@@ -48,6 +48,7 @@ from sim.limits import (
     SIMULATED_TOKENS_LIMIT,
 )
 from presets import HARDWARE
+from sim.engine_overheads import ENGINE_OVERHEAD_HELP, ENGINE_OVERHEADS
 from sim.kernels import DEFAULT_MOE_ROUTING, MOE_ROUTINGS
 from sim.stepcost import COST_SOURCES, DRAFT_KINDS, DTYPES
 from toolkit.cli import OneLineParser, choice_arg, float_list_arg, int_arg, nonempty_arg
@@ -94,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--moe-routing", type=choice_arg("--moe-routing", MOE_ROUTINGS), help="cost: token routing the "
                    f"kernel tables' MoE op is measured under, for an MoE model: {', '.join(MOE_ROUTINGS)} (default "
                    f"{DEFAULT_MOE_ROUTING}, as python -m sim)")
+    p.add_argument("--engine-overhead", type=choice_arg("--engine-overhead", ENGINE_OVERHEADS), default="fitted",
+                   help="cost, GPU step costs: " + ENGINE_OVERHEAD_HELP + ", as python -m sim")
     p.add_argument("--cost-model", metavar="FILE", help="cost: a cost-model JSON (calibrate's cost_model-*.json of a "
                    "measure run, or the directory holding it)")
     p.add_argument("--gamma-max", type=int_arg(1, GAMMA_LIMIT, GAMMA_WHY), default=8,
@@ -255,7 +258,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             lines += format_record(ing.record, acc_files)
             if args.explain:
                 lines += format_explain(ing.record)
-        gpu = GpuFlags(args.target, args.draft, args.tp, args.ep, args.dtype, args.cost_source, args.moe_routing)
+        gpu = GpuFlags(args.target, args.draft, args.tp, args.ep, args.dtype, args.cost_source, args.moe_routing,
+                       args.engine_overhead)
         cost = choose_cost(ing, args.preset, args.hardware, args.cost_model, args.context_tokens, gpu, args.gamma_max)
         ans = answer(ing, cost, args.gamma_max, serve)
         lines += format_answer(ans, args.gamma_max, serve.max_batch if serve is not None else 0)

@@ -76,6 +76,9 @@ def test_bad_deployment_flags_are_one_line_before_any_fit(tmp_path: Path, capsys
     _fails([*files, "--hardware", "h100-sxm", "--target", "Llama-3.2-1B", "--dtype", "nvfp4"],
            "--dtype nvfp4 needs FP4 tensor cores", capsys, out)
     _fails([*files, "--hardware", "h100-sxm", "--target", "Llama-3.2-1B", "--tp", "3"], "--tp 3:", capsys, out)
+    # calibrate serve fits its own per-step overhead: sim's fitted engine overhead is not a flag here
+    _fails([*files, "--hardware", "h100-sxm", "--engine-overhead", "none"], "unknown option '--engine-overhead'",
+           capsys, out)
 
 
 def test_the_files_model_is_the_target_when_none_is_given(tmp_path: Path, capsys: pytest.CaptureFixture[str],

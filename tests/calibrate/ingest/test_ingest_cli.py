@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -100,3 +101,22 @@ def test_bad_input_one_line(args: list[str], message: str) -> None:
     assert len(lines) == 1 and "Traceback" not in r.stderr, r.stderr
     assert message in lines[0]
     assert lines[0].startswith("python -m calibrate ingest: error: ")
+
+
+@pytest.mark.parametrize("overhead", [[], ["--engine-overhead", "none"]], ids=["fitted", "none"])
+def test_the_reproduce_line_gives_the_same_speedups_on_the_seam(tmp_path: Path, model_dir: Path,
+                                                                 overhead: list[str]) -> None:
+    """A model of the user's own on a GPU: ingest prices it as python -m sim does, the engine's fitted overhead
+    included (or left out with ``--engine-overhead none``, passed on), so its reproduce line prints the same."""
+    log = tmp_path / "vllm.log"
+    log.write_text(ISSUE_LINE)
+    out = tmp_path / "out"
+    r = run(str(log), "--target", str(model_dir), "--draft", "eagle3", "--hardware", "h100-sxm", "--cost-source",
+            "roofline", *overhead, "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    assert ("engine overhead: " in r.stdout) == (not overhead)
+    last = json.loads(r.stdout.strip().splitlines()[-1])
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("reproduce: python -m sim "))
+    s = run(*shlex.split(line)[4:], "--format", "json", module="sim")
+    assert s.returncode == 0, s.stderr
+    assert [row["speedup"] for row in json.loads(s.stdout)["rows"]] == pytest.approx(last["speedup_by_k"])
