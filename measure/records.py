@@ -71,10 +71,10 @@ import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, TypeVar
 
 from measure.ids import CellId, cell_id  # noqa: F401 — the run format's identities, named here too
-from measure.rows import ROW_TYPES, CellRow, R, Row
+from measure.rows import ROW_TYPES, R, Row
 from toolkit.jsonio import clean_json, strict_dumps  # noqa: F401 — the run format writes strict JSON
 
 if TYPE_CHECKING:
@@ -426,9 +426,19 @@ def damaged_cells(path: str | os.PathLike, config: Mapping[str, Any] | None = No
     return out
 
 
-class CellWriter(Protocol):
-    """Where a sweep's cells write their rows: a run directory (:class:`RunWriter`), or a Ray worker's memory
-    (:class:`measure.executors.RowCollector`, which stages nothing)."""
+#: The summary row a :class:`CellWriter` finishes a cell with (contravariant: a writer of any row, such as
+#: :class:`RunWriter`, serves every kind).
+R_contra = TypeVar("R_contra", bound=Row, contravariant=True)
+
+
+class CellWriter(Protocol[R_contra]):
+    """Where a run's cells (units) write their rows, their summary row of type ``R_contra`` last: a run directory
+    (:class:`RunWriter`, a :class:`CellWriter` of every row type), or a Ray worker's memory
+    (:class:`measure.executors.RowCollector`, a ``CellWriter[CellRow]`` that stages nothing).
+
+    Annotate what a function needs: ``CellWriter[CellRow]`` where a chain cell is finished,
+    ``CellWriter[TreeCellRow]`` for a tree cell, ``CellWriter[R]`` (:data:`measure.rows.R`) where any kind's row
+    is, ``CellWriter[Any]`` where no cell is finished (staging, appending)."""
 
     meta: dict[str, Any]
     #: what opening the run repaired or set aside (and staged visits quarantined since), in words
@@ -436,7 +446,7 @@ class CellWriter(Protocol):
 
     def append(self, table: str, rows: Iterable[Row]) -> int: ...
 
-    def finish_cell(self, row: CellRow) -> None: ...
+    def finish_cell(self, row: R_contra) -> None: ...
 
     def update(self, **fields: Any) -> None: ...
 

@@ -64,7 +64,7 @@ from sim.policies import GammaSpec
 class CellContext:
     """What every cell of a sweep shares: where it writes, the session's models and prompts, the timer."""
 
-    writer: records.CellWriter
+    writer: records.CellWriter[CellRow]
     session: Session
     config: SweepConfig
     timer: Timer

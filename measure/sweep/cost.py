@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 import random
 from dataclasses import astuple, dataclass, replace
-from typing import AbstractSet, Callable, Sequence
+from typing import AbstractSet, Any, Callable, Sequence
 
 import torch
 
@@ -169,7 +169,7 @@ def cost_curves_for(config: SweepConfig, target: TargetModel, drafts: Sequence[D
     return cost
 
 
-def record_cost(writer: records.CellWriter,
+def record_cost(writer: records.CellWriter[Any],
                 rows: tuple[list[CostTargetRow], list[CostDraftRow]]) -> None:
     """Append timed cost points (:meth:`CostCurves.measure`) to ``cost_target.csv`` / ``cost_draft.csv``."""
     t_rows, d_rows = rows

@@ -18,10 +18,10 @@ SIGKILL) loses at most the visit that was running:
 
 from __future__ import annotations
 
-from typing import Callable, Container, Iterable, Mapping, MutableMapping, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Container, Iterable, Mapping, MutableMapping, Protocol, Sequence, TypeVar
 
 from measure import records
-from measure.rows import Row
+from measure.rows import R, Row
 
 
 class StagedVisit(Protocol):
@@ -41,23 +41,12 @@ class StagedVisit(Protocol):
 
 V = TypeVar("V", bound=StagedVisit)
 U = TypeVar("U")
-R = TypeVar("R", bound=Row)
-R_contra = TypeVar("R_contra", bound=Row, contravariant=True)
-
-
-class UnitWriter(Protocol[R_contra]):
-    """Where a finished unit's rows go (:class:`measure.records.RunWriter`, or a Ray worker's
-    :class:`measure.records.CellWriter`), its summary row of type ``R_contra``."""
-
-    def append(self, table: str, rows: Iterable[Row]) -> int: ...
-
-    def finish_cell(self, row: R_contra) -> None: ...
 
 #: What a staged record that is not a visit raises when it is parsed (the record is quarantined, never pooled).
 BAD_RECORD = (ValueError, TypeError, KeyError)
 
 
-def read_staged(writer: records.CellWriter, parse: Callable[[dict], V], wanted: Container[str],
+def read_staged(writer: records.CellWriter[Any], parse: Callable[[dict], V], wanted: Container[str],
                   problem: Callable[[V], str | None], adjust: Callable[[V], V] | None = None) -> list[V]:
     """The visits staged on disk (in staged order) that belong to the units ``wanted`` (by cell id).
 
@@ -91,14 +80,14 @@ def missing_visits(visits: Container[tuple[int, int]], repeats: int, n_prompts: 
     return [(rep, pi) for rep in range(repeats) for pi in range(n_prompts) if (rep, pi) not in visits]
 
 
-def stage_visit(writer: records.CellWriter, visits: MutableMapping[tuple[int, int], V], v: V) -> None:
+def stage_visit(writer: records.CellWriter[Any], visits: MutableMapping[tuple[int, int], V], v: V) -> None:
     """Stage the finished visit ``v`` on disk at once (a SIGKILL after this keeps it), then keep it in its unit's
     ``visits``."""
     writer.stage(v.to_record())
     visits[(v.repeat, v.prompt_index)] = v
 
 
-def visit_all(writer: records.CellWriter, schedule: Iterable[tuple[U, int, int]],
+def visit_all(writer: records.CellWriter[Any], schedule: Iterable[tuple[U, int, int]],
               visits_of: Callable[[U], MutableMapping[tuple[int, int], V]], measure: Callable[[U, int, int], V],
               after: Callable[[U, V], None] | None = None) -> int:
     """The one visit loop of every kind that measures in visits; returns how many visits it measured.
@@ -121,7 +110,7 @@ def visit_all(writer: records.CellWriter, schedule: Iterable[tuple[U, int, int]]
     return n
 
 
-def write_unit(writer: UnitWriter[R], tables: Mapping[str, Iterable[Row]], row: R) -> None:
+def write_unit(writer: records.CellWriter[R], tables: Mapping[str, Iterable[Row]], row: R) -> None:
     """Write a unit whose visits are all in: its rows, table by table in ``tables``' order, then its summary
     ``row`` last (:meth:`measure.records.RunWriter.finish_cell`: the row that marks the unit finished)."""
     for table, rows in tables.items():

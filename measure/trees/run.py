@@ -346,7 +346,7 @@ def visit(ctx: RunContext, cell: TreeCell, prompt: Prompt, rep: int, prompt_inde
                            for rr in spec.rounds), tuple(nodes), tuple(ranks))
 
 
-def finish(writer: records.RunWriter, cell: TreeCell, row: TreeCellRow) -> None:
+def finish(writer: records.CellWriter[TreeCellRow], cell: TreeCell, row: TreeCellRow) -> None:
     """Write a measured cell: its visits' rows table by table (repeat, then prompt), its ``tree_cells`` row last."""
     visits = in_order(cell.visits)
     write_unit(writer, {table: [r for v in visits for r in v.tables()[i]] for i, table in enumerate(VISIT_TABLES)},
