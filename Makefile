@@ -2,7 +2,8 @@
 #   make run    set up .venv and run the main job (predict -> measure -> calibrate -> report)
 #   make test   set up .venv and run the test suite (every test; CI runs it)
 # and the loop for development:
-#   make check  ruff, mypy (toolkit, presets, sim, measure) and every test not marked slow (the ones taking seconds)
+#   make check  ruff, mypy (toolkit, presets, sim, measure, calibrate, reports) and every test not marked slow
+#               (the ones taking seconds)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python

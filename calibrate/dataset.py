@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -18,7 +19,7 @@ from calibrate.checks import CHAIN_TABLES, check_finished_count, check_tables
 from measure.records import Run, damaged_cells, hardware_label, load_run
 
 
-def as_float(v: object) -> float:
+def as_float(v: Any) -> float:  # Any: a table cell of any dtype, checked at run time
     """``v`` as a float; NaN for what is not a number (an empty CSV field, None)."""
     try:
         x = float(v)
@@ -28,7 +29,7 @@ def as_float(v: object) -> float:
 
 
 
-def k_key(v: object) -> float | None:
+def k_key(v: Any) -> float | None:  # Any: a ``head_k`` cell (number, None or NaN)
     """A kept-vocabulary K as a float key; None for a full head (None, NaN)."""
     return None if v is None or (isinstance(v, float) and math.isnan(v)) or pd.isna(v) else float(v)
 

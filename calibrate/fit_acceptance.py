@@ -225,7 +225,8 @@ def trace_model(traces: pd.DataFrame) -> TraceAcceptance | RunTraceAcceptance | 
         return None
     cols = ["proposed", "accept_run"]
     runs_known = set(cols) <= set(traces.columns) and bool(traces[cols].notna().all().all())
-    seqs = []
+    runs: list[tuple[np.ndarray, np.ndarray]] = []  # per sequence (proposed, accept_run), when runs_known
+    flags: list[np.ndarray] = []  # per sequence the match flags, otherwise
     seen: set = set()
     for (cid, pid), sub in traces.groupby(["cell_id", "prompt_id"], sort=True):
         if pid in seen:  # the same prompt recorded by another γ cell: identical flags
@@ -233,13 +234,13 @@ def trace_model(traces: pd.DataFrame) -> TraceAcceptance | RunTraceAcceptance | 
         seen.add(pid)
         sub = sub.sort_values("position")
         if runs_known:
-            seqs.append((sub["proposed"].to_numpy(dtype=int), sub["accept_run"].to_numpy(dtype=int)))
+            runs.append((sub["proposed"].to_numpy(dtype=int), sub["accept_run"].to_numpy(dtype=int)))
         else:
-            seqs.append(sub["value"].to_numpy(dtype=float))
+            flags.append(sub["value"].to_numpy(dtype=float))
     if runs_known:
-        gmax = max(TRACE_GAMMA_MAX, max(int(p.max()) for p, _ in seqs))
-        return RunTraceAcceptance(tuple(seqs), gmax, source="traces.csv proposed/accept_run")
-    return TraceAcceptance(tuple(seqs), source="traces.csv")
+        gmax = max(TRACE_GAMMA_MAX, max(int(p.max()) for p, _ in runs))
+        return RunTraceAcceptance(tuple(runs), gmax, source="traces.csv proposed/accept_run")
+    return TraceAcceptance(tuple(flags), source="traces.csv")
 
 
 __all__ = ["AcceptanceFit", "FAMILIES", "FamilyFit", "MODEL_POSITIONS", "fit_acceptance",

@@ -144,8 +144,9 @@ class Calibrator:
                                      (run.meta.get("cost_screening") or {}).get("superseded", []))
             self.notes += [f"{run_label}: cost curves: {o.as_text()}" for o in screened.outliers]
             try:
-                self._targets[run_label] = target_curve(screened.kept)
-                self.notes += [f"{run_label}: {line}" for line in fallback_lines(self._targets[run_label].fit.fallbacks)]
+                curve = target_curve(screened.kept)
+                self._targets[run_label] = curve
+                self.notes += [f"{run_label}: {line}" for line in fallback_lines(curve.fit.fallbacks)]
             except ValueError as exc:
                 self._targets[run_label] = exc
         found = self._targets[run_label]

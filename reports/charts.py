@@ -23,14 +23,17 @@ Builders:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Literal
 
 import altair as alt
 import numpy as np
 import pandas as pd
 
+#: Altair's ``save`` format for each suffix :func:`save_chart` can write
+_SAVE_FORMATS: dict[str, Literal["html", "png", "svg", "json"]] = {
+    ".html": "html", ".png": "png", ".svg": "svg", ".json": "json"}
 #: Suffixes :func:`save_chart` can write.
-CHART_SUFFIXES: tuple[str, ...] = (".html", ".png", ".svg", ".json")
+CHART_SUFFIXES: tuple[str, ...] = tuple(_SAVE_FORMATS)
 
 _WIDTH = 420
 _HEIGHT = 300
@@ -163,7 +166,8 @@ def speedup_vs_gamma_chart(df: pd.DataFrame, title: str = "Speedup against γ") 
         y="speedup:Q"
     )
     layers.append(one)
-    return alt.layer(*layers).properties(title=title, width=_WIDTH, height=_HEIGHT)
+    # alt.LayerChart, not alt.layer: alt.layer turns into a FacetChart only for layers with facet encodings (none here)
+    return alt.LayerChart(layer=layers).properties(title=title, width=_WIDTH, height=_HEIGHT)
 
 
 def predicted_vs_measured_chart(
@@ -223,7 +227,7 @@ def predicted_vs_measured_chart(
 
 def acceptance_per_position_chart(
     df: pd.DataFrame, title: str = "Per-position acceptance α_i (95% CI)"
-) -> alt.Chart:
+) -> alt.LayerChart:
     """α_i against position with error bars (columns ``position, alpha, ci_low, ci_high``; optional ``series``)."""
     _require(df, ("position", "alpha", "ci_low", "ci_high"), "acceptance_per_position_chart")
     data = df.dropna(subset=["alpha"]).copy()
@@ -248,7 +252,7 @@ def acceptance_per_position_chart(
                 x=x, y="fit:Q", color=color
             )
         )
-    chart = alt.layer(*layers)
+    chart = alt.LayerChart(layer=layers)  # no facet encodings: what alt.layer would build
     if has_series:
         chart = chart.encode(xOffset="series:N")
     return chart.properties(title=title, width=_WIDTH, height=_HEIGHT)
@@ -399,7 +403,7 @@ def save_chart(chart: alt.TopLevelMixin, path: str | Path) -> Path:
     if suffix == ".png":
         chart.save(str(p), format="png", scale_factor=2.0)
     else:
-        chart.save(str(p), format=suffix.lstrip("."))
+        chart.save(str(p), format=_SAVE_FORMATS[suffix])
     return p
 
 

@@ -158,11 +158,13 @@ class CellResult:
         return ""
 
     def ci_text(self) -> str:
-        return f"{self.speedup:.2f}× [{self.lo:.2f}, {self.hi:.2f}]" if self.lo is not None else f"{self.speedup:.2f}×"
+        if self.lo is None or self.hi is None:
+            return f"{self.speedup:.2f}×"
+        return f"{self.speedup:.2f}× [{self.lo:.2f}, {self.hi:.2f}]"
 
     def against_one(self) -> str:
         """``faster``, ``slower`` or ``not distinguishable`` from plain decoding, by the 95% CI."""
-        if self.lo is None:
+        if self.lo is None or self.hi is None:  # measure writes both bounds or neither
             return "no interval"
         if self.lo > 1.0:
             return "faster"
@@ -261,7 +263,7 @@ def predicted_optima(curves: pd.DataFrame, results: list[CellResult]) -> list[Pr
             row = sub[sub["gamma"] == g_best]
             at_best = float(row["predicted_speedup"].iloc[0]) if len(row) else None
         out.append(PredictedOptimum(str(series), int(best["gamma"]), float(best["predicted_speedup"]),
-                                    tuple(sorted({r.gamma for r in meas})), at_best))
+                                    tuple(sorted({r.gamma for r in meas if r.gamma is not None})), at_best))
     return out
 
 

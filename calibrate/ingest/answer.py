@@ -196,8 +196,8 @@ def _gpu_cost(ing: Ingested, preset: str | None, hardware: str | None, gpu: GpuF
             check_preset_fits(pair, hw.name, context_tokens, gamma_max)
             cost = pair_roofline_cost(pair, hw)
             what = "roofline of " + (
-                f"the {pair.draft.head_kind.title} on {pair.target.name} (its own layers and the LM head it reads)"
-                if pair.is_head else f"{pair.draft.name} -> {pair.target.name}") + \
+                f"the {pair.head.head_kind.title} on {pair.target.name} (its own layers and the LM head it reads)"
+                if pair.head is not None else f"{pair.draft.name} -> {pair.target.name}") + \
                 f" on {hw.name} (datasheet bandwidth and FLOP/s x stated efficiencies, per-forward overheads)"
             sim_args = ("--preset", str(preset), "--hardware", hw.name)
     except ValueError as exc:  # ingest has no --batch: the context is what it can shrink
@@ -309,9 +309,11 @@ def batch_memory(cost: CostChoice, context_tokens: float, new_tokens: int, gamma
     γ_max) positions. None without a model pair, or on hardware without a fixed memory size.
     """
     setup = cost.setup
-    if cost.models is None or setup is None or setup.hardware.memory_bytes is None:
+    if cost.models is None or setup is None:
         return None
     hw = setup.hardware
+    if hw.memory_bytes is None:
+        return None
     positions = context_tokens + new_tokens + gamma_max
     need = sequence_memory(*cost.models, setup, positions)
     assert need.usable_bytes is not None

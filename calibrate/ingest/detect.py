@@ -154,14 +154,14 @@ def ingest_files(paths: list[str], engine: str = "auto", spec_tokens: int | None
             continue
         if looks_like_scrape(text):
             scrape = parse_scrape(text)
-            e = _scrape_engine(scrape, engines)
-            if e is not None:
-                spec = _spec_samples(e, scrape)
+            scraped = _scrape_engine(scrape, engines)
+            if scraped is not None:
+                spec = _spec_samples(scraped, scrape)
                 if not spec:
                     raise ValueError(f"no spec-decode counters in {path}: was speculative decoding on?")
                 check_counters(path, spec.values())
-                scrapes.setdefault(e, []).append((path, scrape))
-                files.append((path, f"{e}-prometheus"))
+                scrapes.setdefault(scraped, []).append((path, scrape))
+                files.append((path, f"{scraped}-prometheus"))
                 continue
         b = llamabench.parse_rows(text)
         if b is not None and b[1]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 from calibrate.ingest.records import ImpossibleFigure, Observation, ParseResult
 from toolkit.jsonio import JSONTooDeep, loads
@@ -127,6 +127,7 @@ def find_key(obj: Any, key: str, depth: int = 0) -> Any | None:
     """The value of the first ``key`` found in nested dicts/lists (depth-first, at most 6 levels)."""
     if depth > 6:
         return None
+    children: Iterable[Any]
     if isinstance(obj, dict):
         if key in obj:
             return obj[key]

@@ -143,14 +143,15 @@ def parse_rows(text: str) -> tuple[str, list[BenchRow], int] | None:
     first = s.splitlines()[0]
     if "avg_ns" in first and "n_prompt" in first and "," in first:
         reader = csv.DictReader(io.StringIO(s))
-        rows, skipped = [], 0
+        kept: list[BenchRow] = []
+        skipped = 0
         for r in reader:
             row = _from_record(r) if None not in r.values() else None
             if row is None:
                 skipped += 1
             else:
-                rows.append(row)
-        return "llama-bench-csv", rows, skipped
+                kept.append(row)
+        return "llama-bench-csv", kept, skipped
     md = _md_rows(s)
     if md is not None:
         return "llama-bench-md", md[0], md[1]

@@ -102,7 +102,8 @@ def parse_log(path: str, text: str) -> ParseResult | None:
         if sm and "#gen drafts" in line:
             seen += 1
             rest = sm.group("rest")
-            drafts = number(re.search(r"#gen drafts\s*=\s*(\d+)", rest).group(1)) if "#gen drafts" in rest else None
+            dm = re.search(r"#gen drafts\s*=\s*(\d+)", rest)  # None when the count is cut or not a number
+            drafts = number(dm.group(1)) if dm else None
             gm = re.search(r"#gen tokens\s*=\s*(\d+)", rest)
             am = re.search(r"#acc tokens\s*=\s*(\d+)", rest)
             lm = re.search(r"#mean acc len\s*=\s*([0-9.]+)", rest)
@@ -138,10 +139,10 @@ def parse_log(path: str, text: str) -> ParseResult | None:
             seen += 1
             skipped += 1
             continue
-        if nm is None and om is None:
+        m = nm or om
+        if m is None:
             continue
         seen += 1
-        m = nm or om
         a, g = int(m.group(2)), int(m.group(3))
         figs = [Figure("draft acceptance" + (" rate" if om else ""), m.group(1), "accepted / generated draft tokens",
                        f"acceptance rate = {a / g:.4f} (same definition)" if g else "n/a"),

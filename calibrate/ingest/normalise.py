@@ -157,9 +157,9 @@ def normalise(observations: Sequence[Observation], skipped_lines: int = 0,
         raise ValueError(f"the files come from different engines ({', '.join(engines)}): ingest one engine at a time")
     notes: list[str] = []
     for o in observations:
-        for n in o.notes:
-            if n not in notes:
-                notes.append(n)
+        for note in o.notes:
+            if note not in notes:
+                notes.append(note)
 
     # Draft length k: stated by the input, else the user's --spec-tokens.
     ks = sorted({o.k for o in observations if o.k is not None})

@@ -80,16 +80,16 @@ def scrape_observation(path: str, scrape: Scrape) -> Observation | None:
     if count is None or total is None or count <= 0:
         raise ValueError(f"no spec-decode counters in {path}: {METRIC} has no count "
                          "(was speculative decoding on? TGI --speculate)")
-    steps = count
+    rounds = count
     if requests is not None and requests < count:
-        steps = count - requests
+        rounds = count - requests
         notes.append(f"TGI counts each request's prefill step as 0 skipped: {int(requests)} steps "
                      "(tgi_request_success) taken out")
-    tau = 1.0 + total / steps
+    tau = 1.0 + total / rounds
     figs = [Figure(METRIC + "_sum", f"{total:g}", "tokens skipped (accepted speculated tokens) over all steps",
                    "accepted tokens"),
             Figure(METRIC + "_count", f"{count:g}", "generation steps (prefill steps included)",
-                   f"rounds = {steps:g}; mean tokens per round = 1 + sum / rounds = {tau:.4f}")]
+                   f"rounds = {rounds:g}; mean tokens per round = 1 + sum / rounds = {tau:.4f}")]
     notes.append("TGI gives tokens per step only: per-position acceptance assumed i.i.d.")
-    return Observation(ENGINE, "tgi-prometheus-summary", path, drafts=int(round(steps)),
+    return Observation(ENGINE, "tgi-prometheus-summary", path, drafts=int(round(rounds)),
                        accepted_tokens=int(round(total)), figures=tuple(figs), notes=tuple(notes))

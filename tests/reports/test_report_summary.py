@@ -42,6 +42,15 @@ def _curves() -> pd.DataFrame:
                          for g, v in speed.items()])
 
 
+def test_a_cell_with_one_bound_of_its_interval_has_no_interval():
+    """A cells table with ``speedup_lo`` but an empty ``speedup_hi`` (hand-edited): no interval, not a TypeError."""
+    cells = _cells()
+    cells.loc[1, "speedup_hi"] = float("nan")
+    one = cell_results(cells, _pred(cells))[1]
+    assert one.lo == 0.84 and one.hi is None
+    assert one.against_one() == "no interval" and one.ci_text() == "0.97×"
+
+
 def test_every_cell_is_accounted_for_and_the_unstable_one_is_not_the_answer():
     cells = _cells()
     results = cell_results(cells, _pred(cells))

@@ -89,6 +89,8 @@ BAD = [
      "argument --gamma-max: '0' is out of range; valid: an integer in 1..64"),
     ([str(FIX / "sglang" / "decode-old.log"), "--preset", "llama3-1b-8b"], "pass --spec-tokens K"),
     ([str(FIX / "llamabench" / "bench.md")], "no acceptance figures among the files"),
+    ([str(FIX / "llamacpp" / "server-no-draft-count.log"), "--preset", "llama3-1b-8b"],
+     "no complete spec-decode figures in"),
     ([str(FIX / "vllm" / "specdecode-v1.log"), str(FIX / "llamabench" / "bench-one-model.md")], "has 1 model(s)"),
 ]
 

@@ -99,6 +99,17 @@ def test_llamacpp_server_outputs() -> None:
     assert m.alphas == pytest.approx([521 / 640, 411 / 521, 316 / 411])
 
 
+def test_llamacpp_statistics_line_without_a_draft_count_is_skipped(tmp_path: Path) -> None:
+    """A ``statistics`` line whose ``#gen drafts`` is not a number is a cut line, skipped and counted (it crashed)."""
+    good = (FIX / "llamacpp" / "server-new.log").read_text().splitlines()[5]
+    cut = good.replace("#gen drafts =     87", "#gen drafts = n/a")
+    assert cut != good
+    log = tmp_path / "server.log"
+    log.write_text(good + "\n" + cut + "\n")
+    rec = ingest_files([str(log)], "auto", None).record
+    assert rec.observations == 1 and rec.skipped_lines == 1 and rec.drafts == 87
+
+
 def test_tgi_histogram_and_summary() -> None:
     rec = ingest("tgi/metrics.prom").record
     # buckets 0..3 -> steps 1240-40 (prefill), 612, 459, 729
