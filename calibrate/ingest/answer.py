@@ -181,10 +181,9 @@ def _gpu_cost(ing: Ingested, preset: str | None, hardware: str | None, gpu: GpuF
                      gpu.moe_routing or DEFAULT_MOE_ROUTING)
     try:
         if pair is None or gpu.given() or hw.name not in ROOFLINE_ONLY_HARDWARE:
-            cost: CostModel = build_step_cost(target, draft, setup, gpu.cost_source or "auto", 1, context_tokens,
-                                              gamma_max)
-            if gpu.engine_overhead == "fitted" and hw.name != "cpu":  # what python -m sim adds: one answer
-                cost = with_fitted_overhead(cost, setup.engine)
+            seam = build_step_cost(target, draft, setup, gpu.cost_source or "auto", 1, context_tokens, gamma_max)
+            fitted = gpu.engine_overhead == "fitted" and hw.name != "cpu"  # what python -m sim adds: one answer
+            cost: CostModel = with_fitted_overhead(seam, setup.engine) if fitted else seam
             args = ("--preset", str(preset)) if pair is not None else ("--target", target, "--draft", draft)
             engine_args = ("--engine", engine) if engine and gpu.cost_source != "roofline" else ()
             what = f"GPU step costs of {pair.name if pair else f'{draft} -> {target}'} on {tp} x {hw.name} " \
