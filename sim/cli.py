@@ -290,6 +290,8 @@ def gpu_setup(args: argparse.Namespace, hardware: str) -> GpuSetup:
     return GpuSetup(get_hardware(hardware), args.engine or "vllm", tp, args.ep or tp, args.dtype or "bf16",
                     args.engine is not None, getattr(args, "moe_routing", None) or DEFAULT_MOE_ROUTING)
 ROOFLINE_ONLY_HARDWARE = ("h100-sxm", "h200", "a100-80gb", "l4", "t4", "cpu")  # the profiles older than the seam
+KERNEL_TABLE_GPUS = ("h100-sxm", "h200", "a100-80gb")  # of those, the ones the kernel tables cover: a preset there
+# without a GPU flag keeps its datasheet roofline, and the output says how to ask for the tables
 
 
 def _beyond_presets(args: argparse.Namespace) -> bool:
@@ -588,6 +590,9 @@ def run(s: Setup) -> dict:
         "seed": s.seed,
         "rows": rows,
     }
+    if s.hardware in KERNEL_TABLE_GPUS and s.cost.describe().get("kind") == "roofline":
+        doc["cost_source"].append(f"note: {s.hardware} has kernel tables: add --engine vllm|sglang|trtllm to price "
+                                  "with them and the fitted engine overhead")
     if s.mode == "serve":
         doc.update(arrival_rate_per_s=s.arrival_rate_per_s, requests=s.requests, new_tokens=s.new_tokens,
                    max_batch=s.max_batch)

@@ -158,7 +158,20 @@ def test_a_preset_that_outgrows_one_gpu_is_refused(tool: Callable[[list[str]], i
 
 def test_a_first_command_still_runs_on_the_preset_roofline(capsys: pytest.CaptureFixture[str]) -> None:
     assert sim_main(["--preset", "llama3-1b-3b", "--gamma", "3"]) == 0
-    assert "cost source: roofline (presets/hardware.py datasheet numbers)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "cost source: roofline (presets/hardware.py datasheet numbers)" in out
+    assert "note: h100-sxm has kernel tables: add --engine vllm|sglang|trtllm" in out  # its default GPU
+
+
+def test_a_preset_on_a_gpu_with_tables_says_how_to_use_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """The datasheet roofline is kept for a preset without GPU flags; on a GPU the kernel tables cover, the output
+    names the flags that price it with them."""
+    assert sim_main(["--preset", "eagle3-llama3.1-8b", "--hardware", "h200", "--tau", "2.9", "--gamma", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "cost source: roofline (presets/hardware.py datasheet numbers)" in out
+    assert "note: h200 has kernel tables: add --engine vllm|sglang|trtllm to price with them" in out
+    assert sim_main(["--preset", "eagle3-llama3.1-8b", "--hardware", "l4", "--tau", "2.9", "--gamma", "3"]) == 0
+    assert "kernel tables" not in capsys.readouterr().out  # an L4 has none
 
 
 def test_a_separate_draft_model_from_its_own_config(model_dir: Path, tmp_path: Path, no_kernels: None) -> None:
