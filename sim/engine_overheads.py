@@ -10,8 +10,8 @@ the model, its values, the rows it was fitted on, its leave-one-out and
 held-out median |error| and the SHA-256 of the table it came from (a test
 holds it to the shipped table, so an edited table without a refit fails).
 
-``python -m sim``, ``sim check`` and ``sim tree`` price a GPU round through
-the step-cost seam and then add the fitted overhead of the source that priced
+``python -m sim``, ``sim check``, ``sim tree`` and ``calibrate ingest`` price a
+GPU round through the step-cost seam and then add the fitted overhead of the source that priced
 the target (:class:`WithEngineOverhead`: the per-step term on every draft
 forward, the per-round term of a chain's or a tree's round, :func:`for_shape`),
 saying so in one line; ``--engine-overhead none`` leaves it out. An engine
