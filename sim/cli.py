@@ -57,7 +57,7 @@ from sim.acceptance import (
 )
 from sim.cost import CostModel, LeviathanCost, load_cost_model, pair_roofline_cost
 from sim.kernels import DEFAULT_MOE_ROUTING, ENGINES, MOE_ROUTINGS
-from sim.engine_overheads import ENGINE_OVERHEAD_HELP, ENGINE_OVERHEADS, with_fitted_overhead
+from sim.engine_overheads import ENGINE_OVERHEAD_HELP, ENGINE_OVERHEADS, engine_cost
 from sim.stepcost import COST_SOURCES, DRAFT_KINDS, DTYPES, GpuSetup, build_step_cost, check_fits, source_lines
 from sim.limits import (
     ARRIVAL_RATE_ARG,
@@ -290,8 +290,6 @@ def gpu_setup(args: argparse.Namespace, hardware: str) -> GpuSetup:
     return GpuSetup(get_hardware(hardware), args.engine or "vllm", tp, args.ep or tp, args.dtype or "bf16",
                     args.engine is not None, getattr(args, "moe_routing", None) or DEFAULT_MOE_ROUTING)
 ROOFLINE_ONLY_HARDWARE = ("h100-sxm", "h200", "a100-80gb", "l4", "t4", "cpu")  # the profiles older than the seam
-KERNEL_TABLE_GPUS = ("h100-sxm", "h200", "a100-80gb")  # of those, the ones the kernel tables cover: a preset there
-# without a GPU flag keeps its datasheet roofline, and the output says how to ask for the tables
 
 
 def _beyond_presets(args: argparse.Namespace) -> bool:
@@ -337,9 +335,7 @@ def seam_cost(args: argparse.Namespace, pair: Pair | None, gammas: list[int], ov
     setup = gpu_setup(args, args.hardware or (pair.default_hardware if pair else "h100-sxm"))
     batch = getattr(args, "batch", None) or 1
     cost = build_step_cost(target, draft, setup, args.cost_source or "auto", batch, args.context_tokens, max(gammas))
-    if not overhead or setup.hardware.name == "cpu":
-        return cost
-    return with_fitted_overhead(cost, setup.engine, batch)
+    return engine_cost(cost, "fitted" if overhead else "none", setup.engine, batch)
 
 
 def _head_only_pair(args: argparse.Namespace) -> Pair | None:
@@ -590,7 +586,8 @@ def run(s: Setup) -> dict:
         "seed": s.seed,
         "rows": rows,
     }
-    if s.hardware in KERNEL_TABLE_GPUS and s.cost.describe().get("kind") == "roofline":
+    # a preset without a GPU flag keeps its datasheet roofline; on a GPU the kernel tables cover, say how to ask
+    if s.hardware and s.cost.describe().get("kind") == "roofline" and get_hardware(s.hardware).kernel_system:
         doc["cost_source"].append(f"note: {s.hardware} has kernel tables: add --engine vllm|sglang|trtllm to price "
                                   "with them and the fitted engine overhead")
     if s.mode == "serve":

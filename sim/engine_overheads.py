@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from sim.cost import CostModel
-from sim.stepcost import EngineOverheads, EngineRoundOverhead, StepCost, round_kind
+from sim.stepcost import EngineOverheads, EngineRoundOverhead, StepCost
 
 OVERHEADS_FILE = Path(__file__).with_name("data") / "engine_overheads.toml"
 SOURCES = ("kernels", "roofline")
@@ -65,10 +65,9 @@ class FittedOverhead:
         return cls(source, model, float(o), **where)  # type: ignore[arg-type]
 
     def for_engine(self, engine: str, tree: bool = False) -> EngineRoundOverhead:
-        """What a round of ``engine`` (a tree round where ``tree``) pays."""
-        rounds = dict(self.per_round_ms)
-        per_round = rounds.get(round_kind(engine, tree), rounds.get(engine, self.any_round_ms))
-        return EngineRoundOverhead(self.per_draft_step_ms, per_round, self.per_extra_sequence_ms)
+        """What a round of ``engine`` (a tree round where ``tree``) pays (:meth:`EngineOverheads.for_engine`)."""
+        return EngineOverheads(self.per_draft_step_ms, self.per_round_ms, self.any_round_ms,
+                               self.per_extra_sequence_ms).for_engine(engine, tree)
 
     def names_engine(self, engine: str) -> bool:
         """Whether a per-round term was fitted for ``engine`` (or one holds for every engine)."""
@@ -161,10 +160,9 @@ class WithEngineOverhead:
         return self.cost.prefill_ms(prompt_tokens, batch)
 
     def round_overhead_ms(self, gamma: int) -> float:
-        """The seam's own round overhead, the kind's per-round term and the per-sequence one (the per-step term
-        is on the draft forwards)."""
-        o = self.overhead
-        return self.cost.round_overhead_ms(gamma) + o.per_round_ms + max(self.batch - 1, 0) * o.per_extra_sequence_ms
+        """The seam's own round overhead, the kind's per-round term and the per-sequence one: the engine's round
+        of no draft steps (the per-step term is on the draft forwards)."""
+        return self.cost.round_overhead_ms(gamma) + self.overhead.round_ms(0, self.batch)
 
     def line(self) -> str:
         """The one line saying what is added, from where, and how to leave it out."""
@@ -193,6 +191,14 @@ def with_fitted_overhead(cost: StepCost, engine: str, batch: int = 1, tree: bool
     tree's where ``tree``)."""
     fitted = load_overheads(path)[cost.target_side.source if cost.target_side.source in SOURCES else "roofline"]
     return WithEngineOverhead(cost, fitted, engine, batch, tree)
+
+
+def engine_cost(cost: StepCost, asked: str, engine: str, batch: int = 1) -> CostModel:
+    """What a command prices a GPU round with: ``cost`` plus the engine's fitted overhead
+    (:func:`with_fitted_overhead`) unless ``--engine-overhead none`` (``asked``) or the seam priced a CPU."""
+    if asked == "none" or cost.setup.get("hardware") == "cpu":
+        return cost
+    return with_fitted_overhead(cost, engine, batch)
 
 
 def for_shape(cost: CostModel, tree: bool) -> CostModel:

@@ -248,8 +248,9 @@ class EngineRoundOverhead:
 @dataclass(frozen=True)
 class EngineOverheads:
     """One per-draft-step overhead for every engine and a per-round overhead of each round kind's own (ms; a kind
-    not named pays none per round; a tree round pays its engine's unless its kind has one of its own). A kind is
-    an engine for a chain, ``"<engine> tree"`` for a token tree:
+    not named pays ``any_round_ms``, zero unless a model fitted one term for every engine; a tree round pays its
+    engine's unless its kind has one of its own; every round pays ``per_extra_sequence_ms`` per sequence beyond the
+    first). A kind is an engine for a chain, ``"<engine> tree"`` for a token tree:
     SGLang's speculative rounds ran without its overlap scheduler before "spec v2" while vLLM's and
     TensorRT-LLM's need not, and an SGLang tree round does work a chain's does not (selecting the verify tree
     from ``topk`` beams, building its mask and positions, walking it to accept), so their per-round time need
@@ -257,11 +258,14 @@ class EngineOverheads:
 
     per_draft_step_ms: float = 0.0
     per_round_ms: tuple[tuple[str, float], ...] = ()
+    any_round_ms: float = 0.0
+    per_extra_sequence_ms: float = 0.0
 
     def for_engine(self, engine: str, tree: bool = False) -> EngineRoundOverhead:
         """The overhead a round of ``engine`` pays (a tree round where ``tree``)."""
         rounds = dict(self.per_round_ms)
-        return EngineRoundOverhead(self.per_draft_step_ms, rounds.get(round_kind(engine, tree), rounds.get(engine, 0.0)))
+        per_round = rounds.get(round_kind(engine, tree), rounds.get(engine, self.any_round_ms))
+        return EngineRoundOverhead(self.per_draft_step_ms, per_round, self.per_extra_sequence_ms)
 
 
 def round_kind(engine: str, tree: bool = False) -> str:

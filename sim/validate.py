@@ -80,7 +80,7 @@ import numpy as np
 from presets.hardware import HARDWARE
 from sim.acceptance import IIDAcceptance, implied_alpha_from_tau
 from sim.analytic import predict_row
-from sim.engine_overheads import OVERHEADS_FILE, FittedOverhead, table_sha256, write_overheads
+from sim.engine_overheads import OVERHEADS_FILE, SOURCES, FittedOverhead, table_sha256, write_overheads
 from sim.published import PUBLISHED_FILE, PublishedResult, load_published
 from sim.kernels import ATTENTION_RULES, DEFAULT_MOE_ROUTING, MOE_ROUTINGS
 from sim.modelref import resolve_model
@@ -95,7 +95,6 @@ HARDWARE_NAMES = {"h100": "h100-sxm", "h200": "h200", "a100": "a100-80gb", "b200
 DRAFT_NAMES = {"eagle": "eagle", "eagle2": "eagle", "eagle3": "eagle3", "mtp": "mtp", "medusa": "medusa",
                "ngram": "ngram", "suffix": "ngram", "pld": "ngram"}
 TREE_DRAFTS = ("eagle", "eagle2", "eagle3", "mtp")  # SGLang drafts these with its EAGLE worker's tree
-SOURCES = ("kernels", "roofline")
 ASKED = {"kernels": "auto", "roofline": "roofline"}  # the kernels column falls back (and says so) off the tables
 OVERHEAD_GRID_MS = [i / 100 for i in range(0, 301)]
 JOINT_STEP_GRID_MS = [i / 100 for i in range(0, 61)]  # per draft step, fitted jointly with the per-round term
@@ -321,7 +320,11 @@ def _search(grid: Grid, leave_one_out: bool = False) -> list[Overhead]:
 
 def fit_overhead(rows: list[Priced], source: str) -> float:
     """The per-draft-step overhead (ms, 0..3 on a 0.01 grid) minimising the median |error| on ``rows``."""
-    return float(_search(_per_step_grid(rows, source))[0]) if rows else 0.0  # type: ignore[arg-type]
+    if not rows:
+        return 0.0
+    fitted = _search(_per_step_grid(rows, source))[0]
+    assert isinstance(fitted, float)
+    return fitted
 
 
 def fit_round_overhead(rows: list[Priced], source: str, per_sequence: bool = True) -> EngineRoundOverhead:

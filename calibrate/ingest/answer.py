@@ -35,7 +35,7 @@ from presets import get_hardware, get_pair
 from sim.acceptance import AcceptanceModel, IIDAcceptance, PerPositionAcceptance
 from sim.analytic import break_even_alpha, optimal_gamma, predict
 from sim.cost import CostModel, TabulatedCost, cost_provenance, load_cost_model, pair_roofline_cost
-from sim.engine_overheads import with_fitted_overhead
+from sim.engine_overheads import engine_cost
 from sim.events import simulate_serving
 from sim.kernels import DEFAULT_MOE_ROUTING
 from sim.kernels import ENGINES as KERNEL_ENGINES
@@ -182,8 +182,7 @@ def _gpu_cost(ing: Ingested, preset: str | None, hardware: str | None, gpu: GpuF
     try:
         if pair is None or gpu.given() or hw.name not in ROOFLINE_ONLY_HARDWARE:
             seam = build_step_cost(target, draft, setup, gpu.cost_source or "auto", 1, context_tokens, gamma_max)
-            fitted = gpu.engine_overhead == "fitted" and hw.name != "cpu"  # what python -m sim adds: one answer
-            cost: CostModel = with_fitted_overhead(seam, setup.engine) if fitted else seam
+            cost: CostModel = engine_cost(seam, gpu.engine_overhead, setup.engine)  # as python -m sim: one answer
             args = ("--preset", str(preset)) if pair is not None else ("--target", target, "--draft", draft)
             engine_args = ("--engine", engine) if engine and gpu.cost_source != "roofline" else ()
             what = f"GPU step costs of {pair.name if pair else f'{draft} -> {target}'} on {tp} x {hw.name} " \
